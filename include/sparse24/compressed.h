@@ -1,0 +1,55 @@
+// The compressed 2:4 format, as Ampere's Sparse Tensor Cores consume it.
+//
+// For a [rows, K] matrix (see pattern.h for how other ranks map to it), with G = ceil(K/4) groups per row
+// (K padded with zeros to 4G):
+//   values   [rows, 2G]  in the weight dtype, the 2 kept values of each group in increasing position order;
+//   metadata [rows, ceil(G/2)] bytes: one 4-bit code per group, idx0 | idx1 << 2 with idx0 < idx1 (PTX
+//            mma.sp "ordered metadata"); group 2j in the low nibble of byte j of its row, group 2j+1 in the
+//            high nibble; an odd G leaves the last high nibble 0.
+// A group with fewer than 2 nonzeros still stores 2 positions (explicit zeros), so every group costs the
+// same; an all-zero group stores positions 0 and 1 (code 0x4). A group with one nonzero at position p
+// stores p and the lowest other position.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "sparse24/dtype.h"
+#include "sparse24/tensor.h"
+
+namespace sparse24 {
+
+struct Compressed {
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;   // the original (dense) tensor shape
+  int64_t rows = 0;             // matrix_view(shape).rows
+  int64_t cols = 0;             // matrix_view(shape).cols = K
+  std::vector<uint8_t> values;  // rows * values_per_row() elements of dtype
+  std::vector<uint8_t> metadata;  // rows * meta_bytes_per_row() bytes
+
+  int64_t groups_per_row() const { return (cols + 3) / 4; }
+  int64_t values_per_row() const { return 2 * groups_per_row(); }
+  int64_t meta_bytes_per_row() const { return (groups_per_row() + 1) / 2; }
+  // The 4-bit code of group g of row r.
+  uint8_t code(int64_t r, int64_t g) const {
+    uint8_t b = metadata[static_cast<size_t>(r * meta_bytes_per_row() + g / 2)];
+    return (g & 1) ? static_cast<uint8_t>(b >> 4) : static_cast<uint8_t>(b & 0xF);
+  }
+  // Kept value j (0..2G-1) of row r as float.
+  float value(int64_t r, int64_t j) const;
+  // (values bytes + metadata bytes) / dense bytes.
+  double compression_ratio() const;
+};
+
+// True for the 6 valid codes: idx0 < idx1, both in 0..3.
+bool valid_code(uint8_t code);
+
+// Compresses a dense tensor. Without `prune`, a tensor that is not 2:4 is an error naming the first bad
+// row and group; with it, magnitude 2:4 pruning is applied first. NaN is an error.
+Compressed compress(const Tensor& dense, bool prune = false);
+// Expands back to the dense tensor (bit for bit what compress() was given, after pruning). Throws Error
+// on an invalid metadata code or inconsistent sizes.
+Tensor decompress(const Compressed& c);
+// Checks sizes and every metadata code; throws Error naming the first problem.
+void validate(const Compressed& c);
+
+}  // namespace sparse24

@@ -1,0 +1,69 @@
+// Fast 2:4 sparse x dense multiply on the CPU.
+//
+//   Y[M, N] = epilogue(W[M, K] X[K, N] + bias[M])        (the definition: spmm_reference in reference.h)
+//
+// Usage: pack once (like a cuSPARSELt plan), multiply many times.
+//   sparse24::PackedMatrix p = sparse24::pack(compressed);        // fp32 compressed weights
+//   sparse24::spmm(p, x, n, ldx, y, ldy, bias, Epilogue::kRelu, threads);
+//
+// The instruction set is chosen once per process from the CPU's features (best of avx512, avx2, ref),
+// overridable with the environment variable SPARSE24_ISA=ref|avx2|avx512 (an ISA the CPU lacks is an
+// error). With SPARSE24_VERBOSE=1 the choice is logged to stderr.
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "sparse24/compressed.h"
+#include "sparse24/reference.h"
+
+namespace sparse24 {
+
+enum class Isa : uint8_t { kRef, kAvx2, kAvx512 };
+const char* isa_name(Isa isa);
+// Parses "ref", "avx2", "avx512"; throws Error otherwise.
+Isa parse_isa(const char* name);
+// True if this build has the ISA's kernels and this CPU runs them.
+bool isa_supported(Isa isa);
+// The ISA in use: SPARSE24_ISA if set (validated), else the best supported. Decided once per process.
+Isa active_isa();
+
+struct PackOptions {
+  // Which ISA's layout to prepare; kernels of that ISA run it. Unset = active_isa().
+  bool isa_set = false;
+  Isa isa = Isa::kRef;
+  // Store the weights of the memory-bound (small-N) path as bfloat16 (fp32 activations and accumulation).
+  bool bf16_weights = false;
+};
+
+// Weights prepared for the kernels of one ISA: every layout the kernels want, prepared once.
+class PackedMatrix {
+ public:
+  PackedMatrix();
+  ~PackedMatrix();
+  PackedMatrix(PackedMatrix&&) noexcept;
+  PackedMatrix& operator=(PackedMatrix&&) noexcept;
+
+  int64_t rows() const;  // M
+  int64_t cols() const;  // K
+  Isa isa() const;
+  // Bytes the packed layouts occupy.
+  size_t bytes() const;
+
+  struct Impl;
+  const Impl& impl() const { return *impl_; }
+
+ private:
+  friend PackedMatrix pack(const Compressed&, const PackOptions&);
+  std::unique_ptr<Impl> impl_;
+};
+
+// w must be float32 (bf16 weights are requested through PackOptions, converted here). Throws Error on
+// another dtype or an invalid matrix.
+PackedMatrix pack(const Compressed& w, const PackOptions& options = {});
+
+// x: [K, N] row-major with leading dimension ldx >= N (any alignment); y: [M, N], ldy >= N. bias: M floats
+// or null. threads: 1 or more (OpenMP); the kernel splits work where it pays.
+void spmm(const PackedMatrix& w, const float* x, int64_t n, int64_t ldx, float* y, int64_t ldy,
+          const float* bias = nullptr, Epilogue ep = Epilogue::kNone, int threads = 1);
+
+}  // namespace sparse24

@@ -1,0 +1,166 @@
+#include "sparse24/compressed.h"
+
+#include <cstring>
+
+#include "sparse24/error.h"
+#include "sparse24/mask.h"
+#include "sparse24/pattern.h"
+
+namespace sparse24 {
+
+namespace {
+
+std::string at(int64_t r, int64_t g) { return "row " + std::to_string(r) + ", group " + std::to_string(g); }
+
+// Element index in the tensor of matrix position (r, c): identity except for conv weights.
+struct IndexMap {
+  std::vector<int64_t> conv;  // empty = identity
+  int64_t cols;
+  int64_t operator()(int64_t r, int64_t c) const {
+    return conv.empty() ? r * cols + c : conv[static_cast<size_t>(r * cols + c)];
+  }
+};
+
+IndexMap index_map(const std::vector<int64_t>& shape, const MatrixView& v) {
+  IndexMap m{{}, v.cols};
+  if (v.conv) m.conv = matrix_to_tensor_index(shape);
+  return m;
+}
+
+}  // namespace
+
+bool valid_code(uint8_t code) {
+  const int i0 = code & 3, i1 = (code >> 2) & 3;
+  return code < 16 && i0 < i1;
+}
+
+float Compressed::value(int64_t r, int64_t j) const {
+  const size_t es = dtype_size(dtype);
+  return element_to_float(dtype, values.data() + static_cast<size_t>(r * values_per_row() + j) * es);
+}
+
+double Compressed::compression_ratio() const {
+  const double dense = static_cast<double>(rows) * static_cast<double>(cols) * dtype_size(dtype);
+  return dense > 0 ? static_cast<double>(values.size() + metadata.size()) / dense : 0.0;
+}
+
+Compressed compress(const Tensor& dense, bool prune) {
+  const MatrixView v = matrix_view(dense.shape);
+  const size_t es = dtype_size(dense.dtype);
+  if (dense.bytes.size() != static_cast<size_t>(dense.numel()) * es) {
+    throw Error("tensor data is " + std::to_string(dense.bytes.size()) + " bytes, shape " +
+                shape_string(dense.shape) + " of " + dtype_name(dense.dtype) + " needs " +
+                std::to_string(static_cast<size_t>(dense.numel()) * es));
+  }
+  const IndexMap idx = index_map(dense.shape, v);
+  const std::vector<float> w = gather_matrix(dense.to_float(), dense.shape);
+  reject_nan(w.data(), v.rows, v.cols);
+
+  // The kept elements: the mask when pruning; otherwise the nonzeros, which must already be 2:4.
+  Mask keep;
+  if (prune) {
+    keep = magnitude_mask(w.data(), v.rows, v.cols, kPattern24);
+  } else {
+    const PatternCheck chk = check_pattern(w.data(), v.rows, v.cols, kPattern24);
+    if (!chk.valid) {
+      throw Error("matrix is not 2:4 sparse: " + at(chk.first_bad_row, chk.first_bad_group) +
+                  " has more than 2 nonzeros (" + std::to_string(chk.bad_groups) +
+                  " bad groups); prune it first (--prune)");
+    }
+    keep.resize(w.size());
+    for (size_t i = 0; i < w.size(); ++i) keep[i] = w[i] != 0.f;
+  }
+
+  Compressed c;
+  c.dtype = dense.dtype;
+  c.shape = dense.shape;
+  c.rows = v.rows;
+  c.cols = v.cols;
+  const int64_t G = c.groups_per_row();
+  c.values.assign(static_cast<size_t>(v.rows * c.values_per_row()) * es, 0);
+  c.metadata.assign(static_cast<size_t>(v.rows * c.meta_bytes_per_row()), 0);
+  for (int64_t r = 0; r < v.rows; ++r)
+    for (int64_t g = 0; g < G; ++g) {
+      // Positions to store: the kept nonzeros, completed with the lowest other positions to make two.
+      int pos[2], n = 0;
+      for (int i = 0; i < 4 && n < 2; ++i) {
+        const int64_t col = 4 * g + i;
+        if (col < v.cols && keep[static_cast<size_t>(r * v.cols + col)] && w[static_cast<size_t>(r * v.cols + col)] != 0.f)
+          pos[n++] = i;
+      }
+      for (int i = 0; i < 4 && n < 2; ++i)
+        if (n == 0 || pos[0] != i) pos[n++] = i;
+      if (pos[0] > pos[1]) std::swap(pos[0], pos[1]);
+      for (int j = 0; j < 2; ++j) {
+        const int64_t col = 4 * g + pos[j];
+        const bool real = col < v.cols && keep[static_cast<size_t>(r * v.cols + col)] &&
+                          w[static_cast<size_t>(r * v.cols + col)] != 0.f;
+        if (real) {  // copy the element's own bytes: exact for every dtype
+          std::memcpy(c.values.data() + static_cast<size_t>(r * c.values_per_row() + 2 * g + j) * es,
+                      dense.bytes.data() + static_cast<size_t>(idx(r, col)) * es, es);
+        }
+      }
+      const uint8_t code = static_cast<uint8_t>(pos[0] | pos[1] << 2);
+      c.metadata[static_cast<size_t>(r * c.meta_bytes_per_row() + g / 2)] |=
+          static_cast<uint8_t>((g & 1) ? code << 4 : code);
+    }
+  return c;
+}
+
+void validate(const Compressed& c) {
+  if (static_cast<uint8_t>(c.dtype) > static_cast<uint8_t>(DType::kI8)) throw Error("invalid dtype code");
+  const MatrixView v = matrix_view(c.shape);
+  if (v.rows != c.rows || v.cols != c.cols) {
+    throw Error("shape " + shape_string(c.shape) + " does not match the compressed matrix [" +
+                std::to_string(c.rows) + ", " + std::to_string(c.cols) + "]");
+  }
+  const size_t es = dtype_size(c.dtype);
+  const size_t want_values = static_cast<size_t>(c.rows * c.values_per_row()) * es;
+  if (c.values.size() != want_values) {
+    throw Error("values: " + std::to_string(c.values.size()) + " bytes, expected " + std::to_string(want_values));
+  }
+  const size_t want_meta = static_cast<size_t>(c.rows * c.meta_bytes_per_row());
+  if (c.metadata.size() != want_meta) {
+    throw Error("metadata: " + std::to_string(c.metadata.size()) + " bytes, expected " + std::to_string(want_meta));
+  }
+  const int64_t G = c.groups_per_row();
+  for (int64_t r = 0; r < c.rows; ++r) {
+    for (int64_t g = 0; g < G; ++g) {
+      const uint8_t code = c.code(r, g);
+      if (!valid_code(code)) {
+        throw Error("invalid metadata code 0x" + std::string(1, "0123456789abcdef"[code]) + " at " + at(r, g) +
+                    " (positions must be two distinct indices in increasing order)");
+      }
+      for (int j = 0; j < 2; ++j) {
+        const int64_t col = 4 * g + ((code >> (2 * j)) & 3);
+        if (col >= c.cols && c.value(r, 2 * g + j) != 0.f) {
+          throw Error("nonzero value stored in the zero padding past K at " + at(r, g));
+        }
+      }
+    }
+    if (G % 2 == 1 && (c.metadata[static_cast<size_t>(r * c.meta_bytes_per_row() + G / 2)] >> 4) != 0) {
+      throw Error("row " + std::to_string(r) + ": the unused last metadata nibble is not zero");
+    }
+  }
+}
+
+Tensor decompress(const Compressed& c) {
+  validate(c);
+  const MatrixView v = matrix_view(c.shape);
+  const IndexMap idx = index_map(c.shape, v);
+  const size_t es = dtype_size(c.dtype);
+  Tensor t = Tensor::zeros(c.dtype, c.shape);
+  for (int64_t r = 0; r < c.rows; ++r)
+    for (int64_t g = 0; g < c.groups_per_row(); ++g) {
+      const uint8_t code = c.code(r, g);
+      for (int j = 0; j < 2; ++j) {
+        const int64_t col = 4 * g + ((code >> (2 * j)) & 3);
+        if (col >= c.cols) continue;  // zero padding
+        std::memcpy(t.bytes.data() + static_cast<size_t>(idx(r, col)) * es,
+                    c.values.data() + static_cast<size_t>(r * c.values_per_row() + 2 * g + j) * es, es);
+      }
+    }
+  return t;
+}
+
+}  // namespace sparse24

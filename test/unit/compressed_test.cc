@@ -1,0 +1,135 @@
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "common/seed.h"
+#include "sparse24/compressed.h"
+#include "sparse24/error.h"
+#include "sparse24/mask.h"
+
+namespace sparse24 {
+namespace {
+
+using testing::random_floats;
+using testing::rng;
+
+const int64_t kSizes[] = {1, 3, 4, 5, 63, 64, 65};
+
+// A random tensor of dtype already pruned to 2:4 (with some all-zero and single-nonzero groups).
+Tensor random_sparse(std::mt19937_64& g, std::vector<int64_t> shape, DType dtype) {
+  const MatrixView v = matrix_view(shape);
+  std::vector<float> w = random_floats(g, static_cast<size_t>(v.rows * v.cols), -4.f, 4.f);
+  if (dtype == DType::kI8)
+    for (auto& x : w) x = std::round(x * 30);
+  for (size_t i = 0; i < w.size(); i += 7) w[i] = 0.f;
+  apply_mask(w.data(), magnitude_mask(w.data(), v.rows, v.cols, kPattern24));
+  return Tensor::from_float(scatter_from_matrix(w, shape), shape, dtype);
+}
+
+TEST(Compress, RoundTripsBitForBit) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(10);
+  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16, DType::kI8})
+    for (int64_t rows : kSizes)
+      for (int64_t k : kSizes) {
+        SCOPED_TRACE(std::string(dtype_name(dt)) + " " + std::to_string(rows) + "x" + std::to_string(k));
+        const Tensor t = random_sparse(g, {rows, k}, dt);
+        const Compressed c = compress(t);
+        EXPECT_EQ(c.values.size(), static_cast<size_t>(rows * ((k + 3) / 4) * 2) * dtype_size(dt));
+        EXPECT_EQ(c.metadata.size(), static_cast<size_t>(rows * (((k + 3) / 4 + 1) / 2)));
+        const Tensor back = decompress(c);
+        ASSERT_EQ(back.shape, t.shape);
+        ASSERT_EQ(back.bytes, t.bytes);
+        // Compressing the decompressed tensor gives the same bytes again.
+        const Compressed again = compress(back);
+        EXPECT_EQ(again.values, c.values);
+        EXPECT_EQ(again.metadata, c.metadata);
+      }
+}
+
+TEST(Compress, ConvWeightsAlongInputChannels) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(11);
+  const std::vector<int64_t> shape = {6, 12, 3, 3};
+  const Tensor t = random_sparse(g, shape, DType::kF32);
+  const Compressed c = compress(t);
+  EXPECT_EQ(c.rows, 6 * 9);
+  EXPECT_EQ(c.cols, 12);
+  EXPECT_EQ(decompress(c).bytes, t.bytes);
+}
+
+TEST(Compress, MetadataLayout) {
+  // Row 0: groups keep (0,1)=all zero, (1,3), (2,3), (0,2) -> codes 0x4, 0xD, 0xE, 0x8.
+  // Row 1: one nonzero at 3 -> (0,3) = 0xC; one nonzero at 0 -> (0,1) = 0x4; K=10 tail group: (0,1).
+  const std::vector<float> w = {0, 0, 0, 0, 0, 5, 0, 6, 0, 0, 7, 8, 9, 0, 1, 0,  //
+                                0, 0, 0, 2, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  const Compressed c = compress(Tensor::from_float(w, {2, 16}));
+  EXPECT_EQ(c.metadata, (std::vector<uint8_t>{0xD4, 0x8E, 0x4C, 0x44}));
+  EXPECT_EQ(c.value(0, 2), 5.f);
+  EXPECT_EQ(c.value(0, 3), 6.f);
+  EXPECT_EQ(c.value(1, 0), 0.f);
+  EXPECT_EQ(c.value(1, 1), 2.f);
+  // Odd group count: the last high nibble stays zero.
+  const Compressed odd = compress(Tensor::from_float({1, 0, 2, 0, 0, 3, 0, 4, 0, 0, 5, 6}, {1, 12}));
+  EXPECT_EQ(odd.metadata, (std::vector<uint8_t>{0xD8, 0x0E}));
+  const Compressed tail = compress(Tensor::from_float({1, 0, 0, 0, 0, 7}, {1, 6}));
+  EXPECT_EQ(tail.metadata, (std::vector<uint8_t>{0x44}));
+  EXPECT_EQ(tail.value(0, 3), 7.f);
+}
+
+TEST(Compress, RatioPerDType) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(12);
+  const std::pair<DType, double> expect[] = {
+      {DType::kF32, 0.53125}, {DType::kF16, 0.5625}, {DType::kBF16, 0.5625}, {DType::kI8, 0.625}};
+  for (auto [dt, ratio] : expect) {
+    const Compressed c = compress(random_sparse(g, {64, 128}, dt));
+    EXPECT_DOUBLE_EQ(c.compression_ratio(), ratio) << dtype_name(dt);
+  }
+}
+
+TEST(Compress, RefusesDenseUnlessPruning) {
+  std::vector<float> w(2 * 8, 1.f);
+  w[0] = w[1] = 0.f;  // row 0 group 0 is fine; group 1 is not
+  try {
+    compress(Tensor::from_float(w, {2, 8}));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("row 0, group 1"), std::string::npos) << e.what();
+  }
+  const Compressed c = compress(Tensor::from_float(w, {2, 8}), /*prune=*/true);
+  const std::vector<float> back = decompress(c).to_float();
+  EXPECT_TRUE(check_pattern(back.data(), 2, 8, kPattern24).valid);
+  EXPECT_EQ(back[2], 1.f);  // ties: the lower positions of each group are kept
+  EXPECT_EQ(back[3], 1.f);
+}
+
+TEST(Compress, RejectsNaN) {
+  EXPECT_THROW(compress(Tensor::from_float({1, NAN, 0, 0}, {1, 4})), Error);
+}
+
+TEST(Validate, RejectsInvalidCodesAndSizes) {
+  Compressed c = compress(Tensor::from_float({1, 2, 0, 0, 0, 0, 3, 4}, {1, 8}));
+  validate(c);
+  for (uint8_t bad : {0x0, 0x5, 0xA, 0xF, 0x1, 0x6}) {
+    Compressed b = c;
+    b.metadata[0] = static_cast<uint8_t>((b.metadata[0] & 0xF0) | bad);
+    EXPECT_THROW(decompress(b), Error) << int(bad);
+  }
+  Compressed shortv = c;
+  shortv.values.pop_back();
+  EXPECT_THROW(validate(shortv), Error);
+  Compressed shape = c;
+  shape.shape = {2, 4};
+  EXPECT_THROW(validate(shape), Error);
+  // Nonzero in the padding past K.
+  Compressed pad = compress(Tensor::from_float({1, 2, 0, 0, 0, 0}, {1, 6}));
+  const float five = 5.f;
+  std::memcpy(pad.values.data() + 3 * 4, &five, 4);  // group 1 stores positions 0,1 -> cols 4,5 are real
+  EXPECT_NO_THROW(validate(pad));
+  pad.metadata[0] = static_cast<uint8_t>((pad.metadata[0] & 0x0F) | (0xC << 4));  // positions 0,3: col 7 pad
+  EXPECT_THROW(validate(pad), Error);
+}
+
+}  // namespace
+}  // namespace sparse24

@@ -1,0 +1,18 @@
+// The sparse24 command-line tool: each command lives in its own cmd_*.cc and registers itself here.
+// Commands parse arguments and call the library; the work lives in the library.
+#pragma once
+#include <CLI/CLI.hpp>
+
+namespace sparse24::cli {
+
+// Each registers one subcommand (and its callback) on the app.
+void register_prune(CLI::App& app);
+void register_compress(CLI::App& app);
+void register_decompress(CLI::App& app);
+void register_inspect(CLI::App& app);
+void register_demo(CLI::App& app);
+#ifdef SPARSE24_HAVE_BENCH
+void register_bench(CLI::App& app);
+#endif
+
+}  // namespace sparse24::cli

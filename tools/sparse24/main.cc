@@ -1,0 +1,27 @@
+#include <cstdio>
+#include <exception>
+
+#include "commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"sparse24: 2:4 structured sparsity for CPUs"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "sparse24 0.1.0");
+  sparse24::cli::register_prune(app);
+  sparse24::cli::register_compress(app);
+  sparse24::cli::register_decompress(app);
+  sparse24::cli::register_inspect(app);
+  sparse24::cli::register_demo(app);
+#ifdef SPARSE24_HAVE_BENCH
+  sparse24::cli::register_bench(app);
+#endif
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "sparse24: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
