@@ -20,10 +20,10 @@ namespace sparse24 {
 
 struct Compressed {
   DType dtype = DType::kF32;
-  std::vector<int64_t> shape;   // the original (dense) tensor shape
-  int64_t rows = 0;             // matrix_view(shape).rows
-  int64_t cols = 0;             // matrix_view(shape).cols = K
-  std::vector<uint8_t> values;  // rows * values_per_row() elements of dtype
+  std::vector<int64_t> shape;     // the original (dense) tensor shape
+  int64_t rows = 0;               // matrix_view(shape).rows
+  int64_t cols = 0;               // matrix_view(shape).cols = K
+  std::vector<uint8_t> values;    // rows * values_per_row() elements of dtype
   std::vector<uint8_t> metadata;  // rows * meta_bytes_per_row() bytes
 
   int64_t groups_per_row() const { return (cols + 3) / 4; }
@@ -39,6 +39,9 @@ struct Compressed {
   // (values bytes + metadata bytes) / dense bytes.
   double compression_ratio() const;
 };
+
+// (values bytes + metadata bytes) / dense bytes of a compressed [rows, cols] matrix of dtype t.
+double compression_ratio(int64_t rows, int64_t cols, DType t);
 
 // True for the 6 valid codes: idx0 < idx1, both in 0..3.
 bool valid_code(uint8_t code);

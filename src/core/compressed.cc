@@ -39,10 +39,18 @@ float Compressed::value(int64_t r, int64_t j) const {
   return element_to_float(dtype, values.data() + static_cast<size_t>(r * values_per_row() + j) * es);
 }
 
-double Compressed::compression_ratio() const {
-  const double dense = static_cast<double>(rows) * static_cast<double>(cols) * dtype_size(dtype);
-  return dense > 0 ? static_cast<double>(values.size() + metadata.size()) / dense : 0.0;
+double compression_ratio(int64_t rows, int64_t cols, DType t) {
+  Compressed shape_only;
+  shape_only.rows = rows;
+  shape_only.cols = cols;
+  const double es = static_cast<double>(dtype_size(t));
+  const double dense = static_cast<double>(rows) * static_cast<double>(cols) * es;
+  const double stored = static_cast<double>(rows) * (static_cast<double>(shape_only.values_per_row()) * es +
+                                                     shape_only.meta_bytes_per_row());
+  return dense > 0 ? stored / dense : 0.0;
 }
+
+double Compressed::compression_ratio() const { return sparse24::compression_ratio(rows, cols, dtype); }
 
 Compressed compress(const Tensor& dense, bool prune) {
   const MatrixView v = matrix_view(dense.shape);
@@ -85,7 +93,8 @@ Compressed compress(const Tensor& dense, bool prune) {
       int pos[2], n = 0;
       for (int i = 0; i < 4 && n < 2; ++i) {
         const int64_t col = 4 * g + i;
-        if (col < v.cols && keep[static_cast<size_t>(r * v.cols + col)] && w[static_cast<size_t>(r * v.cols + col)] != 0.f)
+        if (col < v.cols && keep[static_cast<size_t>(r * v.cols + col)] &&
+            w[static_cast<size_t>(r * v.cols + col)] != 0.f)
           pos[n++] = i;
       }
       for (int i = 0; i < 4 && n < 2; ++i)
@@ -117,19 +126,21 @@ void validate(const Compressed& c) {
   const size_t es = dtype_size(c.dtype);
   const size_t want_values = static_cast<size_t>(c.rows * c.values_per_row()) * es;
   if (c.values.size() != want_values) {
-    throw Error("values: " + std::to_string(c.values.size()) + " bytes, expected " + std::to_string(want_values));
+    throw Error("values: " + std::to_string(c.values.size()) + " bytes, expected " +
+                std::to_string(want_values));
   }
   const size_t want_meta = static_cast<size_t>(c.rows * c.meta_bytes_per_row());
   if (c.metadata.size() != want_meta) {
-    throw Error("metadata: " + std::to_string(c.metadata.size()) + " bytes, expected " + std::to_string(want_meta));
+    throw Error("metadata: " + std::to_string(c.metadata.size()) + " bytes, expected " +
+                std::to_string(want_meta));
   }
   const int64_t G = c.groups_per_row();
   for (int64_t r = 0; r < c.rows; ++r) {
     for (int64_t g = 0; g < G; ++g) {
       const uint8_t code = c.code(r, g);
       if (!valid_code(code)) {
-        throw Error("invalid metadata code 0x" + std::string(1, "0123456789abcdef"[code]) + " at " + at(r, g) +
-                    " (positions must be two distinct indices in increasing order)");
+        throw Error("invalid metadata code 0x" + std::string(1, "0123456789abcdef"[code]) + " at " +
+                    at(r, g) + " (positions must be two distinct indices in increasing order)");
       }
       for (int j = 0; j < 2; ++j) {
         const int64_t col = 4 * g + ((code >> (2 * j)) & 3);

@@ -8,20 +8,27 @@ namespace sparse24 {
 
 size_t dtype_size(DType t) {
   switch (t) {
-    case DType::kF32: return 4;
+    case DType::kF32:
+      return 4;
     case DType::kF16:
-    case DType::kBF16: return 2;
-    case DType::kI8: return 1;
+    case DType::kBF16:
+      return 2;
+    case DType::kI8:
+      return 1;
   }
   throw Error("invalid dtype");
 }
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::kF32: return "float32";
-    case DType::kF16: return "float16";
-    case DType::kBF16: return "bfloat16";
-    case DType::kI8: return "int8";
+    case DType::kF32:
+      return "float32";
+    case DType::kF16:
+      return "float16";
+    case DType::kBF16:
+      return "bfloat16";
+    case DType::kI8:
+      return "int8";
   }
   return "invalid";
 }
@@ -70,7 +77,7 @@ uint16_t float_to_half(float f) {
     // value / 2^-24, rounded to nearest even, is the subnormal mantissa.
     float a;
     std::memcpy(&a, &abs, 4);
-    float scaled = a * 16777216.0f;  // exact (power of two)
+    float scaled = a * 16777216.0f;    // exact (power of two)
     float r = std::nearbyint(scaled);  // default rounding mode: nearest even
     return static_cast<uint16_t>(sign | static_cast<uint16_t>(r));
   }
@@ -105,7 +112,8 @@ float element_to_float(DType t, const uint8_t* p) {
       std::memcpy(&h, p, 2);
       return bf16_to_float(h);
     }
-    case DType::kI8: return static_cast<float>(static_cast<int8_t>(*p));
+    case DType::kI8:
+      return static_cast<float>(static_cast<int8_t>(*p));
   }
   return 0.f;
 }

@@ -12,7 +12,8 @@ namespace {
 
 void check_dims(int64_t rows, int64_t k) {
   if (rows < 0 || k <= 0) {
-    throw Error("invalid matrix [" + std::to_string(rows) + ", " + std::to_string(k) + "] (K must be positive)");
+    throw Error("invalid matrix [" + std::to_string(rows) + ", " + std::to_string(k) +
+                "] (K must be positive)");
   }
 }
 

@@ -25,16 +25,27 @@ MatrixView matrix_view(const std::vector<int64_t>& shape) {
   }
   MatrixView v;
   switch (shape.size()) {
-    case 0: throw Error("a scalar has no reduction dimension to prune along");
-    case 1: v.rows = 1; v.cols = shape[0]; break;
-    case 2: v.rows = shape[0]; v.cols = shape[1]; break;
-    case 3: v.rows = shape[0] * shape[1]; v.cols = shape[2]; break;
+    case 0:
+      throw Error("a scalar has no reduction dimension to prune along");
+    case 1:
+      v.rows = 1;
+      v.cols = shape[0];
+      break;
+    case 2:
+      v.rows = shape[0];
+      v.cols = shape[1];
+      break;
+    case 3:
+      v.rows = shape[0] * shape[1];
+      v.cols = shape[2];
+      break;
     case 4:
       v.rows = shape[0] * shape[2] * shape[3];
       v.cols = shape[1];
       v.conv = true;
       break;
-    default: throw Error("tensors of rank " + std::to_string(shape.size()) + " are not supported (1 to 4)");
+    default:
+      throw Error("tensors of rank " + std::to_string(shape.size()) + " are not supported (1 to 4)");
   }
   if (v.cols == 0) throw Error("shape " + shape_string(shape) + " has an empty reduction dimension (K = 0)");
   return v;
@@ -52,7 +63,8 @@ std::vector<int64_t> matrix_to_tensor_index(const std::vector<int64_t>& shape) {
     for (int64_t h = 0; h < kh; ++h)
       for (int64_t w = 0; w < kw; ++w) {
         const int64_t row = (o * kh + h) * kw + w;
-        for (int64_t i = 0; i < in; ++i) idx[static_cast<size_t>(row * in + i)] = ((o * in + i) * kh + h) * kw + w;
+        for (int64_t i = 0; i < in; ++i)
+          idx[static_cast<size_t>(row * in + i)] = ((o * in + i) * kh + h) * kw + w;
       }
   return idx;
 }
@@ -65,7 +77,8 @@ std::vector<float> gather_matrix(const std::vector<float>& tensor_order, const s
   return out;
 }
 
-std::vector<float> scatter_from_matrix(const std::vector<float>& matrix_order, const std::vector<int64_t>& shape) {
+std::vector<float> scatter_from_matrix(const std::vector<float>& matrix_order,
+                                       const std::vector<int64_t>& shape) {
   if (!matrix_view(shape).conv) return matrix_order;
   const std::vector<int64_t> idx = matrix_to_tensor_index(shape);
   std::vector<float> out(idx.size());

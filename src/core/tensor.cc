@@ -26,7 +26,9 @@ float Tensor::get(int64_t i) const {
 void Tensor::set(int64_t i, float v) {
   uint8_t* p = bytes.data() + static_cast<size_t>(i) * dtype_size(dtype);
   switch (dtype) {
-    case DType::kF32: std::memcpy(p, &v, 4); return;
+    case DType::kF32:
+      std::memcpy(p, &v, 4);
+      return;
     case DType::kF16: {
       uint16_t h = float_to_half(v);
       std::memcpy(p, &h, 2);
@@ -67,7 +69,8 @@ Tensor Tensor::zeros(DType dtype, std::vector<int64_t> shape) {
 Tensor Tensor::from_float(const std::vector<float>& values, std::vector<int64_t> shape, DType dtype) {
   Tensor t = zeros(dtype, std::move(shape));
   if (static_cast<int64_t>(values.size()) != t.numel()) {
-    throw Error("from_float: " + std::to_string(values.size()) + " values for shape " + shape_string(t.shape));
+    throw Error("from_float: " + std::to_string(values.size()) + " values for shape " +
+                shape_string(t.shape));
   }
   for (int64_t i = 0; i < t.numel(); ++i) t.set(i, values[static_cast<size_t>(i)]);
   return t;

@@ -9,18 +9,24 @@ namespace sparse24 {
 
 const char* epilogue_name(Epilogue e) {
   switch (e) {
-    case Epilogue::kNone: return "none";
-    case Epilogue::kRelu: return "relu";
-    case Epilogue::kGelu: return "gelu";
+    case Epilogue::kNone:
+      return "none";
+    case Epilogue::kRelu:
+      return "relu";
+    case Epilogue::kGelu:
+      return "gelu";
   }
   return "invalid";
 }
 
 float apply_epilogue(float y, Epilogue e) {
   switch (e) {
-    case Epilogue::kNone: return y;
-    case Epilogue::kRelu: return y > 0.f ? y : 0.f;
-    case Epilogue::kGelu: return 0.5f * y * (1.f + std::erf(y * 0.70710678118654752f));
+    case Epilogue::kNone:
+      return y;
+    case Epilogue::kRelu:
+      return y > 0.f ? y : 0.f;
+    case Epilogue::kGelu:
+      return 0.5f * y * (1.f + std::erf(y * 0.70710678118654752f));
   }
   return y;
 }

@@ -21,11 +21,13 @@ inline uint64_t test_seed() {
 }
 
 // Put at the top of a randomized test: failures then say how to replay.
-#define SPARSE24_SEED_TRACE()                                                              \
+#define SPARSE24_SEED_TRACE() \
   SCOPED_TRACE("replay with SPARSE24_TEST_SEED=" + std::to_string(::sparse24::testing::test_seed()))
 
 // A generator per test, derived from the run's seed and a per-test salt.
-inline std::mt19937_64 rng(uint64_t salt = 0) { return std::mt19937_64(test_seed() ^ (salt * 0x9E3779B97F4A7C15ull)); }
+inline std::mt19937_64 rng(uint64_t salt = 0) {
+  return std::mt19937_64(test_seed() ^ (salt * 0x9E3779B97F4A7C15ull));
+}
 
 inline std::vector<float> random_floats(std::mt19937_64& g, size_t n, float lo = -1.f, float hi = 1.f) {
   std::uniform_real_distribution<float> d(lo, hi);

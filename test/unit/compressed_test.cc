@@ -1,9 +1,10 @@
+#include "sparse24/compressed.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
 
 #include "common/seed.h"
-#include "sparse24/compressed.h"
 #include "sparse24/error.h"
 #include "sparse24/mask.h"
 
@@ -104,9 +105,7 @@ TEST(Compress, RefusesDenseUnlessPruning) {
   EXPECT_EQ(back[3], 1.f);
 }
 
-TEST(Compress, RejectsNaN) {
-  EXPECT_THROW(compress(Tensor::from_float({1, NAN, 0, 0}, {1, 4})), Error);
-}
+TEST(Compress, RejectsNaN) { EXPECT_THROW(compress(Tensor::from_float({1, NAN, 0, 0}, {1, 4})), Error); }
 
 TEST(Validate, RejectsInvalidCodesAndSizes) {
   Compressed c = compress(Tensor::from_float({1, 2, 0, 0, 0, 0, 3, 4}, {1, 8}));

@@ -1,9 +1,10 @@
+#include "sparse24/dtype.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 
-#include "sparse24/dtype.h"
 #include "sparse24/error.h"
 #include "sparse24/tensor.h"
 
@@ -13,7 +14,8 @@ TEST(DType, NamesAndSizes) {
   EXPECT_EQ(dtype_size(DType::kF32), 4u);
   EXPECT_EQ(dtype_size(DType::kBF16), 2u);
   EXPECT_EQ(dtype_size(DType::kI8), 1u);
-  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kI8}) EXPECT_EQ(parse_dtype(dtype_name(t)), t);
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kI8})
+    EXPECT_EQ(parse_dtype(dtype_name(t)), t);
   EXPECT_THROW(parse_dtype("float64"), Error);
 }
 

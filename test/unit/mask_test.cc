@@ -1,3 +1,5 @@
+#include "sparse24/mask.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -5,7 +7,6 @@
 
 #include "common/seed.h"
 #include "sparse24/error.h"
-#include "sparse24/mask.h"
 
 namespace sparse24 {
 namespace {
@@ -82,7 +83,7 @@ TEST(MagnitudeMask, RejectsNaNAndEmptyK) {
 
 TEST(CheckPattern, CountsAndLocatesViolations) {
   const std::vector<float> w = {1, 0, 0, 1, /**/ 1, 1, 1, 0, /**/ -0.f, 0, 2, 2,
-                                1, 1, 1, 1, /**/ 0, 0, 0, 0, /**/ 1, 1, 1, 0};
+                                1, 1, 1, 1, /**/ 0, 0, 0, 0, /**/ 1,    1, 1, 0};
   const PatternCheck c = check_pattern(w.data(), 2, 12, kPattern24);
   EXPECT_FALSE(c.valid);
   EXPECT_EQ(c.groups, 6);

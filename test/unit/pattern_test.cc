@@ -1,7 +1,8 @@
+#include "sparse24/pattern.h"
+
 #include <gtest/gtest.h>
 
 #include "sparse24/error.h"
-#include "sparse24/pattern.h"
 
 namespace sparse24 {
 

@@ -1,3 +1,5 @@
+#include "sparse24/reference.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -5,7 +7,6 @@
 #include "common/seed.h"
 #include "sparse24/compressed.h"
 #include "sparse24/mask.h"
-#include "sparse24/reference.h"
 
 namespace sparse24 {
 namespace {

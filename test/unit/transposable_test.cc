@@ -90,8 +90,10 @@ TEST(Transposable, KeepsLessThanOneDimensional) {
   auto g = rng(4);
   std::vector<float> w = random_floats(g, 64 * 64);
   const double one_d = kept_magnitude(w.data(), magnitude_mask(w.data(), 64, 64, kPattern24));
-  const double exact = kept_magnitude(w.data(), transposable_mask(w.data(), 64, 64, TransposableMethod::kExact));
-  const double greedy = kept_magnitude(w.data(), transposable_mask(w.data(), 64, 64, TransposableMethod::kGreedy));
+  const double exact =
+      kept_magnitude(w.data(), transposable_mask(w.data(), 64, 64, TransposableMethod::kExact));
+  const double greedy =
+      kept_magnitude(w.data(), transposable_mask(w.data(), 64, 64, TransposableMethod::kGreedy));
   EXPECT_LE(exact, one_d);
   EXPECT_LE(greedy, exact);
   EXPECT_GT(greedy, 0.5);

@@ -1,0 +1,327 @@
+#include "harness.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+
+#include "dense.h"
+#include "sparse24/error.h"
+#include "sparse24/mask.h"
+#include "sparse24/reference.h"
+#include "sparse24/spmm.h"
+#include "sparse24/tensor.h"
+
+namespace sparse24::bench {
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// xorshift64*: fast and good enough for test data; replayable from the seed.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : s_(seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull) {
+    if (s_ == 0) s_ = 1;
+  }
+  // Uniform in [-1, 1).
+  float uniform() {
+    s_ ^= s_ >> 12;
+    s_ ^= s_ << 25;
+    s_ ^= s_ >> 27;
+    uint64_t r = s_ * 0x2545F4914F6CDD1Dull;
+    return static_cast<float>(static_cast<double>(r >> 40) * (2.0 / 16777216.0) - 1.0);
+  }
+
+ private:
+  uint64_t s_;
+};
+
+uint64_t shape_seed(const Shape& s, uint64_t seed) {
+  return seed ^ (static_cast<uint64_t>(s.m) << 40) ^ (static_cast<uint64_t>(s.k) << 20) ^
+         static_cast<uint64_t>(s.n);
+}
+
+bool parse_dims(const std::string& text, std::vector<int64_t>& dims) {
+  dims.clear();
+  size_t i = 0;
+  while (i < text.size()) {
+    size_t j = i;
+    while (j < text.size() && text[j] >= '0' && text[j] <= '9') ++j;
+    if (j == i || j - i > 9) return false;
+    dims.push_back(std::stoll(text.substr(i, j - i)));
+    if (j == text.size()) break;
+    if (text[j] != 'x' && text[j] != 'X') return false;
+    i = j + 1;
+    if (i == text.size()) return false;
+  }
+  return dims.size() == 2 || dims.size() == 3;
+}
+
+}  // namespace
+
+std::string shape_label(const Shape& s) {
+  return std::to_string(s.m) + "x" + std::to_string(s.k) + "x" + std::to_string(s.n) +
+         (s.cold ? " cold" : "");
+}
+
+std::vector<Shape> full_shapes() {
+  std::vector<Shape> out;
+  for (auto [m, k] : {std::pair<int64_t, int64_t>{768, 768}, {3072, 768}, {768, 3072}})
+    for (int64_t n : {128, 512}) out.push_back({m, k, n, false});
+  for (auto [m, k] : {std::pair<int64_t, int64_t>{4096, 4096}, {11008, 4096}}) {
+    for (int64_t n : {1, 8, 64, 512}) out.push_back({m, k, n, false});
+    for (int64_t n : {1, 8}) out.push_back({m, k, n, true});
+  }
+  return out;
+}
+
+std::vector<Shape> quick_shapes() {
+  return {{768, 768, 128, false}, {4096, 4096, 1, false}, {4096, 4096, 8, true}};
+}
+
+bool shape_matches(const Shape& s, const std::string& token) {
+  std::string dims_text = token;
+  int want_cold = -1;  // -1 either, 0 hot, 1 cold
+  size_t colon = token.find(':');
+  if (colon != std::string::npos) {
+    std::string mode = token.substr(colon + 1);
+    dims_text = token.substr(0, colon);
+    if (mode == "cold") {
+      want_cold = 1;
+    } else if (mode == "hot") {
+      want_cold = 0;
+    } else {
+      throw Error("bad shape filter '" + token + "': the suffix must be :cold or :hot");
+    }
+  }
+  std::vector<int64_t> dims;
+  if (!parse_dims(dims_text, dims))
+    throw Error("bad shape filter '" + token + "': expected MxK or MxKxN, optionally with :cold or :hot");
+  if (dims[0] != s.m || dims[1] != s.k) return false;
+  if (dims.size() == 3 && dims[2] != s.n) return false;
+  return want_cold < 0 || (want_cold == 1) == s.cold;
+}
+
+Buffer::Buffer(size_t n) : n_(n) {
+  size_t bytes = (std::max<size_t>(n, 1) * sizeof(float) + 63) / 64 * 64;
+  p_.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
+  if (!p_) throw Error("out of memory allocating " + std::to_string(bytes) + " bytes");
+}
+
+Problem make_problem(const Shape& s, uint64_t seed) {
+  Problem p;
+  p.shape = s;
+  const size_t mk = static_cast<size_t>(s.m * s.k), kn = static_cast<size_t>(s.k * s.n);
+  Rng rng(shape_seed(s, seed));
+  std::vector<float> w(mk);
+  for (float& v : w) v = rng.uniform();
+  apply_mask(w.data(), magnitude_mask(w.data(), s.m, s.k));
+  p.w = Buffer(mk);
+  std::memcpy(p.w.data(), w.data(), mk * sizeof(float));
+  p.wc = compress(Tensor::from_float(w, {s.m, s.k}), /*prune=*/false);
+  p.x = Buffer(kn);
+  p.xt = Buffer(kn);
+  for (size_t i = 0; i < kn; ++i) p.x[i] = rng.uniform();
+  for (int64_t kk = 0; kk < s.k; ++kk)
+    for (int64_t nn = 0; nn < s.n; ++nn) p.xt[nn * s.k + kk] = p.x[kk * s.n + nn];
+  return p;
+}
+
+int copies_for(double bytes_per_copy, double cold_bytes) {
+  if (cold_bytes <= 0) return 1;
+  return std::max(2, static_cast<int>(std::ceil(cold_bytes / std::max(bytes_per_copy, 1.0))));
+}
+
+std::vector<Candidate> make_candidates(const Problem& p, const BuildOptions& o) {
+  omp_set_num_threads(o.threads);
+  std::vector<Candidate> out;
+  const Shape& s = p.shape;
+  if (o.with_sparse) {
+    auto packs = std::make_shared<std::vector<PackedMatrix>>();
+    packs->push_back(pack(p.wc));
+    const double bytes = static_cast<double>(packs->front().bytes());
+    const int copies = copies_for(bytes, o.cold_bytes);
+    for (int r = 1; r < copies; ++r) packs->push_back(pack(p.wc));
+    Candidate c{"sparse24", "sparse24", true, false, copies, bytes, Buffer(s.m * s.n)};
+    const float* x = p.x.data();
+    float* y = c.y.data();
+    const int64_t n = s.n;
+    const int threads = o.threads;
+    c.run = [packs, x, y, n, threads](int r) {
+      spmm((*packs)[r], x, n, n, y, n, nullptr, Epilogue::kNone, threads);
+    };
+    c.state = packs;
+    out.push_back(std::move(c));
+  }
+  if (o.with_dense) {
+    auto w = make_dense_weights(p, copies_for(static_cast<double>(p.w.size()) * sizeof(float), o.cold_bytes));
+    add_onednn_candidates(p, w, o.threads, o.cold_bytes, out, o.log);
+    add_openblas_candidates(p, w, o.threads, out, o.log);
+    omp_set_num_threads(o.threads);
+  }
+  return out;
+}
+
+Reference make_reference(const Problem& p) {
+  const Shape& s = p.shape;
+  Reference ref;
+  const bool all = static_cast<double>(s.m) * s.k * s.n <= 3e8 || s.n <= 16;
+  for (int64_t c = 0; c < s.n; ++c) {
+    // Outside small problems: both edges of every 64-column panel, one column inside it, and the last 2.
+    int64_t r = c % 64;
+    if (all || r == 0 || r == 1 || r == 17 || r == 62 || r == 63 || c >= s.n - 2) ref.cols.push_back(c);
+  }
+  const int64_t ns = static_cast<int64_t>(ref.cols.size());
+  std::vector<float> xs(static_cast<size_t>(s.k * ns)), xa(xs.size());
+  for (int64_t kk = 0; kk < s.k; ++kk)
+    for (int64_t j = 0; j < ns; ++j) {
+      float v = p.x[kk * s.n + ref.cols[j]];
+      xs[kk * ns + j] = v;
+      xa[kk * ns + j] = std::fabs(v);
+    }
+  Compressed wabs = p.wc;
+  for (size_t i = 3; i < wabs.values.size(); i += 4) wabs.values[i] &= 0x7F;  // |fp32|, little-endian
+  ref.y.resize(static_cast<size_t>(s.m * ns));
+  ref.scale.resize(ref.y.size());
+  spmm_reference(p.wc, xs.data(), ns, ns, ref.y.data(), ns);
+  spmm_reference(wabs, xa.data(), ns, ns, ref.scale.data(), ns);
+  return ref;
+}
+
+CheckResult check_candidate(Candidate& c, const Problem& p, const Reference& ref, int copy) {
+  const Shape& s = p.shape;
+  const size_t out_n = c.y.size();
+  std::fill(c.y.data(), c.y.data() + out_n, std::numeric_limits<float>::quiet_NaN());
+  CheckResult r;
+  try {
+    c.run(copy);
+  } catch (const std::exception& e) {
+    r.what = std::string("threw: ") + e.what();
+    return r;
+  }
+  const int64_t ns = static_cast<int64_t>(ref.cols.size());
+  constexpr double kTol = 1e-4;
+  r.ok = true;
+  for (int64_t m = 0; m < s.m; ++m) {
+    for (int64_t j = 0; j < ns; ++j) {
+      const int64_t n = ref.cols[j];
+      const float got = c.y_transposed ? c.y[n * s.m + m] : c.y[m * s.n + n];
+      const float want = ref.y[m * ns + j];
+      const double err = std::fabs(static_cast<double>(got) - want) / (ref.scale[m * ns + j] + 1e-30);
+      if (!(err <= kTol)) {  // NaN fails too
+        if (r.ok) {
+          char buf[200];
+          std::snprintf(buf, sizeof buf, "copy %d: y[%lld, %lld] = %.9g, reference %.9g (|W||X| = %.6g)",
+                        copy, static_cast<long long>(m), static_cast<long long>(n), static_cast<double>(got),
+                        static_cast<double>(want), static_cast<double>(ref.scale[m * ns + j]));
+          r.what = buf;
+        }
+        r.ok = false;
+      }
+      if (std::isfinite(err)) r.max_err = std::max(r.max_err, err);
+    }
+  }
+  return r;
+}
+
+double time_candidate(Candidate& c, bool cold, double min_time) {
+  long calls = 0;
+  const double t0 = now_s();
+  double t = t0;
+  do {
+    if (cold) {
+      for (int r = 0; r < c.copies; ++r) c.run(r);
+      calls += c.copies;
+    } else {
+      c.run(0);
+      ++calls;
+    }
+    t = now_s();
+  } while (t - t0 < min_time);
+  return (t - t0) / static_cast<double>(calls);
+}
+
+const MethodResult* Row::find(const std::string& name) const {
+  for (const MethodResult& m : methods)
+    if (m.name == name) return &m;
+  return nullptr;
+}
+
+Row run_row(const Shape& s, const RunOptions& o, QuietGate& gate, std::string* log) {
+  const double t_start = now_s();
+  Row row;
+  row.shape = s;
+  row.threads = o.threads;
+  row.rounds = o.rounds;
+  row.isa = isa_name(active_isa());
+  Problem p = make_problem(s, o.seed);
+  BuildOptions bo;
+  bo.threads = o.threads;
+  bo.cold_bytes = s.cold ? o.cold_bytes : 0;
+  bo.log = log;
+  std::vector<Candidate> cands = make_candidates(p, bo);
+  {
+    Reference ref = make_reference(p);
+    for (Candidate& c : cands) {
+      MethodResult m;
+      m.name = c.name;
+      m.lib = c.lib;
+      m.sparse = c.sparse;
+      m.copies = c.copies;
+      m.weight_bytes = c.weight_bytes;
+      CheckResult cr = check_candidate(c, p, ref, 0);
+      if (cr.ok && c.copies > 1) {
+        CheckResult last = check_candidate(c, p, ref, c.copies - 1);
+        if (!last.ok) cr = last;
+        cr.max_err = std::max(cr.max_err, last.max_err);
+      }
+      m.ok = cr.ok;
+      m.error = cr.what;
+      m.max_err = cr.max_err;
+      m.seconds = std::numeric_limits<double>::infinity();
+      row.methods.push_back(m);
+    }
+  }
+  gate.reset_counters();
+  const size_t nc = cands.size();
+  for (int round = 0; round < o.rounds; ++round) {
+    for (size_t i = 0; i < nc; ++i) {
+      const size_t ci = (i + static_cast<size_t>(round)) % nc;
+      if (!row.methods[ci].ok) continue;
+      gate.wait();
+      const double t = time_candidate(cands[ci], s.cold, o.min_time);
+      row.methods[ci].seconds = std::min(row.methods[ci].seconds, t);
+    }
+  }
+  row.gate_waits = gate.waits();
+  row.gate_timeouts = gate.timeouts();
+  const double flops = 2.0 * static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.k);
+  for (MethodResult& m : row.methods) {
+    if (!m.ok) {
+      m.seconds = 0;
+      continue;
+    }
+    m.gflops = flops / m.seconds / 1e9;
+    m.weight_gbps = m.weight_bytes / m.seconds / 1e9;
+    if (m.sparse) {
+      row.sparse_ok = true;
+      row.sparse_gflops = m.gflops;
+      row.sparse_nonzero_gflops = m.gflops / 2;
+    } else if (m.gflops > row.best_dense_gflops) {
+      row.best_dense_gflops = m.gflops;
+      row.best_dense_lib = m.name;
+    }
+  }
+  if (row.sparse_ok && row.best_dense_gflops > 0) row.speedup = row.sparse_gflops / row.best_dense_gflops;
+  cands.clear();  // frees the weight copies before the next shape
+  row.wall_s = now_s() - t_start;
+  return row;
+}
+
+}  // namespace sparse24::bench

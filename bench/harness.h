@@ -1,0 +1,164 @@
+// The benchmark harness behind `sparse24 bench` and sparse24_gbench: the shapes, one problem per shape (a
+// random 2:4 weight matrix and activations), the candidates (sparse24 and every dense baseline, each a
+// callable that computes Y = W X from its own copies of the weights), the check of every candidate against
+// the reference, and interleaved best-of-rounds timing.
+//
+// GFLOP/s are dense-equivalent for every method: 2*M*N*K / time (house style; the nonzero work of the 2:4
+// multiply is half that, M*N*K, reported beside it for sparse24).
+#pragma once
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "machine.h"
+#include "sparse24/compressed.h"
+
+namespace sparse24::bench {
+
+struct Shape {
+  int64_t m = 0, k = 0, n = 0;
+  bool cold = false;  // weights rotated through copies that exceed the last-level cache
+};
+// "4096x4096x8 cold"
+std::string shape_label(const Shape& s);
+// Issue 3's shapes: BERT-base (M,K) in {(768,768),(3072,768),(768,3072)} x N in {128,512}; (4096,4096),
+// (11008,4096) x N in {1,8,64,512}; and for N <= 8 the same again with cold weights.
+std::vector<Shape> full_shapes();
+// A few rows covering every code path (hot GEMM, hot GEMV, cold small-N) for a smoke test.
+std::vector<Shape> quick_shapes();
+// A filter token: "MxK", "MxKxN", optionally followed by ":cold" or ":hot". Throws Error on a bad token.
+bool shape_matches(const Shape& s, const std::string& token);
+
+// 64-byte aligned floats.
+class Buffer {
+ public:
+  Buffer() = default;
+  explicit Buffer(size_t n);
+  float* data() const { return p_.get(); }
+  size_t size() const { return n_; }
+  float& operator[](size_t i) const { return p_.get()[i]; }
+
+ private:
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  std::unique_ptr<float, Free> p_;
+  size_t n_ = 0;
+};
+
+// One shape's operands: W is 2:4 (magnitude-pruned from uniform(-1,1)), X uniform(-1,1).
+struct Problem {
+  Shape shape;
+  Buffer w;       // [M, K] row-major, the pruned dense weights every dense library multiplies
+  Compressed wc;  // the same weights, compressed
+  Buffer x;       // [K, N] row-major
+  Buffer xt;      // [N, K] row-major (the "Linear" layout: one token per row)
+};
+Problem make_problem(const Shape& s, uint64_t seed);
+
+struct Candidate {
+  Candidate(std::string name_, std::string lib_, bool sparse_, bool y_transposed_, int copies_,
+            double weight_bytes_, Buffer y_)
+      : name(std::move(name_)),
+        lib(std::move(lib_)),
+        sparse(sparse_),
+        y_transposed(y_transposed_),
+        copies(copies_),
+        weight_bytes(weight_bytes_),
+        y(std::move(y_)) {}
+  std::string name;  // e.g. "onednn_matmul_packed"
+  std::string lib;   // "sparse24", "oneDNN", "OpenBLAS"
+  bool sparse = false;
+  bool y_transposed = false;  // writes Y^T [N, M] instead of Y [M, N]
+  int copies = 1;             // weight copies run() rotates through (1 when hot)
+  double weight_bytes = 0;    // bytes of one weight copy in this method's own layout
+  Buffer y;
+  std::function<void(int copy)> run;
+  std::shared_ptr<void> state;  // owns the copies and library objects run() uses
+};
+
+// Copies of the weights a candidate needs so that `cold_bytes` of them are in rotation (at least 2);
+// 1 when cold_bytes is 0 (hot).
+int copies_for(double bytes_per_copy, double cold_bytes);
+
+struct BuildOptions {
+  int threads = 1;
+  double cold_bytes = 0;  // 0 = hot; else bytes of weight copies in rotation per method
+  bool with_dense = true;
+  bool with_sparse = true;
+  std::string* log = nullptr;  // notes (library versions, skipped libraries, oneDNN impls) appended here
+};
+// sparse24 and every dense method that applies to the shape (a library that cannot be loaded is skipped
+// with a note). Sets the thread count of every library first.
+std::vector<Candidate> make_candidates(const Problem& p, const BuildOptions& o);
+
+// The reference output on a subset of columns (all of them for small problems), and |W||X| as the scale
+// for the tolerance.
+struct Reference {
+  std::vector<int64_t> cols;
+  std::vector<float> y;      // [M, cols.size()]
+  std::vector<float> scale;  // [M, cols.size()]: sum_k |w| |x|
+};
+Reference make_reference(const Problem& p);
+
+struct CheckResult {
+  bool ok = false;
+  double max_err = 0;  // worst |y - ref| / (scale + 1e-30) over the checked outputs
+  std::string what;    // the first bad output, when not ok
+};
+// Fills the candidate's Y with NaN, runs it on `copy` and compares with the reference (relative to
+// |W||X|: tolerance 1e-4, far above fp32 reordering error, far below any indexing mistake).
+CheckResult check_candidate(Candidate& c, const Problem& p, const Reference& ref, int copy);
+
+// Seconds per call: hot runs copy 0 repeatedly for at least min_time; cold runs passes over every copy
+// (each call on a different copy) for at least min_time.
+double time_candidate(Candidate& c, bool cold, double min_time);
+
+struct MethodResult {
+  std::string name, lib;
+  bool sparse = false;
+  bool ok = false;
+  std::string error;
+  double max_err = 0;
+  double seconds = 0;      // best over rounds
+  double gflops = 0;       // dense-equivalent: 2MNK / seconds
+  double weight_gbps = 0;  // weight bytes (own layout) / seconds
+  int copies = 1;
+  double weight_bytes = 0;
+};
+
+struct Row {
+  Shape shape;
+  int threads = 1;
+  std::string isa;  // sparse24's active ISA
+  std::vector<MethodResult> methods;
+  std::string best_dense_lib;  // the fastest dense method's name ("" if none ran correctly)
+  double best_dense_gflops = 0;
+  bool sparse_ok = false;
+  double sparse_gflops = 0;          // dense-equivalent
+  double sparse_nonzero_gflops = 0;  // M*N*K / time
+  double speedup = 0;                // sparse_gflops / best_dense_gflops (0 if not both)
+  long gate_waits = 0, gate_timeouts = 0;
+  int rounds = 0;
+  double wall_s = 0;
+  const MethodResult* find(const std::string& name) const;
+};
+
+struct RunOptions {
+  int threads = 1;
+  int rounds = 5;          // interleaved rounds; each candidate's best counts
+  double min_time = 0.05;  // seconds per measurement
+  double cold_bytes = 600e6;
+  bool gate = true;
+  uint64_t seed = 24;
+};
+
+// Runs one shape: problem, candidates, checks, then `rounds` rounds over the candidates (round-robin, the
+// starting candidate rotating), each measurement behind the quiet gate. Wrong candidates are not timed.
+Row run_row(const Shape& s, const RunOptions& o, QuietGate& gate, std::string* log);
+
+}  // namespace sparse24::bench

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh Debian 12 machine: installs what is missing, builds with warnings as
+# errors, runs every test, checks formatting, builds and runs the find_package consumer against an installed
+# copy, then builds and runs the tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+
+jobs=$(nproc)
+echo "== release build and tests"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPARSE24_WERROR=ON >/dev/null
+cmake --build build -j"$jobs"
+ctest --test-dir build --output-on-failure -j"$jobs"
+
+echo "== formatting (clang-format --dry-run)"
+git ls-files '*.cc' '*.h' | xargs clang-format --dry-run --Werror
+
+echo "== install + find_package consumer (examples/consumer)"
+rm -rf build/install build/consumer
+cmake --install build --prefix build/install >/dev/null
+cmake -S examples/consumer -B build/consumer -G Ninja -DCMAKE_PREFIX_PATH="$PWD/build/install" >/dev/null
+cmake --build build/consumer
+build/consumer/consumer
+
+echo "== sanitizer build (ASan + UBSan) and tests"
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSPARSE24_SANITIZE=ON -DSPARSE24_BUILD_BENCH=OFF \
+  -DSPARSE24_WERROR=ON >/dev/null
+cmake --build build-asan -j"$jobs"
+ctest --test-dir build-asan --output-on-failure -j"$jobs"
+echo "== all tests passed"

@@ -1,0 +1,169 @@
+// The compressed 2:4 file: a safetensors file with "values" and "metadata" tensors and the original shape,
+// dtype and pattern in __metadata__ (see io.h). Loading cross-checks all of it before sparse24::validate.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "io_util.h"
+#include "sparse24/compressed.h"
+#include "sparse24/error.h"
+#include "sparse24/io.h"
+#include "sparse24/pattern.h"
+
+namespace sparse24 {
+namespace {
+
+using io_detail::fail;
+using io_detail::printable;
+
+constexpr const char* kFormat = "sparse24";
+constexpr const char* kPattern = "2:4";
+constexpr size_t kMaxRank = 64;
+
+// "[64, 128]", "[5]", "[]": the text shape_string writes (whitespace anywhere between tokens).
+bool parse_shape_text(const std::string& s, std::vector<int64_t>* shape) {
+  size_t i = 0;
+  auto ws = [&] {
+    while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i;
+  };
+  ws();
+  if (i == s.size() || s[i++] != '[') return false;
+  ws();
+  if (i < s.size() && s[i] == ']') {
+    ++i;
+  } else {
+    for (;;) {
+      if (i == s.size() || s[i] < '0' || s[i] > '9' || shape->size() == kMaxRank) return false;
+      int64_t d = 0;
+      while (i < s.size() && s[i] >= '0' && s[i] <= '9') {
+        if (__builtin_mul_overflow(d, 10, &d) || __builtin_add_overflow(d, s[i] - '0', &d)) return false;
+        ++i;
+      }
+      shape->push_back(d);
+      ws();
+      if (i < s.size() && s[i] == ',') {
+        ++i;
+        ws();
+      } else if (i < s.size() && s[i] == ']') {
+        ++i;
+        break;
+      } else {
+        return false;
+      }
+    }
+  }
+  ws();
+  return i == s.size();
+}
+
+// True if no product of dimensions can overflow: the product of the nonzero ones fits int64. (A zero makes
+// numel 0, but matrix_view still multiplies the others, e.g. rows = a*b of [a, b, 0].)
+bool products_fit(const std::vector<int64_t>& shape) {
+  int64_t p = 1;
+  for (int64_t d : shape)
+    if (d != 0 && __builtin_mul_overflow(p, d, &p)) return false;
+  return true;
+}
+
+const std::string& require_meta(const SafeTensors& st, const char* key, const std::string& what) {
+  auto it = st.metadata.find(key);
+  if (it == st.metadata.end())
+    fail(what, std::string("not a sparse24 compressed file: __metadata__ has no '") + key + "'");
+  return it->second;
+}
+
+void check_tensor(const StTensor& t, const char* name, const std::string& dtype, int64_t rows,
+                  int64_t per_row, const std::string& matrix, const std::string& what) {
+  if (t.dtype != dtype)
+    fail(what, std::string("tensor '") + name + "' has dtype " + printable(t.dtype) + ", expected " + dtype);
+  if (t.shape != std::vector<int64_t>{rows, per_row})
+    fail(what, std::string("tensor '") + name + "' has shape " + shape_string(t.shape) + ", expected " +
+                   shape_string({rows, per_row}) + " for a " + matrix + " matrix");
+}
+
+}  // namespace
+
+std::vector<uint8_t> encode_compressed(const Compressed& c) {
+  validate(c);  // never write a file load_compressed would refuse
+  SafeTensors st;
+  st.metadata = {{"format", kFormat},
+                 {"pattern", kPattern},
+                 {"shape", shape_string(c.shape)},
+                 {"dtype", dtype_name(c.dtype)}};
+  st.add("values", StTensor{st_dtype_name(c.dtype), {c.rows, c.values_per_row()}, c.values});
+  st.add("metadata", StTensor{"U8", {c.rows, c.meta_bytes_per_row()}, c.metadata});
+  return encode_safetensors(st);
+}
+
+Compressed parse_compressed(const uint8_t* data, size_t size, const std::string& what) {
+  SafeTensors st = parse_safetensors(data, size, what);
+
+  const std::string& format = require_meta(st, "format", what);
+  if (format != kFormat)
+    fail(what, "not a sparse24 compressed file: __metadata__ 'format' is '" + printable(format) +
+                   "', expected 'sparse24'");
+  const std::string& pattern = require_meta(st, "pattern", what);
+  if (pattern != kPattern)
+    fail(what, "__metadata__ 'pattern' is '" + printable(pattern) + "'; only '2:4' is supported");
+
+  Compressed c;
+  const std::string& dtype_text = require_meta(st, "dtype", what);
+  try {
+    c.dtype = parse_dtype(dtype_text);
+  } catch (const Error& e) {
+    fail(what, std::string("__metadata__ 'dtype': ") + e.what());
+  }
+
+  const std::string& shape_text = require_meta(st, "shape", what);
+  if (!parse_shape_text(shape_text, &c.shape) || !products_fit(c.shape))
+    fail(what, "__metadata__ 'shape' '" + printable(shape_text) + "' is not a valid shape like [64, 128]");
+  MatrixView view;
+  try {
+    view = matrix_view(c.shape);
+  } catch (const Error& e) {
+    fail(what, "__metadata__ 'shape' " + shape_string(c.shape) + ": " + e.what());
+  }
+  // Bounds the group arithmetic below (and Compressed's own (cols + 3) / 4) away from overflow.
+  if (view.cols > INT64_MAX - 8)
+    fail(what, "__metadata__ 'shape' " + shape_string(c.shape) + " is too large");
+  c.rows = view.rows;
+  c.cols = view.cols;
+
+  StTensor* values = nullptr;
+  StTensor* metadata = nullptr;
+  for (auto& [name, t] : st.tensors) {
+    if (name == "values")
+      values = &t;
+    else if (name == "metadata")
+      metadata = &t;
+    else
+      fail(what, "unexpected tensor '" + printable(name) + "'");
+  }
+  if (!values) fail(what, "not a sparse24 compressed file: no tensor 'values'");
+  if (!metadata) fail(what, "not a sparse24 compressed file: no tensor 'metadata'");
+  const std::string matrix = shape_string({c.rows, c.cols});
+  const int64_t groups = c.groups_per_row();
+  check_tensor(*values, "values", st_dtype_name(c.dtype), c.rows, 2 * groups, matrix, what);
+  check_tensor(*metadata, "metadata", "U8", c.rows, (groups + 1) / 2, matrix, what);
+  // The safetensors reader has checked each tensor's byte count against its shape.
+  c.values = std::move(values->bytes);
+  c.metadata = std::move(metadata->bytes);
+
+  try {
+    validate(c);
+  } catch (const Error& e) {
+    fail(what, e.what());
+  }
+  return c;
+}
+
+void save_compressed(const std::string& path, const Compressed& c) {
+  write_file_atomic(path, encode_compressed(c));
+}
+
+Compressed load_compressed(const std::string& path) {
+  std::vector<uint8_t> bytes = read_file(path);
+  return parse_compressed(bytes.data(), bytes.size(), path);
+}
+
+}  // namespace sparse24

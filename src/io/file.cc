@@ -1,0 +1,110 @@
+// Whole-file reads and atomic writes (POSIX: open/fstat/read, write/fsync/rename).
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sparse24/error.h"
+#include "sparse24/io.h"
+
+namespace sparse24 {
+namespace {
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+// Closes a descriptor on scope exit unless released.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const { return fd_; }
+  // Closes now and reports close()'s result (a deferred write error can surface here).
+  int close() {
+    int rc = ::close(fd_);
+    fd_ = -1;
+    return rc;
+  }
+
+ private:
+  int fd_;
+};
+
+// The directory part of `path` ("." when there is none), for fsyncing the rename.
+std::string dir_of(const std::string& path) {
+  size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+}  // namespace
+
+std::vector<uint8_t> read_file(const std::string& path) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) throw Error("cannot open '" + path + "': " + errno_text(errno));
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) throw Error("cannot stat '" + path + "': " + errno_text(errno));
+  // Devices and pipes have no size and may never end: only regular files are read.
+  if (!S_ISREG(st.st_mode)) throw Error("'" + path + "' is not a regular file");
+  std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::read(fd.get(), bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw Error("cannot read '" + path + "': " + errno_text(errno));
+    if (n == 0) break;  // the file shrank while we read it: return what is there
+    done += static_cast<size_t>(n);
+  }
+  bytes.resize(done);
+  return bytes;
+}
+
+void write_file_atomic(const std::string& path, std::string_view bytes) {
+  // pid + a per-process counter: unique across processes and across threads of this one.
+  static std::atomic<uint64_t> counter{0};
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+
+  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  if (fd.get() < 0) throw Error("cannot write '" + path + "': " + errno_text(errno));
+
+  // From here on every failure removes the temporary file before throwing.
+  auto fail = [&](const char* step, int err) {
+    if (fd.get() >= 0) fd.close();
+    ::unlink(tmp.c_str());
+    throw Error("cannot write '" + path + "': " + step + ": " + errno_text(err));
+  };
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::write(fd.get(), bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail("write", errno);
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd.get()) != 0) fail("fsync", errno);
+  if (fd.close() != 0) fail("close", errno);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) fail("rename", errno);
+
+  // Make the rename itself durable. Best effort: some file systems refuse fsync on a directory, and the new
+  // file is already complete and in place.
+  int dir = ::open(dir_of(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir >= 0) {
+    (void)::fsync(dir);
+    ::close(dir);
+  }
+}
+
+void write_file_atomic(const std::string& path, const std::vector<uint8_t>& bytes) {
+  write_file_atomic(path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+}
+
+}  // namespace sparse24

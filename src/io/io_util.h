@@ -1,0 +1,52 @@
+// Helpers shared by the file readers and writers (private to src/io).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sparse24/error.h"
+
+namespace sparse24::io_detail {
+
+// Throws Error("<what>: <problem>").
+[[noreturn]] inline void fail(const std::string& what, const std::string& problem) {
+  throw Error(what + ": " + problem);
+}
+
+// Text taken from a file, made safe to put in a one-line message: control and non-ASCII bytes become \xNN
+// and anything past `max_len` bytes is cut with "...".
+inline std::string printable(std::string_view s, size_t max_len = 120) {
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < s.size() && i < max_len; ++i) {
+    auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 0xF];
+    }
+  }
+  if (s.size() > max_len) out += "...";
+  return out;
+}
+
+// Product of `shape` in *numel; false if a dimension is negative or the product overflows int64.
+inline bool checked_numel(const std::vector<int64_t>& shape, int64_t* numel) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0 || __builtin_mul_overflow(n, d, &n)) return false;
+  }
+  *numel = n;
+  return true;
+}
+
+// numel * elem_size in *bytes; false on a bad shape or overflow (of int64, so the result also fits size_t).
+inline bool checked_nbytes(const std::vector<int64_t>& shape, size_t elem_size, int64_t* bytes) {
+  int64_t n = 0;
+  return checked_numel(shape, &n) && !__builtin_mul_overflow(n, static_cast<int64_t>(elem_size), bytes);
+}
+
+}  // namespace sparse24::io_detail

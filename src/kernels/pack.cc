@@ -1,0 +1,90 @@
+// The pack step: from the compressed format to the layouts the kernels stream (see packed.h).
+#include <vector>
+
+#include "kernel_list.h"
+
+namespace sparse24::kernels {
+
+namespace {
+
+float round_to_bf16(float v) { return bf16_to_float(float_to_bf16(v)); }
+
+}  // namespace
+
+GemmLayout pack_gemm(const Compressed& w, int mr, int kc, bool round_bf16) {
+  GemmLayout p;
+  p.mr = mr;
+  p.kc = kc;
+  p.m_blocks = (w.rows + mr - 1) / mr;
+  p.k_blocks = (w.cols + kc - 1) / kc;
+  p.slots_per_row = w.values_per_row();
+  const size_t total = static_cast<size_t>(p.m_blocks * p.slots_per_row * mr);
+  p.vals = AlignedArray<float>(total);
+  p.kidx = AlignedArray<uint8_t>(total);
+  const int64_t groups = w.groups_per_row();
+  for (int64_t r = 0; r < w.rows; ++r) {
+    const int64_t mb = r / mr;
+    const int rr = static_cast<int>(r % mr);
+    for (int64_t g = 0; g < groups; ++g) {
+      const uint8_t code = w.code(r, g);
+      const int64_t kb = 4 * g / kc;
+      const size_t base = p.block_offset(mb, kb);
+      const int64_t j0 = 2 * g - kb * (kc / 2);  // slot of the group's first value within the block
+      for (int j = 0; j < 2; ++j) {
+        const int64_t pos = 4 * g + ((code >> (2 * j)) & 3);
+        float v = pos < w.cols ? w.value(r, 2 * g + j) : 0.f;  // padding rows of the panel are zero
+        if (round_bf16) v = round_to_bf16(v);
+        const size_t at = base + static_cast<size_t>((j0 + j) * mr + rr);
+        p.vals.data()[at] = v;
+        p.kidx.data()[at] = static_cast<uint8_t>(pos - kb * kc);
+      }
+    }
+  }
+  return p;
+}
+
+GemvLayout pack_gemv(const Compressed& w, int rb, int kb, bool bf16) {
+  GemvLayout p;
+  p.rb = rb;
+  p.kb = kb;
+  p.bf16 = bf16;
+  p.m_blocks = (w.rows + rb - 1) / rb;
+  p.chunks = (w.cols + 15) / 16;
+  p.k_blocks = (w.cols + kb - 1) / kb;
+  const size_t entries = static_cast<size_t>(p.m_blocks * rb * p.chunks);
+  if (bf16)
+    p.vals16 = AlignedArray<uint16_t>(entries * 8);
+  else
+    p.vals = AlignedArray<float>(entries * 8);
+  p.masks = AlignedArray<uint16_t>(entries);
+  const int64_t groups = w.groups_per_row();
+  for (int64_t r = 0; r < w.rows; ++r) {
+    const int64_t mb = r / rb;
+    const int rr = static_cast<int>(r % rb);
+    for (int64_t c = 0; c < p.chunks; ++c) {
+      const int64_t kblk = c / (kb / 16);
+      const size_t e = p.entry(kblk, mb) + static_cast<size_t>((c - kblk * (kb / 16)) * rb + rr);
+      uint16_t mask = 0;
+      int n = 0;
+      for (int64_t g = 4 * c; g < 4 * c + 4 && g < groups; ++g) {
+        const uint8_t code = w.code(r, g);
+        for (int j = 0; j < 2; ++j) {
+          const int idx = (code >> (2 * j)) & 3;
+          const int64_t pos = 4 * g + idx;
+          if (pos >= w.cols) continue;  // the last group's padding: never multiplied
+          mask = static_cast<uint16_t>(mask | (1u << (pos - 16 * c)));
+          const float v = w.value(r, 2 * g + j);
+          if (bf16)
+            p.vals16.data()[e * 8 + n] = float_to_bf16(v);
+          else
+            p.vals.data()[e * 8 + n] = v;
+          ++n;
+        }
+      }
+      p.masks.data()[e] = mask;
+    }
+  }
+  return p;
+}
+
+}  // namespace sparse24::kernels

@@ -1,0 +1,118 @@
+// The packed layouts behind sparse24::PackedMatrix, and the per-ISA kernel entry points.
+//
+// Two layouts are prepared once by pack() (for the SIMD ISAs; the ref ISA keeps the compressed matrix):
+//
+// GemmLayout, the compute-bound path (N above the small-N threshold). Rows in blocks of `mr`, K in blocks
+// of `kc` (a multiple of 4). Block (mb, kb) holds, for each of its kh = 2 * ceil(klen / 4) kept-value
+// slots j and each row r of the block, vals[j][r] (fp32) and kidx[j][r], the activation row the value
+// multiplies counted from the start of the K block (uint8, so kc <= 256). The kernel broadcasts
+// vals[j][r] and multiply-adds it with row kidx[j][r] of the activation panel, vectorised over N. Padding
+// rows (M tail) hold zeros; a slot whose activation row is >= K (the last group's padding) holds value 0
+// and an index of a zero row of the packed activation panel, so X rows >= K are never read.
+//
+// GemvLayout, the memory-bound path (N <= small_n_max). K in blocks of `kb` (a multiple of 16), rows in
+// blocks of `rb`; storage order [K block][row block][16-wide chunk][row], one sequential stream. Each
+// (row, chunk) has 8 value slots (fp32 or bf16) and a 16-bit keep mask: bit i set if position 16c + i is
+// kept; the values are the kept ones in position order, zero-padded to 8. The kernel expands them to a
+// dense 16-wide vector (vexpandps) and multiply-adds with the transposed activations.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+
+#include "sparse24/spmm.h"
+
+namespace sparse24::kernels {
+
+// 64-byte aligned, uninitialised-then-zeroed array (the kernels read whole vectors).
+template <class T>
+class AlignedArray {
+ public:
+  AlignedArray() = default;
+  explicit AlignedArray(size_t n) : n_(n) {
+    if (n == 0) return;
+    size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
+    p_.reset(static_cast<T*>(std::aligned_alloc(64, bytes)));
+    if (!p_) throw std::bad_alloc();
+    std::memset(static_cast<void*>(p_.get()), 0, bytes);
+  }
+  T* data() { return p_.get(); }
+  const T* data() const { return p_.get(); }
+  size_t size() const { return n_; }
+  size_t bytes() const { return n_ * sizeof(T); }
+
+ private:
+  struct Free {
+    void operator()(T* p) const { std::free(p); }
+  };
+  std::unique_ptr<T, Free> p_;
+  size_t n_ = 0;
+};
+
+struct GemmLayout {
+  int mr = 0;  // rows per row block
+  int kc = 0;  // K per block (multiple of 4, <= 256)
+  int64_t m_blocks = 0, k_blocks = 0;
+  int64_t slots_per_row = 0;  // 2 * groups_per_row
+  AlignedArray<float> vals;   // [m_blocks][slots_per_row][mr], block (mb, kb) at (mb*slots + kb*kc/2)*mr
+  AlignedArray<uint8_t> kidx;  // same indexing as vals
+  size_t block_offset(int64_t mb, int64_t kb) const {
+    return static_cast<size_t>((mb * slots_per_row + kb * (kc / 2)) * mr);
+  }
+  // Kept slots in K block kb.
+  int slots(int64_t kb, int64_t k) const {
+    int64_t klen = k - kb * kc;
+    if (klen > kc) klen = kc;
+    return static_cast<int>(2 * ((klen + 3) / 4));
+  }
+};
+
+struct GemvLayout {
+  int rb = 0;  // rows per row block
+  int kb = 0;  // K per block (multiple of 16)
+  bool bf16 = false;
+  int64_t m_blocks = 0, k_blocks = 0, chunks = 0;  // chunks = ceil(K / 16)
+  AlignedArray<float> vals;      // fp32 values (when !bf16)
+  AlignedArray<uint16_t> vals16;  // bf16 values (when bf16)
+  AlignedArray<uint16_t> masks;
+  // Index of the first (chunk, row) entry of K block kblk, row block mb (times 8 for values).
+  size_t entry(int64_t kblk, int64_t mb) const {
+    int64_t c0 = kblk * (kb / 16);
+    int64_t nc = chunks - c0 < kb / 16 ? chunks - c0 : kb / 16;
+    return static_cast<size_t>((m_blocks * c0 + mb * nc) * rb);
+  }
+  int64_t chunks_in(int64_t kblk) const {
+    int64_t c0 = kblk * (kb / 16);
+    return chunks - c0 < kb / 16 ? chunks - c0 : kb / 16;
+  }
+};
+
+// Arguments of one multiply, validated.
+struct SpmmArgs {
+  const float* x;
+  int64_t n, ldx;
+  float* y;
+  int64_t ldy;
+  const float* bias;
+  Epilogue ep;
+  int threads;
+};
+
+}  // namespace sparse24::kernels
+
+namespace sparse24 {
+
+struct PackedMatrix::Impl {
+  Isa isa = Isa::kRef;
+  int64_t m = 0, k = 0;
+  bool bf16 = false;
+  int small_n_max = 0;  // N <= this takes the memory-bound path
+  Compressed ref;       // the ref ISA: the (possibly bf16-rounded) compressed matrix
+  kernels::GemmLayout gemm;
+  kernels::GemvLayout gemv;
+};
+
+}  // namespace sparse24

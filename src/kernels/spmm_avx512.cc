@@ -1,0 +1,125 @@
+// AVX-512 kernels (compiled with -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma; reached only when
+// cpu_has_avx512() said yes).
+// GCC 12's AVX-512 headers implement _mm512_undefined_ps() as a self-initialised variable, which
+// -Wuninitialized reports inside every intrinsic that uses it (GCC PR 105593): silence it for this file.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include "kernel_list.h"
+#include "spmm_driver.h"
+
+#ifndef TMR
+#define TMR 4
+#define TKC 128
+#define TNV 4
+#endif
+namespace sparse24::kernels {
+
+namespace {
+
+struct Avx512 {
+  using V = __m512;
+  using Mask = __mmask16;
+  static constexpr int W = 16;
+  static constexpr int kGemvMaxN = 16;
+  static constexpr int kPrefetchChunks = 16;
+  // Rows per pass of the memory-bound kernel: S x N accumulators within the 32 registers.
+  template <int N>
+  static constexpr int gemv_rows_per_pass = N <= 5 ? 4 : (N <= 12 ? 2 : 1);
+
+  static V zero() { return _mm512_setzero_ps(); }
+  static V set1(float v) { return _mm512_set1_ps(v); }
+  static V load(const float* p) { return _mm512_load_ps(p); }
+  static V loadu(const float* p) { return _mm512_loadu_ps(p); }
+  static void storeu(float* p, V v) { _mm512_storeu_ps(p, v); }
+  static Mask mask_first(int n) { return static_cast<Mask>((1u << n) - 1); }
+  static V loadu_m(const float* p, Mask m) { return _mm512_maskz_loadu_ps(m, p); }
+  static void storeu_m(float* p, V v, Mask m) { _mm512_mask_storeu_ps(p, m, v); }
+  static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static float reduce(V v) { return _mm512_reduce_add_ps(v); }
+  static void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
+
+  // Kept values of one 16-wide chunk, expanded to their positions; lanes not kept leave acc untouched.
+  template <int N>
+  static void chunk_fma(const float* vals, uint16_t mask, const float* xt, int64_t ldxt, V* acc) {
+    const Mask m = static_cast<Mask>(mask);
+    const V w = _mm512_maskz_expand_ps(m, _mm512_castps256_ps512(_mm256_load_ps(vals)));
+#pragma GCC unroll 16
+    for (int j = 0; j < N; ++j) acc[j] = _mm512_mask3_fmadd_ps(w, _mm512_load_ps(xt + j * ldxt), acc[j], m);
+  }
+  template <int N>
+  static void chunk_fma_bf16(const uint16_t* vals, uint16_t mask, const float* xt, int64_t ldxt, V* acc) {
+    const Mask m = static_cast<Mask>(mask);
+    const __m256i wide = _mm256_slli_epi32(
+        _mm256_cvtepu16_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(vals))), 16);
+    const V w = _mm512_maskz_expand_ps(m, _mm512_castps256_ps512(_mm256_castsi256_ps(wide)));
+#pragma GCC unroll 16
+    for (int j = 0; j < N; ++j) acc[j] = _mm512_mask3_fmadd_ps(w, _mm512_load_ps(xt + j * ldxt), acc[j], m);
+  }
+
+  // exp(x) for x in [-33, 0]: 2^n e^r, |r| <= ln2 / 2, degree-7 Taylor (relative error < 1e-8).
+  static V exp_neg(V x) {
+    const V n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    V r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    V p = _mm512_set1_ps(1.f / 5040);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 720));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
+    return _mm512_scalef_ps(p, n);
+  }
+
+  // gelu(y) = y Phi(y) with Q = Phi(-|y|) = phi(|y|) R(|y|) (see gelu_coefficients()).
+  static V gelu(V y) {
+    const float* coef = gelu_coefficients();
+    const V t = _mm512_abs_ps(y);
+    const V tc = _mm512_min_ps(t, _mm512_set1_ps(7.9999995f));
+    const __m512i i = _mm512_cvttps_epi32(tc);
+    const V u = _mm512_sub_ps(tc, _mm512_add_ps(_mm512_cvtepi32_ps(i), _mm512_set1_ps(0.5f)));
+    V r = _mm512_permutexvar_ps(i, _mm512_castps256_ps512(_mm256_loadu_ps(coef + kGeluDegree * 8)));
+    for (int d = kGeluDegree - 1; d >= 0; --d)
+      r = _mm512_fmadd_ps(r, u, _mm512_permutexvar_ps(i, _mm512_castps256_ps512(_mm256_loadu_ps(coef + d * 8))));
+    const V hi = _mm512_mul_ps(tc, tc);
+    const V lo = _mm512_fmsub_ps(tc, tc, hi);  // tc^2 = hi + lo exactly
+    const V e = _mm512_mul_ps(exp_neg(_mm512_mul_ps(hi, _mm512_set1_ps(-0.5f))),
+                              _mm512_fnmadd_ps(lo, _mm512_set1_ps(0.5f), _mm512_set1_ps(1.f)));
+    V q = _mm512_mul_ps(e, r);
+    q = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(t, _mm512_set1_ps(8.f), _CMP_LT_OQ), q);
+    const Mask pos = _mm512_cmp_ps_mask(y, _mm512_setzero_ps(), _CMP_GE_OQ);
+    const V phi = _mm512_mask_sub_ps(q, pos, _mm512_set1_ps(1.f), q);
+    return _mm512_mul_ps(y, phi);
+  }
+
+  static V epilogue(V y, Epilogue ep) {
+    switch (ep) {
+      case Epilogue::kNone: return y;
+      case Epilogue::kRelu: return _mm512_max_ps(y, _mm512_setzero_ps());
+      case Epilogue::kGelu: return gelu(y);
+    }
+    return y;
+  }
+};
+
+}  // namespace
+
+void gemm_avx512(const PackedMatrix::Impl& p, const SpmmArgs& a) {
+  if (a.n <= 16) return gemm_run<Avx512, TMR, 1>(p, a);
+  if (a.n <= 32) return gemm_run<Avx512, TMR, 2>(p, a);
+  return gemm_run<Avx512, TMR, TNV>(p, a);
+}
+
+void gemv_avx512(const PackedMatrix::Impl& p, const SpmmArgs& a) {
+  if (p.gemv.bf16)
+    gemv_dispatch<Avx512, true>(p, a);
+  else
+    gemv_dispatch<Avx512, false>(p, a);
+}
+
+}  // namespace sparse24::kernels

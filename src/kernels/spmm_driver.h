@@ -1,0 +1,243 @@
+// The loops around the micro-kernels, written once over an ISA traits class T (spmm_avx2.cc,
+// spmm_avx512.cc define T inside an anonymous namespace, so every instantiation is private to its file and
+// compiled with that file's ISA flags). Everything here is a template: nothing here may be a plain
+// inline function, or the linker could hand one ISA's code to the other.
+//
+// Compute-bound path: per N panel of NR = NV * W columns, the activations are packed once into a
+// [roundup(K, 4)][NR] aligned buffer (zero rows past K and zero columns past N); then per chunk of row
+// blocks, per K block, per row block, a micro-kernel keeps MR x NV accumulators in registers, broadcasts
+// each kept weight and multiply-adds it with the packed activation row its index selects. The partial
+// Y tile is reloaded per K block (it stays in L1 across the chunk); the last K block adds the bias and
+// applies the epilogue. Two threads split the N panels when there are enough, otherwise the row blocks.
+//
+// Memory-bound path: the activations are transposed once into Xt [N][K] (zero-padded to whole 16-wide
+// chunks); per K block, per row block, S rows at a time, each 16-wide chunk of weights is expanded to a
+// dense vector and multiply-added with the N activation vectors. Per K block the lane sums are added into
+// Y; the last K block adds the bias and applies the epilogue. Threads split the row blocks.
+#pragma once
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernel_list.h"
+#include "sparse24/error.h"
+
+namespace sparse24::kernels {
+
+// A per-thread scratch buffer that only grows.
+template <class T, int Slot>
+float* scratch(size_t n) {
+  static thread_local AlignedArray<float> buf;
+  if (buf.size() < n) buf = AlignedArray<float>(n + 64);
+  return buf.data();
+}
+
+template <class T>
+typename T::V finish(typename T::V acc, const float* bias, int64_t row, Epilogue ep) {
+  if (bias) acc = T::add(acc, T::set1(bias[row]));
+  return T::epilogue(acc, ep);
+}
+
+// y[0..n) = epilogue(y[0..n)), vectorised.
+template <class T>
+void epilogue_row(float* y, int n, Epilogue ep) {
+  for (int c = 0; c < n; c += T::W) {
+    const typename T::Mask mk = T::mask_first(std::min(T::W, n - c));
+    T::storeu_m(y + c, T::epilogue(T::loadu_m(y + c, mk), ep), mk);
+  }
+}
+
+template <class T, int MR, int NV, bool FULL>
+void gemm_tile(const float* __restrict v, const uint8_t* __restrict ki, int kh, const float* __restrict xb,
+               float* __restrict y, int64_t ldy, int rows, const typename T::Mask* cm, bool first, bool last,
+               const float* bias, int64_t row0, Epilogue ep) {
+  using V = typename T::V;
+  constexpr int W = T::W;
+  constexpr int NR = NV * W;
+  V acc[MR][NV];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int c = 0; c < NV; ++c) {
+      if (first || r >= rows)
+        acc[r][c] = T::zero();
+      else
+        acc[r][c] = FULL ? T::loadu(y + r * ldy + c * W) : T::loadu_m(y + r * ldy + c * W, cm[c]);
+    }
+  for (int j = 0; j < kh; ++j) {
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const V w = T::set1(v[r]);
+      const float* xp = xb + static_cast<size_t>(ki[r]) * NR;
+#pragma GCC unroll 8
+      for (int c = 0; c < NV; ++c) acc[r][c] = T::fma(w, T::load(xp + c * W), acc[r][c]);
+    }
+    v += MR;
+    ki += MR;
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+    if (r >= rows) break;
+#pragma GCC unroll 8
+    for (int c = 0; c < NV; ++c) {
+      V o = last ? finish<T>(acc[r][c], bias, row0 + r, ep) : acc[r][c];
+      if (FULL)
+        T::storeu(y + r * ldy + c * W, o);
+      else
+        T::storeu_m(y + r * ldy + c * W, o, cm[c]);
+    }
+  }
+}
+
+// Rows of the M chunk a K block sweeps before moving to the next K block (keeps the Y tile in L1/L2).
+template <class T>
+inline constexpr int kChunkRows = 64;
+
+template <class T, int MR, int NV>
+void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
+  constexpr int W = T::W;
+  constexpr int NR = NV * W;
+  const GemmLayout& L = p.gemm;
+  if (L.mr != MR) throw Error("internal: packed row block does not match the kernel");
+  const int64_t m = p.m, k = p.k, n = a.n;
+  const int64_t kp = (k + 3) / 4 * 4;
+  const int64_t panels = (n + NR - 1) / NR;
+  const int nt = static_cast<int>(std::min<int64_t>(a.threads, std::max<int64_t>(panels, L.m_blocks)));
+  // Split N panels between threads when they divide evenly or are many, else split the row blocks.
+  const bool split_n = nt > 1 && (panels % nt == 0 || panels >= 4 * nt);
+  constexpr int chunk_blocks = std::max(1, kChunkRows<T> / MR);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    const int tid = omp_get_thread_num();
+    const int nth = omp_get_num_threads();
+    int64_t p0 = 0, p1 = panels, b0 = 0, b1 = L.m_blocks;
+    if (split_n) {
+      p0 = panels * tid / nth;
+      p1 = panels * (tid + 1) / nth;
+    } else {
+      b0 = L.m_blocks * tid / nth;
+      b1 = L.m_blocks * (tid + 1) / nth;
+    }
+    float* xp = scratch<T, 0>(static_cast<size_t>(kp * NR));
+    for (int64_t pan = p0; pan < p1 && b0 < b1; ++pan) {
+      const int64_t n0 = pan * NR;
+      const int nc = static_cast<int>(std::min<int64_t>(NR, n - n0));
+      for (int64_t kk = 0; kk < kp; ++kk) {
+        float* dst = xp + kk * NR;
+        int c0 = 0;
+        if (kk < k) {
+          std::memcpy(dst, a.x + kk * a.ldx + n0, sizeof(float) * static_cast<size_t>(nc));
+          c0 = nc;
+        }
+        if (c0 < NR) std::memset(dst + c0, 0, sizeof(float) * static_cast<size_t>(NR - c0));
+      }
+      typename T::Mask cm[NV];
+      for (int c = 0; c < NV; ++c) cm[c] = T::mask_first(std::clamp(nc - c * W, 0, W));
+      for (int64_t mc = b0; mc < b1; mc += chunk_blocks) {
+        const int64_t mce = std::min(b1, mc + chunk_blocks);
+        for (int64_t kb = 0; kb < L.k_blocks; ++kb) {
+          const int kh = L.slots(kb, k);
+          const float* xb = xp + kb * L.kc * NR;
+          const bool first = kb == 0, last = kb == L.k_blocks - 1;
+          for (int64_t mb = mc; mb < mce; ++mb) {
+            const size_t off = L.block_offset(mb, kb);
+            const int rows = static_cast<int>(std::min<int64_t>(MR, m - mb * MR));
+            float* y = a.y + mb * MR * a.ldy + n0;
+            if (nc == NR)
+              gemm_tile<T, MR, NV, true>(L.vals.data() + off, L.kidx.data() + off, kh, xb, y, a.ldy, rows, cm,
+                                         first, last, a.bias, mb * MR, a.ep);
+            else
+              gemm_tile<T, MR, NV, false>(L.vals.data() + off, L.kidx.data() + off, kh, xb, y, a.ldy, rows, cm,
+                                          first, last, a.bias, mb * MR, a.ep);
+          }
+        }
+      }
+    }
+  }
+}
+
+// S rows of one row block over one K block: out[r][n] = sum over the block of W[r, k] Xt[n][k].
+template <class T, int S, int N, bool BF16>
+void gemv_rows(const GemvLayout& L, size_t e0, int64_t nc, const float* __restrict xt, int64_t ldxt,
+               float (&out)[S][N]) {
+  using V = typename T::V;
+  V acc[S][N];
+#pragma GCC unroll 16
+  for (int r = 0; r < S; ++r)
+#pragma GCC unroll 16
+    for (int j = 0; j < N; ++j) acc[r][j] = T::zero();
+  const uint16_t* masks = L.masks.data() + e0;
+  const int rb = L.rb;
+  for (int64_t c = 0; c < nc; ++c) {
+#pragma GCC unroll 16
+    for (int r = 0; r < S; ++r) {
+      const size_t e = static_cast<size_t>(c * rb + r);
+      if constexpr (BF16)
+        T::template chunk_fma_bf16<N>(L.vals16.data() + (e0 + e) * 8, masks[e], xt + c * 16, ldxt, acc[r]);
+      else
+        T::template chunk_fma<N>(L.vals.data() + (e0 + e) * 8, masks[e], xt + c * 16, ldxt, acc[r]);
+    }
+    if constexpr (BF16)
+      T::prefetch(L.vals16.data() + (e0 + static_cast<size_t>((c + T::kPrefetchChunks) * rb)) * 8);
+    else
+      T::prefetch(L.vals.data() + (e0 + static_cast<size_t>((c + T::kPrefetchChunks) * rb)) * 8);
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < S; ++r)
+#pragma GCC unroll 16
+    for (int j = 0; j < N; ++j) out[r][j] = T::reduce(acc[r][j]);
+}
+
+template <class T, int N, bool BF16>
+void gemv_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
+  constexpr int S = T::template gemv_rows_per_pass<N>;
+  const GemvLayout& L = p.gemv;
+  const int64_t m = p.m, k = p.k;
+  const int64_t ldxt = L.chunks * 16 + 16;  // + 16: rows of Xt not 4 KiB apart
+  float* xt = scratch<T, 1>(static_cast<size_t>(N * ldxt));
+  for (int j = 0; j < N; ++j) std::memset(xt + j * ldxt + k, 0, sizeof(float) * static_cast<size_t>(ldxt - k));
+  for (int64_t kk = 0; kk < k; ++kk)
+    for (int j = 0; j < N; ++j) xt[j * ldxt + kk] = a.x[kk * a.ldx + j];
+  const int nt = static_cast<int>(std::min<int64_t>(a.threads, L.m_blocks));
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    const int tid = omp_get_thread_num();
+    const int nth = omp_get_num_threads();
+    const int64_t b0 = L.m_blocks * tid / nth, b1 = L.m_blocks * (tid + 1) / nth;
+    for (int64_t kb = 0; kb < L.k_blocks; ++kb) {
+      const int64_t nc = L.chunks_in(kb);
+      const float* xb = xt + kb * L.kb;
+      const bool first = kb == 0, last = kb == L.k_blocks - 1;
+      for (int64_t mb = b0; mb < b1; ++mb) {
+        const size_t e = L.entry(kb, mb);
+        const int rows = static_cast<int>(std::min<int64_t>(L.rb, m - mb * L.rb));
+        for (int r0 = 0; r0 < rows; r0 += S) {
+          float out[S][N];
+          gemv_rows<T, S, N, BF16>(L, e + static_cast<size_t>(r0), nc, xb, ldxt, out);
+          for (int r = 0; r < S && r0 + r < rows; ++r) {
+            const int64_t row = mb * L.rb + r0 + r;
+            float* y = a.y + row * a.ldy;
+            for (int j = 0; j < N; ++j) {
+              float s = first ? out[r][j] : y[j] + out[r][j];
+              if (last && a.bias) s += a.bias[row];
+              y[j] = s;
+            }
+            if (last && a.ep != Epilogue::kNone) epilogue_row<T>(y, N, a.ep);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Runtime N (1..kMaxN) to the template instantiation.
+template <class T, bool BF16, int N = 1>
+void gemv_dispatch(const PackedMatrix::Impl& p, const SpmmArgs& a) {
+  if constexpr (N <= T::kGemvMaxN) {
+    if (a.n == N) return gemv_run<T, N, BF16>(p, a);
+    return gemv_dispatch<T, BF16, N + 1>(p, a);
+  }
+}
+
+}  // namespace sparse24::kernels

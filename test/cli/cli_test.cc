@@ -1,0 +1,149 @@
+// End-to-end tests of the sparse24 command: real files in a temporary directory, real exit codes.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "common/seed.h"
+#include "sparse24/compressed.h"
+#include "sparse24/io.h"
+#include "sparse24/mask.h"
+
+namespace sparse24 {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::random_floats;
+using testing::rng;
+
+struct CliRun {
+  int status;
+  std::string out;  // stdout and stderr
+};
+
+CliRun run(const std::string& args) {
+  const std::string cmd = std::string(SPARSE24_CLI) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int st = pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("sparse24_cli_" + std::to_string(getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  // Files in the directory other than the ones named: nothing half-written may be left behind.
+  std::vector<std::string> files() const {
+    std::vector<std::string> f;
+    for (const auto& e : fs::directory_iterator(dir_)) f.push_back(e.path().filename().string());
+    std::sort(f.begin(), f.end());
+    return f;
+  }
+  fs::path dir_;
+};
+
+TEST_F(Cli, CompressPruneThenInspectReportsRatios) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(40);
+  const std::vector<float> w = random_floats(g, 64 * 128);
+  for (auto [dt, ratio] :
+       {std::pair{DType::kF32, 0.53125}, std::pair{DType::kF16, 0.5625}, std::pair{DType::kI8, 0.625}}) {
+    std::vector<float> v = w;
+    if (dt == DType::kI8)
+      for (auto& x : v) x = std::round(x * 100);
+    write_npy(path("w.npy"), Tensor::from_float(v, {64, 128}, dt));
+    CliRun r = run("compress " + path("w.npy") + " -o " + path("w.safetensors") + " --prune");
+    ASSERT_EQ(r.status, 0) << r.out;
+    r = run("inspect --json " + path("w.safetensors"));
+    ASSERT_EQ(r.status, 0) << r.out;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["compression_ratio"].get<double>(), ratio) << dtype_name(dt);
+    EXPECT_TRUE(j["valid"].get<bool>());
+    EXPECT_EQ(j["dtype"], dtype_name(dt));
+    EXPECT_EQ(j["shape"], (std::vector<int64_t>{64, 128}));
+    EXPECT_EQ(j["pattern"], "2:4");
+    EXPECT_DOUBLE_EQ(j["kept_magnitude"].get<double>(), 1.0);
+    EXPECT_GE(j["sparsity"].get<double>(), 0.5);
+  }
+}
+
+TEST_F(Cli, InspectDenseReportsViolationsAndKeptMagnitude) {
+  write_npy(path("d.npy"), Tensor::from_float({1, 2, 3, 4, 0, 0, 5, 6}, {2, 4}));
+  CliRun r = run("inspect --json " + path("d.npy"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_FALSE(j["valid"].get<bool>());
+  EXPECT_EQ(j["bad_groups"], 1);
+  EXPECT_EQ(j["first_bad"]["row"], 0);
+  EXPECT_NEAR(j["kept_magnitude"].get<double>(), (3 + 4 + 5 + 6) / 21.0, 1e-12);
+  EXPECT_EQ(j["sparsity"], 0.25);
+}
+
+TEST_F(Cli, PruneCompressDecompressRoundTrip) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(41);
+  const Tensor t = Tensor::from_float(random_floats(g, 3 * 8 * 3 * 3), {3, 8, 3, 3});  // a conv weight
+  write_npy(path("w.npy"), t);
+  for (const char* method : {"magnitude", "transposable"}) {
+    CliRun r = run(std::string("prune ") + path("w.npy") + " -o " + path("p.npy") + " --method " + method);
+    ASSERT_EQ(r.status, 0) << r.out;
+    const Tensor p = read_npy(path("p.npy"));
+    ASSERT_EQ(p.shape, t.shape);
+    ASSERT_EQ(run("compress " + path("p.npy") + " -o " + path("p.safetensors")).status, 0);
+    r = run("decompress " + path("p.safetensors") + " -o " + path("back.npy"));
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_EQ(read_npy(path("back.npy")).bytes, p.bytes) << method;
+  }
+  CliRun r = run("prune " + path("w.npy") + " -o " + path("p48.npy") + " --pattern 4:8");
+  ASSERT_EQ(r.status, 0) << r.out;
+}
+
+// Bad input: non-zero exit, one line naming the problem, no output file left behind.
+TEST_F(Cli, BadInputFailsCleanly) {
+  write_npy(path("dense.npy"), Tensor::from_float(std::vector<float>(16, 1.f), {2, 8}));
+  write_npy(path("empty_k.npy"), Tensor::zeros(DType::kF32, {3, 0}));
+  write_file_atomic(path("junk.npy"), std::string("\x93NUMPY\x01\x00garbage", 14));
+  write_file_atomic(path("junk.safetensors"), std::string("\xff\xff\xff\xff\xff\xff\xff\x7f{}", 10));
+  const std::vector<std::string> before = files();
+  const std::pair<std::string, std::string> cases[] = {
+      {"compress " + path("missing.npy") + " -o " + path("o.safetensors"), "No such file"},
+      {"compress " + path("dense.npy") + " -o " + path("o.safetensors"), "not 2:4 sparse: row 0, group 0"},
+      {"compress " + path("empty_k.npy") + " -o " + path("o.safetensors"), "K = 0"},
+      {"compress " + path("junk.npy") + " -o " + path("o.safetensors"), "junk.npy"},
+      {"decompress " + path("junk.safetensors") + " -o " + path("o.npy"), "header"},
+      {"decompress " + path("dense.npy") + " -o " + path("o.npy"), "dense.npy"},
+      {"inspect " + path("junk.safetensors"), "junk.safetensors"},
+      {"prune " + path("dense.npy") + " -o " + path("o.npy") + " --pattern 3:4", "3:4"},
+      {"compress " + path("dense.npy") + " -o " + path("no/such/dir/o.safetensors") + " --prune",
+       "no/such/dir"},
+  };
+  for (const auto& [args, phrase] : cases) {
+    const CliRun r = run(args);
+    EXPECT_NE(r.status, 0) << args;
+    EXPECT_NE(r.out.find(phrase), std::string::npos) << args << "\n" << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << "one line expected: " << r.out;
+    EXPECT_EQ(files(), before) << args;
+  }
+}
+
+TEST_F(Cli, DemoRuns) {
+  const CliRun r = run("demo --rows 64 --cols 96 -n 16");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("0.53125"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("0.56250"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace sparse24

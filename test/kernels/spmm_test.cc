@@ -1,0 +1,312 @@
+// Every kernel under every ISA this CPU runs against spmm_reference: shapes across tile edges, K tails,
+// zero rows and groups, misaligned and strided X and Y, bias and epilogues, 1 and 2 threads, bf16 weights.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "common/seed.h"
+#include "sparse24/compressed.h"
+#include "sparse24/error.h"
+#include "sparse24/reference.h"
+#include "sparse24/spmm.h"
+
+namespace sparse24 {
+namespace {
+
+using testing::random_floats;
+using testing::rng;
+
+std::vector<Isa> isas_here() {
+  std::vector<Isa> out;
+  for (Isa i : {Isa::kRef, Isa::kAvx2, Isa::kAvx512})
+    if (isa_supported(i)) out.push_back(i);
+  return out;
+}
+
+// A random 2:4 matrix with some all-zero rows and groups.
+Compressed random_24(std::mt19937_64& g, int64_t m, int64_t k, double zero_row = 0.1, double zero_group = 0.1) {
+  std::vector<float> w = random_floats(g, static_cast<size_t>(m * k));
+  std::uniform_real_distribution<double> u(0, 1);
+  for (int64_t r = 0; r < m; ++r) {
+    const bool zr = u(g) < zero_row;
+    for (int64_t c = 0; c < k; c += 4) {
+      const bool zg = zr || u(g) < zero_group;
+      for (int64_t j = c; j < c + 4 && j < k; ++j)
+        if (zg) w[static_cast<size_t>(r * k + j)] = 0.f;
+    }
+  }
+  return compress(Tensor::from_float(w, {m, k}), true);
+}
+
+Compressed with_abs_values(Compressed c) {
+  for (size_t i = 0; i + 4 <= c.values.size(); i += 4) {
+    float v;
+    std::memcpy(&v, &c.values[i], 4);
+    v = std::fabs(v);
+    std::memcpy(&c.values[i], &v, 4);
+  }
+  return c;
+}
+
+Compressed with_bf16_values(Compressed c) {
+  for (size_t i = 0; i + 4 <= c.values.size(); i += 4) {
+    float v;
+    std::memcpy(&v, &c.values[i], 4);
+    v = bf16_to_float(float_to_bf16(v));
+    std::memcpy(&c.values[i], &v, 4);
+  }
+  return c;
+}
+
+struct Case {
+  int64_t m, k, n;
+  int64_t ldx_pad = 0, ldy_pad = 0;  // ldx = n + ldx_pad, ldy = n + ldy_pad
+  int64_t x_off = 0, y_off = 0;      // floats past a 64-byte boundary (misalignment)
+  bool bias = false;
+  Epilogue ep = Epilogue::kNone;
+  int threads = 1;
+  bool bf16 = false;
+  std::string str() const {
+    return std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n) + " ldx+" + std::to_string(ldx_pad) +
+           " ldy+" + std::to_string(ldy_pad) + " xoff " + std::to_string(x_off) + " yoff " + std::to_string(y_off) +
+           (bias ? " bias " : " ") + epilogue_name(ep) + " threads " + std::to_string(threads) +
+           (bf16 ? " bf16" : "");
+  }
+};
+
+void check(Isa isa, const Case& t, std::mt19937_64& g) {
+  SCOPED_TRACE(std::string(isa_name(isa)) + " " + t.str());
+  const Compressed c = random_24(g, t.m, t.k);
+  const int64_t ldx = t.n + t.ldx_pad, ldy = t.n + t.ldy_pad;
+  // X in a 64-byte aligned buffer, offset by x_off floats; only rows < K exist.
+  std::vector<float> xbuf(static_cast<size_t>(t.k * ldx + 32));
+  const size_t xa = (64 - reinterpret_cast<uintptr_t>(xbuf.data()) % 64) % 64 / 4;
+  float* x = xbuf.data() + xa + t.x_off;
+  const std::vector<float> xv = random_floats(g, static_cast<size_t>(t.k * ldx), -2.f, 2.f);
+  std::copy(xv.begin(), xv.end(), x);
+  std::vector<float> xabs(xv);
+  for (float& v : xabs) v = std::fabs(v);
+  const std::vector<float> bias = random_floats(g, static_cast<size_t>(t.m));
+  const float* b = t.bias ? bias.data() : nullptr;
+
+  const Compressed want_w = t.bf16 ? with_bf16_values(c) : c;
+  std::vector<float> want(static_cast<size_t>(t.m * ldy)), mag(want.size());
+  spmm_reference(want_w, x, t.n, ldx, want.data(), ldy, b, t.ep);
+  spmm_reference(with_abs_values(want_w), xabs.data(), t.n, ldx, mag.data(), ldy);
+
+  PackOptions o;
+  o.isa_set = true;
+  o.isa = isa;
+  o.bf16_weights = t.bf16;
+  const PackedMatrix p = pack(c, o);
+  ASSERT_EQ(p.isa(), isa);
+  ASSERT_EQ(p.rows(), t.m);
+  ASSERT_EQ(p.cols(), t.k);
+  const float sentinel = -12345.f;
+  std::vector<float> ybuf(static_cast<size_t>(t.m * ldy + 64), sentinel);
+  const size_t ya = (64 - reinterpret_cast<uintptr_t>(ybuf.data()) % 64) % 64 / 4;
+  float* y = ybuf.data() + ya + t.y_off;
+  spmm(p, x, t.n, ldx, y, ldy, b, t.ep, t.threads);
+
+  const float eps = 6e-8f;
+  for (int64_t r = 0; r < t.m; ++r) {
+    for (int64_t j = 0; j < ldy; ++j) {
+      const size_t i = static_cast<size_t>(r * ldy + j);
+      if (j >= t.n) {
+        ASSERT_EQ(y[i], sentinel) << "wrote into the ldy padding at row " << r << " col " << j;
+        continue;
+      }
+      // Summation-order and FMA differences: bounded by K eps times the sum of |w x|; GELU's
+      // approximation adds 1e-6 relative.
+      const float tol = 2.f * static_cast<float>(t.k) * eps * (mag[i] + (b ? std::fabs(b[r]) : 0.f)) +
+                        2e-6f * std::fabs(want[i]) + 1e-6f;
+      ASSERT_NEAR(y[i], want[i], tol) << "row " << r << " col " << j;
+    }
+  }
+  for (size_t i = 0; i < ya + t.y_off; ++i) ASSERT_EQ(ybuf[i], sentinel) << "wrote before y";
+  for (size_t i = ya + t.y_off + static_cast<size_t>(t.m * ldy); i < ybuf.size(); ++i)
+    ASSERT_EQ(ybuf[i], sentinel) << "wrote after y";
+}
+
+const int64_t kEdges[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17,
+                          31, 32, 33, 63, 64, 65, 127, 128, 129};
+
+Case random_case(std::mt19937_64& g, int64_t m, int64_t k, int64_t n) {
+  std::uniform_int_distribution<int> d(0, 1 << 20);
+  Case t{m, k, n};
+  t.ldx_pad = d(g) % 3 == 0 ? d(g) % 19 : 0;
+  t.ldy_pad = d(g) % 3 == 0 ? d(g) % 19 : 0;
+  t.x_off = d(g) % 2 ? d(g) % 16 : 0;
+  t.y_off = d(g) % 2 ? d(g) % 16 : 0;
+  t.bias = d(g) % 2;
+  t.ep = static_cast<Epilogue>(d(g) % 3);
+  t.threads = 1 + d(g) % 2;
+  t.bf16 = d(g) % 4 == 0;
+  return t;
+}
+
+// Every N from 1 to 17 (the memory-bound path and its edge to the compute path) with sampled M and K.
+TEST(Spmm, SmallNAllIsas) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(301);
+  std::uniform_int_distribution<size_t> pick(0, std::size(kEdges) - 1);
+  for (Isa isa : isas_here())
+    for (int64_t n = 1; n <= 17; ++n)
+      for (int rep = 0; rep < 4; ++rep) {
+        check(isa, random_case(g, kEdges[pick(g)], kEdges[pick(g)], n), g);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+}
+
+// Sampled M, K, N across the tile edges (N up to 129: partial and multiple panels).
+TEST(Spmm, TileEdgesAllIsas) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(302);
+  std::uniform_int_distribution<size_t> pick(0, std::size(kEdges) - 1);
+  for (Isa isa : isas_here())
+    for (int rep = 0; rep < 60; ++rep) {
+      check(isa, random_case(g, kEdges[pick(g)], kEdges[pick(g)], kEdges[pick(g)]), g);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+}
+
+// Every K from 1 to 17 at fixed M and N on both paths: the padded last group never reads X rows >= K
+// (the X buffer ends at row K and ASan watches it).
+TEST(Spmm, KTails) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(303);
+  for (Isa isa : isas_here())
+    for (int64_t k = 1; k <= 17; ++k)
+      for (int64_t n : {1, 5, 16, 40, 64}) {
+        Case t{9, k, n};
+        t.bias = true;
+        check(isa, t, g);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+}
+
+// Several K blocks of both layouts, larger M chunks, two threads.
+TEST(Spmm, LargerShapes) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(304);
+  for (Isa isa : isas_here()) {
+    if (isa == Isa::kRef) continue;
+    for (int64_t n : {1, 3, 8, 13, 16, 24, 80})
+      for (int threads : {1, 2}) {
+        Case t{70, 1100, n};
+        t.threads = threads;
+        t.bias = true;
+        t.ep = n % 2 ? Epilogue::kGelu : Epilogue::kRelu;
+        t.ldx_pad = 3;
+        t.x_off = 1;
+        t.bf16 = n == 3;
+        check(isa, t, g);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+  }
+}
+
+// All-zero weights: Y is the epilogue of the bias.
+TEST(Spmm, AllZeroWeights) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(305);
+  for (Isa isa : isas_here())
+    for (int64_t n : {1, 8, 70}) {
+      const Compressed c = random_24(g, 37, 45, 1.0);
+      PackOptions o;
+      o.isa_set = true;
+      o.isa = isa;
+      const PackedMatrix p = pack(c, o);
+      const std::vector<float> x = random_floats(g, static_cast<size_t>(45 * n));
+      const std::vector<float> bias = random_floats(g, 37);
+      std::vector<float> y(static_cast<size_t>(37 * n), 5.f);
+      spmm(p, x.data(), n, n, y.data(), n, bias.data(), Epilogue::kRelu, 2);
+      for (int64_t r = 0; r < 37; ++r)
+        for (int64_t j = 0; j < n; ++j) ASSERT_EQ(y[static_cast<size_t>(r * n + j)], bias[r] > 0 ? bias[r] : 0.f);
+    }
+}
+
+// The vectorised GELU against the exact form evaluated in double: within 1e-6 relative.
+TEST(Spmm, GeluAccuracy) {
+  std::vector<float> ys;
+  for (float v = -12.f; v <= 12.f; v += 0.001953125f) ys.push_back(v);
+  for (float v : {1e-30f, -1e-30f, 1e-7f, -1e-7f, 0.f, 100.f, -100.f}) ys.push_back(v);
+  const int64_t n = static_cast<int64_t>(ys.size());
+  // W = [1]: Y = gelu(X).
+  const Compressed c = compress(Tensor::from_float({1.f}, {1, 1}));
+  for (Isa isa : isas_here()) {
+    if (isa == Isa::kRef) continue;  // the reference's own float erf cancels in the tail (y < -5)
+    for (int64_t cols : {n, int64_t{5}}) {  // the compute path and the memory-bound path
+      SCOPED_TRACE(std::string(isa_name(isa)) + " n=" + std::to_string(cols));
+      PackOptions o;
+      o.isa_set = true;
+      o.isa = isa;
+      const PackedMatrix p = pack(c, o);
+      std::vector<float> y(ys.size());
+      for (int64_t j0 = 0; j0 < n; j0 += cols) {
+        const int64_t w = std::min(cols, n - j0);
+        spmm(p, ys.data() + j0, w, w, y.data() + j0, w, nullptr, Epilogue::kGelu);
+      }
+      double worst = 0;
+      for (size_t i = 0; i < ys.size(); ++i) {
+        const double v = ys[i];
+        const double exact = 0.5 * v * std::erfc(-v / std::sqrt(2.0));
+        const double err = std::fabs(y[i] - exact);
+        ASSERT_LE(err, 1e-6 * std::fabs(exact) + 1e-9) << "y=" << v;
+        if (std::fabs(exact) > 1e-9) worst = std::max(worst, err / std::fabs(exact));
+      }
+      std::printf("gelu %s n=%lld: worst relative error %.3g\n", isa_name(isa), static_cast<long long>(cols), worst);
+    }
+  }
+}
+
+TEST(Spmm, RejectsBadArguments) {
+  auto g = rng(306);
+  const Compressed c = random_24(g, 4, 8);
+  const PackedMatrix p = pack(c);
+  std::vector<float> x(64), y(64);
+  EXPECT_THROW(spmm(p, x.data(), 4, 3, y.data(), 4), Error);
+  EXPECT_THROW(spmm(p, x.data(), 4, 4, y.data(), 3), Error);
+  EXPECT_THROW(spmm(p, x.data(), 4, 4, y.data(), 4, nullptr, Epilogue::kNone, 0), Error);
+  Compressed h = c;
+  h.dtype = DType::kF16;
+  EXPECT_THROW(pack(h), Error);
+}
+
+TEST(Isa, ParseAndNames) {
+  for (Isa i : {Isa::kRef, Isa::kAvx2, Isa::kAvx512}) EXPECT_EQ(parse_isa(isa_name(i)), i);
+  EXPECT_THROW(parse_isa("junk"), Error);
+  EXPECT_THROW(parse_isa(""), Error);
+  EXPECT_THROW(parse_isa("AVX2"), Error);
+  EXPECT_THROW(parse_isa(nullptr), Error);
+  EXPECT_TRUE(isa_supported(Isa::kRef));
+  EXPECT_TRUE(isa_supported(active_isa()));
+}
+
+// SPARSE24_ISA is read once per process: each case runs in a fresh process (a threadsafe death test
+// re-executes the binary).
+int active_isa_under(const char* value) {
+  setenv("SPARSE24_ISA", value, 1);
+  try {
+    return static_cast<int>(active_isa());
+  } catch (const Error&) {
+    return 100;
+  }
+}
+
+TEST(IsaDeathTest, EnvironmentOverride) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  for (Isa i : {Isa::kRef, Isa::kAvx2, Isa::kAvx512}) {
+    const int want = isa_supported(i) ? static_cast<int>(i) : 100;
+    EXPECT_EXIT(std::exit(active_isa_under(isa_name(i))), ::testing::ExitedWithCode(want), "") << isa_name(i);
+  }
+  EXPECT_EXIT(std::exit(active_isa_under("junk")), ::testing::ExitedWithCode(100), "");
+}
+
+}  // namespace
+}  // namespace sparse24
