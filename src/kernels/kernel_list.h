@@ -12,6 +12,7 @@ struct KernelSet {
   bool (*cpu_has)();  // the CPU runs this ISA's instructions
   int gemm_mr;        // compute-bound layout: rows per block
   int gemm_kc;        // compute-bound layout: K per block (multiple of 4, <= 256)
+  int gemm_chunk;     // compute-bound layout: row blocks per chunk
   int gemv_rb;        // memory-bound layout: rows per block
   int gemv_kb;        // memory-bound layout: K per block (multiple of 16)
   int small_n_max;    // N <= this uses the memory-bound path
@@ -29,7 +30,7 @@ void gemm_avx512(const PackedMatrix::Impl&, const SpmmArgs&);
 void gemv_avx512(const PackedMatrix::Impl&, const SpmmArgs&);
 
 // Pack steps (pack.cc).
-GemmLayout pack_gemm(const Compressed& w, int mr, int kc, bool round_bf16);
+GemmLayout pack_gemm(const Compressed& w, int mr, int kc, int chunk, bool round_bf16);
 GemvLayout pack_gemv(const Compressed& w, int rb, int kb, bool bf16);
 
 // GELU support (gelu.cc): gelu(y) = y * Phi(y); the kernels evaluate Q(t) = Phi(-t) = phi(t) * R(t) for

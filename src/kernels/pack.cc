@@ -11,10 +11,11 @@ float round_to_bf16(float v) { return bf16_to_float(float_to_bf16(v)); }
 
 }  // namespace
 
-GemmLayout pack_gemm(const Compressed& w, int mr, int kc, bool round_bf16) {
+GemmLayout pack_gemm(const Compressed& w, int mr, int kc, int chunk, bool round_bf16) {
   GemmLayout p;
   p.mr = mr;
   p.kc = kc;
+  p.chunk = chunk;
   p.m_blocks = (w.rows + mr - 1) / mr;
   p.k_blocks = (w.cols + kc - 1) / kc;
   p.slots_per_row = w.values_per_row();
@@ -65,7 +66,6 @@ GemvLayout pack_gemv(const Compressed& w, int rb, int kb, bool bf16) {
       const int64_t kblk = c / (kb / 16);
       const size_t e = p.entry(kblk, mb) + static_cast<size_t>((c - kblk * (kb / 16)) * rb + rr);
       uint16_t mask = 0;
-      int n = 0;
       for (int64_t g = 4 * c; g < 4 * c + 4 && g < groups; ++g) {
         const uint8_t code = w.code(r, g);
         for (int j = 0; j < 2; ++j) {
@@ -74,11 +74,11 @@ GemvLayout pack_gemv(const Compressed& w, int rb, int kb, bool bf16) {
           if (pos >= w.cols) continue;  // the last group's padding: never multiplied
           mask = static_cast<uint16_t>(mask | (1u << (pos - 16 * c)));
           const float v = w.value(r, 2 * g + j);
+          const size_t slot = e * 8 + static_cast<size_t>(2 * (g - 4 * c) + j);
           if (bf16)
-            p.vals16.data()[e * 8 + n] = float_to_bf16(v);
+            p.vals16.data()[slot] = float_to_bf16(v);
           else
-            p.vals.data()[e * 8 + n] = v;
-          ++n;
+            p.vals.data()[slot] = v;
         }
       }
       p.masks.data()[e] = mask;

@@ -13,8 +13,9 @@
 // GemvLayout, the memory-bound path (N <= small_n_max). K in blocks of `kb` (a multiple of 16), rows in
 // blocks of `rb`; storage order [K block][row block][16-wide chunk][row], one sequential stream. Each
 // (row, chunk) has 8 value slots (fp32 or bf16) and a 16-bit keep mask: bit i set if position 16c + i is
-// kept; the values are the kept ones in position order, zero-padded to 8. The kernel expands them to a
-// dense 16-wide vector (vexpandps) and multiply-adds with the transposed activations.
+// kept (positions >= K are never kept). Group q of the chunk owns slots 2q and 2q+1, in position order
+// (so a value's slot is 2q + [a kept position of its group lies below it]). The kernel spreads them to a
+// dense 16-wide vector with one permute and multiply-adds with the transposed activations.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -53,20 +54,24 @@ class AlignedArray {
 };
 
 struct GemmLayout {
-  int mr = 0;  // rows per row block
-  int kc = 0;  // K per block (multiple of 4, <= 256)
+  int mr = 0;     // rows per row block
+  int kc = 0;     // K per block (multiple of 4, <= 256)
+  int chunk = 0;  // row blocks per chunk: the kernels sweep a chunk per K block
   int64_t m_blocks = 0, k_blocks = 0;
   int64_t slots_per_row = 0;  // 2 * groups_per_row
-  AlignedArray<float> vals;   // [m_blocks][slots_per_row][mr], block (mb, kb) at (mb*slots + kb*kc/2)*mr
+  // Storage order [chunk][K block][row block in chunk][slot][row]: the order the kernels read, so the
+  // weights stream sequentially.
+  AlignedArray<float> vals;
   AlignedArray<uint8_t> kidx;  // same indexing as vals
   size_t block_offset(int64_t mb, int64_t kb) const {
-    return static_cast<size_t>((mb * slots_per_row + kb * (kc / 2)) * mr);
+    const int64_t c0 = mb / chunk * chunk;
+    const int64_t nb = m_blocks - c0 < chunk ? m_blocks - c0 : chunk;
+    return static_cast<size_t>((c0 * slots_per_row + kb * (kc / 2) * nb + (mb - c0) * slots_in(kb)) * mr);
   }
-  // Kept slots in K block kb.
-  int slots(int64_t kb, int64_t k) const {
-    int64_t klen = k - kb * kc;
-    if (klen > kc) klen = kc;
-    return static_cast<int>(2 * ((klen + 3) / 4));
+  // Kept slots per row in K block kb.
+  int slots_in(int64_t kb) const {
+    const int64_t rest = slots_per_row - kb * (kc / 2);
+    return static_cast<int>(rest < kc / 2 ? rest : kc / 2);
   }
 };
 
@@ -75,8 +80,8 @@ struct GemvLayout {
   int kb = 0;  // K per block (multiple of 16)
   bool bf16 = false;
   int64_t m_blocks = 0, k_blocks = 0, chunks = 0;  // chunks = ceil(K / 16)
-  AlignedArray<float> vals;      // fp32 values (when !bf16)
-  AlignedArray<uint16_t> vals16;  // bf16 values (when bf16)
+  AlignedArray<float> vals;                        // fp32 values (when !bf16)
+  AlignedArray<uint16_t> vals16;                   // bf16 values (when bf16)
   AlignedArray<uint16_t> masks;
   // Index of the first (chunk, row) entry of K block kblk, row block mb (times 8 for values).
   size_t entry(int64_t kblk, int64_t mb) const {

@@ -9,11 +9,6 @@
 #include "kernel_list.h"
 #include "sparse24/error.h"
 
-#ifndef TMR
-#define TMR 4
-#define TKC 128
-#define TNV 4
-#endif
 namespace sparse24 {
 
 namespace kernels {
@@ -30,9 +25,9 @@ bool cpu_has_avx512() {
 
 // THE kernel list. Tile sizes and why: docs/kernels.md.
 const KernelSet kSets[] = {
-    // isa         cpu_has        mr  kc  rb  kb    small_n  gemm         gemv
-    {Isa::kAvx2, cpu_has_avx2, 4, 128, 4, 1024, 8, gemm_avx2, gemv_avx2},
-    {Isa::kAvx512, cpu_has_avx512, TMR, TKC, 4, 1024, 16, gemm_avx512, gemv_avx512},
+    // isa         cpu_has        mr  kc  chunk rb  kb    small_n  gemm         gemv
+    {Isa::kAvx2, cpu_has_avx2, 4, 128, 16, 4, 1024, 8, gemm_avx2, gemv_avx2},
+    {Isa::kAvx512, cpu_has_avx512, 4, 128, 16, 4, 1024, 16, gemm_avx512, gemv_avx512},
 };
 
 }  // namespace
@@ -47,9 +42,12 @@ const KernelSet* kernel_set(Isa isa) {
 
 const char* isa_name(Isa isa) {
   switch (isa) {
-    case Isa::kRef: return "ref";
-    case Isa::kAvx2: return "avx2";
-    case Isa::kAvx512: return "avx512";
+    case Isa::kRef:
+      return "ref";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kAvx512:
+      return "avx512";
   }
   return "invalid";
 }
@@ -108,7 +106,8 @@ size_t PackedMatrix::bytes() const {
 }
 
 PackedMatrix pack(const Compressed& w, const PackOptions& options) {
-  if (w.dtype != DType::kF32) throw Error(std::string("pack: weights must be float32, got ") + dtype_name(w.dtype));
+  if (w.dtype != DType::kF32)
+    throw Error(std::string("pack: weights must be float32, got ") + dtype_name(w.dtype));
   validate(w);
   const Isa isa = options.isa_set ? options.isa : active_isa();
   if (!isa_supported(isa)) throw Error(std::string("pack: this CPU does not run ISA ") + isa_name(isa));
@@ -132,13 +131,13 @@ PackedMatrix pack(const Compressed& w, const PackOptions& options) {
     return out;
   }
   p.small_n_max = s->small_n_max;
-  p.gemm = kernels::pack_gemm(w, s->gemm_mr, s->gemm_kc, p.bf16);
+  p.gemm = kernels::pack_gemm(w, s->gemm_mr, s->gemm_kc, s->gemm_chunk, p.bf16);
   p.gemv = kernels::pack_gemv(w, s->gemv_rb, s->gemv_kb, p.bf16);
   return out;
 }
 
-void spmm(const PackedMatrix& w, const float* x, int64_t n, int64_t ldx, float* y, int64_t ldy, const float* bias,
-          Epilogue ep, int threads) {
+void spmm(const PackedMatrix& w, const float* x, int64_t n, int64_t ldx, float* y, int64_t ldy,
+          const float* bias, Epilogue ep, int threads) {
   if (n < 0 || ldx < n || ldy < n) throw Error("spmm: need n >= 0, ldx >= n, ldy >= n");
   if (threads < 1) throw Error("spmm: threads must be >= 1");
   const PackedMatrix::Impl& p = w.impl();

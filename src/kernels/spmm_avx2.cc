@@ -41,12 +41,25 @@ struct Avx2 {
   using Mask = __m256i;
   static constexpr int W = 8;
   static constexpr int kGemvMaxN = 8;
-  static constexpr int kPrefetchChunks = 16;
+  static constexpr int kPrefetchChunks = 48;
   template <int N>
   static constexpr int gemv_rows_per_pass = N <= 3 ? 4 : (N <= 6 ? 2 : 1);
 
   static V zero() { return _mm256_setzero_ps(); }
   static V set1(float v) { return _mm256_set1_ps(v); }
+  static V bcast4(const float* p) { return _mm256_broadcast_ps(reinterpret_cast<const __m128*>(p)); }
+  static V lane(V v, int i) {
+    switch (i) {
+      case 0:
+        return _mm256_permute_ps(v, 0x00);
+      case 1:
+        return _mm256_permute_ps(v, 0x55);
+      case 2:
+        return _mm256_permute_ps(v, 0xAA);
+      default:
+        return _mm256_permute_ps(v, 0xFF);
+    }
+  }
   static V load(const float* p) { return _mm256_load_ps(p); }
   static V loadu(const float* p) { return _mm256_loadu_ps(p); }
   static void storeu(float* p, V v) { _mm256_storeu_ps(p, v); }
@@ -66,13 +79,14 @@ struct Avx2 {
   static void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
   static __m256i row(const int32_t (&t)[8]) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(t)); }
 
-  // A 16-wide chunk as two 8-wide halves; the low half's kept values come first in vals.
+  // A 16-wide chunk as two 8-wide halves (slots 0-3 and 4-7); in a half, the kept lanes' slots are their
+  // ranks among the kept lanes (2 per group, and only the row's last group can have fewer).
   template <int N>
   static void chunk_fma(const float* vals, uint16_t mask, const float* xt, int64_t ldxt, V* acc) {
     const int lo = mask & 0xFF, hi = mask >> 8;
-    const int nlo = __builtin_popcount(static_cast<unsigned>(lo));
     const V wl = _mm256_permutevar8x32_ps(_mm256_zextps128_ps256(_mm_load_ps(vals)), row(kTables.perm[lo]));
-    const V wh = _mm256_permutevar8x32_ps(_mm256_zextps128_ps256(_mm_loadu_ps(vals + nlo)), row(kTables.perm[hi]));
+    const V wh =
+        _mm256_permutevar8x32_ps(_mm256_zextps128_ps256(_mm_load_ps(vals + 4)), row(kTables.perm[hi]));
 #pragma GCC unroll 16
     for (int j = 0; j < N; ++j) {
       acc[j] = _mm256_fmadd_ps(wl, _mm256_load_ps(xt + j * ldxt), acc[j]);
@@ -82,12 +96,11 @@ struct Avx2 {
   template <int N>
   static void chunk_fma_bf16(const uint16_t* vals, uint16_t mask, const float* xt, int64_t ldxt, V* acc) {
     const int lo = mask & 0xFF, hi = mask >> 8;
-    const int nlo = __builtin_popcount(static_cast<unsigned>(lo));
     const V v8 = _mm256_castsi256_ps(
         _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(vals))), 16));
     const V wl = _mm256_and_ps(_mm256_permutevar8x32_ps(v8, row(kTables.rank[lo])),
                                _mm256_castsi256_ps(row(kTables.keep[lo])));
-    const __m256i ih = _mm256_add_epi32(row(kTables.rank[hi]), _mm256_set1_epi32(nlo));
+    const __m256i ih = _mm256_add_epi32(row(kTables.rank[hi]), _mm256_set1_epi32(4));
     const V wh = _mm256_and_ps(_mm256_permutevar8x32_ps(v8, ih), _mm256_castsi256_ps(row(kTables.keep[hi])));
 #pragma GCC unroll 16
     for (int j = 0; j < N; ++j) {
@@ -136,9 +149,12 @@ struct Avx2 {
 
   static V epilogue(V y, Epilogue ep) {
     switch (ep) {
-      case Epilogue::kNone: return y;
-      case Epilogue::kRelu: return _mm256_max_ps(y, _mm256_setzero_ps());
-      case Epilogue::kGelu: return gelu(y);
+      case Epilogue::kNone:
+        return y;
+      case Epilogue::kRelu:
+        return _mm256_max_ps(y, _mm256_setzero_ps());
+      case Epilogue::kGelu:
+        return gelu(y);
     }
     return y;
   }

@@ -9,11 +9,6 @@
 #include "kernel_list.h"
 #include "spmm_driver.h"
 
-#ifndef TMR
-#define TMR 4
-#define TKC 128
-#define TNV 4
-#endif
 namespace sparse24::kernels {
 
 namespace {
@@ -23,13 +18,27 @@ struct Avx512 {
   using Mask = __mmask16;
   static constexpr int W = 16;
   static constexpr int kGemvMaxN = 16;
-  static constexpr int kPrefetchChunks = 16;
+  static constexpr int kPrefetchChunks = 48;
   // Rows per pass of the memory-bound kernel: S x N accumulators within the 32 registers.
   template <int N>
   static constexpr int gemv_rows_per_pass = N <= 5 ? 4 : (N <= 12 ? 2 : 1);
 
   static V zero() { return _mm512_setzero_ps(); }
   static V set1(float v) { return _mm512_set1_ps(v); }
+  // 4 floats into every 128-bit lane; lane(v, i) spreads element i of each lane (an in-lane permute).
+  static V bcast4(const float* p) { return _mm512_broadcast_f32x4(_mm_loadu_ps(p)); }
+  static V lane(V v, int i) {
+    switch (i) {
+      case 0:
+        return _mm512_permute_ps(v, 0x00);
+      case 1:
+        return _mm512_permute_ps(v, 0x55);
+      case 2:
+        return _mm512_permute_ps(v, 0xAA);
+      default:
+        return _mm512_permute_ps(v, 0xFF);
+    }
+  }
   static V load(const float* p) { return _mm512_load_ps(p); }
   static V loadu(const float* p) { return _mm512_loadu_ps(p); }
   static void storeu(float* p, V v) { _mm512_storeu_ps(p, v); }
@@ -41,22 +50,33 @@ struct Avx512 {
   static float reduce(V v) { return _mm512_reduce_add_ps(v); }
   static void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
 
-  // Kept values of one 16-wide chunk, expanded to their positions; lanes not kept leave acc untouched.
+  // The 8 slots of one 16-wide chunk spread to their positions: lane i of group q takes slot 2q, or 2q+1 if
+  // a kept position of its group lies below i. (One
+  // permute: vexpandps does the same but costs ~5 cycles on this CPU, docs/kernels.md.) Lanes not kept
+  // hold junk: the multiply-add is masked, so they never touch acc (an inf activation there stays out).
+  static V spread(V slots, uint16_t mask) {
+    const __m512i below = _mm512_setr_epi32(0, 1, 3, 7, 0, 1 << 4, 3 << 4, 7 << 4, 0, 1 << 8, 3 << 8, 7 << 8,
+                                            0, 1 << 12, 3 << 12, 7 << 12);
+    const __m512i base = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
+    const __m512i base1 = _mm512_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3, 5, 5, 5, 5, 7, 7, 7, 7);
+    const Mask t = _mm512_test_epi32_mask(_mm512_set1_epi32(mask), below);
+    return _mm512_permutexvar_ps(_mm512_mask_blend_epi32(t, base, base1), slots);
+  }
   template <int N>
   static void chunk_fma(const float* vals, uint16_t mask, const float* xt, int64_t ldxt, V* acc) {
-    const Mask m = static_cast<Mask>(mask);
-    const V w = _mm512_maskz_expand_ps(m, _mm512_castps256_ps512(_mm256_load_ps(vals)));
+    const V w = spread(_mm512_castps256_ps512(_mm256_load_ps(vals)), mask);
 #pragma GCC unroll 16
-    for (int j = 0; j < N; ++j) acc[j] = _mm512_mask3_fmadd_ps(w, _mm512_load_ps(xt + j * ldxt), acc[j], m);
+    for (int j = 0; j < N; ++j)
+      acc[j] = _mm512_mask3_fmadd_ps(w, _mm512_load_ps(xt + j * ldxt), acc[j], mask);
   }
   template <int N>
   static void chunk_fma_bf16(const uint16_t* vals, uint16_t mask, const float* xt, int64_t ldxt, V* acc) {
-    const Mask m = static_cast<Mask>(mask);
-    const __m256i wide = _mm256_slli_epi32(
-        _mm256_cvtepu16_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(vals))), 16);
-    const V w = _mm512_maskz_expand_ps(m, _mm512_castps256_ps512(_mm256_castsi256_ps(wide)));
+    const __m256i wide =
+        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(vals))), 16);
+    const V w = spread(_mm512_castps256_ps512(_mm256_castsi256_ps(wide)), mask);
 #pragma GCC unroll 16
-    for (int j = 0; j < N; ++j) acc[j] = _mm512_mask3_fmadd_ps(w, _mm512_load_ps(xt + j * ldxt), acc[j], m);
+    for (int j = 0; j < N; ++j)
+      acc[j] = _mm512_mask3_fmadd_ps(w, _mm512_load_ps(xt + j * ldxt), acc[j], mask);
   }
 
   // exp(x) for x in [-33, 0]: 2^n e^r, |r| <= ln2 / 2, degree-7 Taylor (relative error < 1e-8).
@@ -85,7 +105,8 @@ struct Avx512 {
     const V u = _mm512_sub_ps(tc, _mm512_add_ps(_mm512_cvtepi32_ps(i), _mm512_set1_ps(0.5f)));
     V r = _mm512_permutexvar_ps(i, _mm512_castps256_ps512(_mm256_loadu_ps(coef + kGeluDegree * 8)));
     for (int d = kGeluDegree - 1; d >= 0; --d)
-      r = _mm512_fmadd_ps(r, u, _mm512_permutexvar_ps(i, _mm512_castps256_ps512(_mm256_loadu_ps(coef + d * 8))));
+      r = _mm512_fmadd_ps(r, u,
+                          _mm512_permutexvar_ps(i, _mm512_castps256_ps512(_mm256_loadu_ps(coef + d * 8))));
     const V hi = _mm512_mul_ps(tc, tc);
     const V lo = _mm512_fmsub_ps(tc, tc, hi);  // tc^2 = hi + lo exactly
     const V e = _mm512_mul_ps(exp_neg(_mm512_mul_ps(hi, _mm512_set1_ps(-0.5f))),
@@ -99,9 +120,12 @@ struct Avx512 {
 
   static V epilogue(V y, Epilogue ep) {
     switch (ep) {
-      case Epilogue::kNone: return y;
-      case Epilogue::kRelu: return _mm512_max_ps(y, _mm512_setzero_ps());
-      case Epilogue::kGelu: return gelu(y);
+      case Epilogue::kNone:
+        return y;
+      case Epilogue::kRelu:
+        return _mm512_max_ps(y, _mm512_setzero_ps());
+      case Epilogue::kGelu:
+        return gelu(y);
     }
     return y;
   }
@@ -110,9 +134,10 @@ struct Avx512 {
 }  // namespace
 
 void gemm_avx512(const PackedMatrix::Impl& p, const SpmmArgs& a) {
-  if (a.n <= 16) return gemm_run<Avx512, TMR, 1>(p, a);
-  if (a.n <= 32) return gemm_run<Avx512, TMR, 2>(p, a);
-  return gemm_run<Avx512, TMR, TNV>(p, a);
+  // 4 rows (the layout's row block) x NV vectors of 16 columns; NR = 64 columns for N > 32.
+  if (a.n <= 16) return gemm_run<Avx512, 4, 1>(p, a);
+  if (a.n <= 32) return gemm_run<Avx512, 4, 2>(p, a);
+  return gemm_run<Avx512, 4, 4>(p, a);
 }
 
 void gemv_avx512(const PackedMatrix::Impl& p, const SpmmArgs& a) {

@@ -65,16 +65,23 @@ void gemm_tile(const float* __restrict v, const uint8_t* __restrict ki, int kh, 
       else
         acc[r][c] = FULL ? T::loadu(y + r * ldy + c * W) : T::loadu_m(y + r * ldy + c * W, cm[c]);
     }
-  for (int j = 0; j < kh; ++j) {
+  // Two slots (8 weights) per step: one 8-byte load of their indices (split with shifts, not loads) and
+  // per slot one 4-value broadcast whose lanes are spread by in-lane permutes: the load ports are the
+  // bound, and this leaves them almost only to the activation loads (docs/kernels.md).
+  static_assert(MR == 4, "the weight broadcast handles 4 rows per slot");
+  for (int j = 0; j < kh; j += 2) {
+    uint64_t idx;
+    std::memcpy(&idx, ki, 8);
+    const V w4[2] = {T::bcast4(v), T::bcast4(v + 4)};
 #pragma GCC unroll 8
-    for (int r = 0; r < MR; ++r) {
-      const V w = T::set1(v[r]);
-      const float* xp = xb + static_cast<size_t>(ki[r]) * NR;
+    for (int q = 0; q < 8; ++q) {
+      const V w = T::lane(w4[q / 4], q % 4);
+      const float* xp = xb + static_cast<size_t>((idx >> (8 * q)) & 0xff) * NR;
 #pragma GCC unroll 8
-      for (int c = 0; c < NV; ++c) acc[r][c] = T::fma(w, T::load(xp + c * W), acc[r][c]);
+      for (int c = 0; c < NV; ++c) acc[q % 4][c] = T::fma(w, T::load(xp + c * W), acc[q % 4][c]);
     }
-    v += MR;
-    ki += MR;
+    v += 8;
+    ki += 8;
   }
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r) {
@@ -90,10 +97,6 @@ void gemm_tile(const float* __restrict v, const uint8_t* __restrict ki, int kh, 
   }
 }
 
-// Rows of the M chunk a K block sweeps before moving to the next K block (keeps the Y tile in L1/L2).
-template <class T>
-inline constexpr int kChunkRows = 64;
-
 template <class T, int MR, int NV>
 void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   constexpr int W = T::W;
@@ -106,7 +109,6 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   const int nt = static_cast<int>(std::min<int64_t>(a.threads, std::max<int64_t>(panels, L.m_blocks)));
   // Split N panels between threads when they divide evenly or are many, else split the row blocks.
   const bool split_n = nt > 1 && (panels % nt == 0 || panels >= 4 * nt);
-  constexpr int chunk_blocks = std::max(1, kChunkRows<T> / MR);
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
     const int tid = omp_get_thread_num();
@@ -115,9 +117,11 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
     if (split_n) {
       p0 = panels * tid / nth;
       p1 = panels * (tid + 1) / nth;
-    } else {
-      b0 = L.m_blocks * tid / nth;
-      b1 = L.m_blocks * (tid + 1) / nth;
+    } else {  // whole chunks per thread when there are enough
+      const int64_t unit = L.m_blocks >= 2 * nth * L.chunk ? L.chunk : 1;
+      const int64_t units = (L.m_blocks + unit - 1) / unit;
+      b0 = std::min(L.m_blocks, units * tid / nth * unit);
+      b1 = std::min(L.m_blocks, units * (tid + 1) / nth * unit);
     }
     float* xp = scratch<T, 0>(static_cast<size_t>(kp * NR));
     for (int64_t pan = p0; pan < p1 && b0 < b1; ++pan) {
@@ -134,10 +138,10 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
       }
       typename T::Mask cm[NV];
       for (int c = 0; c < NV; ++c) cm[c] = T::mask_first(std::clamp(nc - c * W, 0, W));
-      for (int64_t mc = b0; mc < b1; mc += chunk_blocks) {
-        const int64_t mce = std::min(b1, mc + chunk_blocks);
+      for (int64_t mc = b0; mc < b1;) {
+        const int64_t mce = std::min(b1, (mc / L.chunk + 1) * L.chunk);
         for (int64_t kb = 0; kb < L.k_blocks; ++kb) {
-          const int kh = L.slots(kb, k);
+          const int kh = L.slots_in(kb);
           const float* xb = xp + kb * L.kc * NR;
           const bool first = kb == 0, last = kb == L.k_blocks - 1;
           for (int64_t mb = mc; mb < mce; ++mb) {
@@ -148,10 +152,11 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
               gemm_tile<T, MR, NV, true>(L.vals.data() + off, L.kidx.data() + off, kh, xb, y, a.ldy, rows, cm,
                                          first, last, a.bias, mb * MR, a.ep);
             else
-              gemm_tile<T, MR, NV, false>(L.vals.data() + off, L.kidx.data() + off, kh, xb, y, a.ldy, rows, cm,
-                                          first, last, a.bias, mb * MR, a.ep);
+              gemm_tile<T, MR, NV, false>(L.vals.data() + off, L.kidx.data() + off, kh, xb, y, a.ldy, rows,
+                                          cm, first, last, a.bias, mb * MR, a.ep);
           }
         }
+        mc = mce;
       }
     }
   }
@@ -178,10 +183,16 @@ void gemv_rows(const GemvLayout& L, size_t e0, int64_t nc, const float* __restri
       else
         T::template chunk_fma<N>(L.vals.data() + (e0 + e) * 8, masks[e], xt + c * 16, ldxt, acc[r]);
     }
-    if constexpr (BF16)
-      T::prefetch(L.vals16.data() + (e0 + static_cast<size_t>((c + T::kPrefetchChunks) * rb)) * 8);
-    else
-      T::prefetch(L.vals.data() + (e0 + static_cast<size_t>((c + T::kPrefetchChunks) * rb)) * 8);
+    // The weights stream from memory: prefetch every line this step will need kPrefetchChunks steps on.
+    if constexpr (BF16) {
+      const uint16_t* pf = L.vals16.data() + (e0 + static_cast<size_t>((c + T::kPrefetchChunks) * rb)) * 8;
+#pragma GCC unroll 4
+      for (int r = 0; r < S; r += 4) T::prefetch(pf + r * 8);
+    } else {
+      const float* pf = L.vals.data() + (e0 + static_cast<size_t>((c + T::kPrefetchChunks) * rb)) * 8;
+#pragma GCC unroll 4
+      for (int r = 0; r < S; r += 2) T::prefetch(pf + r * 8);
+    }
   }
 #pragma GCC unroll 16
   for (int r = 0; r < S; ++r)
@@ -196,7 +207,8 @@ void gemv_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   const int64_t m = p.m, k = p.k;
   const int64_t ldxt = L.chunks * 16 + 16;  // + 16: rows of Xt not 4 KiB apart
   float* xt = scratch<T, 1>(static_cast<size_t>(N * ldxt));
-  for (int j = 0; j < N; ++j) std::memset(xt + j * ldxt + k, 0, sizeof(float) * static_cast<size_t>(ldxt - k));
+  for (int j = 0; j < N; ++j)
+    std::memset(xt + j * ldxt + k, 0, sizeof(float) * static_cast<size_t>(ldxt - k));
   for (int64_t kk = 0; kk < k; ++kk)
     for (int j = 0; j < N; ++j) xt[j * ldxt + kk] = a.x[kk * a.ldx + j];
   const int nt = static_cast<int>(std::min<int64_t>(a.threads, L.m_blocks));

@@ -1,11 +1,13 @@
 // Every kernel under every ISA this CPU runs against spmm_reference: shapes across tile edges, K tails,
 // zero rows and groups, misaligned and strided X and Y, bias and epilogues, 1 and 2 threads, bf16 weights.
+#include "sparse24/spmm.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -13,7 +15,6 @@
 #include "sparse24/compressed.h"
 #include "sparse24/error.h"
 #include "sparse24/reference.h"
-#include "sparse24/spmm.h"
 
 namespace sparse24 {
 namespace {
@@ -29,7 +30,8 @@ std::vector<Isa> isas_here() {
 }
 
 // A random 2:4 matrix with some all-zero rows and groups.
-Compressed random_24(std::mt19937_64& g, int64_t m, int64_t k, double zero_row = 0.1, double zero_group = 0.1) {
+Compressed random_24(std::mt19937_64& g, int64_t m, int64_t k, double zero_row = 0.1,
+                     double zero_group = 0.1) {
   std::vector<float> w = random_floats(g, static_cast<size_t>(m * k));
   std::uniform_real_distribution<double> u(0, 1);
   for (int64_t r = 0; r < m; ++r) {
@@ -72,10 +74,10 @@ struct Case {
   int threads = 1;
   bool bf16 = false;
   std::string str() const {
-    return std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n) + " ldx+" + std::to_string(ldx_pad) +
-           " ldy+" + std::to_string(ldy_pad) + " xoff " + std::to_string(x_off) + " yoff " + std::to_string(y_off) +
-           (bias ? " bias " : " ") + epilogue_name(ep) + " threads " + std::to_string(threads) +
-           (bf16 ? " bf16" : "");
+    return std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n) + " ldx+" +
+           std::to_string(ldx_pad) + " ldy+" + std::to_string(ldy_pad) + " xoff " + std::to_string(x_off) +
+           " yoff " + std::to_string(y_off) + (bias ? " bias " : " ") + epilogue_name(ep) + " threads " +
+           std::to_string(threads) + (bf16 ? " bf16" : "");
   }
 };
 
@@ -133,8 +135,8 @@ void check(Isa isa, const Case& t, std::mt19937_64& g) {
     ASSERT_EQ(ybuf[i], sentinel) << "wrote after y";
 }
 
-const int64_t kEdges[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17,
-                          31, 32, 33, 63, 64, 65, 127, 128, 129};
+const int64_t kEdges[] = {1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11,  12,  13,
+                          14, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129};
 
 Case random_case(std::mt19937_64& g, int64_t m, int64_t k, int64_t n) {
   std::uniform_int_distribution<int> d(0, 1 << 20);
@@ -227,7 +229,8 @@ TEST(Spmm, AllZeroWeights) {
       std::vector<float> y(static_cast<size_t>(37 * n), 5.f);
       spmm(p, x.data(), n, n, y.data(), n, bias.data(), Epilogue::kRelu, 2);
       for (int64_t r = 0; r < 37; ++r)
-        for (int64_t j = 0; j < n; ++j) ASSERT_EQ(y[static_cast<size_t>(r * n + j)], bias[r] > 0 ? bias[r] : 0.f);
+        for (int64_t j = 0; j < n; ++j)
+          ASSERT_EQ(y[static_cast<size_t>(r * n + j)], bias[r] > 0 ? bias[r] : 0.f);
     }
 }
 
@@ -240,7 +243,7 @@ TEST(Spmm, GeluAccuracy) {
   // W = [1]: Y = gelu(X).
   const Compressed c = compress(Tensor::from_float({1.f}, {1, 1}));
   for (Isa isa : isas_here()) {
-    if (isa == Isa::kRef) continue;  // the reference's own float erf cancels in the tail (y < -5)
+    if (isa == Isa::kRef) continue;         // the reference's own float erf cancels in the tail (y < -5)
     for (int64_t cols : {n, int64_t{5}}) {  // the compute path and the memory-bound path
       SCOPED_TRACE(std::string(isa_name(isa)) + " n=" + std::to_string(cols));
       PackOptions o;
@@ -260,7 +263,8 @@ TEST(Spmm, GeluAccuracy) {
         ASSERT_LE(err, 1e-6 * std::fabs(exact) + 1e-9) << "y=" << v;
         if (std::fabs(exact) > 1e-9) worst = std::max(worst, err / std::fabs(exact));
       }
-      std::printf("gelu %s n=%lld: worst relative error %.3g\n", isa_name(isa), static_cast<long long>(cols), worst);
+      std::printf("gelu %s n=%lld: worst relative error %.3g\n", isa_name(isa), static_cast<long long>(cols),
+                  worst);
     }
   }
 }
