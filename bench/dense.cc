@@ -163,7 +163,8 @@ void add_onednn_candidates(const Problem& p, const std::shared_ptr<DenseWeights>
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b_any, d), ctx.engine);
     const double packed_bytes = static_cast<double>(pd.weights_desc().get_size());
     const int packed_copies = copies_for(packed_bytes, cold_bytes);
-    Candidate c{"onednn_matmul_packed", "oneDNN", false, true, packed_copies, packed_bytes, Buffer(m * n)};
+    Candidate c{"onednn_matmul_packed", "oneDNN", false, true, packed_copies, bytes, Buffer(m * n)};
+    c.layout_bytes = packed_bytes;
     st->prim = dnnl::matmul(pd);
     memory plain(b_plain, ctx.engine, w->copies[0].data());
     for (int r = 0; r < packed_copies; ++r) {

@@ -75,7 +75,8 @@ struct Candidate {
   bool sparse = false;
   bool y_transposed = false;  // writes Y^T [N, M] instead of Y [M, N]
   int copies = 1;             // weight copies run() rotates through (1 when hot)
-  double weight_bytes = 0;    // bytes of one weight copy in this method's own layout
+  double weight_bytes = 0;    // bytes of one weight copy in its format: dense fp32, or compressed 2:4
+  double layout_bytes = 0;    // bytes of one copy as the method stores it (packed layouts), if known
   Buffer y;
   std::function<void(int copy)> run;
   std::shared_ptr<void> state;  // owns the copies and library objects run() uses
@@ -115,8 +116,13 @@ struct CheckResult {
 CheckResult check_candidate(Candidate& c, const Problem& p, const Reference& ref, int copy);
 
 // Seconds per call: hot runs copy 0 repeatedly for at least min_time; cold runs passes over every copy
-// (each call on a different copy) for at least min_time.
-double time_candidate(Candidate& c, bool cold, double min_time);
+// (each call on a different copy) for at least min_time. disturbed: the scheduler gave the CPU to
+// something else meanwhile (see sched_disturbed).
+struct Timing {
+  double seconds = 0;
+  bool disturbed = false;
+};
+Timing time_candidate(Candidate& c, bool cold, double min_time);
 
 struct MethodResult {
   std::string name, lib;
@@ -124,11 +130,14 @@ struct MethodResult {
   bool ok = false;
   std::string error;
   double max_err = 0;
-  double seconds = 0;      // best over rounds
-  double gflops = 0;       // dense-equivalent: 2MNK / seconds
-  double weight_gbps = 0;  // weight bytes (own layout) / seconds
+  double seconds = 0;                   // best over rounds (over undisturbed measurements if there is one)
+  int measurements = 0, disturbed = 0;  // how many were taken, and how many of them disturbed
+  bool all_disturbed = false;           // no undisturbed measurement: the number is unreliable
+  double gflops = 0;                    // dense-equivalent: 2MNK / seconds
+  double weight_gbps = 0;               // weight_bytes / seconds
   int copies = 1;
   double weight_bytes = 0;
+  double layout_bytes = 0;
 };
 
 struct Row {
@@ -143,6 +152,7 @@ struct Row {
   double sparse_nonzero_gflops = 0;  // M*N*K / time
   double speedup = 0;                // sparse_gflops / best_dense_gflops (0 if not both)
   long gate_waits = 0, gate_timeouts = 0;
+  bool disturbed = false;  // some method had only disturbed measurements
   int rounds = 0;
   double wall_s = 0;
   const MethodResult* find(const std::string& name) const;
@@ -154,6 +164,7 @@ struct RunOptions {
   double min_time = 0.05;  // seconds per measurement
   double cold_bytes = 600e6;
   bool gate = true;
+  int retries = 2;  // extra attempts when a measurement was disturbed (preempted)
   uint64_t seed = 24;
 };
 

@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 #include <omp.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -173,6 +174,36 @@ double fma_probe_gflops(int threads) {
   return worst;
 }
 
+int procs_running() {
+  std::ifstream in("/proc/stat");
+  std::string key;
+  long value = 0;
+  while (in >> key) {
+    if (key == "procs_running" && (in >> value)) return static_cast<int>(value);
+    in.ignore(1 << 20, '\n');
+  }
+  return -1;
+}
+
+SchedSnapshot sched_snapshot() {
+  SchedSnapshot s;
+  rusage ru{};
+  if (getrusage(RUSAGE_SELF, &ru) == 0) s.involuntary_switches = ru.ru_nivcsw;
+  std::ifstream in("/proc/stat");
+  std::string cpu;
+  long v[8] = {};
+  if (in >> cpu && cpu == "cpu") {
+    for (long& x : v) in >> x;
+    s.steal_ticks = v[7];  // user nice system idle iowait irq softirq steal
+  }
+  return s;
+}
+
+bool sched_disturbed(const SchedSnapshot& a, const SchedSnapshot& b, double wall_s) {
+  const long switches = b.involuntary_switches - a.involuntary_switches;
+  return switches > 2 + static_cast<long>(20 * wall_s) || b.steal_ticks > a.steal_ticks;
+}
+
 QuietGate::QuietGate(int threads, bool enabled) : threads_(threads), enabled_(enabled) {}
 
 void QuietGate::calibrate() {
@@ -181,14 +212,25 @@ void QuietGate::calibrate() {
 
 void QuietGate::wait() {
   if (!enabled_) return;
+  // After a timeout the machine is known to be busy: give up sooner until a probe passes again, so that a
+  // long busy spell costs minutes, not hours.
+  const double limit = busy_ ? max_wait_s_ / 8 : max_wait_s_;
   double t0 = now_s();
   for (;;) {
     double g = fma_probe_gflops(threads_);
     best_ = std::max(best_, g);
-    if (g >= fraction_ * best_) return;
+    // Our own threads count as running (an OpenMP worker spins a while after a parallel region); one more
+    // task is harmless while a core is free.
+    const int allowed = threads_ + (omp_get_num_procs() > threads_ ? 1 : 0);
+    const int running = procs_running();
+    if (g >= fraction_ * best_ && running <= allowed) {
+      busy_ = false;
+      return;
+    }
     ++waits_;
-    if (now_s() - t0 > max_wait_s_) {
+    if (now_s() - t0 > limit) {
       ++timeouts_;
+      busy_ = true;
       return;
     }
     usleep(5000);

@@ -17,6 +17,20 @@ const char* probe_isa();
 // returns the slowest thread's rate in GFLOP/s (2 per FMA lane).
 double fma_probe_gflops(int threads);
 
+// Runnable tasks on the machine right now (procs_running in /proc/stat), -1 if unknown.
+int procs_running();
+
+// What the scheduler did to this process over an interval: involuntary context switches (another task
+// took the CPU) and the machine's steal time (the host took it), from getrusage and /proc/stat.
+struct SchedSnapshot {
+  long involuntary_switches = 0;
+  long steal_ticks = 0;
+};
+SchedSnapshot sched_snapshot();
+// True if the interval between a and b (lasting wall_s seconds) was disturbed: more involuntary switches
+// than a few per second of kernel housekeeping, or any steal time.
+bool sched_disturbed(const SchedSnapshot& a, const SchedSnapshot& b, double wall_s);
+
 // Waits before each timed measurement until every thread of the probe runs near the best rate seen so far:
 // the host sometimes shares these vCPUs, and a measurement taken while it does says nothing about the code.
 class QuietGate {
@@ -25,7 +39,8 @@ class QuietGate {
   QuietGate(int threads, bool enabled);
   // Calibrates the reference rate (best of a few dozen probes).
   void calibrate();
-  // Returns after a probe reaches `fraction` of the best rate seen, or after max_wait_s (a timeout).
+  // Returns once no other task is runnable beyond what the free cores absorb and a probe reaches
+  // `fraction` of the best rate seen, or after max_wait_s (a timeout).
   void wait();
   double best_gflops() const { return best_; }
   long waits() const { return waits_; }        // probes that found the machine busy
@@ -41,6 +56,7 @@ class QuietGate {
   double max_wait_s_ = 2.0;
   long waits_ = 0;
   long timeouts_ = 0;
+  bool busy_ = false;
 };
 
 struct Bandwidth {

@@ -64,7 +64,7 @@ std::string table_line(const Row& r) {
   best.resize(std::max<size_t>(best.size(), 21), ' ');
   s += "  " + best;
   s += pad(r.speedup > 0 ? fmt("%.2fx", r.speedup) : (sp && !sp->ok ? "WRONG" : "-"), 8);
-  if (r.gate_timeouts > 0) s += "  (disturbed)";
+  if (r.disturbed || r.gate_timeouts > 0) s += "  (disturbed)";
   return s;
 }
 
@@ -74,9 +74,13 @@ std::string row_notes(const Row& r) {
     if (!m.ok) s += "  !! " + m.name + " gave a WRONG result, not timed: " + m.error + "\n";
   if (r.gate_timeouts > 0)
     s += "  !! machine busy: " + std::to_string(r.gate_timeouts) +
-         " measurement(s) ran although the FMA probe stayed below 90% of its best (numbers disturbed)\n";
+         " measurement(s) started although other tasks were running or the FMA probe ran slow\n";
+  for (const MethodResult& m : r.methods)
+    if (m.all_disturbed)
+      s += "  !! " + m.name + ": every measurement was preempted (" + std::to_string(m.disturbed) +
+           "): its number is unreliable\n";
   if (r.shape.cold) {
-    s += "  weights streamed (GB/s):";
+    s += "  weight GB/s (format bytes: fp32 dense, 2:4 values + metadata; copies x MB):";
     for (const MethodResult& m : r.methods)
       if (m.ok)
         s += " " + m.name + " " + fmt("%.1f", m.weight_gbps) + " (" + std::to_string(m.copies) + "x" +
@@ -111,8 +115,12 @@ nlohmann::json row_json(const Row& r) {
     d["seconds"] = m.ok ? nlohmann::json(m.seconds) : nlohmann::json();
     d["gflops"] = m.ok ? nlohmann::json(m.gflops) : nlohmann::json();
     d["weight_bytes"] = m.weight_bytes;
+    d["layout_bytes"] = m.layout_bytes;
     d["weight_gbps"] = m.ok ? nlohmann::json(m.weight_gbps) : nlohmann::json();
     d["copies"] = m.copies;
+    d["measurements"] = m.measurements;
+    d["disturbed_measurements"] = m.disturbed;
+    d["all_disturbed"] = m.all_disturbed;
     methods[m.name] = d;
   }
   j["gflops"] = gflops;
@@ -120,6 +128,7 @@ nlohmann::json row_json(const Row& r) {
   j["rounds"] = r.rounds;
   j["gate_waits"] = r.gate_waits;
   j["gate_timeouts"] = r.gate_timeouts;
+  j["disturbed"] = r.disturbed;
   j["wall_seconds"] = r.wall_s;
   return j;
 }

@@ -8,6 +8,7 @@ packages=(
   libcli11-dev nlohmann-json3-dev
   libdnnl-dev libopenblas-openmp-dev
   clang-14 libclang-rt-14-dev clang-format
+  libtorch-dev dataset-fashion-mnist libpng-dev zlib1g-dev gnuplot-nox
 )
 
 missing=()

@@ -22,6 +22,9 @@ cmake -S examples/consumer -B build/consumer -G Ninja -DCMAKE_PREFIX_PATH="$PWD/
 cmake --build build/consumer
 build/consumer/consumer
 
+echo "== fuzzing (libFuzzer + ASan + UBSan, clang-14): each harness for a fixed time"
+bash test/fuzz/run.sh
+
 echo "== sanitizer build (ASan + UBSan) and tests"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSPARSE24_SANITIZE=ON -DSPARSE24_BUILD_BENCH=OFF \
   -DSPARSE24_WERROR=ON >/dev/null

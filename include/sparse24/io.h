@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -31,6 +32,33 @@ std::vector<uint8_t> read_file(const std::string& path);
 // itself is replaced.
 void write_file_atomic(const std::string& path, std::string_view bytes);
 void write_file_atomic(const std::string& path, const std::vector<uint8_t>& bytes);
+
+// A regular file mapped read-only into memory (mmap, MAP_PRIVATE), unmapped on destruction. Readers parse
+// straight from the mapping instead of copying the file first. An empty file maps to data() == nullptr,
+// size() == 0. Errors are those of read_file ("cannot open 'x': ...", "'x' is not a regular file").
+// A mapping reflects the file as it is on disk: if another process truncates the file while it is mapped,
+// touching the lost pages raises SIGBUS. Files are replaced by rename (write_file_atomic), which never does
+// that to an open mapping.
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path);
+  MappedFile(MappedFile&& other) noexcept;
+  MappedFile& operator=(MappedFile&& other) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  ~MappedFile();
+
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  std::span<const uint8_t> bytes() const { return {data_, size_}; }
+  const std::string& path() const { return path_; }
+
+ private:
+  void reset() noexcept;
+  std::string path_;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
 
 // ---- NumPy .npy ------------------------------------------------------------------------------------------
 // Dtypes: '<f4' float32, '<f2' float16, '|i1' int8 (also '<i1', 'i1'). bfloat16 has no .npy dtype.
@@ -86,7 +114,33 @@ struct SafeTensors {
 // product does not overflow, offsets inside the data buffer, byte lengths matching shapes, no two tensors
 // overlapping, __metadata__ a string -> string map. Gaps between tensors are allowed (and skipped).
 SafeTensors parse_safetensors(const uint8_t* data, size_t size, const std::string& what);
+// Memory-maps the file and parses it (the tensors' bytes are copied out of the mapping once, after
+// validation).
 SafeTensors read_safetensors(const std::string& path);
+
+// The same parse without copying tensor bytes: every `bytes` span points into the buffer given to
+// parse_safetensors_view, which must outlive the view. Validation is identical (parse_safetensors is this
+// plus a copy).
+struct StTensorView {
+  std::string dtype;
+  std::vector<int64_t> shape;
+  std::span<const uint8_t> bytes;
+  StTensor copy() const { return StTensor{dtype, shape, {bytes.begin(), bytes.end()}}; }
+};
+struct SafeTensorsView {
+  std::map<std::string, std::string> metadata;
+  std::vector<std::pair<std::string, StTensorView>> tensors;  // in data-buffer order
+  const StTensorView* find(const std::string& name) const;    // nullptr when absent
+};
+SafeTensorsView parse_safetensors_view(const uint8_t* data, size_t size, const std::string& what);
+
+// A mapped safetensors file and its validated view: `view` points into `file`, so keep them together.
+struct MappedSafeTensors {
+  MappedFile file;
+  SafeTensorsView view;
+  explicit MappedSafeTensors(const std::string& path)
+      : file(path), view(parse_safetensors_view(file.data(), file.size(), path)) {}
+};
 // Header: "__metadata__" first (when non-empty), then tensors in order, padded with spaces to a multiple of
 // 8 bytes; data tightly packed in the same order. Throws Error on an invalid record (unknown dtype, byte
 // count not matching the shape, duplicate name).

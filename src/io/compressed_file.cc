@@ -14,57 +14,12 @@ namespace sparse24 {
 namespace {
 
 using io_detail::fail;
+using io_detail::parse_shape_text;
 using io_detail::printable;
+using io_detail::products_fit;
 
 constexpr const char* kFormat = "sparse24";
 constexpr const char* kPattern = "2:4";
-constexpr size_t kMaxRank = 64;
-
-// "[64, 128]", "[5]", "[]": the text shape_string writes (whitespace anywhere between tokens).
-bool parse_shape_text(const std::string& s, std::vector<int64_t>* shape) {
-  size_t i = 0;
-  auto ws = [&] {
-    while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i;
-  };
-  ws();
-  if (i == s.size() || s[i++] != '[') return false;
-  ws();
-  if (i < s.size() && s[i] == ']') {
-    ++i;
-  } else {
-    for (;;) {
-      if (i == s.size() || s[i] < '0' || s[i] > '9' || shape->size() == kMaxRank) return false;
-      int64_t d = 0;
-      while (i < s.size() && s[i] >= '0' && s[i] <= '9') {
-        if (__builtin_mul_overflow(d, 10, &d) || __builtin_add_overflow(d, s[i] - '0', &d)) return false;
-        ++i;
-      }
-      shape->push_back(d);
-      ws();
-      if (i < s.size() && s[i] == ',') {
-        ++i;
-        ws();
-      } else if (i < s.size() && s[i] == ']') {
-        ++i;
-        break;
-      } else {
-        return false;
-      }
-    }
-  }
-  ws();
-  return i == s.size();
-}
-
-// True if no product of dimensions can overflow: the product of the nonzero ones fits int64. (A zero makes
-// numel 0, but matrix_view still multiplies the others, e.g. rows = a*b of [a, b, 0].)
-bool products_fit(const std::vector<int64_t>& shape) {
-  int64_t p = 1;
-  for (int64_t d : shape)
-    if (d != 0 && __builtin_mul_overflow(p, d, &p)) return false;
-  return true;
-}
-
 const std::string& require_meta(const SafeTensors& st, const char* key, const std::string& what) {
   auto it = st.metadata.find(key);
   if (it == st.metadata.end())
@@ -162,8 +117,8 @@ void save_compressed(const std::string& path, const Compressed& c) {
 }
 
 Compressed load_compressed(const std::string& path) {
-  std::vector<uint8_t> bytes = read_file(path);
-  return parse_compressed(bytes.data(), bytes.size(), path);
+  MappedFile file(path);
+  return parse_compressed(file.data(), file.size(), path);
 }
 
 }  // namespace sparse24

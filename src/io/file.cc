@@ -1,13 +1,16 @@
-// Whole-file reads and atomic writes (POSIX: open/fstat/read, write/fsync/rename).
+// Whole-file reads, read-only mappings and atomic writes (POSIX: open/fstat/read/mmap, write/fsync/rename).
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "sparse24/error.h"
@@ -67,6 +70,48 @@ std::vector<uint8_t> read_file(const std::string& path) {
   }
   bytes.resize(done);
   return bytes;
+}
+
+MappedFile::MappedFile(const std::string& path) : path_(path) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) throw Error("cannot open '" + path + "': " + errno_text(errno));
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) throw Error("cannot stat '" + path + "': " + errno_text(errno));
+  if (!S_ISREG(st.st_mode)) throw Error("'" + path + "' is not a regular file");
+  if (st.st_size <= 0) return;  // mmap refuses length 0: an empty file is an empty span
+  if (static_cast<uint64_t>(st.st_size) > SIZE_MAX) throw Error("'" + path + "' is too large to map");
+  const size_t n = static_cast<size_t>(st.st_size);
+  void* p = ::mmap(nullptr, n, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+  if (p == MAP_FAILED) throw Error("cannot map '" + path + "': " + errno_text(errno));
+  data_ = static_cast<const uint8_t*>(p);
+  size_ = n;
+  // The mapping keeps the file alive; the descriptor closes here.
+}
+
+MappedFile::MappedFile(MappedFile&& other) noexcept
+    : path_(std::move(other.path_)), data_(other.data_), size_(other.size_) {
+  other.data_ = nullptr;
+  other.size_ = 0;
+}
+
+MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
+  if (this != &other) {
+    reset();
+    path_ = std::move(other.path_);
+    data_ = other.data_;
+    size_ = other.size_;
+    other.data_ = nullptr;
+    other.size_ = 0;
+  }
+  return *this;
+}
+
+MappedFile::~MappedFile() { reset(); }
+
+void MappedFile::reset() noexcept {
+  if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+  data_ = nullptr;
+  size_ = 0;
 }
 
 void write_file_atomic(const std::string& path, std::string_view bytes) {

@@ -49,4 +49,50 @@ inline bool checked_nbytes(const std::vector<int64_t>& shape, size_t elem_size, 
   return checked_numel(shape, &n) && !__builtin_mul_overflow(n, static_cast<int64_t>(elem_size), bytes);
 }
 
+// "[64, 128]", "[5]", "[]": the text shape_string writes (whitespace anywhere between tokens), at most 64
+// dimensions, each fitting int64.
+inline bool parse_shape_text(const std::string& s, std::vector<int64_t>* shape) {
+  size_t i = 0;
+  auto ws = [&] {
+    while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i;
+  };
+  ws();
+  if (i == s.size() || s[i++] != '[') return false;
+  ws();
+  if (i < s.size() && s[i] == ']') {
+    ++i;
+  } else {
+    for (;;) {
+      if (i == s.size() || s[i] < '0' || s[i] > '9' || shape->size() == 64) return false;
+      int64_t d = 0;
+      while (i < s.size() && s[i] >= '0' && s[i] <= '9') {
+        if (__builtin_mul_overflow(d, 10, &d) || __builtin_add_overflow(d, s[i] - '0', &d)) return false;
+        ++i;
+      }
+      shape->push_back(d);
+      ws();
+      if (i < s.size() && s[i] == ',') {
+        ++i;
+        ws();
+      } else if (i < s.size() && s[i] == ']') {
+        ++i;
+        break;
+      } else {
+        return false;
+      }
+    }
+  }
+  ws();
+  return i == s.size();
+}
+
+// True if no product of dimensions can overflow: the product of the nonzero ones fits int64. (A zero makes
+// numel 0, but matrix_view still multiplies the others, e.g. rows = a*b of [a, b, 0].)
+inline bool products_fit(const std::vector<int64_t>& shape) {
+  int64_t p = 1;
+  for (int64_t d : shape)
+    if (d != 0 && __builtin_mul_overflow(p, d, &p)) return false;
+  return true;
+}
+
 }  // namespace sparse24::io_detail

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -110,7 +111,7 @@ uint64_t get_count(const json& v, const std::string& what, const std::string& fi
 
 struct Record {
   std::string name;
-  StTensor tensor;  // bytes filled in only after every record has been validated
+  StTensor tensor;  // dtype and shape; the bytes stay in the buffer (see parse_safetensors_view)
   uint64_t begin = 0, end = 0;
 };
 
@@ -235,7 +236,7 @@ void SafeTensors::add(const std::string& name, StTensor t) {
   tensors.emplace_back(name, std::move(t));
 }
 
-SafeTensors parse_safetensors(const uint8_t* data, size_t size, const std::string& what) {
+SafeTensorsView parse_safetensors_view(const uint8_t* data, size_t size, const std::string& what) {
   if (size < 8)
     fail(what, "too short to be a safetensors file (" + std::to_string(size) + " bytes, need at least 8)");
   uint64_t header_len = 0;
@@ -256,7 +257,7 @@ SafeTensors parse_safetensors(const uint8_t* data, size_t size, const std::strin
 
   const uint8_t* buffer = data + 8 + header_len;
   const uint64_t data_size = size - 8 - header_len;
-  SafeTensors out;
+  SafeTensorsView out;
   std::vector<Record> records;
   for (const auto& [name, entry] : header.items()) {
     if (name == kMetadataKey)
@@ -278,18 +279,35 @@ SafeTensors parse_safetensors(const uint8_t* data, size_t size, const std::strin
                      std::to_string(cur.begin) + ", " + std::to_string(cur.end) + ") overlap");
   }
 
-  // Everything is validated: copying is now bounded by the file size.
+  // Everything is validated: the spans lie inside the data buffer.
   out.tensors.reserve(records.size());
   for (Record& r : records) {
-    r.tensor.bytes.assign(buffer + r.begin, buffer + r.end);
-    out.tensors.emplace_back(std::move(r.name), std::move(r.tensor));
+    StTensorView v{std::move(r.tensor.dtype), std::move(r.tensor.shape),
+                   std::span<const uint8_t>(buffer + r.begin, static_cast<size_t>(r.end - r.begin))};
+    out.tensors.emplace_back(std::move(r.name), std::move(v));
   }
   return out;
 }
 
+SafeTensors parse_safetensors(const uint8_t* data, size_t size, const std::string& what) {
+  SafeTensorsView view = parse_safetensors_view(data, size, what);
+  // Copying is bounded by the file size (the tensors do not overlap).
+  SafeTensors out;
+  out.metadata = std::move(view.metadata);
+  out.tensors.reserve(view.tensors.size());
+  for (auto& [name, v] : view.tensors) out.tensors.emplace_back(std::move(name), v.copy());
+  return out;
+}
+
 SafeTensors read_safetensors(const std::string& path) {
-  std::vector<uint8_t> bytes = read_file(path);
-  return parse_safetensors(bytes.data(), bytes.size(), path);
+  MappedFile file(path);
+  return parse_safetensors(file.data(), file.size(), path);
+}
+
+const StTensorView* SafeTensorsView::find(const std::string& name) const {
+  for (const auto& [n, t] : tensors)
+    if (n == name) return &t;
+  return nullptr;
 }
 
 std::vector<uint8_t> encode_safetensors(const SafeTensors& st) {

@@ -67,7 +67,8 @@ void run_bench(const BenchOptions& o) {
   ro.threads = o.threads;
   ro.rounds = o.reps > 0 ? o.reps : (o.quick ? 2 : 5);
   ro.min_time = o.min_time > 0 ? o.min_time : (o.quick ? 0.01 : 0.05);
-  ro.cold_bytes = (o.quick ? 128.0 : o.cold_mb) * 1e6;
+  ro.cold_bytes = (o.quick ? 64.0 : o.cold_mb) * 1e6;
+  ro.retries = o.quick ? 0 : 2;
   ro.gate = !o.no_gate && !o.quick;
 
   omp_set_num_threads(o.threads);

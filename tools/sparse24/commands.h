@@ -11,8 +11,16 @@ void register_compress(CLI::App& app);
 void register_decompress(CLI::App& app);
 void register_inspect(CLI::App& app);
 void register_demo(CLI::App& app);
+void register_convert(CLI::App& app);
+void register_export_gpu(CLI::App& app);
 #ifdef SPARSE24_HAVE_BENCH
 void register_bench(CLI::App& app);
+#endif
+#ifdef SPARSE24_HAVE_TRAIN
+void register_workflow(CLI::App& app);
+void register_sweep(CLI::App& app);
+// Re-executes the process with OPENBLAS_CORETYPE set when argv names a training command (cmd_workflow.cc).
+void prepare_training_process(int argc, char** argv);
 #endif
 
 }  // namespace sparse24::cli

@@ -4,6 +4,9 @@
 #include "commands.h"
 
 int main(int argc, char** argv) {
+#ifdef SPARSE24_HAVE_TRAIN
+  sparse24::cli::prepare_training_process(argc, argv);
+#endif
   CLI::App app{"sparse24: 2:4 structured sparsity for CPUs"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "sparse24 0.1.0");
@@ -12,8 +15,14 @@ int main(int argc, char** argv) {
   sparse24::cli::register_decompress(app);
   sparse24::cli::register_inspect(app);
   sparse24::cli::register_demo(app);
+  sparse24::cli::register_convert(app);
+  sparse24::cli::register_export_gpu(app);
 #ifdef SPARSE24_HAVE_BENCH
   sparse24::cli::register_bench(app);
+#endif
+#ifdef SPARSE24_HAVE_TRAIN
+  sparse24::cli::register_workflow(app);
+  sparse24::cli::register_sweep(app);
 #endif
   try {
     app.parse(argc, argv);

@@ -1,0 +1,79 @@
+// Whole checkpoints (one safetensors file of named tensors) in three layouts, and conversion between them:
+//
+//   dense              every tensor as it is;
+//   sparse24           per compressed weight <name>: tensors "<name>.values" (weight dtype, [rows, 2G]) and
+//                      "<name>.metadata" (U8, [rows, ceil(G/2)]) of the compressed 2:4 format (compressed.h),
+//                      and in __metadata__ "<name>.shape" = the dense shape ("[4096, 11008]"); the marker
+//                      keys "sparse24.format" = "checkpoint" and "sparse24.pattern" = "2:4"; every other
+//                      tensor as it is;
+//   sparse-24-bitmask  compressed-tensors' layout (bitmask24.h): per weight "<prefix>.weight", the tensors
+//                      "<prefix>.compressed", "<prefix>.bitmask", "<prefix>.shape"; every other tensor as it
+//                      is.
+//
+// Reading accepts any mix of the three in one file. Writers lay the tensors out in the order the reference
+// safetensors writer uses (descending dtype alignment, then name), so the file is the one it would write.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sparse24/compressed.h"
+#include "sparse24/io.h"
+
+namespace sparse24 {
+
+enum class CheckpointFormat { kDense, kSparse24, kBitmask24 };
+// "dense", "sparse24", "sparse-24-bitmask"; throws Error naming the text otherwise.
+CheckpointFormat parse_checkpoint_format(const std::string& text);
+const char* checkpoint_format_name(CheckpointFormat f);
+
+struct CheckpointTensor {
+  std::string name;                  // the dense tensor's name, e.g. "model.layers.0.mlp.up_proj.weight"
+  StTensor dense;                    // when !sparse
+  std::optional<Compressed> sparse;  // a compressed 2:4 weight
+};
+
+struct Checkpoint {
+  std::map<std::string, std::string> metadata;  // __metadata__ without the sparse24 layout's own keys
+  std::vector<CheckpointTensor> tensors;        // in file order
+
+  const CheckpointTensor* find(const std::string& name) const;
+  int64_t sparse_count() const;
+};
+
+// Decodes every sparse24 and sparse-24-bitmask layer (validating each completely) and copies the rest.
+// Errors "<what>: ..." name the layer and the problem.
+Checkpoint read_checkpoint(const SafeTensorsView& st, const std::string& what);
+Checkpoint load_checkpoint(const std::string& path);  // memory-mapped
+
+// The file in layout `to`. For kBitmask24, a sparse weight the layout cannot hold (not 2-D, columns not a
+// multiple of 4, or a name not ending in ".weight") is written dense; kDense writes every weight dense.
+SafeTensors encode_checkpoint(const Checkpoint& ck, CheckpointFormat to);
+// True when encode_checkpoint(.., kBitmask24) keeps `t` compressed.
+bool bitmask24_keeps_sparse(const CheckpointTensor& t);
+// Sorts tensors like the reference writer: descending dtype alignment (U64 I64 F64 F32 U32 I32 BF16 F16 U16
+// I16 F8_E4M3 F8_E5M2 I8 U8 BOOL), then name (bytewise).
+void sort_like_reference(SafeTensors& st);
+
+// Which dense tensors become sparse: floating (F32/F16/BF16) weights named "*.weight" of rank 2, or rank 4
+// (conv) unless `rank2_only`, whose name matches `targets` (ECMAScript regex, searched anywhere in the name;
+// empty = all) and that are already 2:4 — or, with `prune`, magnitude-pruned to 2:4.
+struct SparsifyOptions {
+  bool prune = false;
+  std::string targets;
+  bool rank2_only = false;  // sparse-24-bitmask holds only 2-D weights with columns a multiple of 4
+};
+struct SparsifyReport {
+  std::vector<std::string> compressed;  // already 2:4
+  std::vector<std::string> pruned;      // pruned to 2:4 (with prune)
+  std::vector<std::string> skipped;     // candidates left dense, with the reason: "name: reason"
+};
+SparsifyReport sparsify(Checkpoint& ck, const SparsifyOptions& opts);
+// Expands every sparse weight to its dense tensor.
+void densify(Checkpoint& ck);
+// Fraction of zero elements (by value) over all floating tensors, sparse ones included.
+double zero_fraction(const Checkpoint& ck);
+
+}  // namespace sparse24

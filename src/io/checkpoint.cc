@@ -1,0 +1,335 @@
+// Whole checkpoints in the dense, sparse24 and sparse-24-bitmask layouts (see checkpoint.h).
+#include "sparse24/checkpoint.h"
+
+#include <algorithm>
+#include <regex>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "io_util.h"
+#include "sparse24/bitmask24.h"
+#include "sparse24/error.h"
+#include "sparse24/mask.h"
+#include "sparse24/pattern.h"
+
+namespace sparse24 {
+namespace {
+
+using io_detail::fail;
+using io_detail::parse_shape_text;
+using io_detail::printable;
+using io_detail::products_fit;
+
+constexpr const char* kFormatKey = "sparse24.format";
+constexpr const char* kFormatValue = "checkpoint";
+constexpr const char* kPatternKey = "sparse24.pattern";
+constexpr const char* kValuesSuffix = ".values";
+constexpr const char* kMetadataSuffix = ".metadata";
+constexpr const char* kShapeSuffix = ".shape";
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// One sparse24 layer "<name>.values" + "<name>.metadata" with __metadata__ "<name>.shape".
+Compressed read_sparse24_layer(const SafeTensorsView& st, const std::string& name,
+                               const std::string& shape_text, const std::string& what) {
+  const std::string layer = "sparse24 layer '" + printable(name) + "'";
+  const StTensorView* values = st.find(name + kValuesSuffix);
+  const StTensorView* metadata = st.find(name + kMetadataSuffix);
+  if (!values) fail(what, layer + " has no tensor '" + printable(name + kValuesSuffix) + "'");
+  if (!metadata) fail(what, layer + " has no tensor '" + printable(name + kMetadataSuffix) + "'");
+  Compressed c;
+  try {
+    c.dtype = dtype_from_st(values->dtype);
+  } catch (const Error& e) {
+    fail(what, layer + ": " + e.what());
+  }
+  if (!parse_shape_text(shape_text, &c.shape) || !products_fit(c.shape))
+    fail(what, layer + ": __metadata__ '" + printable(name + kShapeSuffix) + "' is '" +
+                   printable(shape_text) + "', not a shape like [64, 128]");
+  MatrixView view;
+  try {
+    view = matrix_view(c.shape);
+  } catch (const Error& e) {
+    fail(what, layer + ": shape " + shape_string(c.shape) + ": " + e.what());
+  }
+  if (view.cols <= 0 || view.cols > INT64_MAX - 8)
+    fail(what, layer + ": shape " + shape_string(c.shape) + " is not usable");
+  c.rows = view.rows;
+  c.cols = view.cols;
+  const std::vector<int64_t> vshape{c.rows, c.values_per_row()}, mshape{c.rows, c.meta_bytes_per_row()};
+  if (values->shape != vshape)
+    fail(what, layer + ": values have shape " + shape_string(values->shape) + ", expected " +
+                   shape_string(vshape) + " for shape " + shape_string(c.shape));
+  if (metadata->dtype != "U8" || metadata->shape != mshape)
+    fail(what, layer + ": metadata is " + printable(metadata->dtype) + " " + shape_string(metadata->shape) +
+                   ", expected U8 " + shape_string(mshape));
+  c.values.assign(values->bytes.begin(), values->bytes.end());
+  c.metadata.assign(metadata->bytes.begin(), metadata->bytes.end());
+  try {
+    validate(c);
+  } catch (const Error& e) {
+    fail(what, layer + ": " + e.what());
+  }
+  return c;
+}
+
+int dtype_rank(const std::string& dtype) {
+  // The reference writer's Dtype enum order (ascending alignment); it sorts by it descending.
+  static const char* kOrder[] = {"BOOL", "U8",  "I8",  "F8_E5M2", "F8_E4M3", "I16", "U16", "F16",
+                                 "BF16", "I32", "U32", "F32",     "F64",     "I64", "U64"};
+  for (int i = 0; i < static_cast<int>(std::size(kOrder)); ++i)
+    if (dtype == kOrder[i]) return i;
+  return -1;
+}
+
+bool is_float_st(const std::string& dtype) { return dtype == "F32" || dtype == "F16" || dtype == "BF16"; }
+
+}  // namespace
+
+CheckpointFormat parse_checkpoint_format(const std::string& text) {
+  if (text == "dense") return CheckpointFormat::kDense;
+  if (text == "sparse24") return CheckpointFormat::kSparse24;
+  if (text == kBitmask24Format) return CheckpointFormat::kBitmask24;
+  throw Error("unknown checkpoint format '" + printable(text) +
+              "' (expected sparse24, sparse-24-bitmask or dense)");
+}
+
+const char* checkpoint_format_name(CheckpointFormat f) {
+  switch (f) {
+    case CheckpointFormat::kDense:
+      return "dense";
+    case CheckpointFormat::kSparse24:
+      return "sparse24";
+    case CheckpointFormat::kBitmask24:
+      return kBitmask24Format;
+  }
+  throw Error("invalid CheckpointFormat");
+}
+
+const CheckpointTensor* Checkpoint::find(const std::string& name) const {
+  for (const auto& t : tensors)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+int64_t Checkpoint::sparse_count() const {
+  return std::count_if(tensors.begin(), tensors.end(),
+                       [](const CheckpointTensor& t) { return t.sparse.has_value(); });
+}
+
+Checkpoint read_checkpoint(const SafeTensorsView& st, const std::string& what) {
+  Checkpoint ck;
+  std::set<std::string> consumed;  // tensor names that belong to a sparse layer
+  // name -> its entry, keyed by the file position of the layer's first tensor (to keep file order).
+  std::vector<std::pair<size_t, CheckpointTensor>> entries;
+  auto position = [&](const std::string& tensor_name) {
+    for (size_t i = 0; i < st.tensors.size(); ++i)
+      if (st.tensors[i].first == tensor_name) return i;
+    return st.tensors.size();
+  };
+
+  // sparse24 layers: only in a file carrying the marker.
+  std::set<std::string> layout_keys;
+  auto marker = st.metadata.find(kFormatKey);
+  if (marker != st.metadata.end()) {
+    if (marker->second != kFormatValue)
+      fail(what, std::string("__metadata__ '") + kFormatKey + "' is '" + printable(marker->second) +
+                     "', expected '" + kFormatValue + "'");
+    auto pattern = st.metadata.find(kPatternKey);
+    if (pattern != st.metadata.end() && pattern->second != "2:4")
+      fail(what, std::string("__metadata__ '") + kPatternKey + "' is '" + printable(pattern->second) +
+                     "'; only 2:4 is supported");
+    layout_keys = {kFormatKey, kPatternKey};
+    for (const auto& [key, value] : st.metadata) {
+      if (!ends_with(key, kShapeSuffix)) continue;
+      const std::string name = key.substr(0, key.size() - std::string(kShapeSuffix).size());
+      if (!st.find(name + kValuesSuffix) && !st.find(name + kMetadataSuffix)) continue;  // someone else's key
+      CheckpointTensor t;
+      t.name = name;
+      t.sparse = read_sparse24_layer(st, name, value, what);
+      consumed.insert(name + kValuesSuffix);
+      consumed.insert(name + kMetadataSuffix);
+      layout_keys.insert(key);
+      entries.emplace_back(std::min(position(name + kValuesSuffix), position(name + kMetadataSuffix)),
+                           std::move(t));
+    }
+  }
+
+  // sparse-24-bitmask layers.
+  for (const std::string& prefix : find_bitmask24_layers(st, what)) {
+    CheckpointTensor t;
+    t.name = prefix + ".weight";
+    t.sparse = read_bitmask24_layer(st, prefix, what);
+    size_t pos = st.tensors.size();
+    for (const char* s : {".compressed", ".bitmask", ".shape"}) {
+      if (!consumed.insert(prefix + s).second)
+        fail(what, "tensor '" + printable(prefix + s) + "' belongs to two sparse layers");
+      pos = std::min(pos, position(prefix + s));
+    }
+    entries.emplace_back(pos, std::move(t));
+  }
+
+  for (size_t i = 0; i < st.tensors.size(); ++i) {
+    const auto& [name, v] = st.tensors[i];
+    if (consumed.count(name)) continue;
+    entries.emplace_back(i, CheckpointTensor{name, v.copy(), std::nullopt});
+  }
+  std::stable_sort(entries.begin(), entries.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::set<std::string> names;
+  for (auto& [pos, t] : entries) {
+    if (!names.insert(t.name).second)
+      fail(what,
+           "tensor '" + printable(t.name) + "' is stored both dense and compressed (or twice compressed)");
+    ck.tensors.push_back(std::move(t));
+  }
+  for (const auto& [key, value] : st.metadata)
+    if (!layout_keys.count(key)) ck.metadata.emplace(key, value);
+  return ck;
+}
+
+Checkpoint load_checkpoint(const std::string& path) {
+  MappedSafeTensors file(path);
+  return read_checkpoint(file.view, path);
+}
+
+bool bitmask24_keeps_sparse(const CheckpointTensor& t) {
+  return t.sparse && bitmask24_representable(*t.sparse) && ends_with(t.name, ".weight");
+}
+
+void sort_like_reference(SafeTensors& st) {
+  std::stable_sort(st.tensors.begin(), st.tensors.end(), [](const auto& a, const auto& b) {
+    const int ra = dtype_rank(a.second.dtype), rb = dtype_rank(b.second.dtype);
+    if (ra != rb) return ra > rb;
+    return a.first < b.first;
+  });
+}
+
+SafeTensors encode_checkpoint(const Checkpoint& ck, CheckpointFormat to) {
+  SafeTensors st;
+  st.metadata = ck.metadata;
+  if (to == CheckpointFormat::kSparse24) {
+    for (const char* key : {kFormatKey, kPatternKey})
+      if (st.metadata.count(key))
+        throw Error(std::string("__metadata__ key '") + key + "' is reserved for sparse24");
+    st.metadata[kFormatKey] = kFormatValue;
+    st.metadata[kPatternKey] = "2:4";
+  }
+  for (const CheckpointTensor& t : ck.tensors) {
+    if (!t.sparse) {
+      st.add(t.name, t.dense);
+      continue;
+    }
+    const Compressed& c = *t.sparse;
+    if (to == CheckpointFormat::kSparse24) {
+      validate(c);
+      const std::string key = t.name + kShapeSuffix;
+      if (st.metadata.count(key))
+        throw Error("__metadata__ key '" + printable(key) + "' is needed for the shape of '" +
+                    printable(t.name) + "' but is already taken");
+      st.metadata[key] = shape_string(c.shape);
+      st.add(t.name + kValuesSuffix,
+             StTensor{st_dtype_name(c.dtype), {c.rows, c.values_per_row()}, c.values});
+      st.add(t.name + kMetadataSuffix, StTensor{"U8", {c.rows, c.meta_bytes_per_row()}, c.metadata});
+    } else if (to == CheckpointFormat::kBitmask24 && bitmask24_keeps_sparse(t)) {
+      Bitmask24Tensors b = to_bitmask24(c);
+      const std::string prefix = bitmask24_prefix(t.name);
+      st.add(prefix + ".compressed", std::move(b.compressed));
+      st.add(prefix + ".bitmask", std::move(b.bitmask));
+      st.add(prefix + ".shape", std::move(b.shape));
+    } else {
+      st.add(t.name, to_st(decompress(c)));
+    }
+  }
+  // Refuse a file that would read back differently: a kept dense "<n>.values"/"<n>.metadata" pair that a
+  // "<n>.shape" key turns into a sparse24 layer, or a "<p>.row_offsets" beside a bitmask layer.
+  for (const CheckpointTensor& t : ck.tensors) {
+    if (t.sparse) continue;
+    for (const std::string suffix : {kValuesSuffix, kMetadataSuffix})
+      if (to == CheckpointFormat::kSparse24 && ends_with(t.name, suffix) &&
+          st.metadata.count(t.name.substr(0, t.name.size() - suffix.size()) + kShapeSuffix))
+        throw Error("dense tensor '" + printable(t.name) + "' would read back as part of a sparse24 layer");
+    if (to == CheckpointFormat::kBitmask24 && ends_with(t.name, ".row_offsets") &&
+        st.find(t.name.substr(0, t.name.size() - 12) + ".bitmask"))
+      throw Error("dense tensor '" + printable(t.name) +
+                  "' would make its layer read as unstructured sparse-bitmask");
+  }
+  sort_like_reference(st);
+  return st;
+}
+
+SparsifyReport sparsify(Checkpoint& ck, const SparsifyOptions& opts) {
+  SparsifyReport report;
+  std::regex targets;
+  try {
+    targets = std::regex(opts.targets, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    throw Error("--targets '" + printable(opts.targets) + "' is not a valid regular expression: " + e.what());
+  }
+  for (CheckpointTensor& t : ck.tensors) {
+    if (t.sparse || !ends_with(t.name, ".weight") || !is_float_st(t.dense.dtype)) continue;
+    const size_t rank = t.dense.shape.size();
+    if (rank != 2 && rank != 4) continue;
+    if (!opts.targets.empty() && !std::regex_search(t.name, targets)) continue;
+    if (opts.rank2_only && (rank != 2 || t.dense.shape[1] == 0 || t.dense.shape[1] % 4 != 0)) {
+      report.skipped.push_back(t.name +
+                               ": sparse-24-bitmask holds only 2-D weights with columns a multiple of 4");
+      continue;
+    }
+    try {
+      const Tensor dense = from_st(t.dense, t.name);
+      const MatrixView v = matrix_view(dense.shape);
+      if (v.rows == 0 || v.cols == 0) {
+        report.skipped.push_back(t.name + ": empty");
+        continue;
+      }
+      const std::vector<float> w = gather_matrix(dense.to_float(), dense.shape);
+      const PatternCheck chk = check_pattern(w.data(), v.rows, v.cols, kPattern24);
+      if (!chk.valid && !opts.prune) {
+        report.skipped.push_back(t.name + ": not 2:4 (" + std::to_string(chk.bad_groups) + " of " +
+                                 std::to_string(chk.groups) + " groups have more than 2 nonzeros)");
+        continue;
+      }
+      t.sparse = compress(dense, !chk.valid);
+      (chk.valid ? report.compressed : report.pruned).push_back(t.name);
+      t.dense = StTensor{};
+    } catch (const Error& e) {
+      report.skipped.push_back(t.name + ": " + e.what());
+    }
+  }
+  return report;
+}
+
+void densify(Checkpoint& ck) {
+  for (CheckpointTensor& t : ck.tensors) {
+    if (!t.sparse) continue;
+    t.dense = to_st(decompress(*t.sparse));
+    t.sparse.reset();
+  }
+}
+
+double zero_fraction(const Checkpoint& ck) {
+  double zeros = 0, total = 0;
+  for (const CheckpointTensor& t : ck.tensors) {
+    if (t.sparse) {
+      const Compressed& c = *t.sparse;
+      int64_t nonzero = 0;
+      for (int64_t r = 0; r < c.rows; ++r)
+        for (int64_t j = 0; j < c.values_per_row(); ++j) nonzero += c.value(r, j) != 0.f;
+      const double n = static_cast<double>(c.rows) * static_cast<double>(c.cols);
+      zeros += n - static_cast<double>(nonzero);
+      total += n;
+    } else if (is_float_st(t.dense.dtype)) {
+      const Tensor d = from_st(t.dense, t.name);
+      for (float x : d.to_float()) zeros += x == 0.f;
+      total += static_cast<double>(d.numel());
+    }
+  }
+  return total > 0 ? zeros / total : 0.0;
+}
+
+}  // namespace sparse24

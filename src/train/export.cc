@@ -1,0 +1,117 @@
+#include "train/export.h"
+
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "sparse24/compressed.h"
+#include "sparse24/error.h"
+#include "sparse24/io.h"
+#include "sparse24/pattern.h"
+
+namespace sparse24::train {
+namespace {
+
+std::vector<float> to_vector(const torch::Tensor& t) {
+  torch::Tensor c = t.detach().to(torch::kCPU, torch::kFloat32).contiguous();
+  return std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+}
+
+// Every tensor that defines the model: parameters and floating-point buffers (num_batches_tracked, an
+// int64 counter that inference never reads, is left out).
+std::vector<std::pair<std::string, torch::Tensor>> model_tensors(Net& net) {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& p : net->named_parameters()) out.emplace_back(p.key(), p.value());
+  for (const auto& b : net->named_buffers())
+    if (b.value().is_floating_point()) out.emplace_back(b.key(), b.value());
+  return out;
+}
+
+}  // namespace
+
+void export_model(Net& net, const MaskSet& masks, const std::string& dir) {
+  SafeTensors st;
+  st.metadata = {{"format", "sparse24-model"}, {"config", "model.json"}};
+  nlohmann::json pruned = nlohmann::json::object();
+  for (const auto& [name, tensor] : model_tensors(net)) {
+    const LayerMask* mask = nullptr;
+    for (const LayerMask& l : masks.layers())
+      if (l.pruned && l.name + ".weight" == name) mask = &l;
+    const std::vector<int64_t> shape = tensor.sizes().vec();
+    Tensor dense = Tensor::from_float(to_vector(tensor), shape);
+    if (mask == nullptr) {
+      st.add(name, to_st(dense));
+      continue;
+    }
+    const Compressed c = compress(dense, /*prune=*/false);  // throws if the weight is not 2:4
+    st.add(name + ".values", StTensor{"F32", {c.rows, c.values_per_row()}, c.values});
+    st.add(name + ".metadata", StTensor{"U8", {c.rows, c.meta_bytes_per_row()}, c.metadata});
+    pruned[name] = {{"shape", shape}, {"pattern", "2:4"}, {"dtype", "float32"}};
+  }
+  nlohmann::json config = spec_to_json(net->spec());
+  config["format"] = "sparse24-model";
+  config["version"] = 1;
+  config["weights"] = "model.safetensors";
+  config["pruned"] = pruned;
+  write_safetensors(dir + "/model.safetensors", st);
+  write_file_atomic(dir + "/model.json", config.dump(2) + "\n");
+}
+
+Net load_exported(const std::string& dir) {
+  const std::string config_path = dir + "/model.json";
+  const std::vector<uint8_t> raw = read_file(config_path);
+  nlohmann::json config = nlohmann::json::parse(raw.begin(), raw.end(), nullptr, /*allow_exceptions=*/false);
+  if (config.is_discarded() || !config.is_object()) throw Error(config_path + ": not a JSON object");
+  if (config.value("format", "") != "sparse24-model")
+    throw Error(config_path + ": format is not sparse24-model");
+  torch::manual_seed(0);  // initial values are all overwritten below
+  Net net(spec_from_json(config, config_path));
+  const std::string weights_path = dir + "/" + config.value("weights", "model.safetensors");
+  if (config.value("weights", "").find('/') != std::string::npos)
+    throw Error(config_path + ": weights must be a file name in the same directory");
+  const SafeTensors st = read_safetensors(weights_path);
+  const nlohmann::json pruned = config.value("pruned", nlohmann::json::object());
+  size_t used = 0;
+  torch::NoGradGuard no_grad;
+  for (auto& [name, tensor] : model_tensors(net)) {
+    const std::vector<int64_t> shape = tensor.sizes().vec();
+    std::vector<float> values;
+    if (pruned.contains(name)) {
+      const auto& info = pruned.at(name);
+      if (!info.is_object() || info.value("pattern", "") != "2:4" || info.value("dtype", "") != "float32" ||
+          !info.contains("shape") || info.at("shape") != nlohmann::json(shape))
+        throw Error(config_path + ": pruned entry for '" + name + "' does not match the architecture " +
+                    shape_string(shape));
+      const StTensor& v = st.at(name + ".values");
+      const StTensor& m = st.at(name + ".metadata");
+      Compressed c;
+      c.dtype = DType::kF32;
+      c.shape = shape;
+      const MatrixView view = matrix_view(shape);
+      c.rows = view.rows;
+      c.cols = view.cols;
+      if (v.dtype != "F32" || m.dtype != "U8" ||
+          v.shape != std::vector<int64_t>{c.rows, c.values_per_row()} ||
+          m.shape != std::vector<int64_t>{c.rows, c.meta_bytes_per_row()})
+        throw Error(weights_path + ": compressed tensors of '" + name + "' have the wrong dtype or shape");
+      c.values = v.bytes;
+      c.metadata = m.bytes;
+      values = decompress(c).to_float();  // validates every code
+      used += 2;
+    } else {
+      const StTensor& s = st.at(name);
+      if (s.dtype != "F32" || s.shape != shape)
+        throw Error(weights_path + ": tensor '" + name + "' is " + s.dtype + " " + shape_string(s.shape) +
+                    ", the architecture needs F32 " + shape_string(shape));
+      values = from_st(s, weights_path).to_float();
+      used += 1;
+    }
+    tensor.copy_(torch::from_blob(values.data(), shape, torch::kFloat32));
+  }
+  if (used != st.tensors.size())
+    throw Error(weights_path + ": " + std::to_string(st.tensors.size() - used) +
+                " tensors not used by the architecture");
+  net->eval();
+  return net;
+}
+
+}  // namespace sparse24::train

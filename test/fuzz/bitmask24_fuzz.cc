@@ -1,0 +1,66 @@
+// libFuzzer harness: the checkpoint reader (sparse-24-bitmask and sparse24 layers inside a safetensors file)
+// and the config.json sparsity_config parser. Accepted layers re-encode in both layouts and read back equal.
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "fuzz_common.h"
+#include "sparse24/bitmask24.h"
+#include "sparse24/checkpoint.h"
+#include "sparse24/error.h"
+#include "sparse24/io.h"
+
+namespace {
+
+bool same(const sparse24::Compressed& a, const sparse24::Compressed& b) {
+  return a.dtype == b.dtype && a.shape == b.shape && a.values == b.values && a.metadata == b.metadata;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace sparse24;
+  // The same bytes as a config.json.
+  try {
+    const std::string_view text(reinterpret_cast<const char*>(data), size);
+    if (auto sc = parse_sparsity_config(text, "fuzz config"))
+      (void)with_sparsity_config(text, sc, "fuzz config");
+  } catch (const Error&) {
+  }
+
+  Checkpoint ck;
+  try {
+    ck = read_checkpoint(parse_safetensors_view(data, size, "fuzz"), "fuzz");
+  } catch (const Error&) {
+    return 0;
+  }
+  for (const CheckpointTensor& t : ck.tensors) {
+    if (!t.sparse) continue;
+    validate(*t.sparse);
+    if (bitmask24_representable(*t.sparse)) {
+      const Bitmask24Tensors b = to_bitmask24(*t.sparse);
+      auto view = [](const StTensor& s) { return StTensorView{s.dtype, s.shape, s.bytes}; };
+      const Compressed back = from_bitmask24(view(b.compressed), view(b.bitmask), view(b.shape), "l", "fuzz");
+      FUZZ_CHECK(same(back, *t.sparse));
+    }
+  }
+  for (CheckpointFormat f : {CheckpointFormat::kSparse24, CheckpointFormat::kBitmask24}) {
+    std::vector<uint8_t> again;
+    try {
+      again = encode_safetensors(encode_checkpoint(ck, f));
+    } catch (const Error&) {
+      continue;  // names that collide once re-encoded, invalid UTF-8, ...
+    }
+    const Checkpoint back = read_checkpoint(parse_safetensors_view(again.data(), again.size(), "re"), "re");
+    if (f == CheckpointFormat::kSparse24) {
+      FUZZ_CHECK(back.tensors.size() == ck.tensors.size());
+      for (const CheckpointTensor& t : ck.tensors) {
+        const CheckpointTensor* u = back.find(t.name);
+        FUZZ_CHECK(u != nullptr);
+        FUZZ_CHECK(u->sparse.has_value() == t.sparse.has_value());
+        if (t.sparse) FUZZ_CHECK(same(*u->sparse, *t.sparse));
+      }
+    }
+  }
+  return 0;
+}

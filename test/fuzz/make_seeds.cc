@@ -1,0 +1,92 @@
+// Writes the seed corpora for the fuzz harnesses: small valid files made with the library, one directory per
+// harness under argv[1]. Run by run.sh before fuzzing.
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "sparse24/bitmask24.h"
+#include "sparse24/checkpoint.h"
+#include "sparse24/compressed.h"
+#include "sparse24/io.h"
+#include "sparse24/pattern.h"
+
+namespace {
+
+using namespace sparse24;
+namespace fs = std::filesystem;
+
+void put(const fs::path& dir, const std::string& name, const std::vector<uint8_t>& bytes) {
+  fs::create_directories(dir);
+  write_file_atomic((dir / name).string(), bytes);
+}
+
+// A small 2:4 matrix: in each group of 4, positions (g % 3) and 3 hold nonzeros, some groups all zero.
+Tensor matrix24(DType dt, std::vector<int64_t> shape) {
+  Tensor t = Tensor::zeros(dt, shape);
+  const MatrixView v = matrix_view(shape);
+  std::vector<float> m(static_cast<size_t>(v.rows * v.cols), 0.f);
+  for (int64_t r = 0; r < v.rows; ++r)
+    for (int64_t c = 0; c < v.cols; ++c)
+      if ((c % 4 == (c / 4 + r) % 3 || c % 4 == 3) && (r + c / 4) % 5 != 0)
+        m[static_cast<size_t>(r * v.cols + c)] = static_cast<float>((r * 7 + c) % 11) - 5.5f;
+  return Tensor::from_float(scatter_from_matrix(m, shape), shape, dt);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) return 2;
+  const fs::path out = argv[1];
+  const std::vector<DType> dtypes = {DType::kF32, DType::kF16, DType::kBF16, DType::kI8};
+  int n = 0;
+
+  // safetensors
+  SafeTensors st;
+  st.metadata = {{"format", "pt"}};
+  st.add("a", StTensor{"F32", {2, 3}, std::vector<uint8_t>(24, 1)});
+  st.add("b", StTensor{"U8", {5}, {1, 2, 3, 4, 5}});
+  st.add("c", StTensor{"I64", {0}, {}});
+  put(out / "safetensors", "small", encode_safetensors(st));
+  put(out / "safetensors", "empty", encode_safetensors(SafeTensors{}));
+
+  // npy
+  for (DType dt : {DType::kF32, DType::kF16, DType::kI8}) {
+    put(out / "npy", "m" + std::to_string(n++), encode_npy(matrix24(dt, {3, 8})));
+    put(out / "npy", "v" + std::to_string(n++), encode_npy(matrix24(dt, {5})));
+  }
+
+  // compressed file, sparse24 and bitmask checkpoints, metadata decoder inputs
+  for (DType dt : dtypes) {
+    for (const std::vector<int64_t>& shape :
+         std::vector<std::vector<int64_t>>{{4, 8}, {3, 12}, {2, 6}, {4, 4, 1, 1}, {2, 2, 8}}) {
+      const Compressed c = compress(matrix24(dt, shape));
+      const std::string name = std::string(dtype_name(dt)) + "_" + std::to_string(n++);
+      put(out / "compressed_file", name, encode_compressed(c));
+      Checkpoint ck;
+      ck.metadata = {{"format", "pt"}};
+      ck.tensors.push_back({"layer.weight", {}, c});
+      ck.tensors.push_back({"norm.weight", to_st(matrix24(dt, {8})), std::nullopt});
+      put(out / "bitmask24", name + "_s24",
+          encode_safetensors(encode_checkpoint(ck, CheckpointFormat::kSparse24)));
+      put(out / "bitmask24", name + "_bm",
+          encode_safetensors(encode_checkpoint(ck, CheckpointFormat::kBitmask24)));
+      if (shape.size() == 2 && shape[0] <= 9 && shape[1] <= 33) {
+        std::vector<uint8_t> seed = {static_cast<uint8_t>(dt),
+                                     1,
+                                     static_cast<uint8_t>(shape[0] - 1),
+                                     static_cast<uint8_t>(shape[1] - 1),
+                                     0,
+                                     0,
+                                     1};
+        seed.insert(seed.end(), c.metadata.begin(), c.metadata.end());
+        seed.insert(seed.end(), c.values.begin(), c.values.end());
+        put(out / "metadata", name, seed);
+      }
+    }
+  }
+  SparsityConfig sc;
+  sc.targets = {"layer"};
+  const std::string config = with_sparsity_config(R"({"hidden_size": 8})", sc, "config");
+  put(out / "bitmask24", "config.json", std::vector<uint8_t>(config.begin(), config.end()));
+  return 0;
+}

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer harnesses with clang++-14 (-fsanitize=fuzzer,address,undefined) straight from the library
+# sources they need, writes seed corpora with the library, and runs each harness for a fixed time. Any crash,
+# sanitizer report, leak, timeout or failed invariant fails the script (and leaves the reproducer in the build
+# directory; copy it to test/fuzz/corpus/<harness>/ to keep it as a regression input).
+#
+#   FUZZ_SECONDS=20 (per harness)   FUZZ_BUILD_DIR=build-fuzz   FUZZ_ONLY="npy safetensors"
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+seconds=${FUZZ_SECONDS:-20}
+out=${FUZZ_BUILD_DIR:-build-fuzz}
+cxx=${FUZZ_CXX:-clang++-14}
+harnesses=(${FUZZ_ONLY:-safetensors compressed_file bitmask24 npy metadata})
+lib_sources=(src/core/dtype.cc src/core/tensor.cc src/core/pattern.cc src/core/mask.cc src/core/compressed.cc
+             src/io/file.cc src/io/npy.cc src/io/safetensors.cc src/io/compressed_file.cc src/io/bitmask24.cc
+             src/io/checkpoint.cc)
+flags=(-std=c++20 -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+       -Iinclude -Itest/fuzz)
+
+command -v "$cxx" >/dev/null || { echo "fuzz: $cxx not found (apt-get install clang-14 libclang-rt-14-dev)"; exit 1; }
+mkdir -p "$out/obj"
+objects=()
+for src in "${lib_sources[@]}"; do
+  obj="$out/obj/$(basename "${src%.cc}").o"
+  # Rebuild when the source or any project header is newer than the object.
+  if [ ! -f "$obj" ] || [ -n "$(find "$src" include src/io/io_util.h -newer "$obj" -print -quit)" ]; then
+    "$cxx" "${flags[@]}" -fsanitize=fuzzer-no-link -c "$src" -o "$obj"
+  fi
+  objects+=("$obj")
+done
+
+"$cxx" "${flags[@]}" test/fuzz/make_seeds.cc "${objects[@]}" -o "$out/make_seeds"
+rm -rf "$out/seeds"
+ASAN_OPTIONS=detect_leaks=1 "$out/make_seeds" "$out/seeds"
+
+status=0
+for h in "${harnesses[@]}"; do
+  "$cxx" "${flags[@]}" -fsanitize=fuzzer "test/fuzz/${h}_fuzz.cc" "${objects[@]}" -o "$out/${h}_fuzz"
+  mkdir -p "$out/corpus/$h" "$out/artifacts/$h"
+  dirs=("$out/corpus/$h" "$out/seeds/$h")
+  [ -d "test/fuzz/corpus/$h" ] && dirs+=("test/fuzz/corpus/$h")
+  echo "== fuzz $h (${seconds}s)"
+  if ! nice -n 19 "$out/${h}_fuzz" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
+      -artifact_prefix="$out/artifacts/$h/" -print_final_stats=1 "${dirs[@]}" >"$out/$h.log" 2>&1; then
+    echo "fuzz: $h FAILED; log $out/$h.log, reproducer in $out/artifacts/$h/:"
+    tail -40 "$out/$h.log"
+    status=1
+  else
+    grep -E "stat::number_of_executed_units|stat::peak_rss_mb" "$out/$h.log" | tr '\n' ' '
+    echo
+  fi
+done
+exit $status

@@ -1,0 +1,133 @@
+// sparse24 convert IN.safetensors OUT.safetensors --to sparse24|sparse-24-bitmask|dense
+//   [--prune] [--targets REGEX] [--config IN_CONFIG] [--config-out OUT_CONFIG]
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "commands.h"
+#include "sparse24/bitmask24.h"
+#include "sparse24/checkpoint.h"
+#include "sparse24/error.h"
+#include "sparse24/io.h"
+
+namespace sparse24::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string beside(const std::string& file, const std::string& name) {
+  return (fs::path(file).parent_path() / name).string();
+}
+
+std::string read_text(const std::string& path) {
+  const std::vector<uint8_t> bytes = read_file(path);
+  return std::string(bytes.begin(), bytes.end());
+}
+
+}  // namespace
+
+void register_convert(CLI::App& app) {
+  struct Opts {
+    std::string in, out, to, config, config_out, targets;
+    bool prune = false;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* cmd = app.add_subcommand(
+      "convert",
+      "Convert a safetensors checkpoint between dense, sparse24 and compressed-tensors sparse-24-bitmask "
+      "(every 2:4 weight converted, everything else copied unchanged)");
+  cmd->add_option("input", o->in, "checkpoint (.safetensors), in any of the three layouts")->required();
+  cmd->add_option("output", o->out, "converted checkpoint (.safetensors)")->required();
+  cmd->add_option("--to", o->to, "output layout")
+      ->required()
+      ->check(CLI::IsMember({"sparse24", "sparse-24-bitmask", "dense"}));
+  cmd->add_flag("--prune", o->prune,
+                "magnitude-prune selected *.weight tensors that are not 2:4 yet (otherwise they stay dense)");
+  cmd->add_option("--targets", o->targets,
+                  "regex (searched in the tensor name) selecting which *.weight tensors may become sparse; "
+                  "default: all 2-D/4-D floating *.weight tensors");
+  cmd->add_option("--config", o->config,
+                  "the input's config.json (default: config.json beside the input, if there is one)");
+  cmd->add_option("--config-out", o->config_out, "where to write config.json (default: beside the output)");
+  cmd->callback([o] {
+    const CheckpointFormat to = parse_checkpoint_format(o->to);
+
+    // The input config: read (and checked) before anything is written.
+    std::string config_in = o->config;
+    if (config_in.empty() && fs::exists(beside(o->in, "config.json")))
+      config_in = beside(o->in, "config.json");
+    std::optional<std::string> config_text;
+    if (!config_in.empty()) config_text = read_text(config_in);
+
+    Checkpoint ck;
+    {
+      MappedSafeTensors file(o->in);
+      const bool has_bitmask = !find_bitmask24_layers(file.view, o->in).empty();
+      if (has_bitmask && config_text) {
+        const auto sc = parse_sparsity_config(*config_text, config_in);
+        if (sc && (sc->format != kBitmask24Format || sc->sparsity_structure != "2:4"))
+          throw Error(config_in + ": sparsity_config says format '" + sc->format + "', structure '" +
+                      sc->sparsity_structure + "', but the checkpoint holds sparse-24-bitmask layers");
+      }
+      ck = read_checkpoint(file.view, o->in);
+    }
+    const int64_t sparse_in = ck.sparse_count();
+
+    SparsifyReport report;
+    if (to == CheckpointFormat::kDense) {
+      densify(ck);
+    } else {
+      SparsifyOptions opts;
+      opts.prune = o->prune;
+      opts.targets = o->targets;
+      opts.rank2_only = to == CheckpointFormat::kBitmask24;
+      report = sparsify(ck, opts);
+    }
+
+    // The output config: sparsity_config set for a sparse-24-bitmask output with compressed layers, removed
+    // otherwise; an input config that needs no change is copied as it is.
+    std::vector<std::string> sparse_prefixes;
+    for (const CheckpointTensor& t : ck.tensors)
+      if (to == CheckpointFormat::kBitmask24 && bitmask24_keeps_sparse(t))
+        sparse_prefixes.push_back(bitmask24_prefix(t.name));
+    const std::string what = config_in.empty() ? std::string("config.json") : config_in;
+    std::optional<std::string> config_out_text;
+    if (!sparse_prefixes.empty()) {
+      SparsityConfig sc;
+      sc.targets = sparse_prefixes;
+      sc.global_sparsity = zero_fraction(ck);
+      config_out_text = with_sparsity_config(config_text.value_or(""), sc, what);
+    } else if (config_text && parse_sparsity_config(*config_text, what)) {
+      config_out_text = with_sparsity_config(*config_text, std::nullopt, what);
+    } else if (config_text) {
+      config_out_text = config_text;  // unchanged
+    }
+    const std::string config_out = o->config_out.empty() ? beside(o->out, "config.json") : o->config_out;
+    const bool same_config =
+        !config_in.empty() && fs::exists(config_out) && fs::equivalent(config_in, config_out);
+    if (same_config && config_out_text != config_text)
+      throw Error("the output config '" + config_out + "' is the input's config.json, which the " + o->to +
+                  " checkpoint needs changed; pass --config-out (or write the output to another directory)");
+
+    write_safetensors(o->out, encode_checkpoint(ck, to));
+    if (config_out_text && !same_config) write_file_atomic(config_out, *config_out_text);
+
+    int64_t sparse_out = 0;
+    for (const CheckpointTensor& t : ck.tensors)
+      if (t.sparse && (to == CheckpointFormat::kSparse24 || bitmask24_keeps_sparse(t))) ++sparse_out;
+    std::printf("read %s: %zu tensors, %lld compressed 2:4\n", o->in.c_str(), ck.tensors.size(),
+                static_cast<long long>(sparse_in));
+    if (!report.compressed.empty() || !report.pruned.empty())
+      std::printf("compressed %zu weights that were 2:4, pruned %zu to 2:4\n", report.compressed.size(),
+                  report.pruned.size());
+    for (const std::string& s : report.skipped) std::printf("left dense: %s\n", s.c_str());
+    std::printf("wrote %s (%s): %lld compressed 2:4 weights, %lld tensors dense\n", o->out.c_str(),
+                o->to.c_str(), static_cast<long long>(sparse_out),
+                static_cast<long long>(ck.tensors.size()) - sparse_out);
+    if (config_out_text && !same_config) std::printf("wrote %s\n", config_out.c_str());
+  });
+}
+
+}  // namespace sparse24::cli
