@@ -157,7 +157,7 @@ void run_sweep(const SweepOptions& o) {
   write_file_atomic(o.out + "/sweep.json", report.dump(2) + "\n");
 
   std::string md = "# sparse24 sweep: " + o.model + " on " + o.dataset + "\n\n";
-  char buf[256];
+  char buf[1024];
   std::snprintf(
       buf, sizeof buf,
       "%lld training images, %d epochs dense and %d per retraining (mask fixed), seed %llu, %d threads, "

@@ -1,4 +1,6 @@
 // End-to-end tests of the sparse24 command: real files in a temporary directory, real exit codes.
+#include "common/cli.h"
+
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,31 +21,11 @@ namespace fs = std::filesystem;
 using testing::random_floats;
 using testing::rng;
 
-struct CliRun {
-  int status;
-  std::string out;  // stdout and stderr
-};
+using testing::CliRun;
+constexpr auto run = testing::run_cli;
 
-CliRun run(const std::string& args) {
-  const std::string cmd = std::string(SPARSE24_CLI) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
-
-class Cli : public ::testing::Test {
+class Cli : public testing::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("sparse24_cli_" + std::to_string(getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
   // Files in the directory other than the ones named: nothing half-written may be left behind.
   std::vector<std::string> files() const {
     std::vector<std::string> f;
@@ -51,7 +33,6 @@ class Cli : public ::testing::Test {
     std::sort(f.begin(), f.end());
     return f;
   }
-  fs::path dir_;
 };
 
 TEST_F(Cli, CompressPruneThenInspectReportsRatios) {

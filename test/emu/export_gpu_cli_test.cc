@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <string>
 
+#include "common/cli.h"
 #include "common/seed.h"
 #include "emu/emu_test_util.h"
 #include "sparse24/gpu_meta.h"
@@ -17,33 +18,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct CliRun {
-  int status;
-  std::string out;
-};
+using testing::CliRun;
+constexpr auto run = testing::run_cli;
 
-CliRun run(const std::string& args) {
-  const std::string cmd = std::string(SPARSE24_CLI) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
-
-class ExportGpu : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("sparse24_export_gpu_" + std::to_string(getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  fs::path dir_;
-};
+class ExportGpu : public testing::TempDirTest {};
 
 TEST_F(ExportGpu, WritesTheCutlassLayoutAndReadsBack) {
   SPARSE24_SEED_TRACE();

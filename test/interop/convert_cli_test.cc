@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cli.h"
 #include "common/seed.h"
 #include "interop/reference_writer.h"
 #include "io/io_test_util.h"
@@ -21,21 +22,8 @@ namespace {
 namespace ref = testing::reference;
 using ref::RawTensor;
 
-struct CliRun {
-  int status;
-  std::string out;
-};
-
-CliRun run(const std::string& args) {
-  const std::string cmd = std::string(SPARSE24_CLI) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
+using testing::CliRun;
+constexpr auto run = testing::run_cli;
 
 std::vector<uint8_t> bytes_of(const std::string& path) { return read_file(path); }
 std::string text_of(const std::string& path) {
