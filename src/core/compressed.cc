@@ -40,14 +40,10 @@ float Compressed::value(int64_t r, int64_t j) const {
 }
 
 double compression_ratio(int64_t rows, int64_t cols, DType t) {
-  Compressed shape_only;
-  shape_only.rows = rows;
-  shape_only.cols = cols;
-  const double es = static_cast<double>(dtype_size(t));
-  const double dense = static_cast<double>(rows) * static_cast<double>(cols) * es;
-  const double stored = static_cast<double>(rows) * (static_cast<double>(shape_only.values_per_row()) * es +
-                                                     shape_only.meta_bytes_per_row());
-  return dense > 0 ? stored / dense : 0.0;
+  const int64_t groups = (cols + 3) / 4;
+  const int64_t row_bytes = 2 * groups * static_cast<int64_t>(dtype_size(t)) + (groups + 1) / 2;
+  const double dense = static_cast<double>(rows) * static_cast<double>(cols) * dtype_size(t);
+  return dense > 0 ? static_cast<double>(rows) * static_cast<double>(row_bytes) / dense : 0.0;
 }
 
 double Compressed::compression_ratio() const { return sparse24::compression_ratio(rows, cols, dtype); }
@@ -89,25 +85,28 @@ Compressed compress(const Tensor& dense, bool prune) {
   c.metadata.assign(static_cast<size_t>(v.rows * c.meta_bytes_per_row()), 0);
   for (int64_t r = 0; r < v.rows; ++r)
     for (int64_t g = 0; g < G; ++g) {
-      // Positions to store: the kept nonzeros, completed with the lowest other positions to make two.
+      // Positions to store: the kept nonzeros, completed with the lowest other positions to make two. Only
+      // kept nonzeros are copied; the completing positions hold zero (values start zeroed).
       int pos[2], n = 0;
+      bool real[2] = {false, false};
       for (int i = 0; i < 4 && n < 2; ++i) {
         const int64_t col = 4 * g + i;
-        if (col < v.cols && keep[static_cast<size_t>(r * v.cols + col)] &&
-            w[static_cast<size_t>(r * v.cols + col)] != 0.f)
+        const size_t at_rc = static_cast<size_t>(r * v.cols + col);
+        if (col < v.cols && keep[at_rc] && w[at_rc] != 0.f) {
+          real[n] = true;
           pos[n++] = i;
+        }
       }
       for (int i = 0; i < 4 && n < 2; ++i)
         if (n == 0 || pos[0] != i) pos[n++] = i;
-      if (pos[0] > pos[1]) std::swap(pos[0], pos[1]);
+      if (pos[0] > pos[1]) {
+        std::swap(pos[0], pos[1]);
+        std::swap(real[0], real[1]);
+      }
       for (int j = 0; j < 2; ++j) {
-        const int64_t col = 4 * g + pos[j];
-        const bool real = col < v.cols && keep[static_cast<size_t>(r * v.cols + col)] &&
-                          w[static_cast<size_t>(r * v.cols + col)] != 0.f;
-        if (real) {  // copy the element's own bytes: exact for every dtype
-          std::memcpy(c.values.data() + static_cast<size_t>(r * c.values_per_row() + 2 * g + j) * es,
-                      dense.bytes.data() + static_cast<size_t>(idx(r, col)) * es, es);
-        }
+        if (!real[j]) continue;  // copy the element's own bytes: exact for every dtype
+        std::memcpy(c.values.data() + static_cast<size_t>(r * c.values_per_row() + 2 * g + j) * es,
+                    dense.bytes.data() + static_cast<size_t>(idx(r, 4 * g + pos[j])) * es, es);
       }
       const uint8_t code = static_cast<uint8_t>(pos[0] | pos[1] << 2);
       c.metadata[static_cast<size_t>(r * c.meta_bytes_per_row() + g / 2)] |=

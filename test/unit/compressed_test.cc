@@ -89,6 +89,19 @@ TEST(Compress, RatioPerDType) {
   }
 }
 
+// The ratio formula (used by inspect on dense files) agrees with the bytes compress() stores, tails included.
+TEST(Compress, RatioFormulaMatchesStoredBytes) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(13);
+  for (DType dt : {DType::kF32, DType::kF16, DType::kI8})
+    for (int64_t k : kSizes) {
+      const Compressed c = compress(random_sparse(g, {3, k}, dt));
+      const double stored = static_cast<double>(c.values.size() + c.metadata.size());
+      EXPECT_DOUBLE_EQ(compression_ratio(3, k, dt), stored / static_cast<double>(3 * k * dtype_size(dt)))
+          << dtype_name(dt) << " K=" << k;
+    }
+}
+
 TEST(Compress, RefusesDenseUnlessPruning) {
   std::vector<float> w(2 * 8, 1.f);
   w[0] = w[1] = 0.f;  // row 0 group 0 is fine; group 1 is not
