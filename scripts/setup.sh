@@ -9,6 +9,7 @@ packages=(
   libdnnl-dev libopenblas-openmp-dev
   clang-14 libclang-rt-14-dev clang-format
   libtorch-dev dataset-fashion-mnist libpng-dev zlib1g-dev gnuplot-nox
+  bible-kjv bible-kjv-text
 )
 
 missing=()

@@ -27,13 +27,23 @@ bool isa_supported(Isa isa);
 // The ISA in use: SPARSE24_ISA if set (validated), else the best supported. Decided once per process.
 Isa active_isa();
 
+// Which packed layouts to prepare. Both: spmm picks the memory-bound layout for small N and the
+// compute-bound one otherwise. One: half the bytes; spmm runs every N on it (correct at any N, slower
+// outside the range it was made for). An engine that knows its N packs only the layout that N uses
+// (layouts_for_n).
+enum class PackLayouts : uint8_t { kBoth, kLargeN, kSmallN };
+
 struct PackOptions {
   // Which ISA's layout to prepare; kernels of that ISA run it. Unset = active_isa().
   bool isa_set = false;
   Isa isa = Isa::kRef;
   // Store the weights of the memory-bound (small-N) path as bfloat16 (fp32 activations and accumulation).
   bool bf16_weights = false;
+  PackLayouts layouts = PackLayouts::kBoth;
 };
+
+// The single layout a multiply with n columns uses on this ISA's kernels.
+PackLayouts layouts_for_n(int64_t n, Isa isa);
 
 // Weights prepared for the kernels of one ISA: every layout the kernels want, prepared once.
 class PackedMatrix {

@@ -114,8 +114,9 @@ struct PackedMatrix::Impl {
   Isa isa = Isa::kRef;
   int64_t m = 0, k = 0;
   bool bf16 = false;
-  int small_n_max = 0;  // N <= this takes the memory-bound path
-  Compressed ref;       // the ref ISA: the (possibly bf16-rounded) compressed matrix
+  int small_n_max = 0;  // N <= this takes the memory-bound path (when both layouts are packed)
+  bool has_gemm = false, has_gemv = false;
+  Compressed ref;  // the ref ISA: the (possibly bf16-rounded) compressed matrix
   kernels::GemmLayout gemm;
   kernels::GemvLayout gemv;
 };

@@ -1,6 +1,7 @@
 // The public multiply API: ISA choice (once per process), the kernel list, pack and dispatch.
 #include "sparse24/spmm.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -131,9 +132,17 @@ PackedMatrix pack(const Compressed& w, const PackOptions& options) {
     return out;
   }
   p.small_n_max = s->small_n_max;
-  p.gemm = kernels::pack_gemm(w, s->gemm_mr, s->gemm_kc, s->gemm_chunk, p.bf16);
-  p.gemv = kernels::pack_gemv(w, s->gemv_rb, s->gemv_kb, p.bf16);
+  p.has_gemm = options.layouts != PackLayouts::kSmallN;
+  p.has_gemv = options.layouts != PackLayouts::kLargeN;
+  if (p.has_gemm) p.gemm = kernels::pack_gemm(w, s->gemm_mr, s->gemm_kc, s->gemm_chunk, p.bf16);
+  if (p.has_gemv) p.gemv = kernels::pack_gemv(w, s->gemv_rb, s->gemv_kb, p.bf16);
   return out;
+}
+
+PackLayouts layouts_for_n(int64_t n, Isa isa) {
+  const kernels::KernelSet* s = kernels::kernel_set(isa);
+  if (!s) return PackLayouts::kBoth;  // the ref ISA keeps the compressed matrix either way
+  return n <= s->small_n_max ? PackLayouts::kSmallN : PackLayouts::kLargeN;
 }
 
 void spmm(const PackedMatrix& w, const float* x, int64_t n, int64_t ldx, float* y, int64_t ldy,
@@ -152,11 +161,13 @@ void spmm(const PackedMatrix& w, const float* x, int64_t n, int64_t ldx, float* 
     spmm_reference(p.ref, x, n, ldx, y, ldy, bias, ep);
     return;
   }
-  const kernels::SpmmArgs args{x, n, ldx, y, ldy, bias, ep, threads};
-  if (n <= p.small_n_max)
-    s->gemv(p, args);
-  else
-    s->gemm(p, args);
+  if (p.has_gemv && (n <= p.small_n_max || !p.has_gemm)) {
+    // The memory-bound kernels take up to small_n_max columns at a time.
+    for (int64_t c0 = 0; c0 < n; c0 += p.small_n_max)
+      s->gemv(p, {x + c0, std::min<int64_t>(p.small_n_max, n - c0), ldx, y + c0, ldy, bias, ep, threads});
+  } else {
+    s->gemm(p, {x, n, ldx, y, ldy, bias, ep, threads});
+  }
 }
 
 }  // namespace sparse24

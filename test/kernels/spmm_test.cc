@@ -73,11 +73,15 @@ struct Case {
   Epilogue ep = Epilogue::kNone;
   int threads = 1;
   bool bf16 = false;
+  PackLayouts layouts = PackLayouts::kBoth;
   std::string str() const {
     return std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n) + " ldx+" +
            std::to_string(ldx_pad) + " ldy+" + std::to_string(ldy_pad) + " xoff " + std::to_string(x_off) +
            " yoff " + std::to_string(y_off) + (bias ? " bias " : " ") + epilogue_name(ep) + " threads " +
-           std::to_string(threads) + (bf16 ? " bf16" : "");
+           std::to_string(threads) + (bf16 ? " bf16" : "") +
+           (layouts == PackLayouts::kBoth     ? ""
+            : layouts == PackLayouts::kLargeN ? " large-n only"
+                                              : " small-n only");
   }
 };
 
@@ -105,6 +109,7 @@ void check(Isa isa, const Case& t, std::mt19937_64& g) {
   o.isa_set = true;
   o.isa = isa;
   o.bf16_weights = t.bf16;
+  o.layouts = t.layouts;
   const PackedMatrix p = pack(c, o);
   ASSERT_EQ(p.isa(), isa);
   ASSERT_EQ(p.rows(), t.m);
@@ -210,6 +215,42 @@ TEST(Spmm, LargerShapes) {
         check(isa, t, g);
         if (::testing::Test::HasFatalFailure()) return;
       }
+  }
+}
+
+// A pack with one layout runs every N on it: the compute-bound layout at small N, the memory-bound one in
+// column chunks at large N. One layout takes less memory than both.
+TEST(Spmm, SingleLayoutAnyN) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(307);
+  for (Isa isa : isas_here()) {
+    if (isa == Isa::kRef) continue;
+    for (PackLayouts l : {PackLayouts::kLargeN, PackLayouts::kSmallN})
+      for (int64_t n : {1, 7, 16, 17, 33, 70})
+        for (int threads : {1, 2}) {
+          Case t{37, 131, n};
+          t.layouts = l;
+          t.threads = threads;
+          t.bias = true;
+          t.ep = Epilogue::kRelu;
+          t.ldx_pad = 2;
+          t.ldy_pad = 1;
+          t.bf16 = n == 7 && l == PackLayouts::kSmallN;
+          check(isa, t, g);
+          if (::testing::Test::HasFatalFailure()) return;
+        }
+    const Compressed c = random_24(g, 64, 256);
+    PackOptions o;
+    o.isa_set = true;
+    o.isa = isa;
+    const size_t both = pack(c, o).bytes();
+    o.layouts = PackLayouts::kLargeN;
+    const size_t large = pack(c, o).bytes();
+    o.layouts = PackLayouts::kSmallN;
+    const size_t small = pack(c, o).bytes();
+    EXPECT_EQ(large + small, both) << isa_name(isa);
+    EXPECT_EQ(layouts_for_n(1, isa), PackLayouts::kSmallN);
+    EXPECT_EQ(layouts_for_n(512, isa), PackLayouts::kLargeN);
   }
 }
 

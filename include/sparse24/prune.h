@@ -1,0 +1,83 @@
+// One-shot 2:4 pruning beyond magnitude: input-channel permutations, Wanda and SparseGPT.
+//
+// Matrices are row-major float [rows, cols], cols = the reduction dimension (a Linear layer's
+// [out_features, in_features] weight); 2:4 groups run along cols. Calibration statistics come from the
+// layer's inputs: X is [tokens, cols] row-major (one row per calibration token).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "sparse24/mask.h"
+
+namespace sparse24 {
+
+// ---- Channel permutations (as NVIDIA's ASP): reorder the input channels so 2:4 keeps more magnitude.
+// A permutation `perm` of length cols means: permuted column c is original column perm[c]. Apply it to the
+// layer's weight columns and to the producing layer's output channels (rows and bias), and the network
+// computes the same function.
+
+enum class PermutationMethod {
+  kAuto,        // exhaustive stripe groups, then swaps, within the time budget
+  kExhaustive,  // stripe-group search only
+  kSwap,        // channel swap search only (fast, for wide layers)
+};
+
+struct PermutationOptions {
+  PermutationMethod method = PermutationMethod::kAuto;
+  int stripe_group = 8;      // columns per exhaustive stripe group (multiple of 4, 8 or 12)
+  double max_seconds = 1.0;  // wall-clock budget; the best permutation found so far is returned
+  uint64_t seed = 1;         // deterministic for a given seed (and budget not hit)
+};
+
+struct PermutationResult {
+  std::vector<int64_t> perm;     // length cols
+  double kept_identity = 0;      // sum |w| kept by 2:4 magnitude without permutation
+  double kept_permuted = 0;      // ... with the permutation
+  double kept_unstructured = 0;  // upper bound: the largest 50% of |w| in each row (unstructured 50%)
+  double seconds = 0;
+  // Share of the gap recovered: (permuted - identity) / (unstructured - identity); 0 if there is no gap.
+  double recovered() const;
+};
+
+PermutationResult search_permutation(const float* w, int64_t rows, int64_t cols,
+                                     const PermutationOptions& options = {});
+
+// Permutes columns of w in place: new column c = old column perm[c]. Throws Error if perm is not a
+// permutation of 0..cols-1.
+void permute_columns(float* w, int64_t rows, int64_t cols, const std::vector<int64_t>& perm);
+// Permutes rows of w in place (the producing layer's output channels): new row r = old row perm[r].
+void permute_rows(float* w, int64_t rows, int64_t cols, const std::vector<int64_t>& perm);
+
+// ---- Wanda: score |w_ij| * ||X_:,j||_2, keep the 2 best of each group of 4 in each row.
+// Column L2 norms of X [tokens, cols] (double accumulation).
+std::vector<float> column_norms(const float* x, int64_t tokens, int64_t cols);
+Mask wanda_mask(const float* w, int64_t rows, int64_t cols, const std::vector<float>& norms);
+
+// ---- SparseGPT: prune to 2:4 with second-order weight updates.
+// H = 2/n X^T X accumulated over calibration batches (cols x cols, double).
+class Hessian {
+ public:
+  explicit Hessian(int64_t cols);
+  void add(const float* x, int64_t tokens);  // x: [tokens, cols]
+  int64_t cols() const { return cols_; }
+  int64_t samples() const { return n_; }
+  std::vector<double> matrix() const;  // 2/n X^T X, row-major [cols, cols]
+
+ private:
+  int64_t cols_ = 0, n_ = 0;
+  std::vector<double> sum_;  // running sum of X^T X
+};
+
+struct SparseGptOptions {
+  double dampening = 0.01;  // lambda = dampening * mean(diag H), added to the diagonal
+  int block_size = 128;     // columns per lazy-update block
+};
+
+// Prunes w [rows, cols] in place to 2:4 and updates the kept weights to compensate (OBS): per block of
+// 128 columns, for each group of 4 columns choose the 2 with the smallest w^2 / [H^-1]_jj^2 per row,
+// then propagate each column's error to the remaining columns. Dead inputs (H_jj = 0) are pruned first.
+// Returns the mask. Throws Error if H is not positive definite even after dampening.
+Mask sparsegpt_prune(float* w, int64_t rows, int64_t cols, const Hessian& h,
+                     const SparseGptOptions& options = {});
+
+}  // namespace sparse24
