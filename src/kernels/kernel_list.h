@@ -11,7 +11,7 @@ struct KernelSet {
   Isa isa;
   bool (*cpu_has)();  // the CPU runs this ISA's instructions
   int gemm_mr;        // compute-bound layout: rows per block
-  int gemm_kc;        // compute-bound layout: K per block (multiple of 4, <= 256)
+  int gemm_kc;        // compute-bound layout: K per block (multiple of 4)
   int gemm_chunk;     // compute-bound layout: row blocks per chunk
   int gemv_rb;        // memory-bound layout: rows per block
   int gemv_kb;        // memory-bound layout: K per block (multiple of 16)

@@ -21,7 +21,7 @@ GemmLayout pack_gemm(const Compressed& w, int mr, int kc, int chunk, bool round_
   p.slots_per_row = w.values_per_row();
   const size_t total = static_cast<size_t>(p.m_blocks * p.slots_per_row * mr);
   p.vals = AlignedArray<float>(total);
-  p.kidx = AlignedArray<uint8_t>(total);
+  p.codes = AlignedArray<uint16_t>(total / static_cast<size_t>(2 * mr));
   const int64_t groups = w.groups_per_row();
   for (int64_t r = 0; r < w.rows; ++r) {
     const int64_t mb = r / mr;
@@ -37,7 +37,8 @@ GemmLayout pack_gemm(const Compressed& w, int mr, int kc, int chunk, bool round_
         if (round_bf16) v = round_to_bf16(v);
         const size_t at = base + static_cast<size_t>((j0 + j) * mr + rr);
         p.vals.data()[at] = v;
-        p.kidx.data()[at] = static_cast<uint8_t>(pos - kb * kc);
+        p.codes.data()[(base + static_cast<size_t>(j0 * mr)) / static_cast<size_t>(2 * mr)] |=
+            static_cast<uint16_t>(((code >> (2 * j)) & 3) << (2 * (j * mr + rr)));
       }
     }
   }

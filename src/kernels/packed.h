@@ -2,13 +2,15 @@
 //
 // Two layouts are prepared once by pack() (for the SIMD ISAs; the ref ISA keeps the compressed matrix):
 //
-// GemmLayout, the compute-bound path (N above the small-N threshold). Rows in blocks of `mr`, K in blocks
-// of `kc` (a multiple of 4). Block (mb, kb) holds, for each of its kh = 2 * ceil(klen / 4) kept-value
-// slots j and each row r of the block, vals[j][r] (fp32) and kidx[j][r], the activation row the value
-// multiplies counted from the start of the K block (uint8, so kc <= 256). The kernel broadcasts
-// vals[j][r] and multiply-adds it with row kidx[j][r] of the activation panel, vectorised over N. Padding
-// rows (M tail) hold zeros; a slot whose activation row is >= K (the last group's padding) holds value 0
-// and an index of a zero row of the packed activation panel, so X rows >= K are never read.
+// GemmLayout, the compute-bound path (N above the small-N threshold). Rows in blocks of `mr` (= 4), K in
+// blocks of `kc` (a multiple of 4). Block (mb, kb) holds, for each of its kh = 2 * ceil(klen / 4) kept-value
+// slots j and each row r of the block, vals[j][r] (fp32). Slots 2g and 2g+1 belong to group g of the block;
+// one 16-bit code word per group (per slot pair) holds, in bits 2q..2q+1 for q = 4 * (j - 2g) + r, the
+// position (0..3) within the group of the activation row vals[j][r] multiplies. The kernel broadcasts
+// vals[j][r] and multiply-adds it with activation row 4g + position of the packed panel, vectorised over N.
+// 2 bits per kept value: 0.53 of the dense fp32 bytes, as the compressed format. Padding rows (M tail) hold
+// zeros; the last group's padding positions (>= K) hold value 0 and index a zero row of the packed
+// activation panel, so X rows >= K are never read.
 //
 // GemvLayout, the memory-bound path (N <= small_n_max). K in blocks of `kb` (a multiple of 16), rows in
 // blocks of `rb`; storage order [K block][row block][16-wide chunk][row], one sequential stream. Each
@@ -55,14 +57,14 @@ class AlignedArray {
 
 struct GemmLayout {
   int mr = 0;     // rows per row block
-  int kc = 0;     // K per block (multiple of 4, <= 256)
+  int kc = 0;     // K per block (multiple of 4)
   int chunk = 0;  // row blocks per chunk: the kernels sweep a chunk per K block
   int64_t m_blocks = 0, k_blocks = 0;
   int64_t slots_per_row = 0;  // 2 * groups_per_row
   // Storage order [chunk][K block][row block in chunk][slot][row]: the order the kernels read, so the
   // weights stream sequentially.
   AlignedArray<float> vals;
-  AlignedArray<uint8_t> kidx;  // same indexing as vals
+  AlignedArray<uint16_t> codes;  // one word per slot pair: codes[block_offset / (2 * mr) + g]
   size_t block_offset(int64_t mb, int64_t kb) const {
     const int64_t c0 = mb / chunk * chunk;
     const int64_t nb = m_blocks - c0 < chunk ? m_blocks - c0 : chunk;

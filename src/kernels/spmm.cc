@@ -17,7 +17,8 @@ namespace kernels {
 namespace {
 
 bool cpu_has_avx2() {
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
+         __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2");
 }
 bool cpu_has_avx512() {
   return cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -102,7 +103,7 @@ Isa PackedMatrix::isa() const { return impl_ ? impl_->isa : Isa::kRef; }
 size_t PackedMatrix::bytes() const {
   if (!impl_) return 0;
   const Impl& p = *impl_;
-  return p.ref.values.size() + p.ref.metadata.size() + p.gemm.vals.bytes() + p.gemm.kidx.bytes() +
+  return p.ref.values.size() + p.ref.metadata.size() + p.gemm.vals.bytes() + p.gemm.codes.bytes() +
          p.gemv.vals.bytes() + p.gemv.vals16.bytes() + p.gemv.masks.bytes();
 }
 

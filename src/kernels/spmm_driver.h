@@ -18,6 +18,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
 #include "kernel_list.h"
@@ -49,9 +50,10 @@ void epilogue_row(float* y, int n, Epilogue ep) {
 }
 
 template <class T, int MR, int NV, bool FULL>
-void gemm_tile(const float* __restrict v, const uint8_t* __restrict ki, int kh, const float* __restrict xb,
-               float* __restrict y, int64_t ldy, int rows, const typename T::Mask* cm, bool first, bool last,
-               const float* bias, int64_t row0, Epilogue ep) {
+void gemm_tile(const float* __restrict v, const uint16_t* __restrict codes, int kh,
+               const float* __restrict xb, float* __restrict y, int64_t ldy, int rows,
+               const typename T::Mask* cm, bool first, bool last, const float* bias, int64_t row0,
+               Epilogue ep) {
   using V = typename T::V;
   constexpr int W = T::W;
   constexpr int NR = NV * W;
@@ -65,23 +67,27 @@ void gemm_tile(const float* __restrict v, const uint8_t* __restrict ki, int kh, 
       else
         acc[r][c] = FULL ? T::loadu(y + r * ldy + c * W) : T::loadu_m(y + r * ldy + c * W, cm[c]);
     }
-  // Two slots (8 weights) per step: one 8-byte load of their indices (split with shifts, not loads) and
-  // per slot one 4-value broadcast whose lanes are spread by in-lane permutes: the load ports are the
-  // bound, and this leaves them almost only to the activation loads (docs/kernels.md).
+  // One group (two slots, 8 weights) per step: one 16-bit word of their positions (split with shifts, not
+  // loads) and per slot one 4-value broadcast whose lanes are spread by in-lane permutes: the load ports
+  // are the bound, and this leaves them almost only to the activation loads (docs/kernels.md).
   static_assert(MR == 4, "the weight broadcast handles 4 rows per slot");
+  // Field q of the code word, times the panel's row bytes (a power of two, 1 << S), is one rotate and one
+  // and (rorx leaves the word intact: no copies).
+  constexpr int S = std::countr_zero(static_cast<unsigned>(NR * sizeof(float)));
+  // acc[row q % 4] += w * (activation row of field q of pos).
+  auto fma_field = [&](const V& w, uint32_t pos, int q) {
+    const size_t off = std::rotr(pos, (2 * q - S) & 31) & (3u << S);
+    const float* xp = reinterpret_cast<const float*>(reinterpret_cast<const char*>(xb) + off);
+#pragma GCC unroll 8
+    for (int c = 0; c < NV; ++c) acc[q % 4][c] = T::fma(w, T::load(xp + c * W), acc[q % 4][c]);
+  };
   for (int j = 0; j < kh; j += 2) {
-    uint64_t idx;
-    std::memcpy(&idx, ki, 8);
+    const uint32_t pos = *codes++;
     const V w4[2] = {T::bcast4(v), T::bcast4(v + 4)};
 #pragma GCC unroll 8
-    for (int q = 0; q < 8; ++q) {
-      const V w = T::lane(w4[q / 4], q % 4);
-      const float* xp = xb + static_cast<size_t>((idx >> (8 * q)) & 0xff) * NR;
-#pragma GCC unroll 8
-      for (int c = 0; c < NV; ++c) acc[q % 4][c] = T::fma(w, T::load(xp + c * W), acc[q % 4][c]);
-    }
+    for (int q = 0; q < 8; ++q) fma_field(T::lane(w4[q / 4], q % 4), pos, q);
     v += 8;
-    ki += 8;
+    xb += 4 * NR;
   }
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r) {
@@ -149,11 +155,11 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
             const int rows = static_cast<int>(std::min<int64_t>(MR, m - mb * MR));
             float* y = a.y + mb * MR * a.ldy + n0;
             if (nc == NR)
-              gemm_tile<T, MR, NV, true>(L.vals.data() + off, L.kidx.data() + off, kh, xb, y, a.ldy, rows, cm,
-                                         first, last, a.bias, mb * MR, a.ep);
+              gemm_tile<T, MR, NV, true>(L.vals.data() + off, L.codes.data() + off / (2 * MR), kh, xb, y,
+                                         a.ldy, rows, cm, first, last, a.bias, mb * MR, a.ep);
             else
-              gemm_tile<T, MR, NV, false>(L.vals.data() + off, L.kidx.data() + off, kh, xb, y, a.ldy, rows,
-                                          cm, first, last, a.bias, mb * MR, a.ep);
+              gemm_tile<T, MR, NV, false>(L.vals.data() + off, L.codes.data() + off / (2 * MR), kh, xb, y,
+                                          a.ldy, rows, cm, first, last, a.bias, mb * MR, a.ep);
           }
         }
         mc = mce;
