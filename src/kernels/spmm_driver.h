@@ -71,12 +71,17 @@ void gemm_tile(const float* __restrict v, const uint16_t* __restrict codes, int 
   // loads) and per slot one 4-value broadcast whose lanes are spread by in-lane permutes: the load ports
   // are the bound, and this leaves them almost only to the activation loads (docs/kernels.md).
   static_assert(MR == 4, "the weight broadcast handles 4 rows per slot");
-  // Field q of the code word, times the panel's row bytes (a power of two, 1 << S), is one rotate and one
-  // and (rorx leaves the word intact: no copies).
-  constexpr int S = std::countr_zero(static_cast<unsigned>(NR * sizeof(float)));
+  // Field q of the code word times the panel's row bytes: when those are a power of two (1 << S), one
+  // rotate and one and (rorx leaves the word intact: no copies).
+  constexpr unsigned kRowBytes = NR * sizeof(float);
+  constexpr int S = std::countr_zero(kRowBytes);
   // acc[row q % 4] += w * (activation row of field q of pos).
   auto fma_field = [&](const V& w, uint32_t pos, int q) {
-    const size_t off = std::rotr(pos, (2 * q - S) & 31) & (3u << S);
+    size_t off;
+    if constexpr (std::has_single_bit(kRowBytes))
+      off = std::rotr(pos, (2 * q - S) & 31) & (3u << S);
+    else
+      off = ((pos >> (2 * q)) & 3) * kRowBytes;
     const float* xp = reinterpret_cast<const float*>(reinterpret_cast<const char*>(xb) + off);
 #pragma GCC unroll 8
     for (int c = 0; c < NV; ++c) acc[q % 4][c] = T::fma(w, T::load(xp + c * W), acc[q % 4][c]);
