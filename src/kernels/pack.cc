@@ -21,7 +21,7 @@ GemmLayout pack_gemm(const Compressed& w, int mr, int kc, int chunk, bool round_
   p.slots_per_row = w.values_per_row();
   const size_t total = static_cast<size_t>(p.m_blocks * p.slots_per_row * mr);
   p.vals = AlignedArray<float>(total);
-  p.codes = AlignedArray<uint16_t>(total / static_cast<size_t>(2 * mr));
+  p.codes = AlignedArray<uint16_t>(total / static_cast<size_t>(2 * mr) + 1);  // + 1: the kernel reads ahead
   const int64_t groups = w.groups_per_row();
   for (int64_t r = 0; r < w.rows; ++r) {
     const int64_t mb = r / mr;

@@ -64,7 +64,7 @@ struct GemmLayout {
   // Storage order [chunk][K block][row block in chunk][slot][row]: the order the kernels read, so the
   // weights stream sequentially.
   AlignedArray<float> vals;
-  AlignedArray<uint16_t> codes;  // one word per slot pair: codes[block_offset / (2 * mr) + g]
+  AlignedArray<uint16_t> codes;  // one word per slot pair: codes[block_offset / (2 * mr) + g]; + 1 padding
   size_t block_offset(int64_t mb, int64_t kb) const {
     const int64_t c0 = mb / chunk * chunk;
     const int64_t nb = m_blocks - c0 < chunk ? m_blocks - c0 : chunk;
