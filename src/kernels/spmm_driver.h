@@ -123,28 +123,55 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   const int nt = static_cast<int>(std::min<int64_t>(a.threads, std::max<int64_t>(panels, L.m_blocks)));
   // Split N panels between threads when they divide evenly or are many, else split the row blocks.
   const bool split_n = nt > 1 && (panels % nt == 0 || panels >= 4 * nt);
-  // Every panel is packed once (in parallel), then each chunk of row blocks sweeps all its panels: a
-  // chunk's weights (64 rows) stay in L2 across the panels instead of streaming from L3 or DRAM per panel.
-  float* xall = scratch<T, 0>(static_cast<size_t>(panels * kp * NR));
+  // Loop order. Weights that fit in the last-level cache: per N panel (packed into a small per-thread
+  // buffer that stays in L2), per chunk of row blocks; the weights come from L3 once per panel. Larger
+  // weights: every panel is packed first (in parallel), then each chunk of row blocks sweeps all its
+  // panels, so a chunk's weights stay in L2 instead of streaming from DRAM once per panel
+  // (4096x4096x512 +10%; for a small matrix with a huge N, e.g. a conv over 12544 pixels, packing all of
+  // X would instead send it through DRAM).
+  const size_t weight_bytes = L.vals.bytes() + L.codes.bytes();
+  const bool chunk_outer = panels > 1 && weight_bytes > (size_t{16} << 20);
+  float* xall = chunk_outer ? scratch<T, 0>(static_cast<size_t>(panels * kp * NR)) : nullptr;
+  auto pack_panel = [&](int64_t pan, float* xp) {
+    const int64_t n0 = pan * NR;
+    const int nc = static_cast<int>(std::min<int64_t>(NR, n - n0));
+    for (int64_t kk = 0; kk < kp; ++kk) {
+      float* dst = xp + kk * NR;
+      int c0 = 0;
+      if (kk < k) {
+        std::memcpy(dst, a.x + kk * a.ldx + n0, sizeof(float) * static_cast<size_t>(nc));
+        c0 = nc;
+      }
+      if (c0 < NR) std::memset(dst + c0, 0, sizeof(float) * static_cast<size_t>(NR - c0));
+    }
+  };
+  // Row blocks [mc, mce) (within one chunk) times panel pan, packed at xp.
+  auto multiply = [&](int64_t pan, const float* xp, int64_t mc, int64_t mce) {
+    const int64_t n0 = pan * NR;
+    const int nc = static_cast<int>(std::min<int64_t>(NR, n - n0));
+    typename T::Mask cm[NV];
+    for (int c = 0; c < NV; ++c) cm[c] = T::mask_first(std::clamp(nc - c * W, 0, W));
+    for (int64_t kb = 0; kb < L.k_blocks; ++kb) {
+      const int kh = L.slots_in(kb);
+      const float* xb = xp + kb * L.kc * NR;
+      const bool first = kb == 0, last = kb == L.k_blocks - 1;
+      for (int64_t mb = mc; mb < mce; ++mb) {
+        const size_t off = L.block_offset(mb, kb);
+        const int rows = static_cast<int>(std::min<int64_t>(MR, m - mb * MR));
+        float* y = a.y + mb * MR * a.ldy + n0;
+        if (nc == NR)
+          gemm_tile<T, MR, NV, true>(L.vals.data() + off, L.codes.data() + off / (2 * MR), kh, xb, y, a.ldy,
+                                     rows, cm, first, last, a.bias, mb * MR, a.ep);
+        else
+          gemm_tile<T, MR, NV, false>(L.vals.data() + off, L.codes.data() + off / (2 * MR), kh, xb, y, a.ldy,
+                                      rows, cm, first, last, a.bias, mb * MR, a.ep);
+      }
+    }
+  };
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
     const int tid = omp_get_thread_num();
     const int nth = omp_get_num_threads();
-#pragma omp for schedule(static)
-    for (int64_t pan = 0; pan < panels; ++pan) {
-      const int64_t n0 = pan * NR;
-      const int nc = static_cast<int>(std::min<int64_t>(NR, n - n0));
-      float* xp = xall + pan * kp * NR;
-      for (int64_t kk = 0; kk < kp; ++kk) {
-        float* dst = xp + kk * NR;
-        int c0 = 0;
-        if (kk < k) {
-          std::memcpy(dst, a.x + kk * a.ldx + n0, sizeof(float) * static_cast<size_t>(nc));
-          c0 = nc;
-        }
-        if (c0 < NR) std::memset(dst + c0, 0, sizeof(float) * static_cast<size_t>(NR - c0));
-      }
-    }
     int64_t p0 = 0, p1 = panels, b0 = 0, b1 = L.m_blocks;
     if (split_n) {
       p0 = panels * tid / nth;
@@ -155,32 +182,24 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
       b0 = std::min(L.m_blocks, units * tid / nth * unit);
       b1 = std::min(L.m_blocks, units * (tid + 1) / nth * unit);
     }
-    for (int64_t mc = b0; mc < b1;) {
-      const int64_t mce = std::min(b1, (mc / L.chunk + 1) * L.chunk);
-      for (int64_t pan = p0; pan < p1; ++pan) {
-        const int64_t n0 = pan * NR;
-        const int nc = static_cast<int>(std::min<int64_t>(NR, n - n0));
-        const float* xp = xall + pan * kp * NR;
-        typename T::Mask cm[NV];
-        for (int c = 0; c < NV; ++c) cm[c] = T::mask_first(std::clamp(nc - c * W, 0, W));
-        for (int64_t kb = 0; kb < L.k_blocks; ++kb) {
-          const int kh = L.slots_in(kb);
-          const float* xb = xp + kb * L.kc * NR;
-          const bool first = kb == 0, last = kb == L.k_blocks - 1;
-          for (int64_t mb = mc; mb < mce; ++mb) {
-            const size_t off = L.block_offset(mb, kb);
-            const int rows = static_cast<int>(std::min<int64_t>(MR, m - mb * MR));
-            float* y = a.y + mb * MR * a.ldy + n0;
-            if (nc == NR)
-              gemm_tile<T, MR, NV, true>(L.vals.data() + off, L.codes.data() + off / (2 * MR), kh, xb, y,
-                                         a.ldy, rows, cm, first, last, a.bias, mb * MR, a.ep);
-            else
-              gemm_tile<T, MR, NV, false>(L.vals.data() + off, L.codes.data() + off / (2 * MR), kh, xb, y,
-                                          a.ldy, rows, cm, first, last, a.bias, mb * MR, a.ep);
-          }
+    if (chunk_outer) {
+#pragma omp for schedule(static)
+      for (int64_t pan = 0; pan < panels; ++pan) pack_panel(pan, xall + pan * kp * NR);
+      for (int64_t mc = b0; mc < b1;) {
+        const int64_t mce = std::min(b1, (mc / L.chunk + 1) * L.chunk);
+        for (int64_t pan = p0; pan < p1; ++pan) multiply(pan, xall + pan * kp * NR, mc, mce);
+        mc = mce;
+      }
+    } else {
+      float* xp = scratch<T, 0>(static_cast<size_t>(kp * NR));
+      for (int64_t pan = p0; pan < p1 && b0 < b1; ++pan) {
+        pack_panel(pan, xp);
+        for (int64_t mc = b0; mc < b1;) {
+          const int64_t mce = std::min(b1, (mc / L.chunk + 1) * L.chunk);
+          multiply(pan, xp, mc, mce);
+          mc = mce;
         }
       }
-      mc = mce;
     }
   }
 }
