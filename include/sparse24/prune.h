@@ -16,31 +16,47 @@ namespace sparse24 {
 // layer's weight columns and to the producing layer's output channels (rows and bias), and the network
 // computes the same function.
 
+// cols must be a multiple of 4 (a stripe = 4 adjacent permuted columns = one 2:4 group in every row).
 enum class PermutationMethod {
-  kAuto,        // exhaustive stripe groups, then swaps, within the time budget
-  kExhaustive,  // stripe-group search only
-  kSwap,        // channel swap search only (fast, for wide layers)
+  kAuto,        // stripe-group search, then `escape_attempts` random perturbations (a cycle of 4 columns
+                // through 4 stripes), each followed by the stripe-group search again; keeps the best.
+                // Wider than 128 columns: the same on windows of 32 random stripes, round after round,
+                // so the time budget never loses finished work (docs/design.md)
+  kExhaustive,  // stripe-group search only: greedy best-improvement over groups of stripes until no group of
+                // `stripe_group` columns can be split better into 2:4 groups
+  kSwap,        // channel swap search only: greedy best single-column swap between two stripes (the
+                // cheapest to evaluate, for wide layers)
 };
 
 struct PermutationOptions {
   PermutationMethod method = PermutationMethod::kAuto;
-  int stripe_group = 8;      // columns per exhaustive stripe group (multiple of 4, 8 or 12)
-  double max_seconds = 1.0;  // wall-clock budget; the best permutation found so far is returned
-  uint64_t seed = 1;         // deterministic for a given seed (and budget not hit)
+  int stripe_group = 8;       // columns per exhaustive stripe group: 8 (35 splits per pair of stripes) or 12
+                              // (5775 splits per triple; slow beyond ~128 columns)
+  double max_seconds = 1.0;   // wall-clock budget; the best permutation found so far is returned
+  uint64_t seed = 1;          // deterministic for a given seed (and budget not hit)
+  int escape_attempts = 300;  // kAuto only: random perturbations tried to leave local optima
 };
 
 struct PermutationResult {
   std::vector<int64_t> perm;     // length cols
   double kept_identity = 0;      // sum |w| kept by 2:4 magnitude without permutation
   double kept_permuted = 0;      // ... with the permutation
-  double kept_unstructured = 0;  // upper bound: the largest 50% of |w| in each row (unstructured 50%)
+  double kept_unstructured = 0;  // bound: the largest 50% of |w| in each row (ASP's "50% rows"; the
+                                 // unstructured 50% of the whole matrix can be larger, but no
+                                 // permutation reaches it, since every row keeps exactly cols/2)
   double seconds = 0;
   // Share of the gap recovered: (permuted - identity) / (unstructured - identity); 0 if there is no gap.
   double recovered() const;
 };
 
+// Every method stops early at max_seconds. Throws Error on NaN or infinite weights, cols not a positive
+// multiple of 4, rows < 1, or bad options.
 PermutationResult search_permutation(const float* w, int64_t rows, int64_t cols,
                                      const PermutationOptions& options = {});
+
+// Sum |w| kept by 2:4 magnitude after permuting the columns by perm (the scalar reference the search is
+// checked against; double accumulation). cols must be a multiple of 4.
+double kept_after_permutation(const float* w, int64_t rows, int64_t cols, const std::vector<int64_t>& perm);
 
 // Permutes columns of w in place: new column c = old column perm[c]. Throws Error if perm is not a
 // permutation of 0..cols-1.

@@ -14,6 +14,9 @@
 #include "sparse24/pattern.h"
 #include "train/cpu_env.h"
 #include "train/density_png.h"
+#ifdef SPARSE24_TRAIN_HAVE_ENGINE
+#include "train/engine_check.h"
+#endif
 #include "train/export.h"
 #include "train/masks.h"
 #include "train/net.h"
@@ -146,6 +149,24 @@ WorkflowResult run_workflow(const WorkflowOptions& o) {
   r.reload_accuracy = accuracy(reload_predictions, s.test_data);
   std::fprintf(o.log, "retrained %s; export reloads with %s predictions\n", pct(r.retrained_accuracy).c_str(),
                r.reload_identical ? "identical" : "DIFFERENT");
+  nlohmann::json engine_report;  // the inference engine on the export, against libtorch (issue 5)
+#ifdef SPARSE24_TRAIN_HAVE_ENGINE
+  {
+    const EngineCheck ec =
+        check_engine(o.out + "/export", s.test_data, logits(net, s.test_data), 100, s.threads);
+    engine_report = {{"images", ec.images},
+                     {"agreement", ec.agreement},
+                     {"accuracy", ec.accuracy},
+                     {"torch_accuracy", r.retrained_accuracy},
+                     {"max_logit_diff", ec.max_logit_diff},
+                     {"ms_per_image", ec.ms_per_image},
+                     {"sparse_layers", ec.sparse_layers},
+                     {"layers", ec.layers},
+                     {"plan", "export/plan.json"}};
+    std::fprintf(o.log, "engine: %.2f%% of argmax identical to libtorch's, accuracy %s (libtorch %s)\n",
+                 100 * ec.agreement, pct(ec.accuracy).c_str(), pct(r.retrained_accuracy).c_str());
+  }
+#endif
 
   // 5. Density maps and the report.
   nlohmann::json layers = nlohmann::json::array();
@@ -194,6 +215,7 @@ WorkflowResult run_workflow(const WorkflowOptions& o) {
       {"layers", layers},
       {"history", {{"dense", history(dense_logs)}, {"retrain", history(retrain_logs)}}},
   };
+  if (!engine_report.is_null()) report["engine"] = engine_report;
   write_file_atomic(o.out + "/report.json", report.dump(2) + "\n");
 
   std::string md = "# sparse24 workflow: " + o.model + " on " + o.dataset + "\n\n";
@@ -221,6 +243,19 @@ WorkflowResult run_workflow(const WorkflowOptions& o) {
         std::to_string(export_bytes) + " bytes) reloads with " +
         (r.reload_identical ? "identical" : "**different**") + " predictions on all " +
         std::to_string(s.test_data.size()) + " test images.\n\n";
+  if (!engine_report.is_null()) {
+    std::snprintf(
+        buf, sizeof buf,
+        "Inference engine (`sparse24 run`, no libtorch; plan `export/plan.json`, %d of %d layers "
+        "sparse): argmax identical to libtorch's on %.2f%% of the %lld test images, accuracy %.2f%% "
+        "(libtorch %.2f%%), max logit difference %.2g, %.4f ms per image.\n\n",
+        engine_report["sparse_layers"].get<int>(), engine_report["layers"].get<int>(),
+        100 * engine_report["agreement"].get<double>(),
+        static_cast<long long>(engine_report["images"].get<int64_t>()),
+        100 * engine_report["accuracy"].get<double>(), 100 * r.retrained_accuracy,
+        engine_report["max_logit_diff"].get<double>(), engine_report["ms_per_image"].get<double>());
+    md += buf;
+  }
   md +=
       "## Layers\n\n| layer | shape | pruned | kept magnitude | density maps (dense / pruned / retrained) |\n"
       "|---|---|---|---|---|\n";

@@ -13,12 +13,19 @@ void register_inspect(CLI::App& app);
 void register_demo(CLI::App& app);
 void register_convert(CLI::App& app);
 void register_export_gpu(CLI::App& app);
+void register_bench_permute(CLI::App& app);
 #ifdef SPARSE24_HAVE_BENCH
 void register_bench(CLI::App& app);
+#endif
+#ifdef SPARSE24_HAVE_ENGINE
+void register_run(CLI::App& app);
+void register_profile(CLI::App& app);
+void register_bench_bert(CLI::App& app);
 #endif
 #ifdef SPARSE24_HAVE_TRAIN
 void register_workflow(CLI::App& app);
 void register_sweep(CLI::App& app);
+void register_lm_experiment(CLI::App& app);  // cmd_lm_experiment.cc
 // Re-executes the process with OPENBLAS_CORETYPE set when argv names a training command (cmd_workflow.cc).
 void prepare_training_process(int argc, char** argv);
 #endif

@@ -17,12 +17,19 @@ int main(int argc, char** argv) {
   sparse24::cli::register_demo(app);
   sparse24::cli::register_convert(app);
   sparse24::cli::register_export_gpu(app);
+  sparse24::cli::register_bench_permute(app);
+#ifdef SPARSE24_HAVE_ENGINE
+  sparse24::cli::register_run(app);
+  sparse24::cli::register_profile(app);
+  sparse24::cli::register_bench_bert(app);
+#endif
 #ifdef SPARSE24_HAVE_BENCH
   sparse24::cli::register_bench(app);
 #endif
 #ifdef SPARSE24_HAVE_TRAIN
   sparse24::cli::register_workflow(app);
   sparse24::cli::register_sweep(app);
+  sparse24::cli::register_lm_experiment(app);
 #endif
   try {
     app.parse(argc, argv);

@@ -1,0 +1,165 @@
+// The inference engine: runs a model (a list of ops over feature-major tensors) with every Linear/Conv2d
+// as a GEMM, each one either the 2:4 sparse kernel (spmm.h) or dense oneDNN, chosen per layer by timing
+// both on the real shapes (the plan, like a TensorRT engine build).
+//
+// Layout: every activation is feature-major, [features, batch * positions] row-major (one column per
+// token, pixel or sample), which is the X[K, N] the sparse kernel multiplies. A Conv2d is a GEMM over
+// im2col with reduction order (ky, kx, in), so its 2:4 groups (along in) stay groups of the GEMM.
+// Both paths run the same code outside the GEMMs; bias and ReLU/GELU are fused into both GEMMs' epilogues.
+//
+//   Model m = load_model("workflow-out/model");        // model.json + model.safetensors, validated
+//   Plan p = build_plan(m, /*batch=*/64, /*threads=*/1); // times sparse and dense per layer
+//   Engine e(m, 64, 1, Mode::kPlan, &p);                // keeps only the chosen format of each weight
+//   e.run(input, output);                               // input [64, *m.input_shape], output [64, classes]
+//
+// The engine library links oneDNN and OpenMP, never libtorch.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sparse24/compressed.h"
+#include "sparse24/reference.h"
+
+namespace sparse24::engine {
+
+// A Linear, or a Conv2d lowered to a GEMM: Y[M, N] = epilogue(W[M, K] X[K, N] + bias).
+struct Gemm {
+  std::string name;  // the layer name in the model ("fc1", "layer3.ffn1")
+  int64_t m = 0, k = 0;
+  bool pruned = false;
+  Compressed sparse;         // pruned: the 2:4 matrix [m, k] (a conv's rows regrouped to (ky, kx, in))
+  std::vector<float> dense;  // not pruned: [m, k] row-major
+  std::vector<float> bias;   // m floats, or empty
+  Epilogue epilogue = Epilogue::kNone;
+};
+
+enum class OpKind : uint8_t {
+  kGemm,       // out = gemm(in)
+  kIm2col,     // spatial in [C, B*H*W] -> [(ky, kx, c), B*OH*OW]
+  kMaxPool,    // kernel = stride, floor
+  kFlatten,    // spatial [C, B*H*W] -> [C*H*W, B] (PyTorch's flatten order c, h, w)
+  kRelu,       // (when it cannot be fused into a GEMM)
+  kAffine,     // per-row y = x * scale + shift (a BatchNorm that follows no conv)
+  kLayerNorm,  // over the rows of each column; in2 (optional) is added first (residual)
+  kAttention,  // multi-head self-attention core: in = [3*H, B*S] (Q, K, V rows), out = [H, B*S]
+};
+const char* op_kind_name(OpKind k);
+
+// Per sample: rows x (h * w) columns.
+struct TensorShape {
+  int64_t rows = 0, h = 1, w = 1;
+};
+
+struct Op {
+  OpKind kind = OpKind::kRelu;
+  int in = -1, in2 = -1, out = -1;  // tensor ids
+  int gemm = -1;                    // kGemm: index into Model::gemms
+  int64_t kernel = 1, stride = 1, padding = 0;
+  int64_t heads = 0;                // kAttention
+  float eps = 1e-5f;                // kLayerNorm
+  std::vector<float> scale, shift;  // kAffine; kLayerNorm gamma, beta
+};
+
+struct Model {
+  std::string name;
+  // Per sample, channel first: [C, H, W], [C, L] or [F]. The engine's input is [batch, *input_shape].
+  std::vector<int64_t> input_shape;
+  double mean = 0, std = 1;          // the export's input normalisation (x = (pixel / 255 - mean) / std)
+  std::vector<TensorShape> tensors;  // tensor 0 is the input
+  int output = 0;
+  std::vector<Gemm> gemms;
+  std::vector<Op> ops;
+  std::string fingerprint;  // identifies the weights and architecture (plans are matched on it)
+
+  // Elements per sample of the input and the output.
+  int64_t input_size() const;
+  int64_t output_size() const;
+  // Checks op/tensor consistency (ids, shapes); Error naming the problem.
+  void check() const;
+};
+
+// Loads a workflow export (DIR/model.json + the safetensors it names): conv2d, linear, batchnorm2d (folded
+// into the conv before it, else a per-channel affine), relu (fused into the GEMM before it), maxpool2d,
+// flatten, dropout (identity). Every tensor is checked against the architecture: a missing tensor, wrong
+// dtype or shape, an invalid 2:4 code, a tensor the architecture does not use, or a truncated/hostile file
+// is an Error naming the tensor (or the file).
+Model load_model(const std::string& dir);
+
+struct BertOptions {
+  int64_t layers = 12, hidden = 768, heads = 12, ffn = 3072, seq = 128;
+  uint64_t seed = 1;
+};
+// A BERT encoder (post-LayerNorm, GELU FFN; no embeddings, no attention mask) with random 2:4 weights in
+// every Linear (Q, K and V as one [3H, H] GEMM). Input and output: [hidden, seq] per sample.
+Model bert_model(const BertOptions& o);
+
+// ---- The plan ----------------------------------------------------------------------------------------
+struct LayerPlan {
+  std::string name;
+  int64_t m = 0, k = 0, n = 0;
+  bool pruned = false;
+  double dense_ms = 0, sparse_ms = -1;  // sparse_ms < 0: not pruned, dense only
+  bool sparse = false;                  // the choice
+};
+struct Plan {
+  std::string fingerprint, isa;
+  int64_t batch = 1;
+  int threads = 1;
+  std::vector<LayerPlan> layers;  // one per Model::gemms, in order
+  std::string to_json() const;
+  // Error naming `what` on malformed JSON or fields.
+  static Plan from_json(const std::string& text, const std::string& what);
+  // Same model (fingerprint, layer names and shapes), batch, threads and kernel ISA.
+  bool matches(const Model& m, int64_t batch, int threads) const;
+};
+// Times, per GEMM, the sparse kernel (pruned layers) and dense oneDNN on the layer's real shape (random
+// activations), best of `reps` interleaved, and keeps sparse only when it is at least 3% faster.
+Plan build_plan(const Model& m, int64_t batch, int threads, int reps = 5);
+// DIR/plan.json when it exists and matches, else a new plan written there atomically (a write failure
+// is reported on stderr, not fatal). `*built` tells which happened.
+Plan load_or_build_plan(const Model& m, const std::string& dir, int64_t batch, int threads, bool* built);
+
+// ---- The engine --------------------------------------------------------------------------------------
+enum class Mode : uint8_t {
+  kPlan,    // each layer as the plan says
+  kDense,   // every GEMM dense oneDNN
+  kSparse,  // every pruned GEMM sparse
+};
+
+struct OpTime {
+  std::string name;  // the GEMM's layer name, or the op kind
+  std::string kind;
+  bool sparse = false;
+  double ms = 0;
+};
+
+class Engine {
+ public:
+  // Copies what it needs from the model: a sparse layer keeps only its packed 2:4 weights (one kernel
+  // layout, the one its N uses), a dense layer only oneDNN's dense weights. `plan` is required for kPlan.
+  Engine(const Model& model, int64_t batch, int threads, Mode mode, const Plan* plan = nullptr);
+  ~Engine();
+  Engine(Engine&&) noexcept;
+  Engine& operator=(Engine&&) noexcept;
+
+  int64_t batch() const;
+  // input: [batch, *input_shape] (sample-major, as PyTorch holds it); output: [batch, rows, positions].
+  void run(const float* input, float* output);
+  // The same, per op: best of `reps` for each op (in a full run each time); returns one entry per op.
+  std::vector<OpTime> profile(const float* input, int reps);
+  // Bytes of all weights the engine holds (packed sparse or dense GEMM weights, biases, norms).
+  size_t weight_bytes() const;
+  // Per GEMM: true when it runs sparse.
+  std::vector<bool> sparse_layers() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Sets the OpenMP thread count used by oneDNN and the engine's own ops.
+void set_threads(int threads);
+
+}  // namespace sparse24::engine

@@ -1,0 +1,382 @@
+// The engine: buffers, execution, profiling, and the plan (per-layer sparse/dense choice by timing).
+#include "sparse24/engine.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "gemm.h"
+#include "ops.h"
+#include "sparse24/error.h"
+#include "sparse24/io.h"
+#include "sparse24/spmm.h"
+
+namespace sparse24::engine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// 64-byte aligned float buffer.
+struct Buffer {
+  std::unique_ptr<float[], void (*)(float*)> p{nullptr, [](float* q) { std::free(q); }};
+  size_t size = 0;
+  explicit Buffer(size_t n) : size(n) {
+    const size_t bytes = ((std::max<size_t>(n, 1) * sizeof(float) + 63) / 64) * 64;
+    p.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
+    if (!p) throw Error("out of memory allocating " + std::to_string(bytes) + " bytes");
+    std::fill(p.get(), p.get() + n, 0.0f);
+  }
+  float* data() const { return p.get(); }
+};
+
+int64_t cols_of(const TensorShape& t, int64_t batch) { return batch * t.h * t.w; }
+
+// A sparse layer must beat dense by this factor to be chosen.
+constexpr double kSparseMargin = 1.03;
+
+}  // namespace
+
+void set_threads(int threads) { omp_set_num_threads(std::max(threads, 1)); }
+
+struct Engine::Impl {
+  int64_t batch = 1;
+  int threads = 1;
+  std::vector<TensorShape> tensors;
+  std::vector<Op> ops;  // copies (GEMM weights live in execs)
+  std::vector<std::string> gemm_names;
+  int output = 0;
+  std::vector<detail::GemmExec> execs;  // one per model gemm
+  std::vector<Buffer> slots;
+  std::vector<int> slot_of;  // tensor -> slot
+  std::unique_ptr<Buffer> scratch;
+
+  float* ptr(int t) const { return slots[slot_of[t]].data(); }
+  void run_op(const Op& op);
+  void load_input(const float* input);
+  void store_output(float* output) const;
+};
+
+void Engine::Impl::run_op(const Op& op) {
+  const TensorShape& x = tensors[op.in];
+  const int64_t cols = cols_of(x, batch);
+  float* in = ptr(op.in);
+  float* out = ptr(op.out);
+  switch (op.kind) {
+    case OpKind::kGemm:
+      execs[op.gemm].run(in, out, threads);
+      break;
+    case OpKind::kIm2col: {
+      const TensorShape& y = tensors[op.out];
+      detail::im2col(in, x.rows, batch, x.h, x.w, op.kernel, op.stride, op.padding, y.h, y.w, out);
+      break;
+    }
+    case OpKind::kMaxPool:
+      detail::maxpool(in, x.rows, batch, x.h, x.w, op.kernel, out);
+      break;
+    case OpKind::kFlatten:
+      detail::flatten(in, x.rows, batch, x.h * x.w, out);
+      break;
+    case OpKind::kRelu:
+      detail::relu(in, x.rows * cols, out);
+      break;
+    case OpKind::kAffine:
+      detail::affine(in, x.rows, cols, op.scale.data(), op.shift.data(), out);
+      break;
+    case OpKind::kLayerNorm:
+      detail::layer_norm(in, op.in2 >= 0 ? ptr(op.in2) : nullptr, x.rows, cols, op.scale.data(),
+                         op.shift.data(), op.eps, out);
+      break;
+    case OpKind::kAttention:
+      detail::attention(in, x.rows / 3, op.heads, batch, x.h * x.w, out, scratch->data(), threads);
+      break;
+  }
+}
+
+void Engine::Impl::load_input(const float* input) {
+  const TensorShape& t = tensors[0];
+  const int64_t p = t.h * t.w;
+  float* dst = ptr(0);
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t c = 0; c < t.rows; ++c)
+      std::copy(input + (b * t.rows + c) * p, input + (b * t.rows + c + 1) * p, dst + (c * batch + b) * p);
+}
+
+void Engine::Impl::store_output(float* result) const {
+  const TensorShape& t = tensors[output];
+  const int64_t p = t.h * t.w;
+  const float* src = ptr(output);
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t c = 0; c < t.rows; ++c)
+      std::copy(src + (c * batch + b) * p, src + (c * batch + b + 1) * p, result + (b * t.rows + c) * p);
+}
+
+Engine::Engine(const Model& model, int64_t batch, int threads, Mode mode, const Plan* plan)
+    : impl_(std::make_unique<Impl>()) {
+  model.check();
+  if (batch < 1 || batch > (1 << 20)) throw Error("batch must be at least 1");
+  if (threads < 1 || threads > 1024) throw Error("threads must be at least 1");
+  if (mode == Mode::kPlan && (plan == nullptr || plan->layers.size() != model.gemms.size()))
+    throw Error("engine: a plan for this model is required");
+  Impl& s = *impl_;
+  s.batch = batch;
+  s.threads = threads;
+  s.tensors = model.tensors;
+  s.ops = model.ops;
+  s.output = model.output;
+  // Which N each GEMM runs at.
+  std::vector<int64_t> n_of(model.gemms.size(), 0);
+  for (const Op& op : model.ops)
+    if (op.kind == OpKind::kGemm) n_of[op.gemm] = cols_of(model.tensors[op.in], batch);
+  for (size_t i = 0; i < model.gemms.size(); ++i) {
+    const Gemm& g = model.gemms[i];
+    s.gemm_names.push_back(g.name);
+    const bool sparse =
+        g.pruned && (mode == Mode::kSparse || (mode == Mode::kPlan && plan->layers[i].sparse));
+    s.execs.push_back(sparse ? detail::GemmExec::sparse(g, n_of[i]) : detail::GemmExec::dense(g, n_of[i]));
+  }
+  // Buffers: each tensor gets a slot that is free when it is written (a slot is released after the last
+  // op that reads its tensor), so activations stay few and warm in cache.
+  const int nt = static_cast<int>(s.tensors.size());
+  std::vector<int> last_use(nt, -1);
+  for (size_t i = 0; i < s.ops.size(); ++i) {
+    last_use[s.ops[i].in] = static_cast<int>(i);
+    if (s.ops[i].in2 >= 0) last_use[s.ops[i].in2] = static_cast<int>(i);
+  }
+  last_use[s.output] = static_cast<int>(s.ops.size());
+  s.slot_of.assign(nt, -1);
+  std::vector<bool> busy;
+  auto take = [&](int t) {
+    const size_t need = static_cast<size_t>(s.tensors[t].rows * cols_of(s.tensors[t], batch));
+    int best = -1;
+    for (size_t j = 0; j < s.slots.size(); ++j)
+      if (!busy[j] && s.slots[j].size >= need && (best < 0 || s.slots[j].size < s.slots[best].size))
+        best = static_cast<int>(j);
+    if (best < 0) {
+      s.slots.emplace_back(need);
+      busy.push_back(false);
+      best = static_cast<int>(s.slots.size()) - 1;
+    }
+    busy[best] = true;
+    s.slot_of[t] = best;
+  };
+  take(0);
+  int64_t scratch = 0;
+  for (size_t i = 0; i < s.ops.size(); ++i) {
+    const Op& op = s.ops[i];
+    take(op.out);
+    for (int t : {op.in, op.in2})
+      if (t >= 0 && last_use[t] == static_cast<int>(i)) busy[s.slot_of[t]] = false;
+    if (op.kind == OpKind::kAttention) {
+      const int64_t seq = s.tensors[op.in].h * s.tensors[op.in].w;
+      scratch = std::max(scratch, static_cast<int64_t>(threads) * seq * seq);
+    }
+  }
+  s.scratch = std::make_unique<Buffer>(static_cast<size_t>(scratch));
+}
+
+Engine::~Engine() = default;
+Engine::Engine(Engine&&) noexcept = default;
+Engine& Engine::operator=(Engine&&) noexcept = default;
+
+int64_t Engine::batch() const { return impl_->batch; }
+
+void Engine::run(const float* input, float* output) {
+  Impl& s = *impl_;
+  set_threads(s.threads);
+  s.load_input(input);
+  for (const Op& op : s.ops) s.run_op(op);
+  s.store_output(output);
+}
+
+std::vector<OpTime> Engine::profile(const float* input, int reps) {
+  Impl& s = *impl_;
+  set_threads(s.threads);
+  std::vector<OpTime> times(s.ops.size());
+  for (size_t i = 0; i < s.ops.size(); ++i) {
+    const Op& op = s.ops[i];
+    times[i].kind = op_kind_name(op.kind);
+    times[i].name = op.kind == OpKind::kGemm ? s.gemm_names[op.gemm] : times[i].kind;
+    times[i].sparse = op.kind == OpKind::kGemm && s.execs[op.gemm].is_sparse();
+    times[i].ms = 1e300;
+  }
+  for (int r = 0; r < std::max(reps, 1); ++r) {
+    s.load_input(input);
+    for (size_t i = 0; i < s.ops.size(); ++i) {
+      const auto t0 = Clock::now();
+      s.run_op(s.ops[i]);
+      times[i].ms = std::min(times[i].ms, ms_since(t0));
+    }
+  }
+  return times;
+}
+
+size_t Engine::weight_bytes() const {
+  size_t b = 0;
+  for (const auto& e : impl_->execs) b += e.weight_bytes();
+  for (const Op& op : impl_->ops) b += (op.scale.size() + op.shift.size()) * sizeof(float);
+  return b;
+}
+
+std::vector<bool> Engine::sparse_layers() const {
+  std::vector<bool> v;
+  for (const auto& e : impl_->execs) v.push_back(e.is_sparse());
+  return v;
+}
+
+// ---- Plan --------------------------------------------------------------------------------------------
+
+std::string Plan::to_json() const {
+  nlohmann::json layers_j = nlohmann::json::array();
+  for (const LayerPlan& l : layers) {
+    nlohmann::json j = {{"name", l.name},
+                        {"m", l.m},
+                        {"k", l.k},
+                        {"n", l.n},
+                        {"pruned", l.pruned},
+                        {"dense_ms", l.dense_ms},
+                        {"choice", l.sparse ? "sparse" : "dense"}};
+    if (l.pruned) j["sparse_ms"] = l.sparse_ms;
+    layers_j.push_back(j);
+  }
+  nlohmann::json j = {{"format", "sparse24-plan"},
+                      {"version", 1},
+                      {"fingerprint", fingerprint},
+                      {"isa", isa},
+                      {"batch", batch},
+                      {"threads", threads},
+                      {"layers", layers_j}};
+  return j.dump(2) + "\n";
+}
+
+Plan Plan::from_json(const std::string& text, const std::string& what) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) throw Error(what + ": not a JSON object");
+  try {
+    if (j.at("format").get<std::string>() != "sparse24-plan")
+      throw Error(what + ": format is not sparse24-plan");
+    Plan p;
+    p.fingerprint = j.at("fingerprint").get<std::string>();
+    p.isa = j.at("isa").get<std::string>();
+    p.batch = j.at("batch").get<int64_t>();
+    p.threads = j.at("threads").get<int>();
+    for (const auto& jl : j.at("layers")) {
+      LayerPlan l;
+      l.name = jl.at("name").get<std::string>();
+      l.m = jl.at("m").get<int64_t>();
+      l.k = jl.at("k").get<int64_t>();
+      l.n = jl.at("n").get<int64_t>();
+      l.pruned = jl.at("pruned").get<bool>();
+      l.dense_ms = jl.at("dense_ms").get<double>();
+      l.sparse_ms = l.pruned ? jl.at("sparse_ms").get<double>() : -1;
+      const std::string c = jl.at("choice").get<std::string>();
+      if (c != "sparse" && c != "dense")
+        throw Error(what + ": layer '" + l.name + "': bad choice '" + c + "'");
+      l.sparse = c == "sparse";
+      p.layers.push_back(l);
+    }
+    return p;
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(what + ": bad plan: " + e.what());
+  }
+}
+
+bool Plan::matches(const Model& m, int64_t b, int t) const {
+  if (fingerprint != m.fingerprint || batch != b || threads != t || isa != isa_name(active_isa()) ||
+      layers.size() != m.gemms.size())
+    return false;
+  std::vector<int64_t> n_of(m.gemms.size(), 0);
+  for (const Op& op : m.ops)
+    if (op.kind == OpKind::kGemm) n_of[op.gemm] = cols_of(m.tensors[op.in], b);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const LayerPlan& l = layers[i];
+    const Gemm& g = m.gemms[i];
+    if (l.name != g.name || l.m != g.m || l.k != g.k || l.n != n_of[i] || l.pruned != g.pruned ||
+        (l.sparse && !g.pruned))
+      return false;
+  }
+  return true;
+}
+
+Plan build_plan(const Model& m, int64_t batch, int threads, int reps) {
+  m.check();
+  set_threads(threads);
+  Plan p;
+  p.fingerprint = m.fingerprint;
+  p.isa = isa_name(active_isa());
+  p.batch = batch;
+  p.threads = threads;
+  std::vector<int64_t> n_of(m.gemms.size(), 0);
+  for (const Op& op : m.ops)
+    if (op.kind == OpKind::kGemm) n_of[op.gemm] = cols_of(m.tensors[op.in], batch);
+  uint32_t seed = 12345;
+  for (size_t i = 0; i < m.gemms.size(); ++i) {
+    const Gemm& g = m.gemms[i];
+    LayerPlan l;
+    l.name = g.name;
+    l.m = g.m;
+    l.k = g.k;
+    l.n = n_of[i];
+    l.pruned = g.pruned;
+    Buffer x(static_cast<size_t>(g.k * l.n)), y(static_cast<size_t>(g.m * l.n));
+    for (size_t j = 0; j < x.size; ++j) {
+      seed = seed * 1664525u + 1013904223u;
+      x.data()[j] = static_cast<float>(seed >> 8) * 0x1.0p-24f * 2.0f - 1.0f;
+    }
+    const detail::GemmExec dense = detail::GemmExec::dense(g, l.n);
+    std::optional<detail::GemmExec> sparse;
+    if (g.pruned) sparse = detail::GemmExec::sparse(g, l.n);
+    dense.run(x.data(), y.data(), threads);  // warm up
+    if (sparse) sparse->run(x.data(), y.data(), threads);
+    l.dense_ms = l.sparse_ms = 1e300;
+    for (int r = 0; r < std::max(reps, 1); ++r) {  // interleaved, best of reps
+      auto t0 = Clock::now();
+      dense.run(x.data(), y.data(), threads);
+      l.dense_ms = std::min(l.dense_ms, ms_since(t0));
+      if (sparse) {
+        t0 = Clock::now();
+        sparse->run(x.data(), y.data(), threads);
+        l.sparse_ms = std::min(l.sparse_ms, ms_since(t0));
+      }
+    }
+    if (!sparse) l.sparse_ms = -1;
+    // Sparse only when clearly faster: near-ties go to dense (the timings are noisy, and the engine's promise
+    // is never to be slower than dense).
+    l.sparse = sparse && l.sparse_ms * kSparseMargin < l.dense_ms;
+    p.layers.push_back(l);
+  }
+  return p;
+}
+
+Plan load_or_build_plan(const Model& m, const std::string& dir, int64_t batch, int threads, bool* built) {
+  const std::string path = dir + "/plan.json";
+  if (std::filesystem::exists(path)) {
+    try {
+      const std::vector<uint8_t> raw = read_file(path);
+      Plan p = Plan::from_json(std::string(raw.begin(), raw.end()), path);
+      if (p.matches(m, batch, threads)) {
+        if (built) *built = false;
+        return p;
+      }
+    } catch (const Error&) {
+      // an unreadable or stale plan is rebuilt
+    }
+  }
+  Plan p = build_plan(m, batch, threads);
+  try {
+    write_file_atomic(path, p.to_json());
+  } catch (const Error& e) {
+    std::fprintf(stderr, "sparse24: warning: plan not saved: %s\n", e.what());
+  }
+  if (built) *built = true;
+  return p;
+}
+
+}  // namespace sparse24::engine

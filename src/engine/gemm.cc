@@ -1,0 +1,110 @@
+#include "gemm.h"
+
+#include <omp.h>
+
+#include <dnnl.hpp>
+#include <optional>
+
+#include "sparse24/error.h"
+#include "sparse24/spmm.h"
+
+namespace sparse24::engine::detail {
+namespace {
+
+struct Dnnl {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+};
+Dnnl& dnnl_ctx() {
+  static Dnnl ctx;
+  return ctx;
+}
+
+}  // namespace
+
+struct GemmExec::Impl {
+  int64_t m = 0, k = 0, n = 0;
+  Epilogue ep = Epilogue::kNone;
+  std::vector<float> bias;
+  // sparse
+  std::optional<PackedMatrix> packed;
+  // dense
+  std::vector<float> w;
+  std::optional<dnnl::eltwise_forward> eltwise;
+  dnnl::memory::desc eltwise_md;
+};
+
+GemmExec::GemmExec() = default;
+GemmExec::~GemmExec() = default;
+GemmExec::GemmExec(GemmExec&&) noexcept = default;
+GemmExec& GemmExec::operator=(GemmExec&&) noexcept = default;
+
+GemmExec GemmExec::sparse(const Gemm& g, int64_t n) {
+  if (!g.pruned) throw Error("layer '" + g.name + "' is not pruned: no sparse path");
+  GemmExec e;
+  e.impl_ = std::make_unique<Impl>();
+  Impl& s = *e.impl_;
+  s.m = g.m;
+  s.k = g.k;
+  s.n = n;
+  s.ep = g.epilogue;
+  s.bias = g.bias;
+  PackOptions o;
+  o.layouts = layouts_for_n(n, active_isa());
+  s.packed = pack(g.sparse, o);
+  return e;
+}
+
+GemmExec GemmExec::dense(const Gemm& g, int64_t n) {
+  GemmExec e;
+  e.impl_ = std::make_unique<Impl>();
+  Impl& s = *e.impl_;
+  s.m = g.m;
+  s.k = g.k;
+  s.n = n;
+  s.ep = g.epilogue;
+  s.bias = g.bias;
+  s.w = g.pruned ? decompress(g.sparse).to_float() : g.dense;
+  if (static_cast<int64_t>(s.w.size()) != g.m * g.k)
+    throw Error("layer '" + g.name + "': weight size mismatch");
+  if (s.ep != Epilogue::kNone) {
+    using dnnl::algorithm;
+    const algorithm alg = s.ep == Epilogue::kRelu ? algorithm::eltwise_relu : algorithm::eltwise_gelu_erf;
+    s.eltwise_md = dnnl::memory::desc({g.m * n}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::a);
+    dnnl::eltwise_forward::primitive_desc pd(
+        dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, alg, s.eltwise_md, 0.0f, 0.0f),
+        dnnl_ctx().engine);
+    s.eltwise = dnnl::eltwise_forward(pd);
+  }
+  return e;
+}
+
+void GemmExec::run(const float* x, float* y, int threads) const {
+  const Impl& s = *impl_;
+  if (s.packed) {
+    spmm(*s.packed, x, s.n, s.n, y, s.n, s.bias.empty() ? nullptr : s.bias.data(), s.ep, threads);
+    return;
+  }
+  float beta = 0.0f;
+  if (!s.bias.empty()) {
+    for (int64_t r = 0; r < s.m; ++r) std::fill(y + r * s.n, y + (r + 1) * s.n, s.bias[r]);
+    beta = 1.0f;
+  }
+  dnnl_sgemm('N', 'N', s.m, s.n, s.k, 1.0f, s.w.data(), s.k, x, s.n, beta, y, s.n);
+  if (s.eltwise) {
+    Dnnl& ctx = dnnl_ctx();
+    dnnl::memory mem(s.eltwise_md, ctx.engine, y);
+    s.eltwise->execute(ctx.stream, {{DNNL_ARG_SRC, mem}, {DNNL_ARG_DST, mem}});
+    ctx.stream.wait();
+  }
+}
+
+bool GemmExec::is_sparse() const { return impl_ && impl_->packed.has_value(); }
+
+size_t GemmExec::weight_bytes() const {
+  const Impl& s = *impl_;
+  const size_t b = s.bias.size() * sizeof(float);
+  return b + (s.packed ? s.packed->bytes() : s.w.size() * sizeof(float));
+}
+
+}  // namespace sparse24::engine::detail

@@ -1,0 +1,29 @@
+// The engine's non-GEMM ops on feature-major tensors ([rows, cols] row-major, one column per token, pixel
+// or sample). The same code runs in the dense and the sparse path, so the end-to-end comparison changes
+// nothing but the GEMMs. Plain loops the compiler vectorises along the columns.
+#pragma once
+#include <cstdint>
+
+namespace sparse24::engine::detail {
+
+// x [c, batch*h*w] -> col [(ky*kernel + kx)*c + ci, batch*oh*ow], zero outside the padded image.
+void im2col(const float* x, int64_t c, int64_t batch, int64_t h, int64_t w, int64_t kernel, int64_t stride,
+            int64_t pad, int64_t oh, int64_t ow, float* col);
+// Max over kernel x kernel windows with stride = kernel; oh = h / kernel, ow = w / kernel.
+void maxpool(const float* x, int64_t c, int64_t batch, int64_t h, int64_t w, int64_t kernel, float* y);
+// [c, batch*p] -> [c*p, batch].
+void flatten(const float* x, int64_t c, int64_t batch, int64_t p, float* y);
+void relu(const float* x, int64_t n, float* y);
+// y[r, j] = x[r, j] * scale[r] + shift[r].
+void affine(const float* x, int64_t rows, int64_t cols, const float* scale, const float* shift, float* y);
+// Per column j: v = x[:, j] (+ residual[:, j]); y = (v - mean) / sqrt(var + eps) * gamma + beta.
+void layer_norm(const float* x, const float* residual, int64_t rows, int64_t cols, const float* gamma,
+                const float* beta, float eps, float* y);
+// Softmax of each row of p [rows, cols], in place.
+void softmax_rows(float* p, int64_t rows, int64_t cols);
+// qkv [3*hidden, batch*seq] (rows: Q, then K, then V; head h owns rows h*d .. h*d+d-1 of each), ctx
+// [hidden, batch*seq]: ctx_h = V_h softmax(Q_h^T K_h / sqrt(d))^T per sample. scratch: threads*seq*seq.
+void attention(const float* qkv, int64_t hidden, int64_t heads, int64_t batch, int64_t seq, float* ctx,
+               float* scratch, int threads);
+
+}  // namespace sparse24::engine::detail

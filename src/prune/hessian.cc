@@ -1,0 +1,103 @@
+// SparseGPT's Hessian H = 2/n X^T X. The accumulation is the hot part (cols^2 * tokens / 2 multiply-adds):
+// token blocks are packed into 16-column panels, 8x16 tiles of X^T X are accumulated in float over one
+// block (registers) and added into the double sum, so float only ever sums kBlock products.
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "sparse24/error.h"
+#include "sparse24/prune.h"
+
+namespace sparse24 {
+namespace {
+
+constexpr int64_t kBlock = 256;  // tokens per float accumulation block
+constexpr int64_t kPanel = 16;   // columns per packed panel
+constexpr int64_t kTileRows = 8;
+
+// acc[k][l] = sum_t xi[t][k] * xj[t][l] over one packed block (rows of 16 floats).
+// Compiled for AVX-512, AVX2+FMA and baseline x86-64; the loader picks one (GCC function multiversioning),
+// so the library still runs on any x86-64. Kept out of the OpenMP region, whose outlined body is not cloned.
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void tile_kernel(
+    const float* xi, const float* xj, int64_t tokens, float* acc_out) {
+  // GCC vector extensions: 8 rows x 2 vectors of 8 accumulators stay in registers (ymm0-31 with AVX-512VL).
+  typedef float v8 __attribute__((vector_size(32)));
+  v8 acc[kTileRows][2] = {};
+  for (int64_t t = 0; t < tokens; ++t) {
+    v8 b0, b1;
+    __builtin_memcpy(&b0, xj + t * kPanel, sizeof b0);
+    __builtin_memcpy(&b1, xj + t * kPanel + 8, sizeof b1);
+    for (int k = 0; k < kTileRows; ++k) {
+      const float a = xi[t * kPanel + k];
+      acc[k][0] += a * b0;
+      acc[k][1] += a * b1;
+    }
+  }
+  for (int k = 0; k < kTileRows; ++k) __builtin_memcpy(acc_out + k * kPanel, acc[k], sizeof acc[k]);
+}
+
+// sum[i][j] += (X^T X)[i][j] of one block, upper triangle (j >= i).
+void accumulate_block(const float* packed, int64_t tokens, int64_t panels, int64_t cols, double* sum) {
+  const int64_t tiles = panels * (kPanel / kTileRows);
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t ti = 0; ti < tiles; ++ti) {
+    const int64_t i0 = ti * kTileRows, ip = i0 / kPanel, io = i0 % kPanel;
+    if (i0 >= cols) continue;
+    float acc[kTileRows * kPanel];
+    for (int64_t jp = ip; jp < panels; ++jp) {
+      tile_kernel(packed + ip * kBlock * kPanel + io, packed + jp * kBlock * kPanel, tokens, acc);
+      for (int k = 0; k < kTileRows; ++k) {
+        const int64_t i = i0 + k;
+        if (i >= cols) break;
+        for (int l = 0; l < kPanel; ++l) {
+          const int64_t j = jp * kPanel + l;
+          if (j >= i && j < cols) sum[i * cols + j] += static_cast<double>(acc[k * kPanel + l]);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Hessian::Hessian(int64_t cols) : cols_(cols) {
+  if (cols < 1 || cols > (1 << 16)) throw Error("invalid Hessian size " + std::to_string(cols));
+  sum_.assign(static_cast<size_t>(cols * cols), 0.0);
+}
+
+void Hessian::add(const float* x, int64_t tokens) {
+  if (tokens < 0) throw Error("invalid token count " + std::to_string(tokens));
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t c = 0; c < cols_; ++c)
+      if (!std::isfinite(x[t * cols_ + c])) {
+        throw Error("non-finite calibration input at token " + std::to_string(t) + ", column " +
+                    std::to_string(c));
+      }
+  const int64_t panels = (cols_ + kPanel - 1) / kPanel;
+  std::vector<float> packed(static_cast<size_t>(panels * kBlock * kPanel));
+  for (int64_t t0 = 0; t0 < tokens; t0 += kBlock) {
+    const int64_t nt = std::min(kBlock, tokens - t0);
+    std::fill(packed.begin(), packed.end(), 0.f);
+    for (int64_t t = 0; t < nt; ++t)
+      for (int64_t c = 0; c < cols_; ++c)
+        packed[static_cast<size_t>((c / kPanel) * kBlock * kPanel + t * kPanel + c % kPanel)] =
+            x[(t0 + t) * cols_ + c];
+    accumulate_block(packed.data(), nt, panels, cols_, sum_.data());
+  }
+  n_ += tokens;
+}
+
+std::vector<double> Hessian::matrix() const {
+  if (n_ == 0) throw Error("the Hessian has no calibration samples");
+  std::vector<double> h(static_cast<size_t>(cols_ * cols_));
+  const double scale = 2.0 / static_cast<double>(n_);
+  for (int64_t i = 0; i < cols_; ++i)
+    for (int64_t j = i; j < cols_; ++j) {
+      const double v = sum_[static_cast<size_t>(i * cols_ + j)] * scale;
+      h[static_cast<size_t>(i * cols_ + j)] = v;
+      h[static_cast<size_t>(j * cols_ + i)] = v;
+    }
+  return h;
+}
+
+}  // namespace sparse24
