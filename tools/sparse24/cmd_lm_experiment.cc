@@ -1,41 +1,12 @@
 // sparse24 lm-experiment: a byte-level transformer on the King James Bible, pruned 2:4 one-shot (magnitude,
 // Wanda, SparseGPT, each with and without permutations) and by magnitude plus a short masked retraining.
-#include <unistd.h>
-
-#include <cstdlib>
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "commands.h"
-#include "train/cpu_env.h"
 #include "train/lm.h"
 
 namespace sparse24::cli {
-namespace {
-
-// main() sets OPENBLAS_CORETYPE only for workflow and sweep; do the same here, from /proc/self/cmdline.
-void reexec_for_openblas() {
-  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;
-  std::ifstream in("/proc/self/cmdline", std::ios::binary);
-  const std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<std::string> args;
-  for (size_t pos = 0; pos < all.size();) {
-    const size_t end = all.find('\0', pos);
-    args.push_back(all.substr(pos, end == std::string::npos ? std::string::npos : end - pos));
-    if (end == std::string::npos) break;
-    pos = end + 1;
-  }
-  if (args.empty()) return;
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  train::reexec_with_openblas_coretype(argv.data());
-}
-
-}  // namespace
 
 void register_lm_experiment(CLI::App& app) {
   auto o = std::make_shared<train::LmExperimentOptions>();
@@ -61,10 +32,7 @@ void register_lm_experiment(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "libtorch threads")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
-  cmd->callback([o] {
-    reexec_for_openblas();
-    train::run_lm_experiment(*o);
-  });
+  cmd->callback([o] { train::run_lm_experiment(*o); });
 }
 
 }  // namespace sparse24::cli
