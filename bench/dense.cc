@@ -50,7 +50,9 @@ std::string openblas_info() {
                   ") from " + ob.path();
   if (!ob.coretype_before().empty() && ob.coretype_before() != ob.coretype_env())
     s += "; the environment's OPENBLAS_CORETYPE=" + ob.coretype_before() + " was replaced";
-  if (ob.was_preloaded()) s += "; WARNING: it was loaded before the benchmark set OPENBLAS_CORETYPE";
+  if (ob.was_preloaded())
+    s += ob.core_as_expected() ? "; linked into the executable (the process re-executed itself with it set)"
+                               : "; WARNING: it was loaded before the benchmark set OPENBLAS_CORETYPE";
   if (!ob.core_as_expected())
     s += "; WARNING: expected core " + ob.expected_core() + " on this CPU: OpenBLAS runs slower code";
   return s;

@@ -1,6 +1,7 @@
 #include "openblas.h"
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -24,6 +25,9 @@ constexpr const char* kCandidates[] = {
     "libopenblas.so",
 };
 
+// Set by reexec_with_wanted_openblas_coretype(): the environment's OPENBLAS_CORETYPE before it ("" = unset).
+constexpr const char* kBeforeReexec = "SPARSE24_OPENBLAS_CORETYPE_BEFORE_REEXEC";
+
 }  // namespace
 
 const OpenBlas& OpenBlas::get() {
@@ -43,23 +47,37 @@ void OpenBlas::set_threads(int n) const {
   if (set_threads_) set_threads_(n);
 }
 
+std::string wanted_openblas_coretype() {
+  if (const char* forced = std::getenv("SPARSE24_OPENBLAS_CORETYPE"); forced && *forced) return forced;
+  if (cpu_has_avx512f()) return "SKYLAKEX";
+  if (cpu_has_avx2_fma()) return "HASWELL";
+  return "";
+}
+
+void reexec_with_wanted_openblas_coretype(char** argv) {
+  const std::string want = wanted_openblas_coretype();
+  const char* now = std::getenv("OPENBLAS_CORETYPE");
+  if (want.empty() || (now && want == now) || std::getenv(kBeforeReexec)) return;
+  if (setenv(kBeforeReexec, now ? now : "", 1) != 0 || setenv("OPENBLAS_CORETYPE", want.c_str(), 1) != 0)
+    return;
+  execv("/proc/self/exe", argv);  // on failure: carry on; the report warns about the core
+}
+
 void OpenBlas::load() {
   // The environment of this machine may already name a core (e.g. OPENBLAS_CORETYPE=Haswell, which runs
   // AVX2 kernels at about half the AVX-512 speed here): the benchmark replaces it with the fastest core this
   // CPU runs, unless SPARSE24_OPENBLAS_CORETYPE asks for a specific one.
-  std::string want;
-  if (cpu_has_avx512f()) {
-    expected_core_ = "SkylakeX";
-    want = "SKYLAKEX";
-  } else if (cpu_has_avx2_fma()) {
-    expected_core_ = "Haswell";
-    want = "HASWELL";
-  }
-  if (const char* forced = std::getenv("SPARSE24_OPENBLAS_CORETYPE"); forced && *forced) {
-    want = forced;
-    expected_core_.clear();  // the user's choice: no expectation
-  }
-  if (const char* before = std::getenv("OPENBLAS_CORETYPE")) coretype_before_ = before;
+  const std::string want = wanted_openblas_coretype();
+  if (std::getenv("SPARSE24_OPENBLAS_CORETYPE") == nullptr || !*std::getenv("SPARSE24_OPENBLAS_CORETYPE")) {
+    if (cpu_has_avx512f())
+      expected_core_ = "SkylakeX";
+    else if (cpu_has_avx2_fma())
+      expected_core_ = "Haswell";
+  }  // else the user's choice: no expectation
+  if (const char* reexec = std::getenv(kBeforeReexec))
+    coretype_before_ = reexec;  // the value before reexec_with_wanted_openblas_coretype()
+  else if (const char* before = std::getenv("OPENBLAS_CORETYPE"))
+    coretype_before_ = before;
   if (!want.empty()) setenv("OPENBLAS_CORETYPE", want.c_str(), /*overwrite=*/1);
   if (const char* env = std::getenv("OPENBLAS_CORETYPE")) coretype_env_ = env;
 

@@ -12,6 +12,16 @@
 
 namespace sparse24::bench {
 
+// The OPENBLAS_CORETYPE the benchmark wants: SPARSE24_OPENBLAS_CORETYPE if set, else SKYLAKEX on a CPU
+// with avx512f, HASWELL with avx2, else "" (no opinion).
+std::string wanted_openblas_coretype();
+
+// For an executable that links libopenblas (through libtorch): OpenBLAS has read OPENBLAS_CORETYPE before
+// main(), so when it differs from wanted_openblas_coretype() this re-executes the process once with it set
+// (remembering the environment's value for the report). Returns only when no re-exec was needed or it
+// failed.
+void reexec_with_wanted_openblas_coretype(char** argv);
+
 class OpenBlas {
  public:
   // Row-major cblas with 32-bit integers (Debian's libopenblas0-openmp).

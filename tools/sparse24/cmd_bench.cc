@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <memory>
 #include <string>
@@ -114,6 +115,10 @@ void run_bench(const BenchOptions& o) {
 }
 
 }  // namespace
+
+void prepare_bench_process(int argc, char** argv) {
+  if (argc >= 2 && std::strcmp(argv[1], "bench") == 0) bench::reexec_with_wanted_openblas_coretype(argv);
+}
 
 void register_bench(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();

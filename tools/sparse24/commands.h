@@ -16,6 +16,8 @@ void register_export_gpu(CLI::App& app);
 void register_bench_permute(CLI::App& app);
 #ifdef SPARSE24_HAVE_BENCH
 void register_bench(CLI::App& app);
+// Re-executes `bench` with the OPENBLAS_CORETYPE it wants when a linked OpenBLAS read another (cmd_bench.cc).
+void prepare_bench_process(int argc, char** argv);
 #endif
 #ifdef SPARSE24_HAVE_ENGINE
 void register_run(CLI::App& app);

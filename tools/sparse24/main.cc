@@ -7,6 +7,9 @@ int main(int argc, char** argv) {
 #ifdef SPARSE24_HAVE_TRAIN
   sparse24::cli::prepare_training_process(argc, argv);
 #endif
+#ifdef SPARSE24_HAVE_BENCH
+  sparse24::cli::prepare_bench_process(argc, argv);
+#endif
   CLI::App app{"sparse24: 2:4 structured sparsity for CPUs"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "sparse24 0.1.0");
