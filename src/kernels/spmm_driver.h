@@ -86,12 +86,16 @@ void gemm_tile(const float* __restrict v, const uint16_t* __restrict codes, int 
 #pragma GCC unroll 8
     for (int c = 0; c < NV; ++c) acc[q % 4][c] = T::fma(w, T::load(xp + c * W), acc[q % 4][c]);
   };
+  // Weights stream from L3 or DRAM (a deployed model's layers are cold): prefetch 4 KB (~4 tiles) ahead
+  // (cold 3072x768x128: +4-6%; 2 or 8 KB the same); a prefetch past the array is harmless.
+  constexpr int kWeightPrefetch = 1024;
   // The code word is loaded a group ahead, so the activation loads never wait for it (+9% in-L1).
   uint32_t next = *codes;
   for (int j = 0; j < kh; j += 2) {
     const uint32_t pos = next;
     next = *++codes;  // one word past the block is the next block's, or the layout's padding word
     const V w4[2] = {T::bcast4(v), T::bcast4(v + 4)};
+    T::prefetch(v + kWeightPrefetch);
 #pragma GCC unroll 8
     for (int q = 0; q < 8; ++q) fma_field(T::lane(w4[q / 4], q % 4), pos, q);
     v += 8;
