@@ -151,13 +151,13 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
       if (c0 < NR) std::memset(dst + c0, 0, sizeof(float) * static_cast<size_t>(NR - c0));
     }
   };
-  // Row blocks [mc, mce) (within one chunk) times panel pan, packed at xp.
-  auto multiply = [&](int64_t pan, const float* xp, int64_t mc, int64_t mce) {
+  // Row blocks [mc, mce) (within one chunk) times K blocks [kb0, kb1) of panel pan, packed at xp.
+  auto multiply = [&](int64_t pan, const float* xp, int64_t mc, int64_t mce, int64_t kb0, int64_t kb1) {
     const int64_t n0 = pan * NR;
     const int nc = static_cast<int>(std::min<int64_t>(NR, n - n0));
     typename T::Mask cm[NV];
     for (int c = 0; c < NV; ++c) cm[c] = T::mask_first(std::clamp(nc - c * W, 0, W));
-    for (int64_t kb = 0; kb < L.k_blocks; ++kb) {
+    for (int64_t kb = kb0; kb < kb1; ++kb) {
       const int kh = L.slots_in(kb);
       const float* xb = xp + kb * L.kc * NR;
       const bool first = kb == 0, last = kb == L.k_blocks - 1;
@@ -193,18 +193,21 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
       for (int64_t pan = 0; pan < panels; ++pan) pack_panel(pan, xall + pan * kp * NR);
       for (int64_t mc = b0; mc < b1;) {
         const int64_t mce = std::min(b1, (mc / L.chunk + 1) * L.chunk);
-        for (int64_t pan = p0; pan < p1; ++pan) multiply(pan, xall + pan * kp * NR, mc, mce);
+        for (int64_t pan = p0; pan < p1; ++pan) multiply(pan, xall + pan * kp * NR, mc, mce, 0, L.k_blocks);
         mc = mce;
       }
     } else {
       float* xp = scratch<T, 0>(static_cast<size_t>(kp * NR));
+      // K in super blocks whose packed X (<= 256 KB) stays in L2 while every chunk sweeps it.
+      const int64_t super = std::max<int64_t>(1, (int64_t{256} << 10) / (L.kc * NR * int64_t{sizeof(float)}));
       for (int64_t pan = p0; pan < p1 && b0 < b1; ++pan) {
         pack_panel(pan, xp);
-        for (int64_t mc = b0; mc < b1;) {
-          const int64_t mce = std::min(b1, (mc / L.chunk + 1) * L.chunk);
-          multiply(pan, xp, mc, mce);
-          mc = mce;
-        }
+        for (int64_t ks = 0; ks < L.k_blocks; ks += super)
+          for (int64_t mc = b0; mc < b1;) {
+            const int64_t mce = std::min(b1, (mc / L.chunk + 1) * L.chunk);
+            multiply(pan, xp, mc, mce, ks, std::min(L.k_blocks, ks + super));
+            mc = mce;
+          }
       }
     }
   }
