@@ -39,16 +39,22 @@ GemmExec::~GemmExec() = default;
 GemmExec::GemmExec(GemmExec&&) noexcept = default;
 GemmExec& GemmExec::operator=(GemmExec&&) noexcept = default;
 
-GemmExec GemmExec::sparse(const Gemm& g, int64_t n) {
-  if (!g.pruned) throw Error("layer '" + g.name + "' is not pruned: no sparse path");
-  GemmExec e;
-  e.impl_ = std::make_unique<Impl>();
-  Impl& s = *e.impl_;
+// The fields both paths share.
+GemmExec::Impl& GemmExec::init(const Gemm& g, int64_t n) {
+  impl_ = std::make_unique<Impl>();
+  Impl& s = *impl_;
   s.m = g.m;
   s.k = g.k;
   s.n = n;
   s.ep = g.epilogue;
   s.bias = g.bias;
+  return s;
+}
+
+GemmExec GemmExec::sparse(const Gemm& g, int64_t n) {
+  if (!g.pruned) throw Error("layer '" + g.name + "' is not pruned: no sparse path");
+  GemmExec e;
+  Impl& s = e.init(g, n);
   PackOptions o;
   o.layouts = layouts_for_n(n, active_isa());
   s.packed = pack(g.sparse, o);
@@ -57,13 +63,7 @@ GemmExec GemmExec::sparse(const Gemm& g, int64_t n) {
 
 GemmExec GemmExec::dense(const Gemm& g, int64_t n) {
   GemmExec e;
-  e.impl_ = std::make_unique<Impl>();
-  Impl& s = *e.impl_;
-  s.m = g.m;
-  s.k = g.k;
-  s.n = n;
-  s.ep = g.epilogue;
-  s.bias = g.bias;
+  Impl& s = e.init(g, n);
   s.w = g.pruned ? decompress(g.sparse).to_float() : g.dense;
   if (static_cast<int64_t>(s.w.size()) != g.m * g.k)
     throw Error("layer '" + g.name + "': weight size mismatch");

@@ -27,6 +27,7 @@ class GemmExec {
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  Impl& init(const Gemm& g, int64_t n);
 };
 
 }  // namespace sparse24::engine::detail

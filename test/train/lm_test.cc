@@ -13,6 +13,7 @@
 #include <random>
 #include <string>
 
+#include "io/io_test_util.h"
 #include "sparse24/error.h"
 #include "sparse24/io.h"
 #include "sparse24/mask.h"
@@ -23,23 +24,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    path_ = fs::temp_directory_path() /
-            ("sparse24_lm_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string str(const std::string& name = "") const {
-    return name.empty() ? path_.string() : (path_ / name).string();
-  }
-
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
-};
+using sparse24::testing::TempDir;
 
 const char* const kBooks[] = {"Ge",   "Exo", "Lev", "Num", "Deu", "Josh", "Jdgs",
                               "Ruth", "1Sm", "2Sm", "1Ki", "2Ki", "1Chr"};
@@ -222,10 +207,10 @@ TEST(LmPrune, EveryMethodGives24AndKeepsTheRestDense) {
 
 TEST(LmExperiment, TinyRunWritesTheReportAndReusesTheDenseModel) {
   TempDir dir;
-  const std::string text = dir.str("kjv.txt");
+  const std::string text = dir.file("kjv.txt");
   write_file_atomic(text, fake_bible(30));
   LmExperimentOptions o;
-  o.out = dir.str("out");
+  o.out = dir.file("out");
   o.text_file = text;
   o.config = tiny_config();
   o.steps = 20;
@@ -265,17 +250,17 @@ TEST(LmExperiment, TinyRunWritesTheReportAndReusesTheDenseModel) {
 
 TEST(LmExperiment, BadOutIsAClearError) {
   TempDir dir;
-  write_file_atomic(dir.str("file"), std::string("x"));
+  write_file_atomic(dir.file("file"), std::string("x"));
   LmExperimentOptions o;
-  o.out = dir.str("file");
-  o.text_file = dir.str("missing.txt");
+  o.out = dir.file("file");
+  o.text_file = dir.file("missing.txt");
   try {
     run_lm_experiment(o);
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("not a directory"), std::string::npos) << e.what();
   }
-  o.out = dir.str("file") + "/sub";
+  o.out = dir.file("file") + "/sub";
   EXPECT_THROW(run_lm_experiment(o), Error);
 }
 

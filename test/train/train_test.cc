@@ -11,6 +11,7 @@
 #include <string>
 
 #include "common/seed.h"
+#include "io/io_test_util.h"
 #include "sparse24/error.h"
 #include "sparse24/io.h"
 #include "sparse24/mask.h"
@@ -28,24 +29,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh directory under the system temp dir, removed at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    path_ = fs::temp_directory_path() /
-            ("sparse24_train_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string str(const std::string& name = "") const {
-    return name.empty() ? path_.string() : (path_ / name).string();
-  }
-
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
-};
+using sparse24::testing::TempDir;
 
 LayerSpec layer(std::string type, std::string name = "", int64_t in = 0, int64_t out = 0,
                 int64_t kernel = 0) {
@@ -175,10 +159,10 @@ TEST(Masks, CheckpointKeepsMasks) {
   torch::manual_seed(3);
   Net net(tiny_spec());
   MaskSet m = MaskSet::prune(*net, MaskOptions{});
-  m.save_checkpoint(*net, dir.str("ck.pt"));
+  m.save_checkpoint(*net, dir.file("ck.pt"));
   torch::manual_seed(4);
   Net other(tiny_spec());
-  MaskSet loaded = MaskSet::load_checkpoint(*other, dir.str("ck.pt"));
+  MaskSet loaded = MaskSet::load_checkpoint(*other, dir.file("ck.pt"));
   for (const LayerMask& l : m.layers()) {
     const LayerMask& o = find_layer(loaded, l.name);
     EXPECT_EQ(o.pruned, l.pruned) << l.name;
@@ -208,9 +192,9 @@ TEST(Idx, ReadsGzippedAndPlainFiles) {
   TempDir dir;
   std::vector<uint8_t> pixels(3 * 4 * 5);
   for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<uint8_t>(i * 7);
-  write_bytes(dir.str("img.gz"), gz(encode_idx({3, 4, 5}, pixels)));
-  write_bytes(dir.str("lab"), encode_idx({3}, {0, 9, 4}));
-  const IdxDataset ds = read_idx_dataset(dir.str("img.gz"), dir.str("lab"));
+  write_bytes(dir.file("img.gz"), gz(encode_idx({3, 4, 5}, pixels)));
+  write_bytes(dir.file("lab"), encode_idx({3}, {0, 9, 4}));
+  const IdxDataset ds = read_idx_dataset(dir.file("img.gz"), dir.file("lab"));
   EXPECT_EQ(ds.n, 3);
   EXPECT_EQ(ds.rows, 4);
   EXPECT_EQ(ds.cols, 5);
@@ -224,7 +208,7 @@ TEST(Idx, ReadsGzippedAndPlainFiles) {
 
 TEST(Idx, RejectsBadFilesWithOneLineMessages) {
   TempDir dir;
-  const std::string p = dir.str("bad.gz");
+  const std::string p = dir.file("bad.gz");
   auto err = [&](const std::vector<uint8_t>& bytes, int rank) {
     write_bytes(p, bytes);
     return error_of([&] { read_idx(p, rank); });
@@ -258,14 +242,14 @@ TEST(Idx, RejectsBadFilesWithOneLineMessages) {
   EXPECT_EQ(msg.rfind(p, 0), 0u) << msg;  // starts with the file name
 
   // Image and label files that disagree.
-  write_bytes(dir.str("img"), good);
-  write_bytes(dir.str("lab"), encode_idx({3}, {1, 2, 3}));
-  EXPECT_NE(error_of([&] { read_idx_dataset(dir.str("img"), dir.str("lab")); }).find("2 images but"),
+  write_bytes(dir.file("img"), good);
+  write_bytes(dir.file("lab"), encode_idx({3}, {1, 2, 3}));
+  EXPECT_NE(error_of([&] { read_idx_dataset(dir.file("img"), dir.file("lab")); }).find("2 images but"),
             std::string::npos);
-  write_bytes(dir.str("lab"), encode_idx({2}, {1, 10}));
-  EXPECT_NE(error_of([&] { read_idx_dataset(dir.str("img"), dir.str("lab")); }).find("label 10 at index 1"),
+  write_bytes(dir.file("lab"), encode_idx({2}, {1, 10}));
+  EXPECT_NE(error_of([&] { read_idx_dataset(dir.file("img"), dir.file("lab")); }).find("label 10 at index 1"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { read_idx(dir.str("missing"), 1); }).find("cannot open"), std::string::npos);
+  EXPECT_NE(error_of([&] { read_idx(dir.file("missing"), 1); }).find("cannot open"), std::string::npos);
 }
 
 TEST(Idx, BoundsInflatedSize) {
@@ -286,14 +270,14 @@ TEST(Export, ReloadsToIdenticalPredictions) {
   net->train();
   for (int i = 0; i < 3; ++i) net->forward(torch::randn({32, 2, 8, 8}));
   MaskSet masks = MaskSet::prune(*net, MaskOptions{});
-  export_model(net, masks, dir.str());
-  Net back = load_exported(dir.str());
+  export_model(net, masks, dir.path().string());
+  Net back = load_exported(dir.path().string());
   net->eval();
   const torch::Tensor x = torch::randn({64, 2, 8, 8});
   torch::NoGradGuard no_grad;
   EXPECT_TRUE(net->forward(x).equal(back->forward(x)));
 
-  const SafeTensors st = read_safetensors(dir.str("model.safetensors"));
+  const SafeTensors st = read_safetensors(dir.file("model.safetensors"));
   EXPECT_NE(st.find("conv2.weight.values"), nullptr);
   EXPECT_NE(st.find("conv2.weight.metadata"), nullptr);
   EXPECT_EQ(st.find("conv2.weight"), nullptr);
@@ -301,14 +285,14 @@ TEST(Export, ReloadsToIdenticalPredictions) {
   EXPECT_NE(st.find("bn1.running_var"), nullptr);
   EXPECT_EQ(st.at("fc1.weight.values").shape, (std::vector<int64_t>{16, 64}));
   EXPECT_EQ(st.at("conv2.weight.metadata").shape, (std::vector<int64_t>{8 * 9, 1}));
-  const auto cfg = nlohmann::json::parse(read_file(dir.str("model.json")));
+  const auto cfg = nlohmann::json::parse(read_file(dir.file("model.json")));
   EXPECT_EQ(cfg["pruned"]["conv2.weight"]["shape"], nlohmann::json({8, 8, 3, 3}));
 
   // A config that does not match the weights is an error, not garbage.
   nlohmann::json bad = cfg;
   bad["layers"][7]["out"] = 32;
-  write_file_atomic(dir.str("model.json"), bad.dump());
-  EXPECT_THROW(load_exported(dir.str()), Error);
+  write_file_atomic(dir.file("model.json"), bad.dump());
+  EXPECT_THROW(load_exported(dir.path().string()), Error);
 }
 
 TEST(Export, RejectsNonTwoFourWeights) {
@@ -320,7 +304,7 @@ TEST(Export, RejectsNonTwoFourWeights) {
     torch::NoGradGuard no_grad;
     find_layer(masks, "fc1").weight.fill_(1.f);
   }
-  EXPECT_THROW(export_model(net, masks, dir.str()), Error);
+  EXPECT_THROW(export_model(net, masks, dir.path().string()), Error);
 }
 
 TEST(Spec, JsonRoundTripAndValidation) {
@@ -351,8 +335,8 @@ TEST(Trainer, EpochOrderIsAPermutationAndDependsOnSeedAndEpoch) {
 TEST(DensityPng, WritesAValidPng) {
   TempDir dir;
   const std::vector<float> w = {1.f, -1.f, 0.f, 0.5f, 0.f, 0.f};
-  write_density_png(dir.str("m.png"), w.data(), 2, 3, 2);
-  const std::vector<uint8_t> b = read_file(dir.str("m.png"));
+  write_density_png(dir.file("m.png"), w.data(), 2, 3, 2);
+  const std::vector<uint8_t> b = read_file(dir.file("m.png"));
   ASSERT_GT(b.size(), 8u);
   EXPECT_EQ(b[1], 'P');
   EXPECT_EQ(b[2], 'N');
@@ -371,13 +355,13 @@ TEST(Workflow, SmokeRunWritesTheReport) {
   o.model = "cnn";
   o.limit = 512;
   o.epochs = 1;
-  o.out = dir.str("out");
+  o.out = dir.file("out");
   std::FILE* log = std::tmpfile();
   o.log = log;
   const WorkflowResult r = run_workflow(o);
   std::fclose(log);
   EXPECT_TRUE(r.reload_identical);
-  const auto j = nlohmann::json::parse(read_file(dir.str("out/report.json")));
+  const auto j = nlohmann::json::parse(read_file(dir.file("out/report.json")));
   for (const char* key : {"dataset", "model", "seed", "epochs", "dense_accuracy", "oneshot_accuracy",
                           "retrained_accuracy", "seconds", "layers"})
     EXPECT_TRUE(j.contains(key)) << key;
@@ -390,12 +374,12 @@ TEST(Workflow, SmokeRunWritesTheReport) {
   for (const auto& l : j["layers"]) {
     for (const char* key : {"name", "shape", "pruned", "kept_magnitude"}) EXPECT_TRUE(l.contains(key)) << key;
     if (l["pruned"]) {
-      EXPECT_TRUE(fs::exists(dir.str("out/" + l["maps"]["pruned"].get<std::string>())));
+      EXPECT_TRUE(fs::exists(dir.file("out/" + l["maps"]["pruned"].get<std::string>())));
     }
   }
   EXPECT_FALSE(j["layers"][0]["pruned"]);  // conv1: one input channel
-  EXPECT_TRUE(fs::exists(dir.str("out/report.md")));
-  EXPECT_TRUE(fs::exists(dir.str("out/export/model.safetensors")));
+  EXPECT_TRUE(fs::exists(dir.file("out/report.md")));
+  EXPECT_TRUE(fs::exists(dir.file("out/export/model.safetensors")));
 }
 
 }  // namespace
