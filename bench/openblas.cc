@@ -68,12 +68,11 @@ void OpenBlas::load() {
   // AVX2 kernels at about half the AVX-512 speed here): the benchmark replaces it with the fastest core this
   // CPU runs, unless SPARSE24_OPENBLAS_CORETYPE asks for a specific one.
   const std::string want = wanted_openblas_coretype();
-  if (std::getenv("SPARSE24_OPENBLAS_CORETYPE") == nullptr || !*std::getenv("SPARSE24_OPENBLAS_CORETYPE")) {
-    if (cpu_has_avx512f())
-      expected_core_ = "SkylakeX";
-    else if (cpu_has_avx2_fma())
-      expected_core_ = "Haswell";
-  }  // else the user's choice: no expectation
+  // The name openblas_get_corename() reports for the core we ask for (a user's own choice: no expectation).
+  if (want == "SKYLAKEX")
+    expected_core_ = "SkylakeX";
+  else if (want == "HASWELL")
+    expected_core_ = "Haswell";
   if (const char* reexec = std::getenv(kBeforeReexec))
     coretype_before_ = reexec;  // the value before reexec_with_wanted_openblas_coretype()
   else if (const char* before = std::getenv("OPENBLAS_CORETYPE"))
