@@ -61,6 +61,15 @@ struct Avx2 {
     }
   }
   static V load(const float* p) { return _mm256_load_ps(p); }
+  static void store(float* p, V v) { _mm256_store_ps(p, v); }
+  static V interleave_lo(V a, V b) {
+    return _mm256_permute2f128_ps(_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b), 0x20);
+  }
+  static V interleave_hi(V a, V b) {
+    return _mm256_permute2f128_ps(_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b), 0x31);
+  }
+  static V load8(const float* p) { return _mm256_load_ps(p); }
+  static V pair(V w, int q) { return _mm256_permutevar8x32_ps(w, _mm256_set1_epi64x((int64_t{2 * q + 1} << 32) | (2 * q))); }
   static V loadu(const float* p) { return _mm256_loadu_ps(p); }
   static void storeu(float* p, V v) { _mm256_storeu_ps(p, v); }
   static Mask mask_first(int n) {
@@ -160,6 +169,11 @@ struct Avx2 {
   }
 };
 
+// The N at which fp32 weights in the memory-bound layout run the pair kernel (spmm_driver.h). Measured
+// 2048x2048 (GFLOP/s, memory-bound kernel -> pair): N=4 66 -> 108, N=5 68 -> 64 (10 of 16 lanes used),
+// N=6 68 -> 76, N=8 66 -> 102.
+constexpr bool use_pair(int64_t n) { return n == 4 || n >= 6; }
+
 }  // namespace
 
 void gemm_avx2(const PackedMatrix::Impl& p, const SpmmArgs& a) {
@@ -168,6 +182,7 @@ void gemm_avx2(const PackedMatrix::Impl& p, const SpmmArgs& a) {
 }
 
 void gemv_avx2(const PackedMatrix::Impl& p, const SpmmArgs& a) {
+  if (!p.gemv.bf16 && use_pair(a.n)) return a.n <= 4 ? pair_run<Avx2, 1>(p, a) : pair_run<Avx2, 2>(p, a);
   if (p.gemv.bf16)
     gemv_dispatch<Avx2, true>(p, a);
   else

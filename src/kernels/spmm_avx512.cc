@@ -40,6 +40,22 @@ struct Avx512 {
     }
   }
   static V load(const float* p) { return _mm512_load_ps(p); }
+  static void store(float* p, V v) { _mm512_store_ps(p, v); }
+  // [a0, b0, a1, b1, ...] from the low halves of a and b; _hi from the high halves.
+  static V interleave_lo(V a, V b) {
+    return _mm512_permutex2var_ps(
+        a, _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23), b);
+  }
+  static V interleave_hi(V a, V b) {
+    return _mm512_permutex2var_ps(
+        a, _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31), b);
+  }
+  // The 8 floats at p in the low half (aligned).
+  static V load8(const float* p) { return _mm512_castps256_ps512(_mm256_load_ps(p)); }
+  // [w[2q], w[2q + 1]] in every pair of lanes.
+  static V pair(V w, int q) {
+    return _mm512_permutexvar_ps(_mm512_set1_epi64((int64_t{2 * q + 1} << 32) | (2 * q)), w);
+  }
   static V loadu(const float* p) { return _mm512_loadu_ps(p); }
   static void storeu(float* p, V v) { _mm512_storeu_ps(p, v); }
   static Mask mask_first(int n) { return static_cast<Mask>((1u << n) - 1); }
@@ -131,6 +147,11 @@ struct Avx512 {
   }
 };
 
+// From this N on, fp32 weights in the memory-bound layout run the pair kernel (spmm_driver.h). Measured
+// 2048x2048 (GFLOP/s, memory-bound kernel -> pair): N=6 89 -> 89, N=7 93 -> 110, N=9 117 -> 123,
+// N=12 93 -> 162, N=16 68 -> 217.
+constexpr int64_t kPairMinN = 7;
+
 }  // namespace
 
 void gemm_avx512(const PackedMatrix::Impl& p, const SpmmArgs& a) {
@@ -141,6 +162,7 @@ void gemm_avx512(const PackedMatrix::Impl& p, const SpmmArgs& a) {
 }
 
 void gemv_avx512(const PackedMatrix::Impl& p, const SpmmArgs& a) {
+  if (!p.gemv.bf16 && a.n >= kPairMinN) return a.n <= 8 ? pair_run<Avx512, 1>(p, a) : pair_run<Avx512, 2>(p, a);
   if (p.gemv.bf16)
     gemv_dispatch<Avx512, true>(p, a);
   else
