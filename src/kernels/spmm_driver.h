@@ -49,6 +49,21 @@ void epilogue_row(float* y, int n, Epilogue ep) {
   }
 }
 
+// GELU of rows x (NV vectors) of Y, the tile just stored (in L1): a plain loop whose iterations the CPU
+// overlaps, where applied to the accumulators in registers each GELU waited for the previous one's
+// chain (3072x768x128 with GELU, scratch benchmark: 271 -> 278 GFLOP/s).
+template <class T, int NV, bool FULL>
+void gelu_rows(float* y, int64_t ldy, int rows, const typename T::Mask* cm) {
+  constexpr int W = T::W;
+  for (int i = 0; i < rows * NV; ++i) {
+    float* p = y + (i / NV) * ldy + (i % NV) * W;
+    if (FULL)
+      T::storeu(p, T::gelu(T::loadu(p)));
+    else
+      T::storeu_m(p, T::gelu(T::loadu_m(p, cm[i % NV])), cm[i % NV]);
+  }
+}
+
 template <class T, int MR, int NV, bool FULL>
 void gemm_tile(const float* __restrict v, const uint16_t* __restrict codes, int kh,
                const float* __restrict xb, float* __restrict y, int64_t ldy, int rows,
@@ -106,13 +121,16 @@ void gemm_tile(const float* __restrict v, const uint16_t* __restrict codes, int 
     if (r >= rows) break;
 #pragma GCC unroll 8
     for (int c = 0; c < NV; ++c) {
-      V o = last ? finish<T>(acc[r][c], bias, row0 + r, ep) : acc[r][c];
+      // ReLU in registers; GELU (~45 dependent operations per vector) in a loop over the stored rows.
+      V o = last ? finish<T>(acc[r][c], bias, row0 + r, ep == Epilogue::kGelu ? Epilogue::kNone : ep)
+                 : acc[r][c];
       if (FULL)
         T::storeu(y + r * ldy + c * W, o);
       else
         T::storeu_m(y + r * ldy + c * W, o, cm[c]);
     }
   }
+  if (last && ep == Epilogue::kGelu) gelu_rows<T, NV, FULL>(y, ldy, rows, cm);
 }
 
 template <class T, int MR, int NV>
