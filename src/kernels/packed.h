@@ -17,7 +17,8 @@
 // (row, chunk) has 8 value slots (fp32 or bf16) and a 16-bit keep mask: bit i set if position 16c + i is
 // kept (positions >= K are never kept). Group q of the chunk owns slots 2q and 2q+1, in position order
 // (so a value's slot is 2q + [a kept position of its group lies below it]). The kernel spreads them to a
-// dense 16-wide vector with one permute and multiply-adds with the transposed activations.
+// dense 16-wide vector with one permute and multiply-adds with the transposed activations; from N ~ 7 on
+// the pair kernel (spmm_driver.h) reads the same layout a group at a time instead.
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -13,7 +13,8 @@
 // Memory-bound path: the activations are transposed once into Xt [N][K] (zero-padded to whole 16-wide
 // chunks); per K block, per row block, S rows at a time, each 16-wide chunk of weights is expanded to a
 // dense vector and multiply-added with the N activation vectors. Per K block the lane sums are added into
-// Y; the last K block adds the bias and applies the epilogue. Threads split the row blocks.
+// Y; the last K block adds the bias and applies the epilogue. Threads split the row blocks. From N ~ 7 on
+// the pair path (below) reads the same layout with full-width FMAs.
 #pragma once
 #include <omp.h>
 
