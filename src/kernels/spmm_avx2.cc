@@ -69,7 +69,9 @@ struct Avx2 {
     return _mm256_permute2f128_ps(_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b), 0x31);
   }
   static V load8(const float* p) { return _mm256_load_ps(p); }
-  static V pair(V w, int q) { return _mm256_permutevar8x32_ps(w, _mm256_set1_epi64x((int64_t{2 * q + 1} << 32) | (2 * q))); }
+  static V pair(V w, int q) {
+    return _mm256_permutevar8x32_ps(w, _mm256_set1_epi64x((int64_t{2 * q + 1} << 32) | (2 * q)));
+  }
   static V loadu(const float* p) { return _mm256_loadu_ps(p); }
   static void storeu(float* p, V v) { _mm256_storeu_ps(p, v); }
   static Mask mask_first(int n) {

@@ -162,7 +162,8 @@ void gemm_avx512(const PackedMatrix::Impl& p, const SpmmArgs& a) {
 }
 
 void gemv_avx512(const PackedMatrix::Impl& p, const SpmmArgs& a) {
-  if (!p.gemv.bf16 && a.n >= kPairMinN) return a.n <= 8 ? pair_run<Avx512, 1>(p, a) : pair_run<Avx512, 2>(p, a);
+  if (!p.gemv.bf16 && a.n >= kPairMinN)
+    return a.n <= 8 ? pair_run<Avx512, 1>(p, a) : pair_run<Avx512, 2>(p, a);
   if (p.gemv.bf16)
     gemv_dispatch<Avx512, true>(p, a);
   else

@@ -364,7 +364,7 @@ void pair_tile(const float* __restrict vals, const uint16_t* __restrict masks, s
       std::memcpy(&m4, masks + e, sizeof m4);
       const float* vv = vals + e * 8;
       // The weights stream from memory, one row block's run at a time: prefetch the run 4 tiles on.
-T::prefetch(vv + prefetch_entries * 8);
+      T::prefetch(vv + prefetch_entries * 8);
       T::prefetch(vv + prefetch_entries * 8 + 16);
       if (c % 8 == 0) T::prefetch(masks + e + prefetch_entries);
 #pragma GCC unroll 4
@@ -410,7 +410,8 @@ void pair_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
 #pragma omp for schedule(static)
     for (int64_t g = 0; g < L.chunks * 4; ++g) {
       typename T::V x[5];  // activation rows 4g..4g+3 (zero past K), and x[4] = 0
-      for (int i = 0; i < 4; ++i) x[i] = 4 * g + i < k ? T::loadu_m(a.x + (4 * g + i) * a.ldx, nmask) : T::zero();
+      for (int i = 0; i < 4; ++i)
+        x[i] = 4 * g + i < k ? T::loadu_m(a.x + (4 * g + i) * a.ldx, nmask) : T::zero();
       x[4] = T::zero();
       float* ent0 = tab + g / G::kGroups * G::kSubFloats + g % G::kGroups * EW;
       // Every group's rows read its 6 two-bit masks; the K tail's group and the padding groups fewer bits.

@@ -1,6 +1,7 @@
 // Writes the seed corpora for the fuzz harnesses: small valid files made with the library, one directory per
 // harness under argv[1]. Run by run.sh before fuzzing.
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -88,5 +89,77 @@ int main(int argc, char** argv) {
   sc.targets = {"layer"};
   const std::string config = with_sparsity_config(R"({"hidden_size": 8})", sc, "config");
   put(out / "bitmask24", "config.json", std::vector<uint8_t>(config.begin(), config.end()));
+  // engine model exports: [2-byte JSON length][model.json][model.safetensors]; an MLP with a pruned layer
+  // and a small CNN (conv + batchnorm + pool)
+  auto model_seed = [&](const std::string& name, const nlohmann::json& config, const SafeTensors& weights) {
+    const std::string json = config.dump();
+    std::vector<uint8_t> seed = {static_cast<uint8_t>(json.size() & 0xFF),
+                                 static_cast<uint8_t>(json.size() >> 8)};
+    seed.insert(seed.end(), json.begin(), json.end());
+    const std::vector<uint8_t> st = encode_safetensors(weights);
+    seed.insert(seed.end(), st.begin(), st.end());
+    put(out / "engine_model", name, seed);
+  };
+  {
+    SafeTensors w;
+    nlohmann::json pruned = nlohmann::json::object();
+    const Compressed c = compress(matrix24(DType::kF32, {4, 8}));
+    w.add("fc1.weight.values", StTensor{"F32", {c.rows, c.values_per_row()}, c.values});
+    w.add("fc1.weight.metadata", StTensor{"U8", {c.rows, c.meta_bytes_per_row()}, c.metadata});
+    pruned["fc1.weight"] = {{"shape", {4, 8}}, {"pattern", "2:4"}, {"dtype", "float32"}};
+    w.add("fc1.bias", to_st(matrix24(DType::kF32, {4})));
+    w.add("fc2.weight", to_st(matrix24(DType::kF32, {3, 4})));
+    w.add("fc2.bias", to_st(matrix24(DType::kF32, {3})));
+    const nlohmann::json layers = {{{"type", "linear"}, {"name", "fc1"}, {"in", 8}, {"out", 4}},
+                                   {{"type", "relu"}},
+                                   {{"type", "linear"}, {"name", "fc2"}, {"in", 4}, {"out", 3}}};
+    model_seed("mlp",
+               {{"format", "sparse24-model"},
+                {"version", 1},
+                {"model", "mlp"},
+                {"input_shape", {8}},
+                {"classes", 3},
+                {"normalize", {{"mean", 0.5}, {"std", 0.25}}},
+                {"layers", layers},
+                {"weights", "model.safetensors"},
+                {"pruned", pruned}},
+               w);
+  }
+  {
+    SafeTensors w;
+    nlohmann::json pruned = nlohmann::json::object();
+    const Compressed c = compress(matrix24(DType::kF32, {4, 4, 3, 3}));
+    w.add("conv1.weight.values", StTensor{"F32", {c.rows, c.values_per_row()}, c.values});
+    w.add("conv1.weight.metadata", StTensor{"U8", {c.rows, c.meta_bytes_per_row()}, c.metadata});
+    pruned["conv1.weight"] = {{"shape", {4, 4, 3, 3}}, {"pattern", "2:4"}, {"dtype", "float32"}};
+    w.add("conv1.bias", to_st(matrix24(DType::kF32, {4})));
+    for (const char* p : {"weight", "bias", "running_mean", "running_var"})
+      w.add(std::string("bn1.") + p, to_st(Tensor::from_float({1.f, 0.5f, 2.f, 1.f}, {4})));
+    w.add("fc.weight", to_st(matrix24(DType::kF32, {2, 16})));
+    w.add("fc.bias", to_st(matrix24(DType::kF32, {2})));
+    const nlohmann::json layers = {{{"type", "conv2d"},
+                                    {"name", "conv1"},
+                                    {"in", 4},
+                                    {"out", 4},
+                                    {"kernel", 3},
+                                    {"stride", 1},
+                                    {"padding", 1}},
+                                   {{"type", "batchnorm2d"}, {"name", "bn1"}, {"features", 4}},
+                                   {{"type", "relu"}},
+                                   {{"type", "maxpool2d"}, {"kernel", 2}},
+                                   {{"type", "flatten"}},
+                                   {{"type", "linear"}, {"name", "fc"}, {"in", 16}, {"out", 2}}};
+    model_seed("cnn",
+               {{"format", "sparse24-model"},
+                {"version", 1},
+                {"model", "cnn"},
+                {"input_shape", {4, 4, 4}},
+                {"classes", 2},
+                {"normalize", {{"mean", 0.5}, {"std", 0.25}}},
+                {"layers", layers},
+                {"weights", "model.safetensors"},
+                {"pruned", pruned}},
+               w);
+  }
   return 0;
 }

@@ -11,10 +11,10 @@ cd "$(dirname "$0")/../.."
 seconds=${FUZZ_SECONDS:-20}
 out=${FUZZ_BUILD_DIR:-build-fuzz}
 cxx=${FUZZ_CXX:-clang++-14}
-harnesses=(${FUZZ_ONLY:-safetensors compressed_file bitmask24 npy metadata})
+harnesses=(${FUZZ_ONLY:-safetensors compressed_file bitmask24 npy metadata engine_model})
 lib_sources=(src/core/dtype.cc src/core/tensor.cc src/core/pattern.cc src/core/mask.cc src/core/compressed.cc
              src/io/file.cc src/io/npy.cc src/io/safetensors.cc src/io/compressed_file.cc src/io/bitmask24.cc
-             src/io/checkpoint.cc)
+             src/io/checkpoint.cc src/engine/model.cc)
 flags=(-std=c++20 -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
        -Iinclude -Itest/fuzz)
 
