@@ -47,26 +47,13 @@ class WeightFile {
   }
   Compressed compressed(const std::string& name, const std::vector<int64_t>& shape) {
     Compressed c;
-    c.dtype = DType::kF32;
-    c.shape = shape;
-    const MatrixView view = matrix_view(shape);
-    c.rows = view.rows;
-    c.cols = view.cols;
-    const StTensorView& v = find(name + ".values");
-    const StTensorView& m = find(name + ".metadata");
-    if (v.dtype != "F32" || v.shape != std::vector<int64_t>{c.rows, c.values_per_row()})
-      throw Error(path_ + ": tensor '" + name + ".values' is " + v.dtype + " " + shape_string(v.shape) +
-                  ", the architecture needs F32 " + shape_string({c.rows, c.values_per_row()}));
-    if (m.dtype != "U8" || m.shape != std::vector<int64_t>{c.rows, c.meta_bytes_per_row()})
-      throw Error(path_ + ": tensor '" + name + ".metadata' is " + m.dtype + " " + shape_string(m.shape) +
-                  ", the architecture needs U8 " + shape_string({c.rows, c.meta_bytes_per_row()}));
-    c.values.assign(v.bytes.begin(), v.bytes.end());
-    c.metadata.assign(m.bytes.begin(), m.bytes.end());
     try {
-      validate(c);
+      c = compressed_from_st(st_.view, name, shape, DType::kF32);
     } catch (const Error& e) {
-      throw Error(path_ + ": tensor '" + name + "': " + e.what());
+      throw Error(path_ + ": " + e.what());
     }
+    used_.insert(name + ".values");
+    used_.insert(name + ".metadata");
     for (int64_t i = 0; i < c.rows * c.values_per_row(); ++i)
       if (!std::isfinite(c.value(i / c.values_per_row(), i % c.values_per_row())))
         throw Error(path_ + ": tensor '" + name + ".values' holds a non-finite value");

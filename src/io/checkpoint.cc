@@ -37,44 +37,23 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 Compressed read_sparse24_layer(const SafeTensorsView& st, const std::string& name,
                                const std::string& shape_text, const std::string& what) {
   const std::string layer = "sparse24 layer '" + printable(name) + "'";
-  const StTensorView* values = st.find(name + kValuesSuffix);
-  const StTensorView* metadata = st.find(name + kMetadataSuffix);
-  if (!values) fail(what, layer + " has no tensor '" + printable(name + kValuesSuffix) + "'");
-  if (!metadata) fail(what, layer + " has no tensor '" + printable(name + kMetadataSuffix) + "'");
-  Compressed c;
-  try {
-    c.dtype = dtype_from_st(values->dtype);
-  } catch (const Error& e) {
-    fail(what, layer + ": " + e.what());
-  }
-  if (!parse_shape_text(shape_text, &c.shape) || !products_fit(c.shape))
+  std::vector<int64_t> shape;
+  if (!parse_shape_text(shape_text, &shape) || !products_fit(shape))
     fail(what, layer + ": __metadata__ '" + printable(name + kShapeSuffix) + "' is '" +
                    printable(shape_text) + "', not a shape like [64, 128]");
   MatrixView view;
   try {
-    view = matrix_view(c.shape);
+    view = matrix_view(shape);
   } catch (const Error& e) {
-    fail(what, layer + ": shape " + shape_string(c.shape) + ": " + e.what());
+    fail(what, layer + ": shape " + shape_string(shape) + ": " + e.what());
   }
   if (view.cols <= 0 || view.cols > INT64_MAX - 8)
-    fail(what, layer + ": shape " + shape_string(c.shape) + " is not usable");
-  c.rows = view.rows;
-  c.cols = view.cols;
-  const std::vector<int64_t> vshape{c.rows, c.values_per_row()}, mshape{c.rows, c.meta_bytes_per_row()};
-  if (values->shape != vshape)
-    fail(what, layer + ": values have shape " + shape_string(values->shape) + ", expected " +
-                   shape_string(vshape) + " for shape " + shape_string(c.shape));
-  if (metadata->dtype != "U8" || metadata->shape != mshape)
-    fail(what, layer + ": metadata is " + printable(metadata->dtype) + " " + shape_string(metadata->shape) +
-                   ", expected U8 " + shape_string(mshape));
-  c.values.assign(values->bytes.begin(), values->bytes.end());
-  c.metadata.assign(metadata->bytes.begin(), metadata->bytes.end());
+    fail(what, layer + ": shape " + shape_string(shape) + " is not usable");
   try {
-    validate(c);
+    return compressed_from_st(st, name, shape);
   } catch (const Error& e) {
     fail(what, layer + ": " + e.what());
   }
-  return c;
 }
 
 int dtype_rank(const std::string& dtype) {

@@ -50,6 +50,38 @@ std::vector<uint8_t> encode_compressed(const Compressed& c) {
   return encode_safetensors(st);
 }
 
+Compressed compressed_from_st(const SafeTensorsView& st, const std::string& name,
+                              const std::vector<int64_t>& shape, std::optional<DType> dtype) {
+  const std::string vname = name + ".values", mname = name + ".metadata";
+  const StTensorView* values = st.find(vname);
+  const StTensorView* metadata = st.find(mname);
+  if (!values) throw Error("missing tensor '" + printable(vname) + "'");
+  if (!metadata) throw Error("missing tensor '" + printable(mname) + "'");
+  Compressed c;
+  c.dtype = dtype ? *dtype : dtype_from_st(values->dtype);
+  c.shape = shape;
+  const MatrixView view = matrix_view(shape);
+  c.rows = view.rows;
+  c.cols = view.cols;
+  const std::vector<int64_t> vshape{c.rows, c.values_per_row()}, mshape{c.rows, c.meta_bytes_per_row()};
+  const std::string of = " (2:4 of a " + shape_string(shape) + " matrix)";
+  if (values->dtype != st_dtype_name(c.dtype) || values->shape != vshape)
+    throw Error("tensor '" + printable(vname) + "' is " + printable(values->dtype) + " " +
+                shape_string(values->shape) + ", expected " + st_dtype_name(c.dtype) + " " +
+                shape_string(vshape) + of);
+  if (metadata->dtype != "U8" || metadata->shape != mshape)
+    throw Error("tensor '" + printable(mname) + "' is " + printable(metadata->dtype) + " " +
+                shape_string(metadata->shape) + ", expected U8 " + shape_string(mshape) + of);
+  c.values.assign(values->bytes.begin(), values->bytes.end());
+  c.metadata.assign(metadata->bytes.begin(), metadata->bytes.end());
+  try {
+    validate(c);
+  } catch (const Error& e) {
+    throw Error("tensor '" + printable(name) + "': " + e.what());
+  }
+  return c;
+}
+
 Compressed parse_compressed(const uint8_t* data, size_t size, const std::string& what) {
   SafeTensors st = parse_safetensors(data, size, what);
 

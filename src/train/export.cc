@@ -68,7 +68,7 @@ Net load_exported(const std::string& dir) {
   const std::string weights_path = dir + "/" + config.value("weights", "model.safetensors");
   if (config.value("weights", "").find('/') != std::string::npos)
     throw Error(config_path + ": weights must be a file name in the same directory");
-  const SafeTensors st = read_safetensors(weights_path);
+  const MappedSafeTensors st(weights_path);
   const nlohmann::json pruned = config.value("pruned", nlohmann::json::object());
   size_t used = 0;
   torch::NoGradGuard no_grad;
@@ -81,34 +81,27 @@ Net load_exported(const std::string& dir) {
           !info.contains("shape") || info.at("shape") != nlohmann::json(shape))
         throw Error(config_path + ": pruned entry for '" + name + "' does not match the architecture " +
                     shape_string(shape));
-      const StTensor& v = st.at(name + ".values");
-      const StTensor& m = st.at(name + ".metadata");
       Compressed c;
-      c.dtype = DType::kF32;
-      c.shape = shape;
-      const MatrixView view = matrix_view(shape);
-      c.rows = view.rows;
-      c.cols = view.cols;
-      if (v.dtype != "F32" || m.dtype != "U8" ||
-          v.shape != std::vector<int64_t>{c.rows, c.values_per_row()} ||
-          m.shape != std::vector<int64_t>{c.rows, c.meta_bytes_per_row()})
-        throw Error(weights_path + ": compressed tensors of '" + name + "' have the wrong dtype or shape");
-      c.values = v.bytes;
-      c.metadata = m.bytes;
-      values = decompress(c).to_float();  // validates every code
+      try {
+        c = compressed_from_st(st.view, name, shape, DType::kF32);
+      } catch (const Error& e) {
+        throw Error(weights_path + ": " + e.what());
+      }
+      values = decompress(c).to_float();
       used += 2;
     } else {
-      const StTensor& s = st.at(name);
-      if (s.dtype != "F32" || s.shape != shape)
-        throw Error(weights_path + ": tensor '" + name + "' is " + s.dtype + " " + shape_string(s.shape) +
+      const StTensorView* s = st.view.find(name);
+      if (!s) throw Error(weights_path + ": missing tensor '" + name + "'");
+      if (s->dtype != "F32" || s->shape != shape)
+        throw Error(weights_path + ": tensor '" + name + "' is " + s->dtype + " " + shape_string(s->shape) +
                     ", the architecture needs F32 " + shape_string(shape));
-      values = from_st(s, weights_path).to_float();
+      values = from_st(s->copy(), weights_path).to_float();
       used += 1;
     }
     tensor.copy_(torch::from_blob(values.data(), shape, torch::kFloat32));
   }
-  if (used != st.tensors.size())
-    throw Error(weights_path + ": " + std::to_string(st.tensors.size() - used) +
+  if (used != st.view.tensors.size())
+    throw Error(weights_path + ": " + std::to_string(st.view.tensors.size() - used) +
                 " tensors not used by the architecture");
   net->eval();
   return net;

@@ -236,7 +236,10 @@ TEST(Bitmask24, HostileCheckpointsAreRefusedWithAClearMessage) {
   {
     SafeTensors st = s24;
     st.metadata["m.l.weight.shape"] = "[2, 16]";
-    refuse(st, "sparse24 layer 'm.l.weight': values have shape [2, 6], expected [2, 8] for shape [2, 16]");
+    refuse(st,
+           "sparse24 layer 'm.l.weight': tensor 'm.l.weight.values' is F16 [2, 6], expected F16 [2, 8] (2:4 "
+           "of a "
+           "[2, 16] matrix)");
     st.metadata["m.l.weight.shape"] = "[2, x]";
     refuse(st, "__metadata__ 'm.l.weight.shape' is '[2, x]', not a shape like [64, 128]");
     st.metadata["m.l.weight.shape"] = "[9223372036854775807, 9223372036854775807]";
@@ -251,7 +254,7 @@ TEST(Bitmask24, HostileCheckpointsAreRefusedWithAClearMessage) {
     st.tensors.erase(std::remove_if(st.tensors.begin(), st.tensors.end(),
                                     [](const auto& p) { return p.first == "m.l.weight.metadata"; }),
                      st.tensors.end());
-    refuse(st, "sparse24 layer 'm.l.weight' has no tensor 'm.l.weight.metadata'");
+    refuse(st, "sparse24 layer 'm.l.weight': missing tensor 'm.l.weight.metadata'");
   }
   {
     SafeTensors st = s24;
