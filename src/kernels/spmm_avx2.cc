@@ -69,6 +69,10 @@ struct Avx2 {
     return _mm256_permute2f128_ps(_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b), 0x31);
   }
   static V load8(const float* p) { return _mm256_load_ps(p); }
+  static V load8(const uint16_t* p) {
+    return _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(p))), 16));
+  }
   static V pair(V w, int q) {
     return _mm256_permutevar8x32_ps(w, _mm256_set1_epi64x((int64_t{2 * q + 1} << 32) | (2 * q)));
   }
@@ -184,7 +188,7 @@ void gemm_avx2(const PackedMatrix::Impl& p, const SpmmArgs& a) {
 }
 
 void gemv_avx2(const PackedMatrix::Impl& p, const SpmmArgs& a) {
-  if (!p.gemv.bf16 && use_pair(a.n)) return a.n <= 4 ? pair_run<Avx2, 1>(p, a) : pair_run<Avx2, 2>(p, a);
+  if (use_pair(a.n)) return a.n <= 4 ? pair_run<Avx2, 1>(p, a) : pair_run<Avx2, 2>(p, a);
   if (p.gemv.bf16)
     gemv_dispatch<Avx2, true>(p, a);
   else

@@ -52,6 +52,10 @@ struct Avx512 {
   }
   // The 8 floats at p in the low half (aligned).
   static V load8(const float* p) { return _mm512_castps256_ps512(_mm256_load_ps(p)); }
+  static V load8(const uint16_t* p) {  // 8 bf16 widened to fp32
+    return _mm512_castps256_ps512(_mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(p))), 16)));
+  }
   // [w[2q], w[2q + 1]] in every pair of lanes.
   static V pair(V w, int q) {
     return _mm512_permutexvar_ps(_mm512_set1_epi64((int64_t{2 * q + 1} << 32) | (2 * q)), w);
@@ -162,8 +166,7 @@ void gemm_avx512(const PackedMatrix::Impl& p, const SpmmArgs& a) {
 }
 
 void gemv_avx512(const PackedMatrix::Impl& p, const SpmmArgs& a) {
-  if (!p.gemv.bf16 && a.n >= kPairMinN)
-    return a.n <= 8 ? pair_run<Avx512, 1>(p, a) : pair_run<Avx512, 2>(p, a);
+  if (a.n >= kPairMinN) return a.n <= 8 ? pair_run<Avx512, 1>(p, a) : pair_run<Avx512, 2>(p, a);
   if (p.gemv.bf16)
     gemv_dispatch<Avx512, true>(p, a);
   else

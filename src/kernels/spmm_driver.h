@@ -342,8 +342,8 @@ struct PairGeometry {
 // Row blocks of 4 rows, RB of them, over nch chunks of one sub-block. vals/masks: the first row block's
 // entry for the sub-block's first chunk; the next row block's is estride entries on. tab: the table at
 // the sub-block's first group. acc_io: the row blocks' partial sums (4 * RB rows of NV vectors).
-template <class T, int NV, int RB>
-void pair_tile(const float* __restrict vals, const uint16_t* __restrict masks, size_t estride, int64_t nch,
+template <class T, int NV, int RB, class Wt>
+void pair_tile(const Wt* __restrict vals, const uint16_t* __restrict masks, size_t estride, int64_t nch,
                const float* __restrict tab, float* __restrict acc_io, bool first, size_t prefetch_entries) {
   using V = typename T::V;
   using G = PairGeometry<T, NV>;
@@ -362,14 +362,15 @@ void pair_tile(const float* __restrict vals, const uint16_t* __restrict masks, s
       const size_t e = h * estride + static_cast<size_t>(c * 4);
       uint64_t m4;  // the 4 rows' 16-bit keep masks
       std::memcpy(&m4, masks + e, sizeof m4);
-      const float* vv = vals + e * 8;
+      const Wt* vv = vals + e * 8;
       // The weights stream from memory, one row block's run at a time: prefetch the run 4 tiles on.
-      T::prefetch(vv + prefetch_entries * 8);
-      T::prefetch(vv + prefetch_entries * 8 + 16);
+#pragma GCC unroll 2
+      for (size_t b = 0; b < 4 * 8 * sizeof(Wt); b += 64)
+        T::prefetch(reinterpret_cast<const char*>(vv + prefetch_entries * 8) + b);
       if (c % 8 == 0) T::prefetch(masks + e + prefetch_entries);
 #pragma GCC unroll 4
       for (int r = 0; r < 4; ++r) {
-        const V w8 = T::load8(vv + r * 8);  // the row's 8 kept weights of the chunk
+        const V w8 = T::load8(vv + r * 8);  // the row's 8 kept weights of the chunk (fp32 or bf16)
 #pragma GCC unroll 4
         for (int q = 0; q < 4; ++q) {
           const unsigned field = 16 * r + 4 * q;  // mask nibble of row r, group q
@@ -395,7 +396,7 @@ void pair_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   constexpr int EW = G::kEntryFloats;
   const GemvLayout& L = p.gemv;
   const int64_t sub = G::kGroups / 4;  // chunks per sub-block
-  if (L.rb != 4 || L.bf16 || 2 * a.n > EW || a.n > W || (L.kb / 16) % sub != 0)
+  if (L.rb != 4 || 2 * a.n > EW || a.n > W || (L.kb / 16) % sub != 0)
     throw Error("internal: the pair kernel does not take this layout");
   const int64_t m = p.m, k = p.k, n = a.n;
   const int64_t subs = (L.chunks + sub - 1) / sub;
@@ -435,17 +436,23 @@ void pair_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
         const float* tb = tab + (kb * (L.kb / 16) + c0) / sub * G::kSubFloats;
         const bool first = kb == 0 && c0 == 0;
         const size_t pf = 8 * estride;  // 4 two-block tiles on
-        int64_t mb = b0;
-        for (; mb + 2 <= b1; mb += 2) {
-          const size_t e = L.entry(kb, mb) + static_cast<size_t>(c0 * 4);
-          pair_tile<T, NV, 2>(L.vals.data() + e * 8, L.masks.data() + e, estride, nch, tb,
-                              accbuf + mb * 4 * EW, first, pf);
-        }
-        if (mb < b1) {
-          const size_t e = L.entry(kb, mb) + static_cast<size_t>(c0 * 4);
-          pair_tile<T, NV, 1>(L.vals.data() + e * 8, L.masks.data() + e, estride, nch, tb,
-                              accbuf + mb * 4 * EW, first, pf);
-        }
+        auto tiles = [&](const auto* vals) {
+          int64_t mb = b0;
+          for (; mb + 2 <= b1; mb += 2) {
+            const size_t e = L.entry(kb, mb) + static_cast<size_t>(c0 * 4);
+            pair_tile<T, NV, 2>(vals + e * 8, L.masks.data() + e, estride, nch, tb, accbuf + mb * 4 * EW,
+                                first, pf);
+          }
+          if (mb < b1) {
+            const size_t e = L.entry(kb, mb) + static_cast<size_t>(c0 * 4);
+            pair_tile<T, NV, 1>(vals + e * 8, L.masks.data() + e, estride, nch, tb, accbuf + mb * 4 * EW,
+                                first, pf);
+          }
+        };
+        if (L.bf16)
+          tiles(L.vals16.data());
+        else
+          tiles(L.vals.data());
       }
     }
     // Lanes 2j and 2j + 1 of a row's sums are Y[row][j].
