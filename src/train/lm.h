@@ -20,6 +20,9 @@ struct LmConfig {
   int64_t heads = 4;
   int64_t d_ff = 512;
   int64_t context = 128;
+  // A beginning-of-sequence token (id `vocab`, an extra embedding row; never predicted) in front of every
+  // window: the model reads [BOS, b0, ..., b_{T-2}] and predicts b0 ... b_{T-1}.
+  bool bos = false;
   void validate() const;  // throws Error
 };
 

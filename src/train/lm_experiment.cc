@@ -77,6 +77,95 @@ std::vector<std::array<std::vector<float>, 4>> input_norms(Lm& lm, const torch::
   return norms;
 }
 
+// Per pruned layer of the dense model, with the dense model's inputs on the calibration batch: the relative
+// output reconstruction error ||(W - W') X||^2 / ||W X||^2 of magnitude 2:4, Wanda 2:4 and SparseGPT 2:4
+// (each layer alone, not the sequential pass). Wanda ranks by the diagonal of that error, so it should be
+// the lower of magnitude and Wanda on most layers.
+nlohmann::json reconstruction_errors(Lm& lm, const torch::Tensor& calibration, int& wanda_lower) {
+  torch::NoGradGuard no_grad;
+  lm->eval();
+  const char* names[] = {"qkv", "proj", "up", "down"};
+  nlohmann::json j = nlohmann::json::object();
+  wanda_lower = 0;
+  torch::Tensor x = lm->embed(calibration);
+  for (size_t bi = 0; bi < lm->blocks.size(); ++bi) {
+    LmBlock& b = lm->blocks[bi];
+    BlockInputs in;
+    x = b->forward(x, &in);
+    for (int which = 0; which < 4; ++which) {
+      const torch::Tensor& xin = input_of(in, which);
+      const torch::Tensor& weight = layer_of(b, which)->weight;
+      const int64_t rows = weight.size(0), cols = weight.size(1);
+      const std::vector<float> w = to_vector(weight);
+      const torch::Tensor wt = weight.detach();
+      const double denom = xin.mm(wt.t()).pow(2).sum().item<double>();
+      nlohmann::json mean_share;
+      auto rel = [&](std::vector<float> pruned, const char* name) {
+        const torch::Tensor p = torch::from_blob(pruned.data(), {rows, cols}, torch::kFloat32).clone();
+        const torch::Tensor e = xin.mm((wt - p).t()).to(torch::kFloat64);
+        const double total = e.pow(2).sum().item<double>();
+        // The share of the error that is the same shift for every token (its mean over the tokens).
+        mean_share[name] = e.mean(0).pow(2).sum().item<double>() * static_cast<double>(e.size(0)) / total;
+        return total / denom;
+      };
+      std::vector<float> m = w, wa = w, sg = w;
+      apply_mask(m.data(), magnitude_mask(w.data(), rows, cols));
+      apply_mask(wa.data(),
+                 wanda_mask(w.data(), rows, cols, column_norms(xin.data_ptr<float>(), xin.size(0), cols)));
+      Hessian h(cols);
+      h.add(xin.data_ptr<float>(), xin.size(0));
+      sparsegpt_prune(sg.data(), rows, cols, h);
+      const double em = rel(m, "magnitude"), ew = rel(wa, "wanda"), es = rel(sg, "sparsegpt");
+      wanda_lower += ew < em;
+      j["blocks." + std::to_string(bi) + "." + names[which]] = {
+          {"magnitude", em}, {"wanda", ew}, {"sparsegpt", es}, {"mean_share", mean_share}};
+    }
+  }
+  return j;
+}
+
+// How unequal the features are. Per layer kind (averaged over the blocks), of the input column norms
+// ||X_j|| on the calibration batch: coefficient of variation, max / median, and kurtosis
+// mean(s^2) / mean(s)^2 of s_j = ||X_j||^2 (He et al. 2024; 1 when every feature has the same norm). For the
+// residual stream (each block's input and the final one): the same kurtosis and max |x| / median |x| over all
+// activations (Sun et al. 2024's massive activations).
+nlohmann::json feature_stats(Lm& lm, const torch::Tensor& calibration) {
+  torch::NoGradGuard no_grad;
+  lm->eval();
+  auto kurtosis = [](const torch::Tensor& sq) {  // sq: per-feature sums of squares, double
+    return (sq.pow(2).mean() / sq.mean().pow(2)).item<double>();
+  };
+  const char* names[] = {"qkv", "proj", "up", "down"};
+  double cv[4] = {}, mom[4] = {}, kurt[4] = {};
+  std::vector<double> rk, rmax;
+  auto residual = [&](const torch::Tensor& x) {
+    const torch::Tensor f = x.reshape({-1, x.size(-1)}).to(torch::kFloat64);
+    rk.push_back(kurtosis(f.pow(2).sum(0)));
+    const torch::Tensor a = f.abs();
+    rmax.push_back((a.max() / a.median()).item<double>());
+  };
+  torch::Tensor x = lm->embed(calibration);
+  for (LmBlock& b : lm->blocks) {
+    residual(x);
+    BlockInputs in;
+    x = b->forward(x, &in);
+    for (int w = 0; w < 4; ++w) {
+      const torch::Tensor sq = input_of(in, w).to(torch::kFloat64).pow(2).sum(0);
+      const torch::Tensor n = sq.sqrt();
+      cv[w] += (n.std(/*unbiased=*/false) / n.mean()).item<double>();
+      mom[w] += (n.max() / n.median()).item<double>();
+      kurt[w] += kurtosis(sq);
+    }
+  }
+  residual(x);
+  const double nb = static_cast<double>(lm->blocks.size());
+  nlohmann::json j;
+  for (int w = 0; w < 4; ++w)
+    j[names[w]] = {{"cv", cv[w] / nb}, {"max_over_median", mom[w] / nb}, {"kurtosis", kurt[w] / nb}};
+  j["residual"] = {{"kurtosis", rk}, {"max_abs_over_median", rmax}};
+  return j;
+}
+
 // |W| or the Wanda score |W| * norm (norm per column), [rows, cols] as floats.
 std::vector<float> score(const torch::Tensor& w, const std::vector<float>* norms) {
   std::vector<float> s = to_vector(w);
@@ -161,8 +250,10 @@ std::string fixed(double v, int digits) {
 }
 
 nlohmann::json config_json(const LmConfig& c) {
-  return {{"vocab", c.vocab}, {"d_model", c.d_model}, {"layers", c.layers},
-          {"heads", c.heads}, {"d_ff", c.d_ff},       {"context", c.context}};
+  nlohmann::json j = {{"vocab", c.vocab}, {"d_model", c.d_model}, {"layers", c.layers},
+                      {"heads", c.heads}, {"d_ff", c.d_ff},       {"context", c.context}};
+  if (c.bos) j["bos"] = true;  // absent when false, so caches of models without BOS stay valid
+  return j;
 }
 
 int64_t parameter_count(Lm& lm) {
@@ -307,8 +398,13 @@ LmExperimentResult run_lm_experiment(const LmExperimentOptions& o) {
   std::fprintf(log, "dense: validation perplexity %.4f\n", r.dense_ppl);
   const std::vector<torch::Tensor> dense = snapshot(lm);
 
-  const torch::Tensor calibration =
+  torch::Tensor calibration =
       sample_windows(train_tokens, o.calibration, o.config.context, o.seed, uint64_t{1} << 40);
+  if (o.config.bos) {  // BOS and the window's first context - 1 bytes, as the model reads them
+    torch::Tensor inputs, targets;
+    split_window(o.config, calibration, inputs, targets);
+    calibration = inputs;
+  }
   // For the report: the magnitude masks of the dense weights (to compare the other methods' masks with) and
   // how much the input column norms vary (Wanda differs from magnitude only as far as they do).
   std::vector<Mask> magnitude_masks;
@@ -362,6 +458,17 @@ LmExperimentResult run_lm_experiment(const LmExperimentOptions& o) {
       {"sparsegpt_perm", "SparseGPT + permutation", LmMethod::kSparseGpt, true, &r.sparsegpt_perm},
   };
   nlohmann::json report = {{"dense_ppl", r.dense_ppl}};
+  {
+    const auto td = Clock::now();
+    int wanda_lower = 0;
+    report["reconstruction_error"] = reconstruction_errors(lm, calibration, wanda_lower);
+    report["reconstruction_wanda_lower_layers"] = wanda_lower;
+    report["feature_stats"] = feature_stats(lm, calibration);
+    std::fprintf(log,
+                 "diagnostics: Wanda's reconstruction error below magnitude's on %d of %zu layers (%.1f s)\n",
+                 wanda_lower, report["reconstruction_error"].size(), since(td));
+    restore(lm, dense);
+  }
   for (const Run& run : runs) {
     restore(lm, dense);
     LmPruneOptions po;
@@ -440,6 +547,7 @@ LmExperimentResult run_lm_experiment(const LmExperimentOptions& o) {
   report["dense_cached"] = cached;
   report["dense_train_seconds"] = r.dense_train_seconds;
   report["dense_steps"] = steps;
+  report["dense_lr"] = o.lr;
   report["config"] = config_json(o.config);
   report["parameters"] = parameter_count(lm);
   report["pruned_layers"] = mo.allow;
@@ -454,6 +562,11 @@ LmExperimentResult run_lm_experiment(const LmExperimentOptions& o) {
   report["seconds"] = r.seconds;
   write_file_atomic(o.out + "/report.json", report.dump(2) + "\n");
 
+  auto mean_error = [&](const char* method) {
+    double sum = 0;
+    for (const auto& layer : report["reconstruction_error"]) sum += layer[method].get<double>();
+    return sum / static_cast<double>(report["reconstruction_error"].size());
+  };
   std::string md = "# Language model: one-shot and retrained 2:4 (sparse24 lm-experiment)\n\n";
   md += "Byte-level decoder-only transformer (d_model " + std::to_string(o.config.d_model) + ", " +
         std::to_string(o.config.layers) + " blocks, " + std::to_string(o.config.heads) + " heads, d_ff " +
@@ -478,7 +591,13 @@ LmExperimentResult run_lm_experiment(const LmExperimentOptions& o) {
   md +=
       "\nSeconds: pruning time (permutation search, calibration forward passes, masks) without the "
       "evaluation; for the retrained row pruning plus retraining, for the control its training. Whole run: " +
-      fixed(r.seconds, 0) + " s.\n";
+      fixed(r.seconds, 0) +
+      " s.\n\nRelative output error ||(W - W')X||^2 / ||WX||^2 of each pruned layer on the "
+      "calibration inputs of the dense model, mean over the " +
+      std::to_string(report["reconstruction_error"].size()) + " layers: magnitude " +
+      fixed(mean_error("magnitude"), 4) + ", Wanda " + fixed(mean_error("wanda"), 4) + ", SparseGPT " +
+      fixed(mean_error("sparsegpt"), 4) + "; Wanda below magnitude on " +
+      std::to_string(report["reconstruction_wanda_lower_layers"].get<int>()) + " layers.\n";
   write_file_atomic(o.out + "/report.md", md);
   std::fprintf(log, "wrote %s/report.md and %s/report.json (%.0f s)\n", o.out.c_str(), o.out.c_str(),
                r.seconds);

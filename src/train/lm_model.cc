@@ -173,7 +173,7 @@ torch::Tensor LmBlockImpl::forward(const torch::Tensor& x, BlockInputs* inputs) 
 
 LmImpl::LmImpl(const LmConfig& c) : config(c) {
   c.validate();
-  tok = register_module("tok", torch::nn::Embedding(c.vocab, c.d_model));
+  tok = register_module("tok", torch::nn::Embedding(c.vocab + (c.bos ? 1 : 0), c.d_model));
   pos = register_parameter("pos", torch::zeros({c.context, c.d_model}));
   torch::nn::ModuleList list;  // submodule names may not contain '.', so the blocks live in a list
   for (int64_t i = 0; i < c.layers; ++i) {
@@ -215,6 +215,19 @@ std::vector<std::string> prunable_layers(const LmConfig& c) {
     for (const char* l : {"qkv", "proj", "up", "down"})
       names.push_back("blocks." + std::to_string(i) + "." + l);
   return names;
+}
+
+int64_t window_bytes(const LmConfig& c) { return c.bos ? c.context : c.context + 1; }
+
+void split_window(const LmConfig& c, const torch::Tensor& w, torch::Tensor& inputs, torch::Tensor& targets) {
+  const int64_t n = w.size(1);
+  if (c.bos) {
+    inputs = torch::cat({torch::full({w.size(0), 1}, c.vocab, torch::kInt64), w.slice(1, 0, n - 1)}, 1);
+    targets = w;
+  } else {
+    inputs = w.slice(1, 0, n - 1);
+    targets = w.slice(1, 1, n);
+  }
 }
 
 // ---- Training and evaluation -----------------------------------------------------------------------------
@@ -260,7 +273,6 @@ double train_lm(Lm& lm, const torch::Tensor& train_tokens, const LmTrainOptions&
   torch::optim::AdamW opt(groups, torch::optim::AdamWOptions(o.lr));
   const int64_t warmup = o.warmup > 0 ? o.warmup : std::max<int64_t>(1, o.steps / 20);
   const int64_t every = o.log_every > 0 ? o.log_every : std::max<int64_t>(1, o.steps / 10);
-  const int64_t ctx = lm->config.context;
   lm->train();
   double last_mean = 0;
   for (int64_t start = 0; start < o.steps; start += every) {
@@ -277,9 +289,10 @@ double train_lm(Lm& lm, const torch::Tensor& train_tokens, const LmTrainOptions&
         lr = o.lr * (0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * t)));
       }
       for (auto& g : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
-      const torch::Tensor w =
-          sample_windows(train_tokens, o.batch, ctx + 1, o.seed, static_cast<uint64_t>(step));
-      const torch::Tensor x = w.slice(1, 0, ctx), y = w.slice(1, 1, ctx + 1);
+      const torch::Tensor w = sample_windows(train_tokens, o.batch, window_bytes(lm->config), o.seed,
+                                             static_cast<uint64_t>(step));
+      torch::Tensor x, y;
+      split_window(lm->config, w, x, y);
       opt.zero_grad();
       const torch::Tensor logits = lm->forward(x);
       const torch::Tensor loss =
@@ -310,33 +323,37 @@ double train_lm(Lm& lm, const torch::Tensor& train_tokens, const LmTrainOptions&
 double perplexity(Lm& lm, const torch::Tensor& tokens, int64_t max_windows) {
   torch::NoGradGuard no_grad;
   lm->eval();
-  const int64_t ctx = lm->config.context, n = tokens.size(0) - 1;  // n predicted tokens
+  const LmConfig& c = lm->config;
+  // Without BOS a window of T + 1 bytes predicts its last T (the text's first byte is never predicted);
+  // with BOS a window of T bytes predicts all T (each window's first byte from BOS alone).
+  const int64_t ctx = c.context, wb = window_bytes(c);
+  const int64_t n = tokens.size(0) - (wb - ctx);  // predicted tokens
   int64_t windows = (n + ctx - 1) / ctx;
   if (max_windows > 0) windows = std::min(windows, max_windows);
   double nll = 0;
   int64_t count = 0;
   const int64_t full = std::min(windows, n / ctx);
   constexpr int64_t kBatch = 32;
-  for (int64_t w = 0; w < full; w += kBatch) {
-    const int64_t nb = std::min(kBatch, full - w);
-    const torch::Tensor x = tokens.slice(0, w * ctx, (w + nb) * ctx).view({nb, ctx});
-    const torch::Tensor y = tokens.slice(0, w * ctx + 1, (w + nb) * ctx + 1).view({nb, ctx});
+  auto add = [&](const torch::Tensor& w) {  // w: [nb, wb + partial]
+    torch::Tensor x, y;
+    split_window(c, w, x, y);
     const torch::Tensor logits = lm->forward(x);
     nll += torch::nn::functional::cross_entropy(
                logits.reshape({-1, logits.size(-1)}), y.reshape({-1}),
                torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
                .item<double>();
-    count += nb * ctx;
+    count += y.numel();
+  };
+  for (int64_t w = 0; w < full; w += kBatch) {
+    const int64_t nb = std::min(kBatch, full - w);
+    // Window i covers tokens [i*ctx, i*ctx + wb).
+    const torch::Tensor idx = (torch::arange(nb, torch::kInt64) * ctx + w * ctx).unsqueeze(1) +
+                              torch::arange(wb, torch::kInt64).unsqueeze(0);
+    add(tokens.index_select(0, idx.reshape({-1})).reshape({nb, wb}));
   }
   if (windows > full) {  // the last, partial window
     const int64_t s = full * ctx, len = n - s;
-    const torch::Tensor x = tokens.slice(0, s, s + len).unsqueeze(0);
-    const torch::Tensor y = tokens.slice(0, s + 1, s + len + 1);
-    const torch::Tensor logits = lm->forward(x)[0];
-    nll += torch::nn::functional::cross_entropy(
-               logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-               .item<double>();
-    count += len;
+    add(tokens.slice(0, s, s + len + (wb - ctx)).unsqueeze(0));
   }
   if (count == 0) throw Error("perplexity: no tokens to predict");
   return std::exp(nll / static_cast<double>(count));

@@ -72,6 +72,13 @@ TORCH_MODULE(Lm);
 // the LM head stay dense.
 std::vector<std::string> prunable_layers(const LmConfig& c);
 
+// Bytes per training window: context + 1 without BOS (inputs are bytes 0..T-1, targets 1..T), context with
+// BOS (inputs BOS and bytes 0..T-2, targets 0..T-1).
+int64_t window_bytes(const LmConfig& c);
+// Splits windows [n, window_bytes(c)] into inputs and targets, both [n, context].
+void split_window(const LmConfig& c, const torch::Tensor& windows, torch::Tensor& inputs,
+                  torch::Tensor& targets);
+
 // ---- Training and evaluation -----------------------------------------------------------------------------
 
 // Makes OpenBLAS (libtorch's BLAS here) single-threaded and then sets libtorch's intra-op threads. Attention

@@ -115,6 +115,41 @@ TEST(LmModel, RejectsLayersThatCannotBe24) {
   EXPECT_THROW(c.validate(), Error);
 }
 
+TEST(LmModel, BosWindowsPredictEveryByte) {
+  LmConfig c = tiny_config();
+  c.bos = true;
+  EXPECT_EQ(window_bytes(c), c.context);
+  EXPECT_EQ(window_bytes(tiny_config()), c.context + 1);
+  const torch::Tensor w = torch::arange(2 * c.context, torch::kInt64).reshape({2, c.context});
+  torch::Tensor x, y;
+  split_window(c, w, x, y);
+  ASSERT_EQ(x.sizes(), w.sizes());
+  EXPECT_TRUE(torch::equal(y, w));
+  EXPECT_TRUE(x.select(1, 0).eq(c.vocab).all().item<bool>());  // BOS = id vocab
+  EXPECT_TRUE(torch::equal(x.slice(1, 1, c.context), w.slice(1, 0, c.context - 1)));
+  torch::manual_seed(4);
+  Lm lm(c);
+  EXPECT_EQ(lm->tok->weight.size(0), c.vocab + 1);  // an embedding row for BOS
+  EXPECT_EQ(lm->head->weight.size(0), c.vocab);     // never predicted
+  // Perplexity: windows of `context` bytes, each read as [BOS, bytes 0..T-2], predict every byte of the text
+  // (the last window partial).
+  const int64_t n = 3 * c.context + 5;
+  const torch::Tensor tokens = torch::randint(0, 256, {n}, torch::kInt64);
+  torch::NoGradGuard g;
+  lm->eval();
+  double nll = 0;
+  for (int64_t s = 0; s < n; s += c.context) {
+    const torch::Tensor chunk = tokens.slice(0, s, std::min(n, s + c.context)).unsqueeze(0);
+    split_window(c, chunk, x, y);
+    nll +=
+        torch::nn::functional::cross_entropy(
+            lm->forward(x)[0], y[0], torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+            .item<double>();
+  }
+  EXPECT_NEAR(perplexity(lm, tokens), std::exp(nll / static_cast<double>(n)),
+              1e-5 * std::exp(nll / n));  // float32 logits, batched differently
+}
+
 TEST(LmModel, LossDecreasesOnATinyRun) {
   torch::manual_seed(1);
   Lm lm(tiny_config());
@@ -141,39 +176,43 @@ std::vector<int64_t> random_perm(int64_t n, std::mt19937& rng, int64_t block = 0
 }
 
 TEST(LmModel, PermutationsKeepTheLogits) {
-  torch::manual_seed(2);
-  const LmConfig c = tiny_config();
-  Lm lm(c);
-  {  // non-trivial LayerNorm parameters and biases, so every permuted tensor matters
+  for (bool bos : {false, true}) {
+    torch::manual_seed(2);
+    LmConfig c = tiny_config();
+    c.bos = bos;
+    Lm lm(c);
+    {  // non-trivial LayerNorm parameters and biases, so every permuted tensor matters
+      torch::NoGradGuard g;
+      for (torch::Tensor& p : lm->parameters()) p.add_(torch::randn_like(p) * 0.1);
+    }
+    torch::Tensor x = torch::randint(0, 256, {3, c.context}, torch::kInt64);
+    if (bos) x.select(1, 0).fill_(c.vocab);
     torch::NoGradGuard g;
-    for (torch::Tensor& p : lm->parameters()) p.add_(torch::randn_like(p) * 0.1);
-  }
-  const torch::Tensor x = torch::randint(0, 256, {3, c.context}, torch::kInt64);
-  torch::NoGradGuard g;
-  const torch::Tensor before = lm->forward(x);
-  std::mt19937 rng(5);
-  LmPermutation p;
-  p.residual = random_perm(c.d_model, rng);
-  for (int64_t i = 0; i < c.layers; ++i) {
-    p.ffn.push_back(random_perm(c.d_ff, rng));
-    p.head.push_back(random_perm(c.d_model, rng, c.d_model / c.heads));
-  }
-  ASSERT_NE(p.residual, random_perm(c.d_model, rng, 1));  // not the identity
-  const torch::Tensor w_before = lm->blocks[0]->qkv->weight.clone();
-  permute_lm(lm, p);
-  EXPECT_FALSE(torch::equal(w_before, lm->blocks[0]->qkv->weight));  // the weights did move
-  const torch::Tensor after = lm->forward(x);
-  EXPECT_TRUE(torch::allclose(before, after, 1e-4, 1e-5)) << (before - after).abs().max().item<float>();
+    const torch::Tensor before = lm->forward(x);
+    std::mt19937 rng(5);
+    LmPermutation p;
+    p.residual = random_perm(c.d_model, rng);
+    for (int64_t i = 0; i < c.layers; ++i) {
+      p.ffn.push_back(random_perm(c.d_ff, rng));
+      p.head.push_back(random_perm(c.d_model, rng, c.d_model / c.heads));
+    }
+    ASSERT_NE(p.residual, random_perm(c.d_model, rng, 1));  // not the identity
+    const torch::Tensor w_before = lm->blocks[0]->qkv->weight.clone();
+    permute_lm(lm, p);
+    EXPECT_FALSE(torch::equal(w_before, lm->blocks[0]->qkv->weight));  // the weights did move
+    const torch::Tensor after = lm->forward(x);
+    EXPECT_TRUE(torch::allclose(before, after, 1e-4, 1e-5)) << (before - after).abs().max().item<float>();
 
-  // A head permutation that moves a channel to another head would change the function: rejected.
-  LmPermutation bad;
-  bad.head.assign(static_cast<size_t>(c.layers), {});
-  bad.head[0] = random_perm(c.d_model, rng);
-  std::swap(bad.head[0][0], bad.head[0][static_cast<size_t>(c.d_model - 1)]);
-  EXPECT_THROW(permute_lm(lm, bad), Error);
-  LmPermutation short_perm;
-  short_perm.residual = {0, 1, 2};
-  EXPECT_THROW(permute_lm(lm, short_perm), Error);
+    // A head permutation that moves a channel to another head would change the function: rejected.
+    LmPermutation bad;
+    bad.head.assign(static_cast<size_t>(c.layers), {});
+    bad.head[0] = random_perm(c.d_model, rng);
+    std::swap(bad.head[0][0], bad.head[0][static_cast<size_t>(c.d_model - 1)]);
+    EXPECT_THROW(permute_lm(lm, bad), Error);
+    LmPermutation short_perm;
+    short_perm.residual = {0, 1, 2};
+    EXPECT_THROW(permute_lm(lm, short_perm), Error);
+  }
 }
 
 TEST(LmPrune, EveryMethodGives24AndKeepsTheRestDense) {
@@ -237,6 +276,17 @@ TEST(LmExperiment, TinyRunWritesTheReportAndReusesTheDenseModel) {
   EXPECT_EQ(j.at("dense_cached"), false);
   EXPECT_TRUE(j.at("wanda").contains("mask_agreement_with_magnitude"));
   EXPECT_EQ(j.at("magnitude").at("mask_agreement_with_magnitude").get<double>(), 1.0);
+  // Diagnostics: per pruned layer, the relative reconstruction error of each method; feature statistics.
+  ASSERT_EQ(j.at("reconstruction_error").size(), 4u * static_cast<size_t>(o.config.layers));
+  for (const auto& layer : j.at("reconstruction_error"))
+    for (const char* m : {"magnitude", "wanda", "sparsegpt"}) {
+      EXPECT_GT(layer.at(m).get<double>(), 0.0) << m;
+      EXPECT_LT(layer.at(m).get<double>(), 1.0) << m;
+    }
+  for (const char* k : {"qkv", "proj", "up", "down"})
+    EXPECT_GE(j.at("feature_stats").at(k).at("kurtosis").get<double>(), 1.0 - 1e-9);
+  EXPECT_EQ(j.at("feature_stats").at("residual").at("kurtosis").size(),
+            static_cast<size_t>(o.config.layers + 1));
 
   // Rerun: the dense model comes from the cache, with the same perplexity.
   const LmExperimentResult b = run_lm_experiment(o);
@@ -246,6 +296,32 @@ TEST(LmExperiment, TinyRunWritesTheReportAndReusesTheDenseModel) {
   o.steps = 21;
   EXPECT_FALSE(run_lm_experiment(o).dense_cached);
   std::fclose(o.log);
+}
+
+TEST(LmExperiment, TinyRunWithBos) {
+  TempDir dir;
+  const std::string text = dir.file("kjv.txt");
+  write_file_atomic(text, fake_bible(30));
+  LmExperimentOptions o;
+  o.out = dir.file("out");
+  o.text_file = text;
+  o.config = tiny_config();
+  o.config.bos = true;
+  o.steps = 10;
+  o.retrain_steps = 3;
+  o.batch = 4;
+  o.calibration = 4;
+  o.eval_sequences = 8;
+  o.permutation_seconds = 0.05;
+  o.threads = 1;
+  o.log = std::fopen("/dev/null", "w");
+  const LmExperimentResult a = run_lm_experiment(o);
+  std::fclose(o.log);
+  EXPECT_GT(a.dense_ppl, 1.0);
+  EXPECT_GT(a.wanda.ppl, 1.0);
+  EXPECT_GT(a.sparsegpt.ppl, 1.0);
+  const std::vector<uint8_t> bytes = read_file(o.out + "/dense.json");
+  EXPECT_EQ(nlohmann::json::parse(bytes.begin(), bytes.end()).at("config").at("bos"), true);
 }
 
 TEST(LmExperiment, BadOutIsAClearError) {

@@ -19,6 +19,12 @@ void register_lm_experiment(CLI::App& app) {
   cmd->add_option("--seed", o->seed, "random seed (initialisation, batches, calibration)")
       ->capture_default_str();
   cmd->add_option("--steps", o->steps, "dense training steps (default 1500)")->check(CLI::Range(1, 1000000));
+  cmd->add_option("--lr", o->lr, "peak learning rate of the dense training (AdamW, warm-up, cosine)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag(
+      "--bos", o->config.bos,
+      "a beginning-of-sequence token in front of every window (the model then predicts every byte)");
   cmd->add_option("--retrain-steps", o->retrain_steps, "masked retraining steps (default 300)")
       ->check(CLI::Range(1, 1000000));
   cmd->add_option("--calibration", o->calibration, "calibration sequences for Wanda and SparseGPT")
