@@ -156,11 +156,14 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   // X would instead send it through DRAM). Also when all the packed panels fit in half the L2 together:
   // then sweeping them per chunk costs nothing and the weights are read once (BERT's K = 768 GEMMs at
   // N = 128: +2-4% with weights in L3, +4-8% from DRAM; K = 3072, whose X does not fit, loses 2-3%).
+  // Small panels are packed by every thread for itself, as in the panel-outer order: reading a panel the
+  // other core packed costs a cross-core transfer of every line (2 threads, 768x768x128: 1.40x of dense
+  // with own copies, 1.19x with shared ones).
   const size_t weight_bytes = L.vals.bytes() + L.codes.bytes();
-  const size_t x_bytes = static_cast<size_t>(panels * kp * NR) * sizeof(float);
-  const bool chunk_outer =
-      panels > 1 && (weight_bytes > (size_t{16} << 20) || x_bytes <= (size_t{512} << 10));
-  float* xall = chunk_outer ? scratch<T, 0>(static_cast<size_t>(panels * kp * NR)) : nullptr;
+  const bool small_x = static_cast<size_t>(panels * kp * NR) * sizeof(float) <= (size_t{512} << 10);
+  const bool chunk_outer = panels > 1 && (weight_bytes > (size_t{16} << 20) || small_x);
+  const bool shared_x = chunk_outer && !small_x;
+  float* xall = shared_x ? scratch<T, 0>(static_cast<size_t>(panels * kp * NR)) : nullptr;
   auto pack_panel = [&](int64_t pan, float* xp) {
     const int64_t n0 = pan * NR;
     const int nc = static_cast<int>(std::min<int64_t>(NR, n - n0));
@@ -212,11 +215,17 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
       b1 = std::min(L.m_blocks, units * (tid + 1) / nth * unit);
     }
     if (chunk_outer) {
+      float* xs = xall;
+      if (shared_x) {
 #pragma omp for schedule(static)
-      for (int64_t pan = 0; pan < panels; ++pan) pack_panel(pan, xall + pan * kp * NR);
+        for (int64_t pan = 0; pan < panels; ++pan) pack_panel(pan, xall + pan * kp * NR);
+      } else if (b0 < b1) {
+        xs = scratch<T, 0>(static_cast<size_t>(panels * kp * NR));
+        for (int64_t pan = p0; pan < p1; ++pan) pack_panel(pan, xs + pan * kp * NR);
+      }
       for (int64_t mc = b0; mc < b1;) {
         const int64_t mce = std::min(b1, (mc / L.chunk + 1) * L.chunk);
-        for (int64_t pan = p0; pan < p1; ++pan) multiply(pan, xall + pan * kp * NR, mc, mce, 0, L.k_blocks);
+        for (int64_t pan = p0; pan < p1; ++pan) multiply(pan, xs + pan * kp * NR, mc, mce, 0, L.k_blocks);
         mc = mce;
       }
     } else {
