@@ -244,22 +244,28 @@ TEST(LmPrune, EveryMethodGives24AndKeepsTheRestDense) {
     }
 }
 
-TEST(LmExperiment, TinyRunWritesTheReportAndReusesTheDenseModel) {
-  TempDir dir;
+// A tiny experiment on a fake Bible in dir (the caller closes o.log).
+LmExperimentOptions tiny_experiment(const TempDir& dir, int64_t steps, int64_t retrain_steps) {
   const std::string text = dir.file("kjv.txt");
   write_file_atomic(text, fake_bible(30));
   LmExperimentOptions o;
   o.out = dir.file("out");
   o.text_file = text;
   o.config = tiny_config();
-  o.steps = 20;
-  o.retrain_steps = 5;
+  o.steps = steps;
+  o.retrain_steps = retrain_steps;
   o.batch = 4;
   o.calibration = 4;
   o.eval_sequences = 8;
   o.permutation_seconds = 0.05;
   o.threads = 1;
   o.log = std::fopen("/dev/null", "w");
+  return o;
+}
+
+TEST(LmExperiment, TinyRunWritesTheReportAndReusesTheDenseModel) {
+  TempDir dir;
+  LmExperimentOptions o = tiny_experiment(dir, 20, 5);
   const LmExperimentResult a = run_lm_experiment(o);
   EXPECT_FALSE(a.dense_cached);
   EXPECT_TRUE(fs::exists(o.out + "/dense.pt"));
@@ -300,21 +306,8 @@ TEST(LmExperiment, TinyRunWritesTheReportAndReusesTheDenseModel) {
 
 TEST(LmExperiment, TinyRunWithBos) {
   TempDir dir;
-  const std::string text = dir.file("kjv.txt");
-  write_file_atomic(text, fake_bible(30));
-  LmExperimentOptions o;
-  o.out = dir.file("out");
-  o.text_file = text;
-  o.config = tiny_config();
+  LmExperimentOptions o = tiny_experiment(dir, 10, 3);
   o.config.bos = true;
-  o.steps = 10;
-  o.retrain_steps = 3;
-  o.batch = 4;
-  o.calibration = 4;
-  o.eval_sequences = 8;
-  o.permutation_seconds = 0.05;
-  o.threads = 1;
-  o.log = std::fopen("/dev/null", "w");
   const LmExperimentResult a = run_lm_experiment(o);
   std::fclose(o.log);
   EXPECT_GT(a.dense_ppl, 1.0);
