@@ -326,9 +326,10 @@ void gemv_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   }
 }
 
-// Pair path: the memory-bound layout at N from T::kPairMinN up (fp32 weights). The memory-bound kernel
-// spreads a 16-wide chunk of weights and multiply-adds it with each of the N transposed activation rows:
-// half the lanes of every FMA are dropped positions, so from small N on it is compute-bound at half rate.
+// Pair path: the memory-bound layout at N from about 7 up (fp32 or bf16 weights). The memory-bound
+// kernel spreads a 16-wide chunk of weights and multiply-adds it with each of the N transposed activation
+// rows: half the lanes of every FMA are dropped positions, so from small N on it is compute-bound at half
+// rate.
 // Here the roles turn: a row's two kept weights of a group are adjacent in the layout (slots 2q, 2q+1 in
 // position order), so one permute of the row's 8 weights of a chunk gives [wa, wb, wa, wb, ...]; a
 // table built once per call holds, per group of 4 activation rows and per 4-bit keep mask m, the entry
