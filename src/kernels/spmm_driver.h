@@ -6,9 +6,10 @@
 // Compute-bound path: per N panel of NR = NV * W columns, the activations are packed once into a
 // [roundup(K, 4)][NR] aligned buffer (zero rows past K and zero columns past N); then per chunk of row
 // blocks, per K block, per row block, a micro-kernel keeps MR x NV accumulators in registers, broadcasts
-// each kept weight and multiply-adds it with the packed activation row its index selects. The partial
-// Y tile is reloaded per K block (it stays in L1 across the chunk); the last K block adds the bias and
-// applies the epilogue. Two threads split the N panels when there are enough, otherwise the row blocks.
+// each kept weight and multiply-adds it with the packed activation row its index selects. Between K
+// blocks the tile's partial sums go to a contiguous per-thread buffer; the last K block adds the bias,
+// applies the epilogue and stores to Y. Two threads split the row blocks, or the N panels when the rows
+// are few and the panels many.
 //
 // Memory-bound path: the activations are transposed once into Xt [N][K] (zero-padded to whole 16-wide
 // chunks); per K block, per row block, S rows at a time, each 16-wide chunk of weights is expanded to a
@@ -67,7 +68,7 @@ void gelu_rows(float* y, int64_t ldy, int rows, const typename T::Mask* cm) {
 
 template <class T, int MR, int NV, bool FULL>
 void gemm_tile(const float* __restrict v, const uint16_t* __restrict codes, int kh,
-               const float* __restrict xb, float* __restrict y, int64_t ldy, int rows,
+               const float* __restrict xb, float* __restrict part, float* __restrict y, int64_t ldy, int rows,
                const typename T::Mask* cm, bool first, bool last, const float* bias, int64_t row0,
                Epilogue ep) {
   using V = typename T::V;
@@ -78,10 +79,7 @@ void gemm_tile(const float* __restrict v, const uint16_t* __restrict codes, int 
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 8
     for (int c = 0; c < NV; ++c) {
-      if (first || r >= rows)
-        acc[r][c] = T::zero();
-      else
-        acc[r][c] = FULL ? T::loadu(y + r * ldy + c * W) : T::loadu_m(y + r * ldy + c * W, cm[c]);
+      acc[r][c] = first ? T::zero() : T::load(part + (r * NV + c) * W);
     }
   // One group (two slots, 8 weights) per step: one 16-bit word of their positions (split with shifts, not
   // loads) and per slot one 4-value broadcast whose lanes are spread by in-lane permutes: the load ports
@@ -117,21 +115,27 @@ void gemm_tile(const float* __restrict v, const uint16_t* __restrict codes, int 
     v += 8;
     xb += 4 * NR;
   }
+  if (!last) {
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+      for (int c = 0; c < NV; ++c) T::store(part + (r * NV + c) * W, acc[r][c]);
+    return;
+  }
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r) {
     if (r >= rows) break;
 #pragma GCC unroll 8
     for (int c = 0; c < NV; ++c) {
       // ReLU in registers; GELU (~45 dependent operations per vector) in a loop over the stored rows.
-      V o = last ? finish<T>(acc[r][c], bias, row0 + r, ep == Epilogue::kGelu ? Epilogue::kNone : ep)
-                 : acc[r][c];
+      const V o = finish<T>(acc[r][c], bias, row0 + r, ep == Epilogue::kGelu ? Epilogue::kNone : ep);
       if (FULL)
         T::storeu(y + r * ldy + c * W, o);
       else
         T::storeu_m(y + r * ldy + c * W, o, cm[c]);
     }
   }
-  if (last && ep == Epilogue::kGelu) gelu_rows<T, NV, FULL>(y, ldy, rows, cm);
+  if (ep == Epilogue::kGelu) gelu_rows<T, NV, FULL>(y, ldy, rows, cm);
 }
 
 template <class T, int MR, int NV>
@@ -177,8 +181,10 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
       if (c0 < NR) std::memset(dst + c0, 0, sizeof(float) * static_cast<size_t>(NR - c0));
     }
   };
-  // Row blocks [mc, mce) (within one chunk) times K blocks [kb0, kb1) of panel pan, packed at xp.
-  auto multiply = [&](int64_t pan, const float* xp, int64_t mc, int64_t mce, int64_t kb0, int64_t kb1) {
+  // Row blocks [mc, mce) (within one chunk) times K blocks [kb0, kb1) of panel pan, packed at xp; the
+  // partial sums of row block mb live at part + (mb - mb0) * MR * NR between K blocks.
+  auto multiply = [&](int64_t pan, const float* xp, int64_t mc, int64_t mce, int64_t kb0, int64_t kb1,
+                      float* part, int64_t mb0) {
     const int64_t n0 = pan * NR;
     const int nc = static_cast<int>(std::min<int64_t>(NR, n - n0));
     typename T::Mask cm[NV];
@@ -191,12 +197,13 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
         const size_t off = L.block_offset(mb, kb);
         const int rows = static_cast<int>(std::min<int64_t>(MR, m - mb * MR));
         float* y = a.y + mb * MR * a.ldy + n0;
+        float* pt = part + (mb - mb0) * MR * NR;
         if (nc == NR)
-          gemm_tile<T, MR, NV, true>(L.vals.data() + off, L.codes.data() + off / (2 * MR), kh, xb, y, a.ldy,
-                                     rows, cm, first, last, a.bias, mb * MR, a.ep);
+          gemm_tile<T, MR, NV, true>(L.vals.data() + off, L.codes.data() + off / (2 * MR), kh, xb, pt, y,
+                                     a.ldy, rows, cm, first, last, a.bias, mb * MR, a.ep);
         else
-          gemm_tile<T, MR, NV, false>(L.vals.data() + off, L.codes.data() + off / (2 * MR), kh, xb, y, a.ldy,
-                                      rows, cm, first, last, a.bias, mb * MR, a.ep);
+          gemm_tile<T, MR, NV, false>(L.vals.data() + off, L.codes.data() + off / (2 * MR), kh, xb, pt, y,
+                                      a.ldy, rows, cm, first, last, a.bias, mb * MR, a.ep);
       }
     }
   };
@@ -214,6 +221,10 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
       b0 = std::min(L.m_blocks, units * tid / nth * unit);
       b1 = std::min(L.m_blocks, units * (tid + 1) / nth * unit);
     }
+    // Partial sums between K blocks go to a contiguous per-thread buffer, not to Y: a tile's rows of Y are
+    // ldy apart and fall into a few L1 sets (N = 512: 8 of 64), where they evicted the packed activations
+    // (768x768x512: 300 -> 320 GFLOP/s, 4096x4096x512: 272 -> 310; scratch benchmark, quiet machine).
+    float* part = scratch<T, 3>(static_cast<size_t>(std::max<int64_t>(1, b1 - b0) * MR * NR));
     if (chunk_outer) {
       float* xs = xall;
       if (shared_x) {
@@ -225,7 +236,8 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
       }
       for (int64_t mc = b0; mc < b1;) {
         const int64_t mce = std::min(b1, (mc / L.chunk + 1) * L.chunk);
-        for (int64_t pan = p0; pan < p1; ++pan) multiply(pan, xs + pan * kp * NR, mc, mce, 0, L.k_blocks);
+        for (int64_t pan = p0; pan < p1; ++pan)
+          multiply(pan, xs + pan * kp * NR, mc, mce, 0, L.k_blocks, part, b0);
         mc = mce;
       }
     } else {
@@ -237,7 +249,7 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
         for (int64_t ks = 0; ks < L.k_blocks; ks += super)
           for (int64_t mc = b0; mc < b1;) {
             const int64_t mce = std::min(b1, (mc / L.chunk + 1) * L.chunk);
-            multiply(pan, xp, mc, mce, ks, std::min(L.k_blocks, ks + super));
+            multiply(pan, xp, mc, mce, ks, std::min(L.k_blocks, ks + super), part, b0);
             mc = mce;
           }
       }

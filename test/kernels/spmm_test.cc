@@ -215,6 +215,19 @@ TEST(Spmm, LargerShapes) {
         check(isa, t, g);
         if (::testing::Test::HasFatalFailure()) return;
       }
+    // The compute-bound path's loop orders, rows in two chunks: small packed X (chunk-outer, each thread
+    // packing its own panels); packed X too large for that (panel-outer, K in super blocks, so partial sums
+    // wait across chunks); few rows and many N panels (the threads split the panels).
+    for (const Case& shape : {Case{300, 300, 70}, Case{300, 1100, 70}, Case{20, 200, 600}})
+      for (int threads : {1, 2}) {
+        Case t = shape;
+        t.threads = threads;
+        t.bias = true;
+        t.ep = Epilogue::kRelu;
+        t.ldy_pad = 5;
+        check(isa, t, g);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
   }
 }
 
