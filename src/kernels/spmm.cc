@@ -28,7 +28,7 @@ bool cpu_has_avx512() {
 // THE kernel list. Tile sizes and why: docs/kernels.md.
 const KernelSet kSets[] = {
     // isa         cpu_has        mr  kc  chunk rb  kb    small_n  gemm         gemv
-    {Isa::kAvx2, cpu_has_avx2, 4, 128, 16, 4, 1024, 8, gemm_avx2, gemv_avx2},
+    {Isa::kAvx2, cpu_has_avx2, 4, 128, 64, 4, 1024, 8, gemm_avx2, gemv_avx2},
     {Isa::kAvx512, cpu_has_avx512, 4, 128, 64, 4, 1024, 16, gemm_avx512, gemv_avx512},
 };
 
