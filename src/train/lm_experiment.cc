@@ -77,27 +77,57 @@ std::vector<std::array<std::vector<float>, 4>> input_norms(Lm& lm, const torch::
   return norms;
 }
 
-// Per pruned layer of the dense model, with the dense model's inputs on the calibration batch: the relative
-// output reconstruction error ||(W - W') X||^2 / ||W X||^2 of magnitude 2:4, Wanda 2:4 and SparseGPT 2:4
-// (each layer alone, not the sequential pass). Wanda ranks by the diagonal of that error, so it should be
-// the lower of magnitude and Wanda on most layers.
-nlohmann::json reconstruction_errors(Lm& lm, const torch::Tensor& calibration, int& wanda_lower) {
+const char* const kLayerKinds[] = {"qkv", "proj", "up", "down"};
+
+// Diagnostics of the dense model on the calibration batch, in one pass through the blocks.
+// reconstruction_error: per pruned layer (each alone, not the sequential pass), the relative output error
+// ||(W - W') X||^2 / ||W X||^2 of magnitude 2:4 (the masks given), Wanda 2:4 and SparseGPT 2:4, and the
+// share of each that is the same shift for every token. Wanda ranks by the diagonal of that error, so it
+// should be the lower of magnitude and Wanda on most layers.
+// feature_stats: how unequal the features are. Per layer kind (averaged over the blocks), of the input
+// column norms ||X_j||: coefficient of variation, max / median, and kurtosis mean(s^2) / mean(s)^2 of
+// s_j = ||X_j||^2 (He et al. 2024; 1 when every feature has the same norm). For the residual stream (each
+// block's input and the final one): the same kurtosis and max |x| / median |x| over all activations (Sun et
+// al. 2024's massive activations).
+struct Diagnostics {
+  nlohmann::json reconstruction_error = nlohmann::json::object();
+  int wanda_lower = 0;  // layers where Wanda's error is below magnitude's
+  nlohmann::json feature_stats;
+};
+
+Diagnostics diagnostics(Lm& lm, const torch::Tensor& calibration, const std::vector<Mask>& magnitude_masks) {
   torch::NoGradGuard no_grad;
   lm->eval();
-  const char* names[] = {"qkv", "proj", "up", "down"};
-  nlohmann::json j = nlohmann::json::object();
-  wanda_lower = 0;
+  Diagnostics d;
+  auto kurtosis = [](const torch::Tensor& sq) {  // sq: per-feature sums of squares, double
+    return (sq.pow(2).mean() / sq.mean().pow(2)).item<double>();
+  };
+  double cv[4] = {}, mom[4] = {}, kurt[4] = {};
+  std::vector<double> rk, rmax;
+  auto residual = [&](const torch::Tensor& x) {
+    const torch::Tensor f = x.reshape({-1, x.size(-1)}).to(torch::kFloat64);
+    rk.push_back(kurtosis(f.pow(2).sum(0)));
+    const torch::Tensor a = f.abs();
+    rmax.push_back((a.max() / a.median()).item<double>());
+  };
   torch::Tensor x = lm->embed(calibration);
+  size_t li = 0;
   for (size_t bi = 0; bi < lm->blocks.size(); ++bi) {
     LmBlock& b = lm->blocks[bi];
+    residual(x);
     BlockInputs in;
     x = b->forward(x, &in);
-    for (int which = 0; which < 4; ++which) {
+    for (int which = 0; which < 4; ++which, ++li) {
       const torch::Tensor& xin = input_of(in, which);
-      const torch::Tensor& weight = layer_of(b, which)->weight;
-      const int64_t rows = weight.size(0), cols = weight.size(1);
-      const std::vector<float> w = to_vector(weight);
-      const torch::Tensor wt = weight.detach();
+      const torch::Tensor sq = xin.to(torch::kFloat64).pow(2).sum(0);
+      const torch::Tensor n = sq.sqrt();
+      cv[which] += (n.std(/*unbiased=*/false) / n.mean()).item<double>();
+      mom[which] += (n.max() / n.median()).item<double>();
+      kurt[which] += kurtosis(sq);
+
+      const torch::Tensor wt = layer_of(b, which)->weight.detach();
+      const int64_t rows = wt.size(0), cols = wt.size(1);
+      const std::vector<float> w = to_vector(wt);
       const double denom = xin.mm(wt.t()).pow(2).sum().item<double>();
       nlohmann::json mean_share;
       auto rel = [&](std::vector<float> pruned, const char* name) {
@@ -109,61 +139,25 @@ nlohmann::json reconstruction_errors(Lm& lm, const torch::Tensor& calibration, i
         return total / denom;
       };
       std::vector<float> m = w, wa = w, sg = w;
-      apply_mask(m.data(), magnitude_mask(w.data(), rows, cols));
+      apply_mask(m.data(), magnitude_masks[li]);
       apply_mask(wa.data(),
                  wanda_mask(w.data(), rows, cols, column_norms(xin.data_ptr<float>(), xin.size(0), cols)));
       Hessian h(cols);
       h.add(xin.data_ptr<float>(), xin.size(0));
       sparsegpt_prune(sg.data(), rows, cols, h);
       const double em = rel(m, "magnitude"), ew = rel(wa, "wanda"), es = rel(sg, "sparsegpt");
-      wanda_lower += ew < em;
-      j["blocks." + std::to_string(bi) + "." + names[which]] = {
+      d.wanda_lower += ew < em;
+      d.reconstruction_error["blocks." + std::to_string(bi) + "." + kLayerKinds[which]] = {
           {"magnitude", em}, {"wanda", ew}, {"sparsegpt", es}, {"mean_share", mean_share}};
-    }
-  }
-  return j;
-}
-
-// How unequal the features are. Per layer kind (averaged over the blocks), of the input column norms
-// ||X_j|| on the calibration batch: coefficient of variation, max / median, and kurtosis
-// mean(s^2) / mean(s)^2 of s_j = ||X_j||^2 (He et al. 2024; 1 when every feature has the same norm). For the
-// residual stream (each block's input and the final one): the same kurtosis and max |x| / median |x| over all
-// activations (Sun et al. 2024's massive activations).
-nlohmann::json feature_stats(Lm& lm, const torch::Tensor& calibration) {
-  torch::NoGradGuard no_grad;
-  lm->eval();
-  auto kurtosis = [](const torch::Tensor& sq) {  // sq: per-feature sums of squares, double
-    return (sq.pow(2).mean() / sq.mean().pow(2)).item<double>();
-  };
-  const char* names[] = {"qkv", "proj", "up", "down"};
-  double cv[4] = {}, mom[4] = {}, kurt[4] = {};
-  std::vector<double> rk, rmax;
-  auto residual = [&](const torch::Tensor& x) {
-    const torch::Tensor f = x.reshape({-1, x.size(-1)}).to(torch::kFloat64);
-    rk.push_back(kurtosis(f.pow(2).sum(0)));
-    const torch::Tensor a = f.abs();
-    rmax.push_back((a.max() / a.median()).item<double>());
-  };
-  torch::Tensor x = lm->embed(calibration);
-  for (LmBlock& b : lm->blocks) {
-    residual(x);
-    BlockInputs in;
-    x = b->forward(x, &in);
-    for (int w = 0; w < 4; ++w) {
-      const torch::Tensor sq = input_of(in, w).to(torch::kFloat64).pow(2).sum(0);
-      const torch::Tensor n = sq.sqrt();
-      cv[w] += (n.std(/*unbiased=*/false) / n.mean()).item<double>();
-      mom[w] += (n.max() / n.median()).item<double>();
-      kurt[w] += kurtosis(sq);
     }
   }
   residual(x);
   const double nb = static_cast<double>(lm->blocks.size());
-  nlohmann::json j;
   for (int w = 0; w < 4; ++w)
-    j[names[w]] = {{"cv", cv[w] / nb}, {"max_over_median", mom[w] / nb}, {"kurtosis", kurt[w] / nb}};
-  j["residual"] = {{"kurtosis", rk}, {"max_abs_over_median", rmax}};
-  return j;
+    d.feature_stats[kLayerKinds[w]] = {
+        {"cv", cv[w] / nb}, {"max_over_median", mom[w] / nb}, {"kurtosis", kurt[w] / nb}};
+  d.feature_stats["residual"] = {{"kurtosis", rk}, {"max_abs_over_median", rmax}};
+  return d;
 }
 
 // |W| or the Wanda score |W| * norm (norm per column), [rows, cols] as floats.
@@ -405,8 +399,8 @@ LmExperimentResult run_lm_experiment(const LmExperimentOptions& o) {
     split_window(o.config, calibration, inputs, targets);
     calibration = inputs;
   }
-  // For the report: the magnitude masks of the dense weights (to compare the other methods' masks with) and
-  // how much the input column norms vary (Wanda differs from magnitude only as far as they do).
+  // For the report: the magnitude masks of the dense weights (to compare the other methods' masks with, and
+  // for the diagnostics).
   std::vector<Mask> magnitude_masks;
   for (LmBlock& b : lm->blocks)
     for (int which = 0; which < 4; ++which) {
@@ -414,23 +408,6 @@ LmExperimentResult run_lm_experiment(const LmExperimentOptions& o) {
       magnitude_masks.push_back(
           magnitude_mask(w.data(), layer_of(b, which)->weight.size(0), layer_of(b, which)->weight.size(1)));
     }
-  nlohmann::json norm_cv;
-  {
-    const auto norms = input_norms(lm, calibration);
-    const char* names[] = {"qkv", "proj", "up", "down"};
-    for (int which = 0; which < 4; ++which) {
-      double sum = 0;
-      for (const auto& block : norms) {
-        const std::vector<float>& n = block[static_cast<size_t>(which)];
-        double mean = 0, var = 0;
-        for (float v : n) mean += v;
-        mean /= static_cast<double>(n.size());
-        for (float v : n) var += (v - mean) * (v - mean);
-        sum += std::sqrt(var / static_cast<double>(n.size())) / mean;
-      }
-      norm_cv[names[which]] = sum / static_cast<double>(norms.size());
-    }
-  }
   auto agreement = [&]() {  // share of positions where the current zero pattern equals the magnitude mask's
     int64_t same = 0, total = 0;
     size_t li = 0;
@@ -460,14 +437,16 @@ LmExperimentResult run_lm_experiment(const LmExperimentOptions& o) {
   nlohmann::json report = {{"dense_ppl", r.dense_ppl}};
   {
     const auto td = Clock::now();
-    int wanda_lower = 0;
-    report["reconstruction_error"] = reconstruction_errors(lm, calibration, wanda_lower);
-    report["reconstruction_wanda_lower_layers"] = wanda_lower;
-    report["feature_stats"] = feature_stats(lm, calibration);
+    Diagnostics d = diagnostics(lm, calibration, magnitude_masks);
     std::fprintf(log,
                  "diagnostics: Wanda's reconstruction error below magnitude's on %d of %zu layers (%.1f s)\n",
-                 wanda_lower, report["reconstruction_error"].size(), since(td));
-    restore(lm, dense);
+                 d.wanda_lower, d.reconstruction_error.size(), since(td));
+    report["reconstruction_error"] = std::move(d.reconstruction_error);
+    report["reconstruction_wanda_lower_layers"] = d.wanda_lower;
+    nlohmann::json norm_cv;  // kept as its own key: earlier reports have it
+    for (const char* kind : kLayerKinds) norm_cv[kind] = d.feature_stats[kind]["cv"];
+    report["input_norm_cv"] = norm_cv;
+    report["feature_stats"] = std::move(d.feature_stats);
   }
   for (const Run& run : runs) {
     restore(lm, dense);
@@ -541,7 +520,6 @@ LmExperimentResult run_lm_experiment(const LmExperimentOptions& o) {
                static_cast<long long>(retrain_steps), r.dense_continued.ppl);
   report["dense_continued"] = {
       {"ppl", r.dense_continued.ppl}, {"seconds", r.dense_continued.seconds}, {"steps", retrain_steps}};
-  report["input_norm_cv"] = norm_cv;
   r.seconds = since(t0);
 
   report["dense_cached"] = cached;
