@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "io/model_dir.h"
 #include "sparse24/engine.h"
 #include "sparse24/error.h"
 #include "sparse24/io.h"
@@ -171,22 +172,14 @@ void Model::check() const {
 }
 
 Model load_model(const std::string& dir) {
-  const std::string config_path = dir + "/model.json";
-  const std::vector<uint8_t> raw = read_file(config_path);
-  const nlohmann::json config = nlohmann::json::parse(raw.begin(), raw.end(), nullptr, false);
-  if (config.is_discarded() || !config.is_object()) throw Error(config_path + ": not a JSON object");
-  if (config.value("format", "") != "sparse24-model")
-    throw Error(config_path + ": format is not sparse24-model");
+  const model_dir::Config mc = model_dir::read_config(dir);
+  const std::string& config_path = mc.path;
+  const nlohmann::json& config = mc.json;
   auto bad = [&](const std::string& problem) { return Error(config_path + ": " + problem); };
 
   Model m;
   try {
-    const std::string weights = config.value("weights", "model.safetensors");
-    if (weights.empty() || weights.find('/') != std::string::npos)
-      throw bad("weights must be a file name in the same directory");
-    WeightFile wf(dir + "/" + weights);
-    const nlohmann::json pruned = config.value("pruned", nlohmann::json::object());
-    if (!pruned.is_object()) throw bad("pruned must be an object");
+    WeightFile wf(mc.weights_path);
     m.name = config.at("model").get<std::string>();
     m.input_shape = config.at("input_shape").get<std::vector<int64_t>>();
     m.mean = config.at("normalize").at("mean").get<double>();
@@ -211,14 +204,6 @@ Model load_model(const std::string& dir) {
     };
     auto last_op_makes_current = [&](OpKind k) {
       return !m.ops.empty() && m.ops.back().kind == k && m.ops.back().out == t;
-    };
-    auto pruned_entry = [&](const std::string& wname, const std::vector<int64_t>& shape) {
-      if (!pruned.contains(wname)) return false;
-      const auto& info = pruned.at(wname);
-      if (!info.is_object() || info.value("pattern", "") != "2:4" || info.value("dtype", "") != "float32" ||
-          !info.contains("shape") || info.at("shape") != nlohmann::json(shape))
-        throw bad("pruned entry for '" + wname + "' does not match the architecture " + shape_string(shape));
-      return true;
     };
     std::set<std::string> names;
     for (const auto& jl : config.at("layers")) {
@@ -245,7 +230,7 @@ Model load_model(const std::string& dir) {
         g.m = out;
         g.k = in;
         const std::vector<int64_t> shape{out, in};
-        g.pruned = pruned_entry(lname + ".weight", shape);
+        g.pruned = mc.is_pruned(lname + ".weight", shape);
         if (g.pruned) {
           g.sparse = wf.compressed(lname + ".weight", shape);
         } else {
@@ -284,7 +269,7 @@ Model load_model(const std::string& dir) {
         g.m = out;
         g.k = k * k * in;
         const std::vector<int64_t> shape{out, in, k, k};
-        g.pruned = pruned_entry(lname + ".weight", shape);
+        g.pruned = mc.is_pruned(lname + ".weight", shape);
         if (g.pruned) {
           if (in % 4 != 0)
             throw bad("conv2d '" + lname + "' is pruned but its input channels are not a multiple of 4");
@@ -375,7 +360,7 @@ Model load_model(const std::string& dir) {
       throw bad("the network's output is not " + std::to_string(classes) + " classes");
     m.output = t;
     wf.check_all_used();
-    uint64_t h = fnv1a(1469598103934665603ull, raw.data(), raw.size());
+    uint64_t h = fnv1a(1469598103934665603ull, mc.raw.data(), mc.raw.size());
     h = fnv1a(h, wf.file().data(), wf.file().size());
     m.fingerprint = hex(h);
   } catch (const nlohmann::json::exception& e) {

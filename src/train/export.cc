@@ -3,6 +3,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "io/model_dir.h"
 #include "sparse24/compressed.h"
 #include "sparse24/error.h"
 #include "sparse24/io.h"
@@ -30,7 +31,7 @@ std::vector<std::pair<std::string, torch::Tensor>> model_tensors(Net& net) {
 
 void export_model(Net& net, const MaskSet& masks, const std::string& dir) {
   SafeTensors st;
-  st.metadata = {{"format", "sparse24-model"}, {"config", "model.json"}};
+  st.metadata = {{"format", model_dir::kFormat}, {"config", "model.json"}};
   nlohmann::json pruned = nlohmann::json::object();
   for (const auto& [name, tensor] : model_tensors(net)) {
     const LayerMask* mask = nullptr;
@@ -45,10 +46,10 @@ void export_model(Net& net, const MaskSet& masks, const std::string& dir) {
     const Compressed c = compress(dense, /*prune=*/false);  // throws if the weight is not 2:4
     st.add(name + ".values", StTensor{"F32", {c.rows, c.values_per_row()}, c.values});
     st.add(name + ".metadata", StTensor{"U8", {c.rows, c.meta_bytes_per_row()}, c.metadata});
-    pruned[name] = {{"shape", shape}, {"pattern", "2:4"}, {"dtype", "float32"}};
+    pruned[name] = model_dir::pruned_entry(shape);
   }
   nlohmann::json config = spec_to_json(net->spec());
-  config["format"] = "sparse24-model";
+  config["format"] = model_dir::kFormat;
   config["version"] = 1;
   config["weights"] = "model.safetensors";
   config["pruned"] = pruned;
@@ -57,30 +58,17 @@ void export_model(Net& net, const MaskSet& masks, const std::string& dir) {
 }
 
 Net load_exported(const std::string& dir) {
-  const std::string config_path = dir + "/model.json";
-  const std::vector<uint8_t> raw = read_file(config_path);
-  nlohmann::json config = nlohmann::json::parse(raw.begin(), raw.end(), nullptr, /*allow_exceptions=*/false);
-  if (config.is_discarded() || !config.is_object()) throw Error(config_path + ": not a JSON object");
-  if (config.value("format", "") != "sparse24-model")
-    throw Error(config_path + ": format is not sparse24-model");
+  const model_dir::Config config = model_dir::read_config(dir);
   torch::manual_seed(0);  // initial values are all overwritten below
-  Net net(spec_from_json(config, config_path));
-  const std::string weights_path = dir + "/" + config.value("weights", "model.safetensors");
-  if (config.value("weights", "").find('/') != std::string::npos)
-    throw Error(config_path + ": weights must be a file name in the same directory");
+  Net net(spec_from_json(config.json, config.path));
+  const std::string& weights_path = config.weights_path;
   const MappedSafeTensors st(weights_path);
-  const nlohmann::json pruned = config.value("pruned", nlohmann::json::object());
   size_t used = 0;
   torch::NoGradGuard no_grad;
   for (auto& [name, tensor] : model_tensors(net)) {
     const std::vector<int64_t> shape = tensor.sizes().vec();
     std::vector<float> values;
-    if (pruned.contains(name)) {
-      const auto& info = pruned.at(name);
-      if (!info.is_object() || info.value("pattern", "") != "2:4" || info.value("dtype", "") != "float32" ||
-          !info.contains("shape") || info.at("shape") != nlohmann::json(shape))
-        throw Error(config_path + ": pruned entry for '" + name + "' does not match the architecture " +
-                    shape_string(shape));
+    if (config.is_pruned(name, shape)) {
       Compressed c;
       try {
         c = compressed_from_st(st.view, name, shape, DType::kF32);

@@ -427,6 +427,17 @@ TEST_F(EngineModel, BadTensorsAreRefusedNamingTheTensor) {
   EXPECT_NE(with([](Export& e) { e.config["layers"][0]["type"] = "conv3d"; }).find("conv3d"),
             std::string::npos);
   EXPECT_NE(with([](Export& e) { e.config["weights"] = "../x"; }), "");
+  // The envelope (io/model_dir.h, shared with the training library's reloader).
+  EXPECT_NE(with([](Export& e) { e.config["weights"] = 7; }).find("weights must be a file name"),
+            std::string::npos);
+  EXPECT_NE(with([](Export& e) { e.config["format"] = 3; }).find("format is not sparse24-model"),
+            std::string::npos);
+  EXPECT_NE(with([](Export& e) { e.config["pruned"] = "all"; }).find("pruned must be an object"),
+            std::string::npos);
+  EXPECT_NE(with([](Export& e) {
+              e.config["pruned"]["fc1.weight"]["dtype"] = "bfloat16";
+            }).find("pruned entry for 'fc1.weight'"),
+            std::string::npos);
 }
 
 TEST_F(EngineModel, TruncatedAndCorruptedFilesNeverCrash) {

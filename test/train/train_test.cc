@@ -293,6 +293,33 @@ TEST(Export, ReloadsToIdenticalPredictions) {
   bad["layers"][7]["out"] = 32;
   write_file_atomic(dir.file("model.json"), bad.dump());
   EXPECT_THROW(load_exported(dir.path().string()), Error);
+  // The envelope is checked as the engine checks it (io/model_dir.h): the message names the problem.
+  auto reload_error = [&](const auto& edit) {
+    nlohmann::json c = cfg;
+    edit(c);
+    write_file_atomic(dir.file("model.json"), c.dump());
+    try {
+      load_exported(dir.path().string());
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(reload_error([](nlohmann::json&) {}), "");
+  EXPECT_NE(reload_error([](nlohmann::json& c) {
+              c["pruned"]["conv2.weight"]["pattern"] = "1:2";
+            }).find("pruned entry for 'conv2.weight'"),
+            std::string::npos);
+  EXPECT_NE(reload_error([](nlohmann::json& c) {
+              c["pruned"] = {1, 2};
+            }).find("pruned must be an object"),
+            std::string::npos);
+  EXPECT_NE(reload_error([](nlohmann::json& c) { c["format"] = 3; }).find("format is not sparse24-model"),
+            std::string::npos);
+  EXPECT_NE(reload_error([](nlohmann::json& c) {
+              c["weights"] = "../model.safetensors";
+            }).find("weights must be a file name"),
+            std::string::npos);
 }
 
 TEST(Export, RejectsNonTwoFourWeights) {
