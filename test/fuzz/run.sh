@@ -14,9 +14,9 @@ cxx=${FUZZ_CXX:-clang++-14}
 harnesses=(${FUZZ_ONLY:-safetensors compressed_file bitmask24 npy metadata engine_model})
 lib_sources=(src/core/dtype.cc src/core/tensor.cc src/core/pattern.cc src/core/mask.cc src/core/compressed.cc
              src/io/file.cc src/io/npy.cc src/io/safetensors.cc src/io/compressed_file.cc src/io/bitmask24.cc
-             src/io/checkpoint.cc src/engine/model.cc)
+             src/io/checkpoint.cc src/io/model_dir.cc src/engine/model.cc)
 flags=(-std=c++20 -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
-       -Iinclude -Itest/fuzz)
+       -Iinclude -Isrc -Itest/fuzz)
 
 command -v "$cxx" >/dev/null || { echo "fuzz: $cxx not found (apt-get install clang-14 libclang-rt-14-dev)"; exit 1; }
 mkdir -p "$out/obj"
@@ -24,7 +24,7 @@ objects=()
 for src in "${lib_sources[@]}"; do
   obj="$out/obj/$(basename "${src%.cc}").o"
   # Rebuild when the source or any project header is newer than the object.
-  if [ ! -f "$obj" ] || [ -n "$(find "$src" include src/io/io_util.h -newer "$obj" -print -quit)" ]; then
+  if [ ! -f "$obj" ] || [ -n "$(find "$src" include src/io/io_util.h src/io/model_dir.h -newer "$obj" -print -quit)" ]; then
     "$cxx" "${flags[@]}" -fsanitize=fuzzer-no-link -c "$src" -o "$obj"
   fi
   objects+=("$obj")
