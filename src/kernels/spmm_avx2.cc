@@ -185,10 +185,10 @@ constexpr bool use_pair(int64_t n) { return n == 4 || n >= 6; }
 void gemm_avx2(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   // 4 rows x NV vectors of 8 columns. NV = 3 (24 columns; 12 of the 16 registers hold sums) runs about 6%
   // faster per computed column than NV = 2, but pads N up to a multiple of 24: take the one that computes
-  // fewer columns for the same time. AVX2 forced on this machine against AVX2 oneDNN and OpenBLAS
-  // (docs/performance.md): N = 128 and 64 +5-7% with 16 columns, N = 512 +3-5% with 24.
+  // fewer columns for the same time (N <= 16 always takes 16). AVX2 forced on this machine against AVX2
+  // oneDNN and OpenBLAS (docs/performance.md): N = 128 and 64 +5-7% with 16 columns, N = 512 +3-5% with 24.
   const int64_t cols24 = (a.n + 23) / 24 * 24, cols16 = (a.n + 15) / 16 * 16;
-  if (a.n <= 16 || 100 * cols24 > 106 * cols16) return gemm_run<Avx2, 4, 2>(p, a);
+  if (100 * cols24 > 106 * cols16) return gemm_run<Avx2, 4, 2>(p, a);
   return gemm_run<Avx2, 4, 3>(p, a);
 }
 

@@ -77,8 +77,6 @@ std::vector<std::array<std::vector<float>, 4>> input_norms(Lm& lm, const torch::
   return norms;
 }
 
-const char* const kLayerKinds[] = {"qkv", "proj", "up", "down"};
-
 // Diagnostics of the dense model on the calibration batch, in one pass through the blocks.
 // reconstruction_error: per pruned layer (each alone, not the sequential pass), the relative output error
 // ||(W - W') X||^2 / ||W X||^2 of magnitude 2:4 (the masks given), Wanda 2:4 and SparseGPT 2:4, and the
@@ -147,14 +145,14 @@ Diagnostics diagnostics(Lm& lm, const torch::Tensor& calibration, const std::vec
       sparsegpt_prune(sg.data(), rows, cols, h);
       const double em = rel(m, "magnitude"), ew = rel(wa, "wanda"), es = rel(sg, "sparsegpt");
       d.wanda_lower += ew < em;
-      d.reconstruction_error["blocks." + std::to_string(bi) + "." + kLayerKinds[which]] = {
+      d.reconstruction_error["blocks." + std::to_string(bi) + "." + kLmLayerKinds[which]] = {
           {"magnitude", em}, {"wanda", ew}, {"sparsegpt", es}, {"mean_share", mean_share}};
     }
   }
   residual(x);
   const double nb = static_cast<double>(lm->blocks.size());
   for (int w = 0; w < 4; ++w)
-    d.feature_stats[kLayerKinds[w]] = {
+    d.feature_stats[kLmLayerKinds[w]] = {
         {"cv", cv[w] / nb}, {"max_over_median", mom[w] / nb}, {"kurtosis", kurt[w] / nb}};
   d.feature_stats["residual"] = {{"kurtosis", rk}, {"max_abs_over_median", rmax}};
   return d;
@@ -444,7 +442,7 @@ LmExperimentResult run_lm_experiment(const LmExperimentOptions& o) {
     report["reconstruction_error"] = std::move(d.reconstruction_error);
     report["reconstruction_wanda_lower_layers"] = d.wanda_lower;
     nlohmann::json norm_cv;  // kept as its own key: earlier reports have it
-    for (const char* kind : kLayerKinds) norm_cv[kind] = d.feature_stats[kind]["cv"];
+    for (const char* kind : kLmLayerKinds) norm_cv[kind] = d.feature_stats[kind]["cv"];
     report["input_norm_cv"] = norm_cv;
     report["feature_stats"] = std::move(d.feature_stats);
   }

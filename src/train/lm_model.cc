@@ -212,8 +212,7 @@ torch::Tensor LmImpl::forward(const torch::Tensor& tokens) {
 std::vector<std::string> prunable_layers(const LmConfig& c) {
   std::vector<std::string> names;
   for (int64_t i = 0; i < c.layers; ++i)
-    for (const char* l : {"qkv", "proj", "up", "down"})
-      names.push_back("blocks." + std::to_string(i) + "." + l);
+    for (const char* l : kLmLayerKinds) names.push_back("blocks." + std::to_string(i) + "." + l);
   return names;
 }
 

@@ -71,6 +71,8 @@ TORCH_MODULE(Lm);
 // Names of the Linear layers that are pruned: blocks.<i>.{qkv,proj,up,down}. The embeddings, LayerNorms and
 // the LM head stay dense.
 std::vector<std::string> prunable_layers(const LmConfig& c);
+// The four pruned Linears of a block, in prunable_layers() order.
+inline constexpr const char* kLmLayerKinds[] = {"qkv", "proj", "up", "down"};
 
 // Bytes per training window: context + 1 without BOS (inputs are bytes 0..T-1, targets 1..T), context with
 // BOS (inputs BOS and bytes 0..T-2, targets 0..T-1).
