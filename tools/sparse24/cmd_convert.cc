@@ -10,6 +10,7 @@
 #include "sparse24/bitmask24.h"
 #include "sparse24/checkpoint.h"
 #include "sparse24/error.h"
+#include "sparse24/hf_dir.h"
 #include "sparse24/io.h"
 
 namespace sparse24::cli {
@@ -86,24 +87,9 @@ void register_convert(CLI::App& app) {
       report = sparsify(ck, opts);
     }
 
-    // The output config: sparsity_config set for a sparse-24-bitmask output with compressed layers, removed
-    // otherwise; an input config that needs no change is copied as it is.
-    std::vector<std::string> sparse_prefixes;
-    for (const CheckpointTensor& t : ck.tensors)
-      if (to == CheckpointFormat::kBitmask24 && bitmask24_keeps_sparse(t))
-        sparse_prefixes.push_back(bitmask24_prefix(t.name));
+    // The output config: the input's, with the sparsity config the output layout needs.
     const std::string what = config_in.empty() ? std::string("config.json") : config_in;
-    std::optional<std::string> config_out_text;
-    if (!sparse_prefixes.empty()) {
-      SparsityConfig sc;
-      sc.targets = sparse_prefixes;
-      sc.global_sparsity = zero_fraction(ck);
-      config_out_text = with_sparsity_config(config_text.value_or(""), sc, what);
-    } else if (config_text && parse_sparsity_config(*config_text, what)) {
-      config_out_text = with_sparsity_config(*config_text, std::nullopt, what);
-    } else if (config_text) {
-      config_out_text = config_text;  // unchanged
-    }
+    const std::optional<std::string> config_out_text = config_for_layout(config_text, ck, to, what);
     const std::string config_out = o->config_out.empty() ? beside(o->out, "config.json") : o->config_out;
     const bool same_config =
         !config_in.empty() && fs::exists(config_out) && fs::equivalent(config_in, config_out);

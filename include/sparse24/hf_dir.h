@@ -1,0 +1,43 @@
+// Hugging Face checkpoint directories: config.json plus model.safetensors, or shards listed by
+// model.safetensors.index.json ("weight_map": tensor name -> shard file); the weights dense, in sparse24's
+// checkpoint layout or in compressed-tensors' sparse-24-bitmask (checkpoint.h). A pickle checkpoint
+// (pytorch_model.bin) is refused, never unpickled. Everything else in the directory (tokenizer files,
+// sentence-transformers modules) is carried along by writers as it is.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sparse24/checkpoint.h"
+
+namespace sparse24 {
+
+struct HfDir {
+  std::string dir;
+  std::string config_json;          // config.json's text (a JSON object; its fields are the loader's)
+  std::vector<std::string> shards;  // the safetensors files, as paths
+  Checkpoint weights;               // every shard's tensors, decoded (2:4 layers as Compressed)
+};
+
+// Reads and validates DIR: config.json must be a JSON object; shard names must be plain file names inside
+// DIR; every shard is validated (checkpoint.h) and a tensor may appear in one shard only; a config whose
+// sparsity_config names another format than the sparse-24-bitmask layers it comes with is refused. Error
+// "DIR: ..." naming the problem.
+HfDir read_hf_dir(const std::string& dir);
+
+// The config.json text that goes with `weights` written in layout `to`: quantization_config.sparsity_config
+// set (targets: the compressed layers) for a sparse-24-bitmask output that keeps layers compressed, removed
+// otherwise; a config that needs no change is returned as it is (nullopt in, nullopt out unless a
+// sparsity config is needed).
+std::optional<std::string> config_for_layout(const std::optional<std::string>& config_json,
+                                             const Checkpoint& weights, CheckpointFormat to,
+                                             const std::string& what);
+
+// Writes OUT_DIR (which must not exist) with the weights in layout `to` as one model.safetensors, config.json
+// with the sparsity config compressed-tensors wants (sparse-24-bitmask) or without it, and every other
+// regular file and folder of `src.dir` except the old weights and shard index, copied. Built in a temporary
+// sibling directory and renamed into place, so a failure leaves nothing behind.
+void write_hf_dir(const HfDir& src, const Checkpoint& weights, CheckpointFormat to,
+                  const std::string& out_dir);
+
+}  // namespace sparse24
