@@ -16,10 +16,12 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "sparse24/compressed.h"
+#include "sparse24/hf_dir.h"
 #include "sparse24/reference.h"
 
 namespace sparse24::engine {
@@ -44,12 +46,25 @@ enum class OpKind : uint8_t {
   kAffine,     // per-row y = x * scale + shift (a BatchNorm that follows no conv)
   kLayerNorm,  // over the rows of each column; in2 (optional) is added first (residual)
   kAttention,  // multi-head self-attention core: in = [3*H, B*S] (Q, K, V rows), out = [H, B*S]
+  kEmbed,      // token models: ids -> word embedding + position embedding (+ token type 0), [H, tokens]
+  kPool,       // token models: per sequence, the mean of its tokens' columns or its first (CLS) column
+  kL2Norm,     // each column divided by max(||column||, 1e-12)
 };
 const char* op_kind_name(OpKind k);
 
-// Per sample: rows x (h * w) columns.
+// Per sample: rows x (h * w) columns; a `tokens` tensor of a token model has one column per token of the
+// call instead (sequences of any length, packed one after another without padding).
 struct TensorShape {
   int64_t rows = 0, h = 1, w = 1;
+  bool tokens = false;
+};
+
+enum class PoolMode : uint8_t { kMean, kCls };
+
+// MPNet's relative position bias (T5-style buckets of j - i), added to every layer's attention scores.
+struct RelativeBias {
+  int64_t buckets = 0, max_distance = 0;  // buckets = 0: none
+  std::vector<float> table;               // [buckets, heads]
 };
 
 struct Op {
@@ -60,10 +75,20 @@ struct Op {
   int64_t heads = 0;                // kAttention
   float eps = 1e-5f;                // kLayerNorm
   std::vector<float> scale, shift;  // kAffine; kLayerNorm gamma, beta
+  // kEmbed: word embeddings [vocab, rows] and position embeddings [positions, rows] (token type 0 folded
+  // in); token i of a sequence reads position row i + position_offset.
+  std::vector<float> table, positions;
+  int64_t position_offset = 0;
+  PoolMode pool = PoolMode::kMean;  // kPool
+  RelativeBias bias;                // kAttention (MPNet)
 };
 
 struct Model {
   std::string name;
+  // A token model (a text encoder) takes token ids, not floats: its tensor 0 is a placeholder, its first op
+  // is kEmbed, and the engine runs it with run_tokens.
+  bool token_input = false;
+  int64_t vocab = 0, max_sequence = 0;  // token models: ids < vocab; tokens per sequence <= max_sequence
   // Per sample, channel first: [C, H, W], [C, L] or [F]. The engine's input is [batch, *input_shape].
   std::vector<int64_t> input_shape;
   double mean = 0, std = 1;          // the export's input normalisation (x = (pixel / 255 - mean) / std)
@@ -87,6 +112,25 @@ struct Model {
 // is an Error naming the tensor (or the file).
 Model load_model(const std::string& dir);
 
+// A text encoder's tokenization and pooling (sentence-transformers' modules, or their defaults).
+struct TextModelInfo {
+  std::string model_type;  // "bert", "mpnet"
+  int64_t max_tokens = 0;  // truncate tokenized text to this many tokens (the special ones included)
+  PoolMode pool = PoolMode::kMean;
+  bool normalize = false;
+};
+
+// Loads a Hugging Face encoder directory (hf_dir.h): config.json model_type "bert" (BertModel) or "mpnet"
+// (MPNetModel), weights dense or 2:4 (sparse24 or sparse-24-bitmask layout), in one file or shards, with
+// the sentence-transformers pooling and Normalize when the directory has them (mean pooling when it has
+// none). The model is a token model whose output is one embedding per sequence. Every config field and
+// tensor is checked; an Error names the file and the field or tensor.
+Model load_hf_encoder(const std::string& dir, TextModelInfo* info = nullptr);
+// The same from a directory already read (e.g. pruned in memory).
+Model load_hf_encoder(HfDir dir, TextModelInfo* info = nullptr);
+// load_hf_encoder for a directory with config.json, else load_model (the workflow's export).
+Model load_any_model(const std::string& dir, TextModelInfo* info = nullptr);
+
 struct BertOptions {
   int64_t layers = 12, hidden = 768, heads = 12, ffn = 3072, seq = 128;
   uint64_t seed = 1;
@@ -105,17 +149,23 @@ struct LayerPlan {
 };
 struct Plan {
   std::string fingerprint, isa;
-  int64_t batch = 1;
+  int64_t batch = 1;  // a token model's: the tokens per call it was timed at
   int threads = 1;
   std::vector<LayerPlan> layers;  // one per Model::gemms, in order
+  // The whole model timed three ways (ms, best of several; -1 when not timed): the per-layer choices, all
+  // dense, all sparse. When a whole other than the per-layer one is fastest, `layers` follow it.
+  double mixed_ms = -1, dense_ms = -1, sparse_ms = -1;
+  std::string whole = "layers";  // which won: "layers", "dense" or "sparse"
   std::string to_json() const;
   // Error naming `what` on malformed JSON or fields.
   static Plan from_json(const std::string& text, const std::string& what);
   // Same model (fingerprint, layer names and shapes), batch, threads and kernel ISA.
   bool matches(const Model& m, int64_t batch, int threads) const;
 };
-// Times, per GEMM, the sparse kernel (pruned layers) and dense oneDNN on the layer's real shape (random
-// activations), best of `reps` interleaved, and keeps sparse only when it is at least 3% faster.
+// Times, per GEMM shape, the sparse kernel (pruned layers) and dense oneDNN on the layer's real shape
+// (random activations), best of `reps` interleaved, and keeps sparse only when it is at least 3% faster;
+// then times the whole model with those choices, all dense and all sparse (random input) and keeps the
+// fastest whole, so the engine is never slower than dense because of how layers interact.
 Plan build_plan(const Model& m, int64_t batch, int threads, int reps = 5);
 // DIR/plan.json when it exists and matches, else a new plan written there atomically (a write failure
 // is reported on stderr, not fatal). `*built` tells which happened.
@@ -135,10 +185,21 @@ struct OpTime {
   double ms = 0;
 };
 
+// Token sequences for a token model, packed one after another without padding: sequence s is
+// ids[offsets[s], offsets[s+1]).
+struct TokenBatch {
+  std::vector<int32_t> ids;
+  std::vector<int64_t> offsets{0};
+  void add(const std::vector<int32_t>& sequence);
+  int64_t sequences() const { return static_cast<int64_t>(offsets.size()) - 1; }
+  int64_t tokens() const { return static_cast<int64_t>(ids.size()); }
+};
+
 class Engine {
  public:
   // Copies what it needs from the model: a sparse layer keeps only its packed 2:4 weights (one kernel
   // layout, the one its N uses), a dense layer only oneDNN's dense weights. `plan` is required for kPlan.
+  // For a token model, `batch` is the most tokens one call may hold (the plan's N).
   Engine(const Model& model, int64_t batch, int threads, Mode mode, const Plan* plan = nullptr);
   ~Engine();
   Engine(Engine&&) noexcept;
@@ -147,15 +208,61 @@ class Engine {
   int64_t batch() const;
   // input: [batch, *input_shape] (sample-major, as PyTorch holds it); output: [batch, rows, positions].
   void run(const float* input, float* output);
+  // A token model: output [sequences, rows] when it pools, else [tokens, rows]. Every id must be below
+  // the vocabulary, every sequence 1 .. max_sequence tokens long, all of them at most `batch` tokens.
+  void run_tokens(const TokenBatch& input, float* output);
+  // Output rows per sequence (pooled token models), sample or token.
+  int64_t output_rows() const;
   // The same, per op: best of `reps` for each op (in a full run each time); returns one entry per op.
   std::vector<OpTime> profile(const float* input, int reps);
+  std::vector<OpTime> profile_tokens(const TokenBatch& input, int reps);
   // Bytes of all weights the engine holds (packed sparse or dense GEMM weights, biases, norms).
   size_t weight_bytes() const;
   // Per GEMM: true when it runs sparse.
   std::vector<bool> sparse_layers() const;
 
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// ---- Text in, embeddings out -------------------------------------------------------------------------
+
+// A Hugging Face / sentence-transformers encoder directory with its tokenizer: texts to embeddings.
+class TextEncoder {
+ public:
+  struct Options {
+    int threads = 1;
+    Mode mode = Mode::kPlan;
+    int64_t batch = 8;     // texts per engine call
+    bool verbose = false;  // plan building reported on stderr
+  };
+  // Loads DIR (load_hf_encoder) and its tokenizer; kPlan reuses DIR/plan.json when it matches, else builds
+  // it (timed at batch x min(128, max_tokens) tokens) and saves it there.
+  static TextEncoder load(const std::string& dir, const Options& o);
+  // The same for a model already loaded; `tokenizer_dir` holds the tokenizer files, `plan_dir` the plan
+  // (empty: a plan is built and not saved).
+  static TextEncoder from_model(const Model& m, const TextModelInfo& info, const std::string& tokenizer_dir,
+                                const std::string& plan_dir, const Options& o);
+  TextEncoder(TextEncoder&&) noexcept;
+  TextEncoder& operator=(TextEncoder&&) noexcept;
+  ~TextEncoder();
+
+  // Token ids of one text (special tokens added, truncated to the model's max_tokens).
+  std::vector<int32_t> tokenize(const std::string& text) const;
+  // One embedding per text, row-major [texts, dim()]; texts go through the engine `batch` at a time.
+  std::vector<float> embed(const std::vector<std::string>& texts);
+  // The same for texts already tokenized.
+  std::vector<float> embed_ids(const std::vector<std::vector<int32_t>>& ids);
+  int64_t dim() const;
+  const TextModelInfo& info() const;
+  Engine& engine();
+  const Plan* plan() const;  // null unless kPlan
+
  private:
   struct Impl;
+  explicit TextEncoder(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -7,8 +7,11 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <tuple>
 
 #include "gemm.h"
 #include "ops.h"
@@ -37,7 +40,8 @@ struct Buffer {
   float* data() const { return p.get(); }
 };
 
-int64_t cols_of(const TensorShape& t, int64_t batch) { return batch * t.h * t.w; }
+// Columns of a tensor at the plan's batch (a token model's batch is its tokens per call).
+int64_t cols_of(const TensorShape& t, int64_t batch) { return t.tokens ? batch : batch * t.h * t.w; }
 
 // A sparse layer must beat dense by this factor to be chosen.
 constexpr double kSparseMargin = 1.03;
@@ -46,9 +50,16 @@ constexpr double kSparseMargin = 1.03;
 
 void set_threads(int threads) { omp_set_num_threads(std::max(threads, 1)); }
 
+void TokenBatch::add(const std::vector<int32_t>& sequence) {
+  ids.insert(ids.end(), sequence.begin(), sequence.end());
+  offsets.push_back(static_cast<int64_t>(ids.size()));
+}
+
 struct Engine::Impl {
-  int64_t batch = 1;
+  int64_t capacity = 1;  // float models: the batch; token models: the most tokens per call
   int threads = 1;
+  bool token_input = false;
+  int64_t vocab = 0, max_sequence = 0;
   std::vector<TensorShape> tensors;
   std::vector<Op> ops;  // copies (GEMM weights live in execs)
   std::vector<std::string> gemm_names;
@@ -57,21 +68,36 @@ struct Engine::Impl {
   std::vector<Buffer> slots;
   std::vector<int> slot_of;  // tensor -> slot
   std::unique_ptr<Buffer> scratch;
+  // The current call: samples (float models) or sequences, and their token spans.
+  int64_t batch = 1, tokens = 0;
+  const TokenBatch* input = nullptr;
+  std::vector<int64_t> spans;  // float models with positions: sample b spans columns [b*seq, (b+1)*seq)
 
+  int64_t cols(int t) const {
+    const TensorShape& s = tensors[t];
+    return s.tokens ? tokens : batch * s.h * s.w;
+  }
   float* ptr(int t) const { return slots[slot_of[t]].data(); }
+  const int64_t* offsets(int64_t positions) {
+    if (input != nullptr) return input->offsets.data();
+    spans.resize(batch + 1);
+    for (int64_t b = 0; b <= batch; ++b) spans[b] = b * positions;
+    return spans.data();
+  }
   void run_op(const Op& op);
   void load_input(const float* input);
+  void set_tokens(const TokenBatch& in);
   void store_output(float* output) const;
 };
 
 void Engine::Impl::run_op(const Op& op) {
   const TensorShape& x = tensors[op.in];
-  const int64_t cols = cols_of(x, batch);
+  const int64_t cols_in = cols(op.in);
   float* in = ptr(op.in);
   float* out = ptr(op.out);
   switch (op.kind) {
     case OpKind::kGemm:
-      execs[op.gemm].run(in, out, threads);
+      execs[op.gemm].run(in, out, cols_in, threads);
       break;
     case OpKind::kIm2col: {
       const TensorShape& y = tensors[op.out];
@@ -85,37 +111,73 @@ void Engine::Impl::run_op(const Op& op) {
       detail::flatten(in, x.rows, batch, x.h * x.w, out);
       break;
     case OpKind::kRelu:
-      detail::relu(in, x.rows * cols, out);
+      detail::relu(in, x.rows * cols_in, out);
       break;
     case OpKind::kAffine:
-      detail::affine(in, x.rows, cols, op.scale.data(), op.shift.data(), out);
+      detail::affine(in, x.rows, cols_in, op.scale.data(), op.shift.data(), out);
       break;
     case OpKind::kLayerNorm:
-      detail::layer_norm(in, op.in2 >= 0 ? ptr(op.in2) : nullptr, x.rows, cols, op.scale.data(),
+      detail::layer_norm(in, op.in2 >= 0 ? ptr(op.in2) : nullptr, x.rows, cols_in, op.scale.data(),
                          op.shift.data(), op.eps, out);
       break;
-    case OpKind::kAttention:
-      detail::attention(in, x.rows / 3, op.heads, batch, x.h * x.w, out, scratch->data(), threads);
+    case OpKind::kAttention: {
+      const int64_t* off = offsets(x.h * x.w);
+      detail::attention(in, x.rows / 3, op.heads, off, batch, cols_in,
+                        op.bias.buckets > 0 ? &op.bias : nullptr, out, scratch->data(), threads);
+      break;
+    }
+    case OpKind::kEmbed:
+      detail::embed(input->ids.data(), input->offsets.data(), batch, op.table.data(), op.positions.data(),
+                    op.position_offset, tensors[op.out].rows, out);
+      break;
+    case OpKind::kPool:
+      detail::pool(in, x.rows, cols_in, input->offsets.data(), batch, op.pool, out);
+      break;
+    case OpKind::kL2Norm:
+      detail::l2norm(in, x.rows, cols_in, out);
       break;
   }
 }
 
-void Engine::Impl::load_input(const float* input) {
+void Engine::Impl::load_input(const float* in) {
   const TensorShape& t = tensors[0];
   const int64_t p = t.h * t.w;
   float* dst = ptr(0);
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t c = 0; c < t.rows; ++c)
-      std::copy(input + (b * t.rows + c) * p, input + (b * t.rows + c + 1) * p, dst + (c * batch + b) * p);
+      std::copy(in + (b * t.rows + c) * p, in + (b * t.rows + c + 1) * p, dst + (c * batch + b) * p);
+}
+
+void Engine::Impl::set_tokens(const TokenBatch& in) {
+  if (!token_input) throw Error("engine: this model takes floats, not tokens");
+  const int64_t n = in.tokens(), seqs = in.sequences();
+  if (seqs < 1 || in.offsets.front() != 0 || in.offsets.back() != n)
+    throw Error("engine: a token batch needs at least one sequence and consistent offsets");
+  if (n > capacity)
+    throw Error("engine: " + std::to_string(n) + " tokens in one call, the engine holds " +
+                std::to_string(capacity));
+  for (int64_t s = 0; s < seqs; ++s) {
+    const int64_t len = in.offsets[s + 1] - in.offsets[s];
+    if (len < 1 || len > max_sequence)
+      throw Error("engine: sequence " + std::to_string(s) + " has " + std::to_string(len) + " tokens (1 to " +
+                  std::to_string(max_sequence) + " allowed)");
+  }
+  for (int32_t id : in.ids)
+    if (id < 0 || id >= vocab)
+      throw Error("engine: token id " + std::to_string(id) + " outside the vocabulary of " +
+                  std::to_string(vocab));
+  input = &in;
+  batch = seqs;
+  tokens = n;
 }
 
 void Engine::Impl::store_output(float* result) const {
   const TensorShape& t = tensors[output];
-  const int64_t p = t.h * t.w;
+  const int64_t p = t.tokens ? 1 : t.h * t.w, samples = t.tokens ? tokens : batch;
   const float* src = ptr(output);
-  for (int64_t b = 0; b < batch; ++b)
+  for (int64_t b = 0; b < samples; ++b)
     for (int64_t c = 0; c < t.rows; ++c)
-      std::copy(src + (c * batch + b) * p, src + (c * batch + b + 1) * p, result + (b * t.rows + c) * p);
+      std::copy(src + (c * samples + b) * p, src + (c * samples + b + 1) * p, result + (b * t.rows + c) * p);
 }
 
 Engine::Engine(const Model& model, int64_t batch, int threads, Mode mode, const Plan* plan)
@@ -126,21 +188,27 @@ Engine::Engine(const Model& model, int64_t batch, int threads, Mode mode, const 
   if (mode == Mode::kPlan && (plan == nullptr || plan->layers.size() != model.gemms.size()))
     throw Error("engine: a plan for this model is required");
   Impl& s = *impl_;
-  s.batch = batch;
+  s.capacity = batch;
   s.threads = threads;
+  s.token_input = model.token_input;
+  s.vocab = model.vocab;
+  s.max_sequence = model.max_sequence;
   s.tensors = model.tensors;
   s.ops = model.ops;
   s.output = model.output;
-  // Which N each GEMM runs at.
-  std::vector<int64_t> n_of(model.gemms.size(), 0);
-  for (const Op& op : model.ops)
-    if (op.kind == OpKind::kGemm) n_of[op.gemm] = cols_of(model.tensors[op.in], batch);
+  // At capacity: every column count is at its largest (a token model's sample tensors have at most one
+  // column per token).
+  s.batch = batch;
+  s.tokens = batch;
   for (size_t i = 0; i < model.gemms.size(); ++i) {
     const Gemm& g = model.gemms[i];
+    int64_t n = 0;
+    for (const Op& op : model.ops)
+      if (op.kind == OpKind::kGemm && op.gemm == static_cast<int>(i)) n = s.cols(op.in);
     s.gemm_names.push_back(g.name);
     const bool sparse =
         g.pruned && (mode == Mode::kSparse || (mode == Mode::kPlan && plan->layers[i].sparse));
-    s.execs.push_back(sparse ? detail::GemmExec::sparse(g, n_of[i]) : detail::GemmExec::dense(g, n_of[i]));
+    s.execs.push_back(sparse ? detail::GemmExec::sparse(g, n) : detail::GemmExec::dense(g, n));
   }
   // Buffers: each tensor gets a slot that is free when it is written (a slot is released after the last
   // op that reads its tensor), so activations stay few and warm in cache.
@@ -154,7 +222,7 @@ Engine::Engine(const Model& model, int64_t batch, int threads, Mode mode, const 
   s.slot_of.assign(nt, -1);
   std::vector<bool> busy;
   auto take = [&](int t) {
-    const size_t need = static_cast<size_t>(s.tensors[t].rows * cols_of(s.tensors[t], batch));
+    const size_t need = static_cast<size_t>(s.tensors[t].rows * s.cols(t));
     int best = -1;
     for (size_t j = 0; j < s.slots.size(); ++j)
       if (!busy[j] && s.slots[j].size >= need && (best < 0 || s.slots[j].size < s.slots[best].size))
@@ -175,7 +243,8 @@ Engine::Engine(const Model& model, int64_t batch, int threads, Mode mode, const 
     for (int t : {op.in, op.in2})
       if (t >= 0 && last_use[t] == static_cast<int>(i)) busy[s.slot_of[t]] = false;
     if (op.kind == OpKind::kAttention) {
-      const int64_t seq = s.tensors[op.in].h * s.tensors[op.in].w;
+      const int64_t seq =
+          s.token_input ? std::min(s.max_sequence, batch) : s.tensors[op.in].h * s.tensors[op.in].w;
       scratch = std::max(scratch, static_cast<int64_t>(threads) * seq * seq);
     }
   }
@@ -186,42 +255,80 @@ Engine::~Engine() = default;
 Engine::Engine(Engine&&) noexcept = default;
 Engine& Engine::operator=(Engine&&) noexcept = default;
 
-int64_t Engine::batch() const { return impl_->batch; }
+int64_t Engine::batch() const { return impl_->capacity; }
+
+int64_t Engine::output_rows() const { return impl_->tensors[impl_->output].rows; }
 
 void Engine::run(const float* input, float* output) {
   Impl& s = *impl_;
+  if (s.token_input) throw Error("engine: this model takes tokens (run_tokens)");
   set_threads(s.threads);
+  s.batch = s.capacity;
   s.load_input(input);
   for (const Op& op : s.ops) s.run_op(op);
   s.store_output(output);
 }
 
-std::vector<OpTime> Engine::profile(const float* input, int reps) {
+void Engine::run_tokens(const TokenBatch& input, float* output) {
   Impl& s = *impl_;
+  s.set_tokens(input);
   set_threads(s.threads);
-  std::vector<OpTime> times(s.ops.size());
-  for (size_t i = 0; i < s.ops.size(); ++i) {
-    const Op& op = s.ops[i];
+  for (const Op& op : s.ops) s.run_op(op);
+  s.store_output(output);
+  s.input = nullptr;
+}
+
+namespace {
+
+std::vector<OpTime> profile_ops(Engine::Impl& s, const std::function<void()>& load, int reps,
+                                const std::vector<Op>& ops, const std::vector<std::string>& names,
+                                const std::vector<detail::GemmExec>& execs) {
+  std::vector<OpTime> times(ops.size());
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const Op& op = ops[i];
     times[i].kind = op_kind_name(op.kind);
-    times[i].name = op.kind == OpKind::kGemm ? s.gemm_names[op.gemm] : times[i].kind;
-    times[i].sparse = op.kind == OpKind::kGemm && s.execs[op.gemm].is_sparse();
+    times[i].name = op.kind == OpKind::kGemm ? names[op.gemm] : times[i].kind;
+    times[i].sparse = op.kind == OpKind::kGemm && execs[op.gemm].is_sparse();
     times[i].ms = 1e300;
   }
   for (int r = 0; r < std::max(reps, 1); ++r) {
-    s.load_input(input);
-    for (size_t i = 0; i < s.ops.size(); ++i) {
+    load();
+    for (size_t i = 0; i < ops.size(); ++i) {
       const auto t0 = Clock::now();
-      s.run_op(s.ops[i]);
+      s.run_op(ops[i]);
       times[i].ms = std::min(times[i].ms, ms_since(t0));
     }
   }
   return times;
 }
 
+}  // namespace
+
+std::vector<OpTime> Engine::profile(const float* input, int reps) {
+  Impl& s = *impl_;
+  if (s.token_input) throw Error("engine: this model takes tokens (profile_tokens)");
+  set_threads(s.threads);
+  s.batch = s.capacity;
+  return profile_ops(
+      s, [&] { s.load_input(input); }, reps, s.ops, s.gemm_names, s.execs);
+}
+
+std::vector<OpTime> Engine::profile_tokens(const TokenBatch& input, int reps) {
+  Impl& s = *impl_;
+  s.set_tokens(input);
+  set_threads(s.threads);
+  auto t = profile_ops(
+      s, [] {}, reps, s.ops, s.gemm_names, s.execs);
+  s.input = nullptr;
+  return t;
+}
+
 size_t Engine::weight_bytes() const {
   size_t b = 0;
   for (const auto& e : impl_->execs) b += e.weight_bytes();
-  for (const Op& op : impl_->ops) b += (op.scale.size() + op.shift.size()) * sizeof(float);
+  for (const Op& op : impl_->ops)
+    b += (op.scale.size() + op.shift.size() + op.table.size() + op.positions.size() + op.bias.table.size()) *
+         sizeof(float);
   return b;
 }
 
@@ -246,13 +353,16 @@ std::string Plan::to_json() const {
     if (l.pruned) j["sparse_ms"] = l.sparse_ms;
     layers_j.push_back(j);
   }
-  nlohmann::json j = {{"format", "sparse24-plan"},
-                      {"version", 1},
-                      {"fingerprint", fingerprint},
-                      {"isa", isa},
-                      {"batch", batch},
-                      {"threads", threads},
-                      {"layers", layers_j}};
+  nlohmann::json j = {
+      {"format", "sparse24-plan"},
+      {"version", 2},
+      {"fingerprint", fingerprint},
+      {"isa", isa},
+      {"batch", batch},
+      {"threads", threads},
+      {"whole",
+       {{"choice", whole}, {"layers_ms", mixed_ms}, {"dense_ms", dense_ms}, {"sparse_ms", sparse_ms}}},
+      {"layers", layers_j}};
   return j.dump(2) + "\n";
 }
 
@@ -267,6 +377,13 @@ Plan Plan::from_json(const std::string& text, const std::string& what) {
     p.isa = j.at("isa").get<std::string>();
     p.batch = j.at("batch").get<int64_t>();
     p.threads = j.at("threads").get<int>();
+    const nlohmann::json& w = j.at("whole");
+    p.whole = w.at("choice").get<std::string>();
+    if (p.whole != "layers" && p.whole != "dense" && p.whole != "sparse")
+      throw Error(what + ": bad whole-model choice '" + p.whole + "'");
+    p.mixed_ms = w.at("layers_ms").get<double>();
+    p.dense_ms = w.at("dense_ms").get<double>();
+    p.sparse_ms = w.at("sparse_ms").get<double>();
     for (const auto& jl : j.at("layers")) {
       LayerPlan l;
       l.name = jl.at("name").get<std::string>();
@@ -305,6 +422,38 @@ bool Plan::matches(const Model& m, int64_t b, int t) const {
   return true;
 }
 
+namespace {
+
+// A random input of `batch` for the whole-model timing: floats in [-1, 1), or for a token model random ids
+// in sequences of up to 128 tokens adding up to `batch` tokens.
+struct RandomInput {
+  std::vector<float> x;
+  TokenBatch tokens;
+  RandomInput(const Model& m, int64_t batch) {
+    uint32_t seed = 777;
+    auto next = [&seed] { return seed = seed * 1664525u + 1013904223u; };
+    if (!m.token_input) {
+      x.resize(static_cast<size_t>(batch * m.input_size()));
+      for (float& v : x) v = static_cast<float>(next() >> 8) * 0x1.0p-24f * 2.0f - 1.0f;
+      return;
+    }
+    const int64_t len = std::min<int64_t>(m.max_sequence, 128);
+    for (int64_t left = batch; left > 0; left -= len) {
+      std::vector<int32_t> seq(std::min(left, len));
+      for (int32_t& id : seq) id = static_cast<int32_t>(next() % static_cast<uint32_t>(m.vocab));
+      tokens.add(seq);
+    }
+  }
+  void run(Engine& e, std::vector<float>& out) const {
+    if (tokens.sequences() > 0)
+      e.run_tokens(tokens, out.data());
+    else
+      e.run(x.data(), out.data());
+  }
+};
+
+}  // namespace
+
 Plan build_plan(const Model& m, int64_t batch, int threads, int reps) {
   m.check();
   set_threads(threads);
@@ -316,6 +465,8 @@ Plan build_plan(const Model& m, int64_t batch, int threads, int reps) {
   std::vector<int64_t> n_of(m.gemms.size(), 0);
   for (const Op& op : m.ops)
     if (op.kind == OpKind::kGemm) n_of[op.gemm] = cols_of(m.tensors[op.in], batch);
+  // Layers of one shape (and epilogue, and pruned or not) run the same kernels: timed once.
+  std::map<std::tuple<int64_t, int64_t, int64_t, int, bool>, std::pair<double, double>> timed;
   uint32_t seed = 12345;
   for (size_t i = 0; i < m.gemms.size(); ++i) {
     const Gemm& g = m.gemms[i];
@@ -325,33 +476,86 @@ Plan build_plan(const Model& m, int64_t batch, int threads, int reps) {
     l.k = g.k;
     l.n = n_of[i];
     l.pruned = g.pruned;
-    Buffer x(static_cast<size_t>(g.k * l.n)), y(static_cast<size_t>(g.m * l.n));
-    for (size_t j = 0; j < x.size; ++j) {
-      seed = seed * 1664525u + 1013904223u;
-      x.data()[j] = static_cast<float>(seed >> 8) * 0x1.0p-24f * 2.0f - 1.0f;
-    }
-    const detail::GemmExec dense = detail::GemmExec::dense(g, l.n);
-    std::optional<detail::GemmExec> sparse;
-    if (g.pruned) sparse = detail::GemmExec::sparse(g, l.n);
-    dense.run(x.data(), y.data(), threads);  // warm up
-    if (sparse) sparse->run(x.data(), y.data(), threads);
-    l.dense_ms = l.sparse_ms = 1e300;
-    for (int r = 0; r < std::max(reps, 1); ++r) {  // interleaved, best of reps
-      auto t0 = Clock::now();
-      dense.run(x.data(), y.data(), threads);
-      l.dense_ms = std::min(l.dense_ms, ms_since(t0));
-      if (sparse) {
-        t0 = Clock::now();
-        sparse->run(x.data(), y.data(), threads);
-        l.sparse_ms = std::min(l.sparse_ms, ms_since(t0));
+    const auto key = std::make_tuple(g.m, g.k, l.n, static_cast<int>(g.epilogue), g.pruned);
+    auto it = timed.find(key);
+    if (it == timed.end()) {
+      Buffer x(static_cast<size_t>(g.k * l.n)), y(static_cast<size_t>(g.m * l.n));
+      for (size_t j = 0; j < x.size; ++j) {
+        seed = seed * 1664525u + 1013904223u;
+        x.data()[j] = static_cast<float>(seed >> 8) * 0x1.0p-24f * 2.0f - 1.0f;
       }
+      const detail::GemmExec dense = detail::GemmExec::dense(g, l.n);
+      std::optional<detail::GemmExec> sparse;
+      if (g.pruned) sparse = detail::GemmExec::sparse(g, l.n);
+      dense.run(x.data(), y.data(), l.n, threads);  // warm up
+      if (sparse) sparse->run(x.data(), y.data(), l.n, threads);
+      double dms = 1e300, sms = 1e300;
+      for (int r = 0; r < std::max(reps, 1); ++r) {  // interleaved, best of reps
+        auto t0 = Clock::now();
+        dense.run(x.data(), y.data(), l.n, threads);
+        dms = std::min(dms, ms_since(t0));
+        if (sparse) {
+          t0 = Clock::now();
+          sparse->run(x.data(), y.data(), l.n, threads);
+          sms = std::min(sms, ms_since(t0));
+        }
+      }
+      it = timed.emplace(key, std::make_pair(dms, sparse ? sms : -1.0)).first;
     }
-    if (!sparse) l.sparse_ms = -1;
+    l.dense_ms = it->second.first;
+    l.sparse_ms = it->second.second;
     // Sparse only when clearly faster: near-ties go to dense (the timings are noisy, and the engine's promise
     // is never to be slower than dense).
-    l.sparse = sparse && l.sparse_ms * kSparseMargin < l.dense_ms;
+    l.sparse = g.pruned && l.sparse_ms * kSparseMargin < l.dense_ms;
     p.layers.push_back(l);
   }
+
+  // The whole model: the per-layer choices against all dense and all sparse.
+  bool any_sparse = false, any_pruned_dense = false;
+  for (const LayerPlan& l : p.layers) {
+    any_sparse |= l.sparse;
+    any_pruned_dense |= l.pruned && !l.sparse;
+  }
+  if (!any_sparse && !any_pruned_dense) return p;  // nothing pruned: dense is the only choice
+  const RandomInput in(m, batch);
+  std::vector<float> out(static_cast<size_t>(batch * m.output_size()));
+  struct Whole {
+    const char* name;
+    std::optional<Engine> e;
+    double ms = 1e300;
+  };
+  std::vector<Whole> wholes;
+  wholes.push_back({"dense", std::nullopt});
+  wholes.back().e.emplace(m, batch, threads, Mode::kDense);
+  {
+    wholes.push_back({"sparse", std::nullopt});
+    wholes.back().e.emplace(m, batch, threads, Mode::kSparse);
+  }
+  if (any_sparse && any_pruned_dense) {
+    wholes.push_back({"layers", std::nullopt});
+    wholes.back().e.emplace(m, batch, threads, Mode::kPlan, &p);
+  }
+  for (Whole& w : wholes) in.run(*w.e, out);  // warm up
+  for (int r = 0; r < std::max(reps, 3); ++r)
+    for (Whole& w : wholes) {
+      const auto t0 = Clock::now();
+      in.run(*w.e, out);
+      w.ms = std::min(w.ms, ms_since(t0));
+    }
+  const Whole* best = &wholes[0];
+  for (const Whole& w : wholes) {
+    const std::string name = w.name;
+    (name == "dense" ? p.dense_ms : name == "sparse" ? p.sparse_ms : p.mixed_ms) = w.ms;
+    // Another whole must beat dense by the same margin as a layer.
+    if (w.ms * (best == &wholes[0] ? kSparseMargin : 1.0) < best->ms) best = &w;
+  }
+  if (!any_pruned_dense) p.mixed_ms = p.sparse_ms;  // the per-layer choice was all sparse
+  p.whole = best->name;
+  if (p.whole == "dense")
+    for (LayerPlan& l : p.layers) l.sparse = false;
+  else if (p.whole == "sparse")
+    for (LayerPlan& l : p.layers) l.sparse = l.pruned;
+  if (!any_pruned_dense && p.whole == "sparse") p.whole = "layers";
   return p;
 }
 

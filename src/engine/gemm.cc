@@ -30,8 +30,11 @@ struct GemmExec::Impl {
   std::optional<PackedMatrix> packed;
   // dense
   std::vector<float> w;
-  std::optional<dnnl::eltwise_forward> eltwise;
-  dnnl::memory::desc eltwise_md;
+  dnnl::algorithm eltwise = dnnl::algorithm::undef;
+  // The eltwise primitive for the last N it ran at (created again when N changes).
+  mutable int64_t eltwise_n = -1;
+  mutable std::optional<dnnl::eltwise_forward> eltwise_prim;
+  mutable dnnl::memory::desc eltwise_md;
 };
 
 GemmExec::GemmExec() = default;
@@ -67,34 +70,36 @@ GemmExec GemmExec::dense(const Gemm& g, int64_t n) {
   s.w = g.pruned ? decompress(g.sparse).to_float() : g.dense;
   if (static_cast<int64_t>(s.w.size()) != g.m * g.k)
     throw Error("layer '" + g.name + "': weight size mismatch");
-  if (s.ep != Epilogue::kNone) {
-    using dnnl::algorithm;
-    const algorithm alg = s.ep == Epilogue::kRelu ? algorithm::eltwise_relu : algorithm::eltwise_gelu_erf;
-    s.eltwise_md = dnnl::memory::desc({g.m * n}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::a);
-    dnnl::eltwise_forward::primitive_desc pd(
-        dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, alg, s.eltwise_md, 0.0f, 0.0f),
-        dnnl_ctx().engine);
-    s.eltwise = dnnl::eltwise_forward(pd);
-  }
+  if (s.ep != Epilogue::kNone)
+    s.eltwise = s.ep == Epilogue::kRelu ? dnnl::algorithm::eltwise_relu : dnnl::algorithm::eltwise_gelu_erf;
   return e;
 }
 
-void GemmExec::run(const float* x, float* y, int threads) const {
+void GemmExec::run(const float* x, float* y, int64_t n, int threads) const {
   const Impl& s = *impl_;
   if (s.packed) {
-    spmm(*s.packed, x, s.n, s.n, y, s.n, s.bias.empty() ? nullptr : s.bias.data(), s.ep, threads);
+    spmm(*s.packed, x, n, n, y, n, s.bias.empty() ? nullptr : s.bias.data(), s.ep, threads);
     return;
   }
   float beta = 0.0f;
   if (!s.bias.empty()) {
-    for (int64_t r = 0; r < s.m; ++r) std::fill(y + r * s.n, y + (r + 1) * s.n, s.bias[r]);
+    for (int64_t r = 0; r < s.m; ++r) std::fill(y + r * n, y + (r + 1) * n, s.bias[r]);
     beta = 1.0f;
   }
-  dnnl_sgemm('N', 'N', s.m, s.n, s.k, 1.0f, s.w.data(), s.k, x, s.n, beta, y, s.n);
-  if (s.eltwise) {
+  dnnl_sgemm('N', 'N', s.m, n, s.k, 1.0f, s.w.data(), s.k, x, n, beta, y, n);
+  if (s.eltwise != dnnl::algorithm::undef) {
     Dnnl& ctx = dnnl_ctx();
+    if (s.eltwise_n != n) {
+      s.eltwise_md = dnnl::memory::desc({s.m * n}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::a);
+      dnnl::eltwise_forward::primitive_desc pd(
+          dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, s.eltwise, s.eltwise_md, 0.0f,
+                                      0.0f),
+          ctx.engine);
+      s.eltwise_prim = dnnl::eltwise_forward(pd);
+      s.eltwise_n = n;
+    }
     dnnl::memory mem(s.eltwise_md, ctx.engine, y);
-    s.eltwise->execute(ctx.stream, {{DNNL_ARG_SRC, mem}, {DNNL_ARG_DST, mem}});
+    s.eltwise_prim->execute(ctx.stream, {{DNNL_ARG_SRC, mem}, {DNNL_ARG_DST, mem}});
     ctx.stream.wait();
   }
 }

@@ -1,4 +1,5 @@
-// One GEMM layer prepared for a fixed N: the 2:4 sparse kernel (packed weights, one layout) or dense
+// One GEMM layer, prepared for the N it will mostly run at (the sparse path packs the layout that N uses)
+// and run at any N: the 2:4 sparse kernel (packed weights, one layout) or dense
 // oneDNN (dnnl_sgemm over the dense weights, bias preloaded into Y with beta = 1, ReLU/GELU by a oneDNN
 // eltwise primitive in place). Y[M, N] = epilogue(W X + bias), X [K, N], Y [M, N] row-major, ld = N.
 #pragma once
@@ -20,7 +21,7 @@ class GemmExec {
   GemmExec(GemmExec&&) noexcept;
   GemmExec& operator=(GemmExec&&) noexcept;
 
-  void run(const float* x, float* y, int threads) const;
+  void run(const float* x, float* y, int64_t n, int threads) const;
   bool is_sparse() const;
   size_t weight_bytes() const;  // weights + bias
 

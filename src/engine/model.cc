@@ -1,10 +1,14 @@
 // Models: the loader for the workflow's export and the BERT encoder builder.
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "builder.h"
+#include "fingerprint.h"
 #include "io/model_dir.h"
+#include "io/net_spec.h"
 #include "sparse24/engine.h"
 #include "sparse24/error.h"
 #include "sparse24/io.h"
@@ -12,17 +16,6 @@
 
 namespace sparse24::engine {
 namespace {
-
-uint64_t fnv1a(uint64_t h, const uint8_t* p, size_t n) {
-  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
-
-std::string hex(uint64_t v) {
-  char buf[17];
-  snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
 
 // The weights file, with every tensor checked against what the architecture needs.
 class WeightFile {
@@ -141,6 +134,12 @@ const char* op_kind_name(OpKind k) {
       return "layernorm";
     case OpKind::kAttention:
       return "attention";
+    case OpKind::kEmbed:
+      return "embed";
+    case OpKind::kPool:
+      return "pool";
+    case OpKind::kL2Norm:
+      return "l2norm";
   }
   return "?";
 }
@@ -163,6 +162,10 @@ void Model::check() const {
         op.out == op.in2)
       throw bad(i, "bad tensor id");
     const TensorShape &x = tensors[op.in], &y = tensors[op.out];
+    if ((op.kind == OpKind::kEmbed) != (op.in == 0 && token_input))
+      throw bad(i, "only the first op of a token model reads its ids");
+    if (op.kind != OpKind::kPool && op.kind != OpKind::kEmbed && x.tokens != y.tokens)
+      throw bad(i, "token and sample tensors mixed");
     if (op.kind == OpKind::kGemm) {
       if (op.gemm < 0 || op.gemm >= static_cast<int>(gemms.size())) throw bad(i, "bad gemm id");
       const Gemm& g = gemms[op.gemm];
@@ -171,202 +174,141 @@ void Model::check() const {
   }
 }
 
+namespace {
+
+// What the export's layer handlers share while the model is built.
+struct ExportContext {
+  const model_dir::Config& config;
+  WeightFile& weights;
+  ModelBuilder& b;
+  int t = 0;                       // the current tensor
+  bool last_gemm_is_conv = false;  // a BatchNorm right after it folds into it
+
+  Gemm gemm(const std::string& name, int64_t out, int64_t k, const std::vector<int64_t>& shape) {
+    Gemm g;
+    g.name = name;
+    g.m = out;
+    g.k = k;
+    g.pruned = config.is_pruned(name + ".weight", shape);
+    if (g.pruned)
+      g.sparse = weights.compressed(name + ".weight", shape);
+    else
+      g.dense = weights.dense(name + ".weight", shape);
+    g.bias = weights.dense(name + ".bias", {out});
+    return g;
+  }
+  Error bad(const std::string& problem) const { return Error(config.path + ": " + problem); }
+};
+
+using LayerHandler = void (*)(ExportContext&, const LayerSpec&);
+
+void linear_layer(ExportContext& c, const LayerSpec& l) {
+  const TensorShape& s = c.b.shape(c.t);
+  if (s.h * s.w != 1 || s.rows != l.in)
+    throw c.bad("linear '" + l.name + "' expects " + std::to_string(l.in) + " inputs, gets " +
+                std::to_string(s.rows * s.h * s.w) + (s.h * s.w != 1 ? " (not flattened)" : ""));
+  c.t = c.b.gemm(c.t, c.gemm(l.name, l.out, l.in, {l.out, l.in}));
+  c.last_gemm_is_conv = false;
+}
+
+void conv2d_layer(ExportContext& c, const LayerSpec& l) {
+  const TensorShape& s = c.b.shape(c.t);
+  if (s.h * s.w == 1 || s.rows != l.in)
+    throw c.bad("conv2d '" + l.name + "' expects an image of " + std::to_string(l.in) + " channels");
+  if (s.h + 2 * l.padding < l.kernel || s.w + 2 * l.padding < l.kernel)
+    throw c.bad("conv2d '" + l.name + "' kernel larger than its input");
+  const std::vector<int64_t> shape{l.out, l.in, l.kernel, l.kernel};
+  Gemm g = c.gemm(l.name, l.out, l.kernel * l.kernel * l.in, shape);
+  if (g.pruned) {
+    if (l.in % 4 != 0)
+      throw c.bad("conv2d '" + l.name + "' is pruned but its input channels are not a multiple of 4");
+    g.sparse = regroup_conv(g.sparse, l.out, l.in, l.kernel * l.kernel);
+  } else {
+    g.dense = regroup_conv_dense(g.dense, l.out, l.in, l.kernel);
+  }
+  c.t = c.b.conv2d(c.t, std::move(g), l.kernel, l.stride, l.padding);
+  c.last_gemm_is_conv = true;
+}
+
+void batchnorm2d_layer(ExportContext& c, const LayerSpec& l) {
+  const TensorShape& s = c.b.shape(c.t);
+  const int64_t f = l.in;
+  if (s.h * s.w == 1 || s.rows != f)
+    throw c.bad("batchnorm2d '" + l.name + "' expects an image of " + std::to_string(f) + " channels");
+  const std::vector<float> gamma = c.weights.dense(l.name + ".weight", {f}),
+                           beta = c.weights.dense(l.name + ".bias", {f}),
+                           mean = c.weights.dense(l.name + ".running_mean", {f}),
+                           var = c.weights.dense(l.name + ".running_var", {f});
+  std::vector<float> scale(f), shift(f);
+  for (int64_t i = 0; i < f; ++i) {
+    if (!(var[i] >= 0))
+      throw Error(c.weights.file().path() + ": tensor '" + l.name + ".running_var' is negative");
+    scale[i] = gamma[i] / std::sqrt(var[i] + 1e-5f);  // PyTorch's default eps
+    shift[i] = beta[i] - mean[i] * scale[i];
+  }
+  Gemm* g = c.last_gemm_is_conv ? c.b.open_gemm(c.t) : nullptr;
+  if (g != nullptr) {  // fold: W' = s W, b' = s b + shift
+    scale_rows(*g, scale);
+    for (int64_t i = 0; i < f; ++i) g->bias[i] = g->bias[i] * scale[i] + shift[i];
+  } else {
+    c.t = c.b.affine(c.t, std::move(scale), std::move(shift));
+  }
+}
+
+void relu_layer(ExportContext& c, const LayerSpec&) { c.t = c.b.relu(c.t); }
+
+void maxpool2d_layer(ExportContext& c, const LayerSpec& l) {
+  c.t = c.b.maxpool(c.t, l.kernel);
+  c.last_gemm_is_conv = false;
+}
+
+void flatten_layer(ExportContext& c, const LayerSpec&) {
+  c.t = c.b.flatten(c.t);
+  c.last_gemm_is_conv = false;
+}
+
+void dropout_layer(ExportContext&, const LayerSpec&) {}  // the identity at inference
+
+// One handler per layer type of the vocabulary (io/net_spec.h).
+const std::map<std::string, LayerHandler>& export_handlers() {
+  static const std::map<std::string, LayerHandler> h = {
+      {"linear", linear_layer},  {"conv2d", conv2d_layer},       {"batchnorm2d", batchnorm2d_layer},
+      {"relu", relu_layer},      {"maxpool2d", maxpool2d_layer}, {"flatten", flatten_layer},
+      {"dropout", dropout_layer}};
+  return h;
+}
+
+}  // namespace
+
 Model load_model(const std::string& dir) {
   const model_dir::Config mc = model_dir::read_config(dir);
-  const std::string& config_path = mc.path;
-  const nlohmann::json& config = mc.json;
-  auto bad = [&](const std::string& problem) { return Error(config_path + ": " + problem); };
-
-  Model m;
+  const NetSpec spec = spec_from_json(mc.json, mc.path);
+  WeightFile wf(mc.weights_path);
+  ModelBuilder b(spec.model);
+  TensorShape in{spec.input_shape[0], 1, 1};
+  if (spec.input_shape.size() == 3) in = {spec.input_shape[0], spec.input_shape[1], spec.input_shape[2]};
+  ExportContext c{mc, wf, b};
+  c.t = b.float_input(in);
   try {
-    WeightFile wf(mc.weights_path);
-    m.name = config.at("model").get<std::string>();
-    m.input_shape = config.at("input_shape").get<std::vector<int64_t>>();
-    m.mean = config.at("normalize").at("mean").get<double>();
-    m.std = config.at("normalize").at("std").get<double>();
-    const int64_t classes = config.at("classes").get<int64_t>();
-    if (m.input_shape.size() != 1 && m.input_shape.size() != 3)
-      throw bad("input_shape must be [features] or [channels, height, width]");
-    for (int64_t d : m.input_shape)
-      if (d <= 0 || d > 65536) throw bad("input_shape dimension out of range");
-    TensorShape cur{m.input_shape[0], 1, 1};
-    bool image = m.input_shape.size() == 3;
-    if (image) cur = {m.input_shape[0], m.input_shape[1], m.input_shape[2]};
-    if (cur.rows * cur.h * cur.w > (int64_t{1} << 26)) throw bad("input too large");
-    m.tensors.push_back(cur);
-    int t = 0;  // current tensor
-    bool last_gemm_is_conv = false;
-    auto add_tensor = [&](TensorShape s) {
-      if (s.rows <= 0 || s.h <= 0 || s.w <= 0 || s.rows * s.h * s.w > (int64_t{1} << 28))
-        throw bad("tensor size out of range");
-      m.tensors.push_back(s);
-      return static_cast<int>(m.tensors.size()) - 1;
-    };
-    auto last_op_makes_current = [&](OpKind k) {
-      return !m.ops.empty() && m.ops.back().kind == k && m.ops.back().out == t;
-    };
-    std::set<std::string> names;
-    for (const auto& jl : config.at("layers")) {
-      const std::string type = jl.at("type").get<std::string>();
-      std::string lname;
-      if (type == "conv2d" || type == "linear" || type == "batchnorm2d") {
-        lname = jl.at("name").get<std::string>();
-        if (lname.empty() || lname.find('.') != std::string::npos || !names.insert(lname).second)
-          throw bad("layer name '" + lname + "' is empty, has a '.', or is repeated");
-      }
-      auto positive = [&](const char* key) {
-        const int64_t v = jl.at(key).get<int64_t>();
-        if (v <= 0 || v > (1 << 20)) throw bad(type + " '" + lname + "' " + key + " out of range");
-        return v;
-      };
-      if (type == "linear") {
-        const int64_t in = positive("in"), out = positive("out");
-        if (cur.h * cur.w != 1 || cur.rows != in)
-          throw bad("linear '" + lname + "' expects " + std::to_string(in) + " inputs, gets " +
-                    std::to_string(cur.rows * cur.h * cur.w) +
-                    (cur.h * cur.w != 1 ? " (not flattened)" : ""));
-        Gemm g;
-        g.name = lname;
-        g.m = out;
-        g.k = in;
-        const std::vector<int64_t> shape{out, in};
-        g.pruned = mc.is_pruned(lname + ".weight", shape);
-        if (g.pruned) {
-          g.sparse = wf.compressed(lname + ".weight", shape);
-        } else {
-          g.dense = wf.dense(lname + ".weight", shape);
-        }
-        g.bias = wf.dense(lname + ".bias", {out});
-        m.gemms.push_back(std::move(g));
-        Op op;
-        op.kind = OpKind::kGemm;
-        op.gemm = static_cast<int>(m.gemms.size()) - 1;
-        op.in = t;
-        op.out = t = add_tensor({out, 1, 1});
-        m.ops.push_back(op);
-        image = false;
-        last_gemm_is_conv = false;
-      } else if (type == "conv2d") {
-        const int64_t in = positive("in"), out = positive("out"), k = positive("kernel"),
-                      s = positive("stride");
-        const int64_t p = jl.at("padding").get<int64_t>();
-        if (p < 0 || p > 1024) throw bad("conv2d '" + lname + "' padding out of range");
-        if (!image || cur.rows != in)
-          throw bad("conv2d '" + lname + "' expects an image of " + std::to_string(in) + " channels");
-        const int64_t oh = (cur.h + 2 * p - k) / s + 1, ow = (cur.w + 2 * p - k) / s + 1;
-        if (cur.h + 2 * p < k || cur.w + 2 * p < k)
-          throw bad("conv2d '" + lname + "' kernel larger than its input");
-        Op col;
-        col.kind = OpKind::kIm2col;
-        col.in = t;
-        col.kernel = k;
-        col.stride = s;
-        col.padding = p;
-        col.out = add_tensor({k * k * in, oh, ow});
-        m.ops.push_back(col);
-        Gemm g;
-        g.name = lname;
-        g.m = out;
-        g.k = k * k * in;
-        const std::vector<int64_t> shape{out, in, k, k};
-        g.pruned = mc.is_pruned(lname + ".weight", shape);
-        if (g.pruned) {
-          if (in % 4 != 0)
-            throw bad("conv2d '" + lname + "' is pruned but its input channels are not a multiple of 4");
-          g.sparse = regroup_conv(wf.compressed(lname + ".weight", shape), out, in, k * k);
-        } else {
-          g.dense = regroup_conv_dense(wf.dense(lname + ".weight", shape), out, in, k);
-        }
-        g.bias = wf.dense(lname + ".bias", {out});
-        m.gemms.push_back(std::move(g));
-        Op op;
-        op.kind = OpKind::kGemm;
-        op.gemm = static_cast<int>(m.gemms.size()) - 1;
-        op.in = col.out;
-        op.out = t = add_tensor({out, oh, ow});
-        m.ops.push_back(op);
-        cur = m.tensors[t];
-        last_gemm_is_conv = true;
-      } else if (type == "batchnorm2d") {
-        const int64_t f = positive("features");
-        if (!image || cur.rows != f)
-          throw bad("batchnorm2d '" + lname + "' expects an image of " + std::to_string(f) + " channels");
-        const std::vector<float> gamma = wf.dense(lname + ".weight", {f}),
-                                 beta = wf.dense(lname + ".bias", {f}),
-                                 mean = wf.dense(lname + ".running_mean", {f}),
-                                 var = wf.dense(lname + ".running_var", {f});
-        std::vector<float> scale(f), shift(f);
-        for (int64_t c = 0; c < f; ++c) {
-          if (!(var[c] >= 0))
-            throw Error(wf.file().path() + ": tensor '" + lname + ".running_var' is negative");
-          scale[c] = gamma[c] / std::sqrt(var[c] + 1e-5f);  // PyTorch's default eps
-          shift[c] = beta[c] - mean[c] * scale[c];
-        }
-        if (last_gemm_is_conv && last_op_makes_current(OpKind::kGemm) &&
-            m.gemms[m.ops.back().gemm].epilogue == Epilogue::kNone) {
-          Gemm& g = m.gemms[m.ops.back().gemm];  // fold: W' = s W, b' = s b + shift
-          scale_rows(g, scale);
-          for (int64_t c = 0; c < f; ++c) g.bias[c] = g.bias[c] * scale[c] + shift[c];
-        } else {
-          Op op;
-          op.kind = OpKind::kAffine;
-          op.in = t;
-          op.scale = scale;
-          op.shift = shift;
-          op.out = t = add_tensor(cur);
-          m.ops.push_back(op);
-        }
-      } else if (type == "relu") {
-        if (last_op_makes_current(OpKind::kGemm) && m.gemms[m.ops.back().gemm].epilogue == Epilogue::kNone) {
-          m.gemms[m.ops.back().gemm].epilogue = Epilogue::kRelu;
-        } else {
-          Op op;
-          op.kind = OpKind::kRelu;
-          op.in = t;
-          op.out = t = add_tensor(cur);
-          m.ops.push_back(op);
-        }
-      } else if (type == "maxpool2d") {
-        const int64_t k = positive("kernel");
-        if (!image || cur.h < k || cur.w < k)
-          throw bad("maxpool2d needs an image at least as large as its kernel");
-        Op op;
-        op.kind = OpKind::kMaxPool;
-        op.in = t;
-        op.kernel = op.stride = k;
-        op.out = t = add_tensor({cur.rows, cur.h / k, cur.w / k});
-        m.ops.push_back(op);
-        cur = m.tensors[t];
-        last_gemm_is_conv = false;
-      } else if (type == "flatten") {
-        if (cur.h * cur.w != 1) {
-          Op op;
-          op.kind = OpKind::kFlatten;
-          op.in = t;
-          op.out = t = add_tensor({cur.rows * cur.h * cur.w, 1, 1});
-          m.ops.push_back(op);
-        }
-        cur = {cur.rows * cur.h * cur.w, 1, 1};
-        image = false;
-        last_gemm_is_conv = false;
-      } else if (type == "dropout") {
-        // identity at inference
-      } else {
-        throw bad("unknown layer type '" + type + "'");
-      }
-      cur = m.tensors[t];
+    for (const LayerSpec& l : spec.layers) {
+      const auto h = export_handlers().find(l.type);
+      if (h == export_handlers().end()) throw c.bad("unknown layer type '" + l.type + "'");
+      h->second(c, l);
     }
-    if (m.tensors[t].h * m.tensors[t].w != 1 || m.tensors[t].rows != classes)
-      throw bad("the network's output is not " + std::to_string(classes) + " classes");
-    m.output = t;
-    wf.check_all_used();
-    uint64_t h = fnv1a(1469598103934665603ull, mc.raw.data(), mc.raw.size());
-    h = fnv1a(h, wf.file().data(), wf.file().size());
-    m.fingerprint = hex(h);
-  } catch (const nlohmann::json::exception& e) {
-    throw bad(std::string("bad architecture config: ") + e.what());
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    if (msg.rfind(mc.path, 0) == 0 || msg.rfind(wf.file().path(), 0) == 0) throw;
+    throw c.bad(msg);
   }
-  m.check();
+  const TensorShape& out = b.shape(c.t);
+  if (out.h * out.w != 1 || out.rows != spec.classes)
+    throw c.bad("the network's output is not " + std::to_string(spec.classes) + " classes");
+  wf.check_all_used();
+  uint64_t h = fnv1a(kFnvBasis, mc.raw.data(), mc.raw.size());
+  h = fnv1a(h, wf.file().data(), wf.file().size());
+  Model m = b.finish(c.t, hex(h));
+  m.mean = spec.mean;
+  m.std = spec.std;
   return m;
 }
 
@@ -411,60 +353,27 @@ Model bert_model(const BertOptions& o) {
     for (float& b : g.bias) b = 0.1f * uniform();
     return g;
   };
-  Model m;
-  m.name = "bert-l" + std::to_string(o.layers) + "-h" + std::to_string(o.hidden) + "-a" +
-           std::to_string(o.heads) + "-f" + std::to_string(o.ffn);
-  m.input_shape = {o.hidden, o.seq};
-  m.fingerprint = m.name + "-s" + std::to_string(o.seq) + "-seed" + std::to_string(o.seed);
-  m.tensors.push_back({o.hidden, o.seq, 1});
-  int h = 0;
-  auto tensor = [&](int64_t rows) {
-    m.tensors.push_back({rows, o.seq, 1});
-    return static_cast<int>(m.tensors.size()) - 1;
-  };
-  auto add_gemm = [&](Gemm g, int in) {
-    const int64_t rows = g.m;
-    m.gemms.push_back(std::move(g));
-    Op op;
-    op.kind = OpKind::kGemm;
-    op.gemm = static_cast<int>(m.gemms.size()) - 1;
-    op.in = in;
-    op.out = tensor(rows);
-    m.ops.push_back(op);
-    return op.out;
-  };
+  const std::string name = "bert-l" + std::to_string(o.layers) + "-h" + std::to_string(o.hidden) + "-a" +
+                           std::to_string(o.heads) + "-f" + std::to_string(o.ffn);
+  ModelBuilder b(name);
+  int h = b.float_input({o.hidden, o.seq, 1});
   auto layer_norm = [&](int x, int residual) {
-    Op op;
-    op.kind = OpKind::kLayerNorm;
-    op.in = x;
-    op.in2 = residual;
-    op.scale.resize(o.hidden);
-    op.shift.resize(o.hidden);
-    for (float& g : op.scale) g = 1.0f + 0.1f * uniform();
-    for (float& b : op.shift) b = 0.1f * uniform();
-    op.eps = 1e-12f;  // BERT's
-    op.out = tensor(o.hidden);
-    m.ops.push_back(op);
-    return op.out;
+    std::vector<float> gamma(o.hidden), beta(o.hidden);
+    for (float& g : gamma) g = 1.0f + 0.1f * uniform();
+    for (float& v : beta) v = 0.1f * uniform();
+    return b.layer_norm(x, residual, std::move(gamma), std::move(beta), 1e-12f);  // BERT's eps
   };
   for (int64_t l = 0; l < o.layers; ++l) {
     const std::string p = "layer" + std::to_string(l) + ".";
-    const int qkv = add_gemm(gemm(p + "qkv", 3 * o.hidden, o.hidden, Epilogue::kNone), h);
-    Op att;
-    att.kind = OpKind::kAttention;
-    att.in = qkv;
-    att.heads = o.heads;
-    att.out = tensor(o.hidden);
-    m.ops.push_back(att);
-    const int ao = add_gemm(gemm(p + "attn_out", o.hidden, o.hidden, Epilogue::kNone), att.out);
+    const int qkv = b.gemm(h, gemm(p + "qkv", 3 * o.hidden, o.hidden, Epilogue::kNone));
+    const int att = b.attention(qkv, o.heads);
+    const int ao = b.gemm(att, gemm(p + "attn_out", o.hidden, o.hidden, Epilogue::kNone));
     const int h1 = layer_norm(ao, h);
-    const int f1 = add_gemm(gemm(p + "ffn1", o.ffn, o.hidden, Epilogue::kGelu), h1);
-    const int f2 = add_gemm(gemm(p + "ffn2", o.hidden, o.ffn, Epilogue::kNone), f1);
+    const int f1 = b.gemm(h1, gemm(p + "ffn1", o.ffn, o.hidden, Epilogue::kGelu));
+    const int f2 = b.gemm(f1, gemm(p + "ffn2", o.hidden, o.ffn, Epilogue::kNone));
     h = layer_norm(f2, h1);
   }
-  m.output = h;
-  m.check();
-  return m;
+  return b.finish(h, name + "-s" + std::to_string(o.seq) + "-seed" + std::to_string(o.seed));
 }
 
 }  // namespace sparse24::engine

@@ -167,25 +167,104 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void softmax_rows(f
   }
 }
 
+int64_t relative_bucket(int64_t rel, int64_t buckets, int64_t max_distance) {
+  // transformers' MPNet: n = -rel; half the buckets for each sign; exact below half of that half, then
+  // logarithmic up to max_distance, in float32 as PyTorch computes it.
+  int64_t n = -rel;
+  const int64_t half = buckets / 2;
+  int64_t ret = n < 0 ? half : 0;
+  n = n < 0 ? -n : n;
+  const int64_t max_exact = half / 2;
+  if (n < max_exact) return ret + n;
+  const float ratio = static_cast<float>(n) / static_cast<float>(max_exact);
+  const float scale =
+      static_cast<float>(std::log(static_cast<double>(max_distance) / static_cast<double>(max_exact)));
+  const float v = std::log(ratio) / scale * static_cast<float>(half - max_exact);
+  const int64_t large = max_exact + static_cast<int64_t>(v);
+  return ret + std::min(large, half - 1);
+}
+
+void attention(const float* qkv, int64_t hidden, int64_t heads, const int64_t* offsets, int64_t sequences,
+               int64_t ld, const RelativeBias* bias, float* ctx, float* scratch, int threads) {
+  const int64_t d = hidden / heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  int64_t longest = 0;
+  for (int64_t s = 0; s < sequences; ++s) longest = std::max(longest, offsets[s + 1] - offsets[s]);
+  // The bias of each relative position (key - query) in [-(longest-1), longest-1], per head.
+  std::vector<float> rel;
+  if (bias != nullptr && bias->buckets > 0) {
+    rel.resize(static_cast<size_t>(heads * (2 * longest - 1)));
+    for (int64_t r = -(longest - 1); r <= longest - 1; ++r) {
+      const int64_t bucket = relative_bucket(r, bias->buckets, bias->max_distance);
+      for (int64_t h = 0; h < heads; ++h)
+        rel[h * (2 * longest - 1) + r + longest - 1] = bias->table[bucket * heads + h];
+    }
+  }
+  const int64_t tasks = sequences * heads;
+  // One (sequence, head) per task; dnnl_sgemm inside a parallel region runs on the calling thread.
+#pragma omp parallel for num_threads(threads) schedule(dynamic)
+  for (int64_t t = 0; t < tasks; ++t) {
+    const int64_t s = t / heads, h = t % heads;
+    const int64_t c0 = offsets[s], n = offsets[s + 1] - c0;
+    float* p = scratch + static_cast<int64_t>(omp_get_thread_num()) * longest * longest;
+    const float* q = qkv + (h * d) * ld + c0;
+    const float* k = qkv + (hidden + h * d) * ld + c0;
+    const float* v = qkv + (2 * hidden + h * d) * ld + c0;
+    // P[i, j] = scale * sum_c Q[c, i] K[c, j] (+ bias[j - i])
+    dnnl_sgemm('T', 'N', n, n, d, scale, q, ld, k, ld, 0.0f, p, n);
+    if (!rel.empty()) {
+      const float* rb = rel.data() + h * (2 * longest - 1) + longest - 1;
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < n; ++j) p[i * n + j] += rb[j - i];
+    }
+    softmax_rows(p, n, n);
+    // ctx[c, i] = sum_j V[c, j] P[i, j]
+    dnnl_sgemm('N', 'T', d, n, n, 1.0f, v, ld, p, n, 0.0f, ctx + (h * d) * ld + c0, ld);
+  }
+}
+
 void attention(const float* qkv, int64_t hidden, int64_t heads, int64_t batch, int64_t seq, float* ctx,
                float* scratch, int threads) {
-  const int64_t d = hidden / heads, ld = batch * seq;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  const int64_t tasks = batch * heads;
-  // One (sample, head) per task; dnnl_sgemm inside a parallel region runs on the calling thread.
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t t = 0; t < tasks; ++t) {
-    const int64_t b = t / heads, h = t % heads;
-    float* p = scratch + static_cast<int64_t>(omp_get_thread_num()) * seq * seq;
-    const float* q = qkv + (h * d) * ld + b * seq;
-    const float* k = qkv + (hidden + h * d) * ld + b * seq;
-    const float* v = qkv + (2 * hidden + h * d) * ld + b * seq;
-    // P[i, j] = scale * sum_c Q[c, i] K[c, j]
-    dnnl_sgemm('T', 'N', seq, seq, d, scale, q, ld, k, ld, 0.0f, p, seq);
-    softmax_rows(p, seq, seq);
-    // ctx[c, i] = sum_j V[c, j] P[i, j]
-    dnnl_sgemm('N', 'T', d, seq, seq, 1.0f, v, ld, p, seq, 0.0f, ctx + (h * d) * ld + b * seq, ld);
+  std::vector<int64_t> offsets(batch + 1);
+  for (int64_t b = 0; b <= batch; ++b) offsets[b] = b * seq;
+  attention(qkv, hidden, heads, offsets.data(), batch, batch * seq, nullptr, ctx, scratch, threads);
+}
+
+void embed(const int32_t* ids, const int64_t* offsets, int64_t sequences, const float* word,
+           const float* positions, int64_t position_offset, int64_t hidden, float* y) {
+  const int64_t ld = offsets[sequences];
+  for (int64_t s = 0; s < sequences; ++s)
+    for (int64_t t = offsets[s]; t < offsets[s + 1]; ++t) {
+      const float* w = word + static_cast<int64_t>(ids[t]) * hidden;
+      const float* p = positions + (t - offsets[s] + position_offset) * hidden;
+      for (int64_t r = 0; r < hidden; ++r) y[r * ld + t] = w[r] + p[r];
+    }
+}
+
+void pool(const float* x, int64_t rows, int64_t ld, const int64_t* offsets, int64_t sequences, PoolMode mode,
+          float* y) {
+  for (int64_t s = 0; s < sequences; ++s) {
+    const int64_t c0 = offsets[s], n = offsets[s + 1] - c0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* xr = x + r * ld + c0;
+      if (mode == PoolMode::kCls) {
+        y[r * sequences + s] = xr[0];
+        continue;
+      }
+      float sum = 0.0f;
+      for (int64_t j = 0; j < n; ++j) sum += xr[j];
+      y[r * sequences + s] = sum / static_cast<float>(n);
+    }
   }
+}
+
+void l2norm(const float* x, int64_t rows, int64_t cols, float* y) {
+  std::vector<float> sq(cols, 0.0f);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < cols; ++j) sq[j] += x[r * cols + j] * x[r * cols + j];
+  for (int64_t j = 0; j < cols; ++j) sq[j] = 1.0f / std::max(std::sqrt(sq[j]), 1e-12f);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < cols; ++j) y[r * cols + j] = x[r * cols + j] * sq[j];
 }
 
 }  // namespace sparse24::engine::detail
