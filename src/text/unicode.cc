@@ -2,21 +2,42 @@
 
 #include <utf8proc.h>
 
+#include <algorithm>
+#include <iterator>
+
 namespace sparse24::text {
 
 namespace {
 
-int category(char32_t c) { return utf8proc_category(static_cast<utf8proc_int32_t>(c)); }
+struct CodeRange {
+  char32_t first, last;
+};
+#include "hf_unicode_tables.inc"
 
-// HF's is_control: unicode_categories' is_other() (Cc, Cf, Co; not Cn, Cs), minus \t \n \r.
-bool is_control(char32_t c) {
-  if (c == '\t' || c == '\n' || c == '\r') return false;
-  if (c < 0x80) return c < 0x20 || c == 0x7F;
-  const int cat = category(c);
-  return cat == UTF8PROC_CATEGORY_CC || cat == UTF8PROC_CATEGORY_CF || cat == UTF8PROC_CATEGORY_CO;
+template <size_t N>
+bool in(const CodeRange (&table)[N], char32_t c) {
+  const CodeRange* it =
+      std::upper_bound(table, table + N, c, [](char32_t x, const CodeRange& r) { return x < r.first; });
+  return it != table && c <= (it - 1)->last;
 }
 
-bool is_nonspacing_mark(char32_t c) { return c >= 0x300 && category(c) == UTF8PROC_CATEGORY_MN; }
+// HF's is_control: unicode_categories' is_other() (Cc, Cf, Co of its old tables), minus \t \n \r.
+bool is_control(char32_t c) {
+  if (c < 0x80) return (c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7F;
+  return in(kHfControl, c);
+}
+
+// Rust's char::to_lowercase for c >= 0x80 other than U+0130: utf8proc's mapping unless HF's differs.
+char32_t lower_char(char32_t c) {
+  const CodeRange* it = std::lower_bound(std::begin(kHfLowercase), std::end(kHfLowercase), c,
+                                         [](const CodeRange& r, char32_t x) { return r.first < x; });
+  if (it != std::end(kHfLowercase) && it->first == c) return it->last;
+  return static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c)));
+}
+
+bool nfd_kept(char32_t c) { return std::binary_search(std::begin(kHfNfdKept), std::end(kHfNfdKept), c); }
+
+bool is_nonspacing_mark(char32_t c) { return c >= 0x80 && in(kHfNonspacingMark, c); }
 
 // BERT's "Chinese character" ranges, exactly as HF lists them (note 0x2B820-0x2B91F is not among them).
 bool is_cjk(char32_t c) {
@@ -94,8 +115,7 @@ bool is_rust_whitespace(char32_t c) {
 bool is_bert_punctuation(char32_t c) {
   if (c < 0x80)
     return (c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) || (c >= 123 && c <= 126);
-  const int cat = category(c);
-  return cat >= UTF8PROC_CATEGORY_PC && cat <= UTF8PROC_CATEGORY_PO;
+  return in(kHfPunctuation, c);
 }
 
 void clean_text(std::u32string& s) {
@@ -128,7 +148,7 @@ void nfd_drop_mn(std::u32string& s, std::u32string& tmp) {
     utf8proc_int32_t buf[8];
     utf8proc_ssize_t n = 1;
     buf[0] = static_cast<utf8proc_int32_t>(c);
-    if (c >= 0xC0) {
+    if (c >= 0xC0 && !nfd_kept(c)) {
       int boundclass = 0;
       n = utf8proc_decompose_char(buf[0], buf, 8, UTF8PROC_DECOMPOSE, &boundclass);
       if (n < 1 || n > 8) {
@@ -164,7 +184,7 @@ void lowercase(std::u32string& s, std::u32string& tmp) {
       tmp.push_back('i');
       tmp.push_back(0x307);
     } else {
-      tmp.push_back(static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c))));
+      tmp.push_back(lower_char(c));
     }
   }
   s.swap(tmp);

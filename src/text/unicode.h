@@ -1,6 +1,8 @@
 // The character-level pieces of the WordPiece pipeline (internal to sparse24_text): UTF-8 decoding and
-// encoding, and the character classes and transforms of HF's BertNormalizer and BertPreTokenizer, computed
-// with utf8proc and corrected where HF's crates (older Unicode tables) disagree with it.
+// encoding, and the character classes and transforms of HF's BertNormalizer and BertPreTokenizer. NFD,
+// combining classes and case mapping come from utf8proc; the control, punctuation and nonspacing-mark
+// classes come from tables measured on HF itself (hf_unicode_tables.inc), because HF's unicode_categories
+// crate uses old Unicode tables that differ from utf8proc's current ones on about 600 code points.
 #pragma once
 #include <cstddef>
 #include <string>
