@@ -10,6 +10,7 @@ packages=(
   clang-14 libclang-rt-14-dev clang-format
   libtorch-dev dataset-fashion-mnist libpng-dev zlib1g-dev gnuplot-nox
   bible-kjv bible-kjv-text
+  libutf8proc-dev
 )
 
 missing=()

@@ -14,6 +14,7 @@ void register_demo(CLI::App& app);
 void register_convert(CLI::App& app);
 void register_export_gpu(CLI::App& app);
 void register_bench_permute(CLI::App& app);
+void register_tokenize(CLI::App& app);  // cmd_tokenize.cc
 #ifdef SPARSE24_HAVE_BENCH
 void register_bench(CLI::App& app);
 // Re-executes `bench` with the OPENBLAS_CORETYPE it wants when a linked OpenBLAS read another (cmd_bench.cc).

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   sparse24::cli::register_convert(app);
   sparse24::cli::register_export_gpu(app);
   sparse24::cli::register_bench_permute(app);
+  sparse24::cli::register_tokenize(app);
 #ifdef SPARSE24_HAVE_ENGINE
   sparse24::cli::register_run(app);
   sparse24::cli::register_profile(app);
