@@ -24,6 +24,9 @@ void prepare_bench_process(int argc, char** argv);
 void register_run(CLI::App& app);
 void register_profile(CLI::App& app);
 void register_bench_bert(CLI::App& app);
+void register_embed(CLI::App& app);        // cmd_embed.cc
+void register_prune_model(CLI::App& app);  // cmd_embed.cc
+void register_bench_model(CLI::App& app);  // cmd_embed.cc
 #endif
 #ifdef SPARSE24_HAVE_TRAIN
 void register_workflow(CLI::App& app);

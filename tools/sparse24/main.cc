@@ -26,6 +26,9 @@ int main(int argc, char** argv) {
   sparse24::cli::register_run(app);
   sparse24::cli::register_profile(app);
   sparse24::cli::register_bench_bert(app);
+  sparse24::cli::register_embed(app);
+  sparse24::cli::register_prune_model(app);
+  sparse24::cli::register_bench_model(app);
 #endif
 #ifdef SPARSE24_HAVE_BENCH
   sparse24::cli::register_bench(app);

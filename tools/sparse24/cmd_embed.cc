@@ -1,0 +1,367 @@
+// sparse24 embed, prune-model, bench-model: real text encoders (Hugging Face / sentence-transformers
+// directories) in the engine (include/sparse24/engine.h, include/sparse24/hf_dir.h).
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "sparse24/engine.h"
+#include "sparse24/error.h"
+#include "sparse24/hf_dir.h"
+#include "sparse24/io.h"
+#include "sparse24/spmm.h"
+
+namespace sparse24::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+engine::Mode parse_mode(const std::string& s) {
+  if (s == "plan") return engine::Mode::kPlan;
+  if (s == "dense") return engine::Mode::kDense;
+  if (s == "sparse") return engine::Mode::kSparse;
+  throw Error("unknown mode '" + s + "' (expected plan, dense or sparse)");
+}
+
+std::vector<std::string> read_lines(const std::string& path) {
+  const std::vector<uint8_t> b = read_file(path);
+  std::vector<std::string> lines;
+  std::string cur;
+  for (uint8_t c : b) {
+    if (c == '\n') {
+      if (!cur.empty() && cur.back() == '\r') cur.pop_back();
+      lines.push_back(cur);
+      cur.clear();
+    } else {
+      cur.push_back(static_cast<char>(c));
+    }
+  }
+  if (!cur.empty()) lines.push_back(cur);
+  return lines;
+}
+
+// One line on a terminal, redrawn: done/total, rate and time left.
+class Progress {
+ public:
+  Progress(const char* what, int64_t total) : what_(what), total_(total), t0_(Clock::now()) {}
+  void update(int64_t done) {
+    const double s = ms_since(t0_) / 1000;
+    if (s - last_ < 0.5 && done < total_) return;
+    last_ = s;
+    const double rate = done / std::max(s, 1e-9);
+    std::fprintf(stderr, "\r%s %lld/%lld  %.0f/s  %.0f s left   ", what_, static_cast<long long>(done),
+                 static_cast<long long>(total_), rate, (total_ - done) / std::max(rate, 1e-9));
+    if (done >= total_) std::fprintf(stderr, "\n");
+  }
+
+ private:
+  const char* what_;
+  int64_t total_;
+  Clock::time_point t0_;
+  double last_ = -1;
+};
+
+void cmd_embed(const std::string& dir, const std::vector<std::string>& text, const std::string& input,
+               const std::string& output, int64_t batch, int threads, const std::string& mode) {
+  if (text.empty() == input.empty()) throw Error("give --text S ... or --input FILE (one text per line)");
+  const std::vector<std::string> texts = input.empty() ? text : read_lines(input);
+  if (texts.empty()) throw Error(input + ": no lines");
+  engine::TextEncoder::Options o;
+  o.threads = threads;
+  o.batch = batch;
+  o.mode = parse_mode(mode);
+  o.verbose = true;
+  engine::TextEncoder enc = engine::TextEncoder::load(dir, o);
+  const int64_t dim = enc.dim();
+  std::vector<float> out(texts.size() * static_cast<size_t>(dim));
+  Progress bar("embedded", static_cast<int64_t>(texts.size()));
+  const auto t0 = Clock::now();
+  int64_t tokens = 0;
+  for (size_t i = 0; i < texts.size(); i += static_cast<size_t>(batch)) {
+    const size_t end = std::min(texts.size(), i + static_cast<size_t>(batch));
+    std::vector<std::vector<int32_t>> ids;
+    for (size_t j = i; j < end; ++j) {
+      ids.push_back(enc.tokenize(texts[j]));
+      tokens += static_cast<int64_t>(ids.back().size());
+    }
+    const std::vector<float> e = enc.embed_ids(ids);
+    std::copy(e.begin(), e.end(), out.begin() + static_cast<int64_t>(i) * dim);
+    if (texts.size() > 64) bar.update(static_cast<int64_t>(end));
+  }
+  const double ms = ms_since(t0);
+  if (output.empty()) {
+    for (size_t i = 0; i < texts.size(); ++i) {
+      std::printf("[");
+      for (int64_t j = 0; j < dim; ++j) std::printf(j ? ", %.7g" : "%.7g", out[i * dim + j]);
+      std::printf("]\n");
+    }
+  } else {
+    write_npy(output, Tensor::from_float(out, {static_cast<int64_t>(texts.size()), dim}));
+  }
+  std::fprintf(
+      stderr, "%zu texts, %lld tokens, %lld-dim embeddings in %.1f ms (%.0f texts/s, %s kernels)%s%s\n",
+      texts.size(), static_cast<long long>(tokens), static_cast<long long>(dim), ms,
+      texts.size() / (ms / 1000), isa_name(active_isa()), output.empty() ? "" : ": ", output.c_str());
+}
+
+// The default targets of prune-model: every Linear of the encoder's layers (embeddings, the relative
+// position bias and the pooler stay dense; LayerNorm weights are not 2-D).
+constexpr const char* kEncoderLinears = R"(encoder\.layer\.[0-9]+\.)";
+
+void cmd_prune_model(const std::string& dir, const std::string& out, const std::string& targets,
+                     const std::string& format) {
+  const auto t0 = Clock::now();
+  std::fprintf(stderr, "reading %s\n", dir.c_str());
+  HfDir d = read_hf_dir(dir);
+  std::fprintf(stderr, "read %zu tensors in %.1f s; pruning by magnitude\n", d.weights.tensors.size(),
+               ms_since(t0) / 1000);
+  SparsifyOptions so;
+  so.prune = true;
+  so.targets = targets.empty() ? kEncoderLinears : targets;
+  so.rank2_only = true;
+  const auto t1 = Clock::now();
+  const SparsifyReport r = sparsify(d.weights, so);
+  std::fprintf(stderr, "pruned %zu weights to 2:4 (%zu were 2:4 already) in %.1f s\n", r.pruned.size(),
+               r.compressed.size(), ms_since(t1) / 1000);
+  for (const std::string& s : r.skipped) std::fprintf(stderr, "left dense: %s\n", s.c_str());
+  if (r.pruned.empty() && r.compressed.empty())
+    throw Error("no weight matched --targets '" + so.targets + "'");
+  const auto t2 = Clock::now();
+  write_hf_dir(d, d.weights, parse_checkpoint_format(format), out);
+  std::printf("wrote %s (%s): %lld 2:4 weights; %.1f s (read %.1f, prune %.1f, write %.1f)\n", out.c_str(),
+              format.c_str(), static_cast<long long>(d.weights.sparse_count()), ms_since(t0) / 1000,
+              (t1 - t0).count() / 1e9, (t2 - t1).count() / 1e9, ms_since(t2) / 1000);
+}
+
+// ---- bench-model ---------------------------------------------------------------------------------------
+
+struct BenchModelOptions {
+  std::string model, json_out, python, peers = "pytorch,onnxruntime,openvino";
+  int64_t seq = 128, batch = 1;
+  int threads = 1, reps = 20;
+  bool no_peers = false;
+};
+
+std::string default_python() {
+  if (const char* p = std::getenv("SPARSE24_PYTHON")) return p;
+  return std::string(SPARSE24_SOURCE_DIR) + "/.venv/bin/python";
+}
+
+// Best-of-reps latency of each engine, interleaved.
+std::vector<double> latencies(std::vector<engine::TextEncoder*> es,
+                              const std::vector<std::vector<int32_t>>& ids, int reps) {
+  std::vector<double> best(es.size(), 1e300);
+  for (auto* e : es) e->embed_ids(ids);  // warm up
+  for (int r = 0; r < reps; ++r)
+    for (size_t i = 0; i < es.size(); ++i) {
+      const auto t0 = Clock::now();
+      es[i]->embed_ids(ids);
+      best[i] = std::min(best[i], ms_since(t0));
+    }
+  return best;
+}
+
+void cmd_bench_model(const BenchModelOptions& o) {
+  if (o.seq < 2 || o.batch < 1 || o.threads < 1 || o.reps < 1)
+    throw Error("bad --seq, --batch, --threads or --reps");
+  std::fprintf(stderr, "loading %s (dense) and pruning a 2:4 copy by magnitude\n", o.model.c_str());
+  HfDir d = read_hf_dir(o.model);
+  HfDir pruned = d;
+  SparsifyOptions so;
+  so.prune = true;
+  so.targets = kEncoderLinears;
+  so.rank2_only = true;
+  sparsify(pruned.weights, so);
+  engine::TextModelInfo info, pinfo;
+  engine::TextEncoder::Options eo;
+  eo.threads = o.threads;
+  eo.batch = o.batch;
+  eo.mode = engine::Mode::kDense;
+  const engine::Model dense_model = engine::load_hf_encoder(std::move(d), &info);
+  if (o.seq > dense_model.max_sequence) throw Error("--seq is longer than the model's positions");
+  info.max_tokens = dense_model.max_sequence;
+  engine::TextEncoder dense = engine::TextEncoder::from_model(dense_model, info, o.model, "", eo);
+  const engine::Model sparse_model = engine::load_hf_encoder(std::move(pruned), &pinfo);
+  pinfo.max_tokens = sparse_model.max_sequence;
+  eo.mode = engine::Mode::kSparse;
+  engine::TextEncoder sparse = engine::TextEncoder::from_model(sparse_model, pinfo, o.model, "", eo);
+
+  // The same ids for every runtime: [CLS]-like first token kept from the tokenizer, the rest random.
+  std::vector<std::vector<int32_t>> ids(o.batch, std::vector<int32_t>(o.seq));
+  const std::vector<int32_t> special = dense.tokenize("");
+  uint32_t seed = 2024;
+  for (auto& row : ids) {
+    for (int32_t& v : row) {
+      seed = seed * 1664525u + 1013904223u;
+      v = 1000 + static_cast<int32_t>((seed >> 8) % static_cast<uint32_t>(dense_model.vocab - 1000));
+    }
+    row.front() = special.front();
+    row.back() = special.back();
+  }
+
+  std::vector<double> ms = latencies({&dense, &sparse}, ids, o.reps);
+  const std::vector<float> dense_out = dense.embed_ids(ids);
+  const size_t dense_bytes = dense.engine().weight_bytes(), sparse_bytes = sparse.engine().weight_bytes();
+
+  nlohmann::json peers = nlohmann::json::object();
+  double best_peer = 1e300;
+  std::string best_name;
+  if (!o.no_peers) {
+    const fs::path tmp = fs::temp_directory_path() / ("sparse24-bench-" + std::to_string(::getpid()));
+    fs::create_directories(tmp);
+    std::vector<int64_t> flat;
+    for (const auto& row : ids) flat.insert(flat.end(), row.begin(), row.end());
+    // ids as int64 .npy (written by hand: the library's npy writer holds float32/16 and int8)
+    {
+      std::string header = "{'descr': '<i8', 'fortran_order': False, 'shape': (" + std::to_string(o.batch) +
+                           ", " + std::to_string(o.seq) + "), }";
+      while ((10 + header.size() + 1) % 64 != 0) header.push_back(' ');
+      header.push_back('\n');
+      std::string file("\x93NUMPY\x01\x00", 8);
+      file.push_back(static_cast<char>(header.size() & 0xFF));
+      file.push_back(static_cast<char>(header.size() >> 8));
+      file += header;
+      file.append(reinterpret_cast<const char*>(flat.data()), flat.size() * sizeof(int64_t));
+      write_file_atomic((tmp / "ids.npy").string(), file);
+    }
+    const std::string python = o.python.empty() ? default_python() : o.python;
+    const std::string cmd = "'" + python + "' '" + SPARSE24_SOURCE_DIR + "/bench/peers/bench_peers.py' '" +
+                            o.model + "' --seq " + std::to_string(o.seq) + " --batch " +
+                            std::to_string(o.batch) + " --threads " + std::to_string(o.threads) + " --reps " +
+                            std::to_string(o.reps) + " --ids '" + (tmp / "ids.npy").string() + "' --json '" +
+                            (tmp / "peers.json").string() + "' --emit-embeddings '" +
+                            (tmp / "torch.npy").string() + "' --peers " + o.peers;
+    std::fprintf(stderr, "peers: %s\n", cmd.c_str());
+    std::fflush(nullptr);
+    const int rc = std::system(cmd.c_str());
+    if (rc != 0) {
+      fs::remove_all(tmp);
+      throw Error("the peer benchmark failed (exit " + std::to_string(WEXITSTATUS(rc)) + "): " + cmd);
+    }
+    const std::vector<uint8_t> pj = read_file((tmp / "peers.json").string());
+    const nlohmann::json j = nlohmann::json::parse(pj.begin(), pj.end());
+    peers = j.at("peers");
+    const std::vector<float> ref = read_npy((tmp / "torch.npy").string()).to_float();
+    fs::remove_all(tmp);
+    double diff = 0;
+    if (ref.size() != dense_out.size()) throw Error("the peer's embeddings have another shape");
+    for (size_t i = 0; i < ref.size(); ++i)
+      diff = std::max(diff, static_cast<double>(std::fabs(ref[i] - dense_out[i])));
+    std::fprintf(stderr, "sparse24 dense against PyTorch on these ids: max abs difference %.2e\n", diff);
+    if (diff > 1e-3)
+      throw Error("sparse24 dense disagrees with PyTorch (max abs difference " + std::to_string(diff) + ")");
+    // Our engines once more after the peers ran (the machine may have been busier before): best of both.
+    const std::vector<double> again = latencies({&dense, &sparse}, ids, o.reps);
+    for (size_t i = 0; i < ms.size(); ++i) ms[i] = std::min(ms[i], again[i]);
+    for (const auto& [name, v] : peers.items())
+      if (v.at("ms").get<double>() < best_peer) {
+        best_peer = v.at("ms").get<double>();
+        best_name = name;
+      }
+  }
+
+  nlohmann::json out = {{"model", dense_model.name},
+                        {"model_dir", o.model},
+                        {"seq", o.seq},
+                        {"batch", o.batch},
+                        {"threads", o.threads},
+                        {"isa", isa_name(active_isa())},
+                        {"runtimes",
+                         {{"sparse24_dense", {{"ms", ms[0]}, {"weight_bytes", dense_bytes}}},
+                          {"sparse24_2to4", {{"ms", ms[1]}, {"weight_bytes", sparse_bytes}}}}},
+                        {"peers", peers},
+                        {"sparse_vs_dense", ms[0] / ms[1]},
+                        {"weight_bytes_ratio", static_cast<double>(sparse_bytes) / dense_bytes}};
+  if (!best_name.empty()) {
+    out["best_peer"] = best_name;
+    out["speedup_vs_best_peer"] = best_peer / ms[1];
+    out["dense_vs_best_peer"] = best_peer / ms[0];
+  }
+  std::printf("%s, seq %lld, batch %lld, %d thread(s), %s kernels\n", o.model.c_str(),
+              static_cast<long long>(o.seq), static_cast<long long>(o.batch), o.threads,
+              isa_name(active_isa()));
+  std::printf("  %-16s %9.3f ms  (weights %.1f MB)\n", "sparse24 dense", ms[0], dense_bytes / 1e6);
+  std::printf("  %-16s %9.3f ms  (weights %.1f MB, %.3f of dense)\n", "sparse24 2:4", ms[1],
+              sparse_bytes / 1e6, static_cast<double>(sparse_bytes) / dense_bytes);
+  for (const auto& [name, v] : peers.items())
+    std::printf("  %-16s %9.3f ms\n", name.c_str(), v.at("ms").get<double>());
+  if (!best_name.empty())
+    std::printf("2:4 vs the fastest peer (%s): %.2fx; dense vs it: %.2fx\n", best_name.c_str(),
+                best_peer / ms[1], best_peer / ms[0]);
+  if (!o.json_out.empty()) write_file_atomic(o.json_out, out.dump(2) + "\n");
+}
+
+}  // namespace
+
+void register_embed(CLI::App& app) {
+  struct Opts {
+    std::string model, input, output, mode = "plan";
+    std::vector<std::string> text;
+    int64_t batch = 8;
+    int threads = 1;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* cmd = app.add_subcommand(
+      "embed", "Sentence embeddings from a Hugging Face / sentence-transformers encoder (BERT, MPNet)");
+  cmd->add_option("model", o->model, "model directory (config.json, model.safetensors, tokenizer)")
+      ->required();
+  cmd->add_option("--text", o->text, "texts to embed");
+  cmd->add_option("--input", o->input, "file with one text per line");
+  cmd->add_option("-o,--output", o->output, "embeddings .npy [texts, dim] (default: JSON lines on stdout)");
+  cmd->add_option("--batch", o->batch, "texts per engine call")->check(CLI::Range(1, 4096));
+  cmd->add_option("--threads", o->threads, "threads")->check(CLI::Range(1, 1024));
+  cmd->add_option("--mode", o->mode, "plan (per layer, timed), dense, or sparse (every 2:4 layer)")
+      ->check(CLI::IsMember({"plan", "dense", "sparse"}));
+  cmd->callback([o] { cmd_embed(o->model, o->text, o->input, o->output, o->batch, o->threads, o->mode); });
+}
+
+void register_prune_model(CLI::App& app) {
+  struct Opts {
+    std::string model, out, targets, format = "sparse24";
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* cmd = app.add_subcommand(
+      "prune-model",
+      "Prune a Hugging Face encoder's Linear weights to 2:4 by magnitude into a new model directory");
+  cmd->add_option("model", o->model, "model directory")->required();
+  cmd->add_option("-o,--output", o->out, "new model directory (must not exist)")->required();
+  cmd->add_option("--targets", o->targets,
+                  std::string("regex selecting the weights to prune (default: ") + kEncoderLinears + ")");
+  cmd->add_option("--format", o->format, "weights layout of the output")
+      ->check(CLI::IsMember({"sparse24", "sparse-24-bitmask"}));
+  cmd->callback([o] { cmd_prune_model(o->model, o->out, o->targets, o->format); });
+}
+
+void register_bench_model(CLI::App& app) {
+  auto o = std::make_shared<BenchModelOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "bench-model",
+      "Time a Hugging Face encoder in sparse24 (dense and a magnitude-pruned 2:4 copy) against PyTorch, ONNX "
+      "Runtime and OpenVINO on the same ids");
+  cmd->add_option("model", o->model, "model directory")->required();
+  cmd->add_option("--seq", o->seq, "tokens per sequence");
+  cmd->add_option("--batch", o->batch, "sequences");
+  cmd->add_option("--threads", o->threads, "threads for every runtime")->check(CLI::Range(1, 1024));
+  cmd->add_option("--reps", o->reps, "timed repetitions (best of)");
+  cmd->add_option("--json", o->json_out, "write the results as JSON");
+  cmd->add_option("--python", o->python, "the Python that runs the peers (default: the project's .venv)");
+  cmd->add_option("--peers", o->peers, "comma-separated peers to run");
+  cmd->add_flag("--no-peers", o->no_peers, "time sparse24 only");
+  cmd->callback([o] { cmd_bench_model(*o); });
+}
+
+}  // namespace sparse24::cli
