@@ -27,6 +27,38 @@ std::string read_text(const std::string& path) {
   return std::string(bytes.begin(), bytes.end());
 }
 
+// Tensors that may become sparse; applied to a checkpoint about to be written in layout `to`.
+SparsifyReport convert_weights(Checkpoint& ck, CheckpointFormat to, bool prune, const std::string& targets) {
+  if (to == CheckpointFormat::kDense) {
+    densify(ck);
+    return {};
+  }
+  SparsifyOptions opts;
+  opts.prune = prune;
+  opts.targets = targets;
+  opts.rank2_only = to == CheckpointFormat::kBitmask24;
+  return sparsify(ck, opts);
+}
+
+void print_report(const SparsifyReport& report) {
+  if (!report.compressed.empty() || !report.pruned.empty())
+    std::printf("compressed %zu weights that were 2:4, pruned %zu to 2:4\n", report.compressed.size(),
+                report.pruned.size());
+  for (const std::string& s : report.skipped) std::printf("left dense: %s\n", s.c_str());
+}
+
+// A Hugging Face directory (config.json + model.safetensors or shards) into a new directory.
+void convert_dir(const std::string& in, const std::string& out, CheckpointFormat to, bool prune,
+                 const std::string& targets) {
+  HfDir d = read_hf_dir(in);
+  const int64_t sparse_in = d.weights.sparse_count();
+  print_report(convert_weights(d.weights, to, prune, targets));
+  write_hf_dir(d, d.weights, to, out);
+  std::printf("read %s: %zu shard(s), %zu tensors, %lld compressed 2:4\n", in.c_str(), d.shards.size(),
+              d.weights.tensors.size(), static_cast<long long>(sparse_in));
+  std::printf("wrote %s (%s, one model.safetensors)\n", out.c_str(), checkpoint_format_name(to));
+}
+
 }  // namespace
 
 void register_convert(CLI::App& app) {
@@ -39,8 +71,13 @@ void register_convert(CLI::App& app) {
       "convert",
       "Convert a safetensors checkpoint between dense, sparse24 and compressed-tensors sparse-24-bitmask "
       "(every 2:4 weight converted, everything else copied unchanged)");
-  cmd->add_option("input", o->in, "checkpoint (.safetensors), in any of the three layouts")->required();
-  cmd->add_option("output", o->out, "converted checkpoint (.safetensors)")->required();
+  cmd->add_option("input", o->in,
+                  "checkpoint (.safetensors) in any of the three layouts, or a Hugging Face model directory "
+                  "(config.json + model.safetensors or shards)")
+      ->required();
+  cmd->add_option("output", o->out,
+                  "converted checkpoint (.safetensors), or a new directory for a directory input")
+      ->required();
   cmd->add_option("--to", o->to, "output layout")
       ->required()
       ->check(CLI::IsMember({"sparse24", "sparse-24-bitmask", "dense"}));
@@ -54,6 +91,10 @@ void register_convert(CLI::App& app) {
   cmd->add_option("--config-out", o->config_out, "where to write config.json (default: beside the output)");
   cmd->callback([o] {
     const CheckpointFormat to = parse_checkpoint_format(o->to);
+    if (fs::is_directory(o->in)) {
+      convert_dir(o->in, o->out, to, o->prune, o->targets);
+      return;
+    }
 
     // The input config: read (and checked) before anything is written.
     std::string config_in = o->config;
@@ -76,16 +117,7 @@ void register_convert(CLI::App& app) {
     }
     const int64_t sparse_in = ck.sparse_count();
 
-    SparsifyReport report;
-    if (to == CheckpointFormat::kDense) {
-      densify(ck);
-    } else {
-      SparsifyOptions opts;
-      opts.prune = o->prune;
-      opts.targets = o->targets;
-      opts.rank2_only = to == CheckpointFormat::kBitmask24;
-      report = sparsify(ck, opts);
-    }
+    const SparsifyReport report = convert_weights(ck, to, o->prune, o->targets);
 
     // The output config: the input's, with the sparsity config the output layout needs.
     const std::string what = config_in.empty() ? std::string("config.json") : config_in;
@@ -105,10 +137,7 @@ void register_convert(CLI::App& app) {
       if (t.sparse && (to == CheckpointFormat::kSparse24 || bitmask24_keeps_sparse(t))) ++sparse_out;
     std::printf("read %s: %zu tensors, %lld compressed 2:4\n", o->in.c_str(), ck.tensors.size(),
                 static_cast<long long>(sparse_in));
-    if (!report.compressed.empty() || !report.pruned.empty())
-      std::printf("compressed %zu weights that were 2:4, pruned %zu to 2:4\n", report.compressed.size(),
-                  report.pruned.size());
-    for (const std::string& s : report.skipped) std::printf("left dense: %s\n", s.c_str());
+    print_report(report);
     std::printf("wrote %s (%s): %lld compressed 2:4 weights, %lld tensors dense\n", o->out.c_str(),
                 o->to.c_str(), static_cast<long long>(sparse_out),
                 static_cast<long long>(ck.tensors.size()) - sparse_out);
