@@ -484,11 +484,15 @@ WordPiece WordPiece::from_dir(const std::string& dir) {
   config_token(cfg, "cls_token", "[CLS]", cls, cpath);
   config_token(cfg, "sep_token", "[SEP]", sep, cpath);
   m->unk_token = unk.content;
-  for (const char* key :
-       {"unk_token", "cls_token", "sep_token", "pad_token", "mask_token", "bos_token", "eos_token"}) {
+  // BertTokenizer's defaults; a default missing from vocab.txt is skipped, a named one is an error.
+  const std::pair<const char*, const char*> keys[] = {
+      {"unk_token", "[UNK]"},   {"cls_token", "[CLS]"}, {"sep_token", "[SEP]"}, {"pad_token", "[PAD]"},
+      {"mask_token", "[MASK]"}, {"bos_token", nullptr}, {"eos_token", nullptr}};
+  for (const auto& [key, dflt] : keys) {
     AddedToken t;
-    if (!config_token(cfg, key, nullptr, t, cpath)) continue;
+    if (!config_token(cfg, key, dflt, t, cpath)) continue;
     const auto it = m->vocab.find(t.content);
+    if (it == m->vocab.end() && !member(cfg, key)) continue;
     if (it == m->vocab.end()) fail(cpath, std::string(key) + " '" + t.content + "' is not in vocab.txt");
     t.id = it->second;
     t.special = true;

@@ -161,5 +161,50 @@ int main(int argc, char** argv) {
                 {"pruned", pruned}},
                w);
   }
+  // tokenizer: a small BERT-like tokenizer.json and an MPNet-like one (RobertaProcessing, lstrip <mask>)
+  {
+    nlohmann::json vocab = nlohmann::json::object();
+    const char* tokens[] = {"[PAD]", "[UNK]", "[CLS]",  "[SEP]", "[MASK]", "hello", ",",
+                            "world", "!",     "cafe",   "中",    "un",     "##aff", "##able",
+                            "<s>",   "</s>",  "<mask>", "i",     "##̇",     "a"};
+    for (size_t i = 0; i < std::size(tokens); ++i) vocab[tokens[i]] = i;
+    auto added = [](int id, const char* content, bool lstrip) {
+      return nlohmann::json{{"id", id},         {"content", content}, {"single_word", false},
+                            {"lstrip", lstrip}, {"rstrip", false},    {"normalized", false},
+                            {"special", true}};
+    };
+    nlohmann::json bert = {
+        {"added_tokens", {added(0, "[PAD]", false), added(2, "[CLS]", false), added(3, "[SEP]", false)}},
+        {"normalizer",
+         {{"type", "BertNormalizer"},
+          {"clean_text", true},
+          {"handle_chinese_chars", true},
+          {"strip_accents", nullptr},
+          {"lowercase", true}}},
+        {"pre_tokenizer", {{"type", "BertPreTokenizer"}}},
+        {"post_processor",
+         {{"type", "TemplateProcessing"},
+          {"single",
+           {{{"SpecialToken", {{"id", "[CLS]"}}}},
+            {{"Sequence", {{"id", "A"}}}},
+            {{"SpecialToken", {{"id", "[SEP]"}}}}}},
+          {"special_tokens",
+           {{"[CLS]", {{"id", "[CLS]"}, {"ids", {2}}}}, {"[SEP]", {{"id", "[SEP]"}, {"ids", {3}}}}}}}},
+        {"model",
+         {{"type", "WordPiece"},
+          {"unk_token", "[UNK]"},
+          {"continuing_subword_prefix", "##"},
+          {"max_input_chars_per_word", 10},
+          {"vocab", vocab}}}};
+    const std::string b = bert.dump();
+    put(out / "tokenizer", "bert", std::vector<uint8_t>(b.begin(), b.end()));
+    nlohmann::json mpnet = bert;
+    mpnet["added_tokens"] = {added(14, "<s>", false), added(15, "</s>", false), added(16, "<mask>", true)};
+    mpnet["post_processor"] = {{"type", "RobertaProcessing"}, {"sep", {"</s>", 15}}, {"cls", {"<s>", 14}}};
+    mpnet["normalizer"] = {{"type", "Sequence"}, {"normalizers", {bert["normalizer"]}}};
+    mpnet["normalizer"]["normalizers"][0]["strip_accents"] = false;
+    const std::string m = mpnet.dump();
+    put(out / "tokenizer", "mpnet", std::vector<uint8_t>(m.begin(), m.end()));
+  }
   return 0;
 }

@@ -11,10 +11,11 @@ cd "$(dirname "$0")/../.."
 seconds=${FUZZ_SECONDS:-20}
 out=${FUZZ_BUILD_DIR:-build-fuzz}
 cxx=${FUZZ_CXX:-clang++-14}
-harnesses=(${FUZZ_ONLY:-safetensors compressed_file bitmask24 npy metadata engine_model})
+harnesses=(${FUZZ_ONLY:-safetensors compressed_file bitmask24 npy metadata engine_model tokenizer})
 lib_sources=(src/core/dtype.cc src/core/tensor.cc src/core/pattern.cc src/core/mask.cc src/core/compressed.cc
              src/io/file.cc src/io/npy.cc src/io/safetensors.cc src/io/compressed_file.cc src/io/bitmask24.cc
-             src/io/checkpoint.cc src/io/model_dir.cc src/engine/model.cc)
+             src/io/checkpoint.cc src/io/model_dir.cc src/engine/model.cc
+             src/text/wordpiece.cc src/text/unicode.cc)
 flags=(-std=c++20 -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
        -Iinclude -Isrc -Itest/fuzz)
 
@@ -24,19 +25,19 @@ objects=()
 for src in "${lib_sources[@]}"; do
   obj="$out/obj/$(basename "${src%.cc}").o"
   # Rebuild when the source or any project header is newer than the object.
-  if [ ! -f "$obj" ] || [ -n "$(find "$src" include src/io/io_util.h src/io/model_dir.h -newer "$obj" -print -quit)" ]; then
+  if [ ! -f "$obj" ] || [ -n "$(find "$src" include src/io/io_util.h src/io/model_dir.h src/text/*.h src/text/*.inc -newer "$obj" -print -quit)" ]; then
     "$cxx" "${flags[@]}" -fsanitize=fuzzer-no-link -c "$src" -o "$obj"
   fi
   objects+=("$obj")
 done
 
-"$cxx" "${flags[@]}" test/fuzz/make_seeds.cc "${objects[@]}" -o "$out/make_seeds"
+"$cxx" "${flags[@]}" test/fuzz/make_seeds.cc "${objects[@]}" -lutf8proc -o "$out/make_seeds"
 rm -rf "$out/seeds"
 ASAN_OPTIONS=detect_leaks=1 "$out/make_seeds" "$out/seeds"
 
 status=0
 for h in "${harnesses[@]}"; do
-  "$cxx" "${flags[@]}" -fsanitize=fuzzer "test/fuzz/${h}_fuzz.cc" "${objects[@]}" -o "$out/${h}_fuzz"
+  "$cxx" "${flags[@]}" -fsanitize=fuzzer "test/fuzz/${h}_fuzz.cc" "${objects[@]}" -lutf8proc -o "$out/${h}_fuzz"
   mkdir -p "$out/corpus/$h" "$out/artifacts/$h"
   dirs=("$out/corpus/$h" "$out/seeds/$h")
   [ -d "test/fuzz/corpus/$h" ] && dirs+=("test/fuzz/corpus/$h")
