@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "hf_template.h"
 #include "sparse24/bitmask24.h"
 #include "sparse24/checkpoint.h"
 #include "sparse24/compressed.h"
@@ -205,6 +206,16 @@ int main(int argc, char** argv) {
     mpnet["normalizer"]["normalizers"][0]["strip_accents"] = false;
     const std::string m = mpnet.dump();
     put(out / "tokenizer", "mpnet", std::vector<uint8_t>(m.begin(), m.end()));
+  }
+  // hf_encoder: each file of the tiny valid directory, behind the selector byte that puts it in place.
+  {
+    const auto files = hf_template::files();
+    for (uint8_t sel = 0; sel < 5; ++sel) {
+      std::vector<uint8_t> seed{sel};
+      const std::vector<uint8_t>& body = files.at(hf_template::kFiles[sel]);
+      seed.insert(seed.end(), body.begin(), body.end());
+      put(out / "hf_encoder", "file" + std::to_string(sel), seed);
+    }
   }
   return 0;
 }

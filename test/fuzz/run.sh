@@ -11,10 +11,11 @@ cd "$(dirname "$0")/../.."
 seconds=${FUZZ_SECONDS:-20}
 out=${FUZZ_BUILD_DIR:-build-fuzz}
 cxx=${FUZZ_CXX:-clang++-14}
-harnesses=(${FUZZ_ONLY:-safetensors compressed_file bitmask24 npy metadata engine_model tokenizer})
+harnesses=(${FUZZ_ONLY:-safetensors compressed_file bitmask24 npy metadata engine_model tokenizer hf_encoder})
 lib_sources=(src/core/dtype.cc src/core/tensor.cc src/core/pattern.cc src/core/mask.cc src/core/compressed.cc
              src/io/file.cc src/io/npy.cc src/io/safetensors.cc src/io/compressed_file.cc src/io/bitmask24.cc
-             src/io/checkpoint.cc src/io/model_dir.cc src/engine/model.cc
+             src/io/checkpoint.cc src/io/model_dir.cc src/io/net_spec.cc src/io/hf_dir.cc
+             src/engine/model.cc src/engine/builder.cc src/engine/hf_encoder.cc
              src/text/wordpiece.cc src/text/unicode.cc)
 flags=(-std=c++20 -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
        -Iinclude -Isrc -Itest/fuzz)
@@ -25,7 +26,7 @@ objects=()
 for src in "${lib_sources[@]}"; do
   obj="$out/obj/$(basename "${src%.cc}").o"
   # Rebuild when the source or any project header is newer than the object.
-  if [ ! -f "$obj" ] || [ -n "$(find "$src" include src/io/io_util.h src/io/model_dir.h src/text/*.h src/text/*.inc -newer "$obj" -print -quit)" ]; then
+  if [ ! -f "$obj" ] || [ -n "$(find "$src" include src/io/io_util.h src/io/*.h src/engine/*.h src/text/*.h src/text/*.inc -newer "$obj" -print -quit)" ]; then
     "$cxx" "${flags[@]}" -fsanitize=fuzzer-no-link -c "$src" -o "$obj"
   fi
   objects+=("$obj")
