@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -32,8 +33,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;
   const size_t json_len = std::min<size_t>(data[0] | data[1] << 8, size - 2);
   const std::string& dir = scratch_dir();
-  write_file_atomic(dir + "/model.json", std::vector<uint8_t>(data + 2, data + 2 + json_len));
-  write_file_atomic(dir + "/model.safetensors", std::vector<uint8_t>(data + 2 + json_len, data + size));
+  put_file(dir + "/model.json", data + 2, json_len);
+  put_file(dir + "/model.safetensors", data + 2 + json_len, size - 2 - json_len);
   engine::Model m;
   try {
     m = engine::load_model(dir);
