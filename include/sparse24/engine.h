@@ -239,7 +239,7 @@ class TextEncoder {
     bool verbose = false;  // plan building reported on stderr
   };
   // Loads DIR (load_hf_encoder) and its tokenizer; kPlan reuses DIR/plan.json when it matches, else builds
-  // it (timed at batch x min(128, max_tokens) tokens) and saves it there.
+  // it (timed at min(batch, 4) x min(128, max_tokens) tokens) and saves it there.
   static TextEncoder load(const std::string& dir, const Options& o);
   // The same for a model already loaded; `tokenizer_dir` holds the tokenizer files, `plan_dir` the plan
   // (empty: a plan is built and not saved).

@@ -33,7 +33,9 @@ TextEncoder TextEncoder::from_model(const Model& m, const TextModelInfo& info,
   s->info.max_tokens = std::min(s->info.max_tokens, m.max_sequence);
   const int64_t capacity = o.batch * s->info.max_tokens;
   if (o.mode == Mode::kPlan) {
-    const int64_t n = o.batch * std::min<int64_t>(128, s->info.max_tokens);
+    // Timed at up to 4 sequences of up to 128 tokens: the choices do not change past a few hundred tokens,
+    // and the whole-model check runs the model several times.
+    const int64_t n = std::min<int64_t>(o.batch, 4) * std::min<int64_t>(128, s->info.max_tokens);
     bool built = false;
     if (plan_dir.empty()) {
       s->plan = build_plan(m, n, o.threads);
