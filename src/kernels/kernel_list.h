@@ -32,6 +32,7 @@ void gemv_avx512(const PackedMatrix::Impl&, const SpmmArgs&);
 // Pack steps (pack.cc).
 GemmLayout pack_gemm(const Compressed& w, int mr, int kc, int chunk, bool round_bf16);
 GemvLayout pack_gemv(const Compressed& w, int rb, int kb, bool bf16);
+LanesLayout pack_lanes(const Compressed& w, int kb);
 
 // GELU support (gelu.cc): gelu(y) = y * Phi(y); the kernels evaluate Q(t) = Phi(-t) = phi(t) * R(t) for
 // t = |y| < 8, with R (the Mills ratio) as a degree-11 Taylor polynomial around the centre of each unit

@@ -104,7 +104,7 @@ size_t PackedMatrix::bytes() const {
   if (!impl_) return 0;
   const Impl& p = *impl_;
   return p.ref.values.size() + p.ref.metadata.size() + p.gemm.vals.bytes() + p.gemm.codes.bytes() +
-         p.gemv.vals.bytes() + p.gemv.vals16.bytes() + p.gemv.masks.bytes();
+         p.gemv.vals.bytes() + p.gemv.vals16.bytes() + p.gemv.masks.bytes() + p.lanes.data.bytes();
 }
 
 PackedMatrix pack(const Compressed& w, const PackOptions& options) {
@@ -136,7 +136,13 @@ PackedMatrix pack(const Compressed& w, const PackOptions& options) {
   p.has_gemm = options.layouts != PackLayouts::kSmallN;
   p.has_gemv = options.layouts != PackLayouts::kLargeN;
   if (p.has_gemm) p.gemm = kernels::pack_gemm(w, s->gemm_mr, s->gemm_kc, s->gemm_chunk, p.bf16);
-  if (p.has_gemv) p.gemv = kernels::pack_gemv(w, s->gemv_rb, s->gemv_kb, p.bf16);
+  if (p.has_gemv) {
+    // AVX2 with fp32 weights: rows in lanes (docs/kernels.md, session 6); otherwise the spreading layout.
+    if (isa == Isa::kAvx2 && !p.bf16)
+      p.lanes = kernels::pack_lanes(w, s->gemv_kb);
+    else
+      p.gemv = kernels::pack_gemv(w, s->gemv_rb, s->gemv_kb, p.bf16);
+  }
   return out;
 }
 

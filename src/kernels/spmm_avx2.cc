@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <array>
+#include <cstring>
 
 #include "kernel_list.h"
 #include "spmm_driver.h"
@@ -180,6 +181,132 @@ struct Avx2 {
 // N=6 68 -> 76, N=8 66 -> 102.
 constexpr bool use_pair(int64_t n) { return n == 4 || n >= 6; }
 
+// Rows in lanes (LanesLayout, fp32 weights, N <= 8). Lane r of every vector is row r of an 8-row block, so
+// no lane holds a dropped position and no lane sum is needed. Per group q of a super chunk and column n:
+// the group's 4 activations broadcast to both 128-bit halves, one in-lane `vpermilps` with the code vector
+// picks each row's position (the low 2 bits of its lane; the code vector is shifted 4 bits per group),
+// one FMA per slot with the 8 rows' weights. Per 8 kept weights: one load, one permute, one FMA and
+// half a shift, against about 12 instructions per row-chunk of 8 kept weights in the spreading kernel.
+// N = 1 reads 4 row blocks at a time (4 streams and 4 FMA chains): the stream rate of one core here
+// grows with the number of streams in flight (docs/kernels.md, session 6).
+template <int N>
+constexpr int lanes_blocks = N == 1 ? 4 : (N == 2 ? 2 : 1);
+template <int N>
+constexpr int lanes_chains = N <= 4 && N != 1 ? 2 : 1;
+
+// NS row blocks over ns super chunks of one K block. e: the first block's first entry, the next block's
+// estride floats on; xt: Xt at the K block's first position, rows ldxt apart. out[i][n]: block i's
+// 8 rows' sums for column n.
+template <int N, int NS>
+void lanes_tile(const float* __restrict e, size_t estride, int64_t ns, const float* __restrict xt,
+                int64_t ldxt, __m256 (&out)[NS][N]) {
+  constexpr int A = lanes_chains<N>;
+  constexpr int EF = LanesLayout::kEntryFloats;
+  __m256 acc[NS][N][A];
+#pragma GCC unroll 8
+  for (int i = 0; i < NS; ++i)
+#pragma GCC unroll 8
+    for (int n = 0; n < N; ++n)
+#pragma GCC unroll 2
+      for (int a = 0; a < A; ++a) acc[i][n][a] = _mm256_setzero_ps();
+  for (int64_t s = 0; s < ns; ++s) {
+    const float* xs = xt + s * LanesLayout::kSuper;
+    const float* es = e + static_cast<size_t>(s * EF);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      __m256i c[NS];
+#pragma GCC unroll 4
+      for (int i = 0; i < NS; ++i)
+        c[i] = _mm256_load_si256(reinterpret_cast<const __m256i*>(es + i * estride + 256) + h);
+        // Blocks innermost: the group's activations are loaded once for all NS blocks (with the blocks
+        // outermost, g++ hoisted all 16 groups' broadcasts and spilled the accumulators).
+#pragma GCC unroll 8
+      for (int q = 0; q < 8; ++q) {
+#pragma GCC unroll 4
+        for (int i = 0; i < NS; ++i) {
+          const float* ei = es + i * estride;
+          const __m256 w0 = _mm256_load_ps(ei + (16 * h + 2 * q) * 8);
+          const __m256 w1 = _mm256_load_ps(ei + (16 * h + 2 * q + 1) * 8);
+          const __m256i c1 = _mm256_srli_epi32(c[i], 2);
+#pragma GCC unroll 8
+          for (int n = 0; n < N; ++n) {
+            const __m256 xq =
+                _mm256_broadcast_ps(reinterpret_cast<const __m128*>(xs + n * ldxt + 32 * h + 4 * q));
+            acc[i][n][0] = _mm256_fmadd_ps(w0, _mm256_permutevar_ps(xq, c[i]), acc[i][n][0]);
+            acc[i][n][A - 1] = _mm256_fmadd_ps(w1, _mm256_permutevar_ps(xq, c1), acc[i][n][A - 1]);
+          }
+          c[i] = _mm256_srli_epi32(c[i], 4);
+        }
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < NS; ++i)
+#pragma GCC unroll 8
+    for (int n = 0; n < N; ++n)
+      out[i][n] = A == 1 ? acc[i][n][0] : _mm256_add_ps(acc[i][n][0], acc[i][n][A - 1]);
+}
+
+template <int N>
+void lanes_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
+  constexpr int NS = lanes_blocks<N>;
+  constexpr int R = LanesLayout::kRows;
+  const LanesLayout& L = p.lanes;
+  const int64_t m = p.m, k = p.k;
+  const int64_t ldxt = L.supers * LanesLayout::kSuper + 16;  // + 16: rows of Xt not 4 KiB apart
+  float* xt = scratch<Avx2, 1>(static_cast<size_t>(N * ldxt));
+  for (int j = 0; j < N; ++j)
+    std::memset(xt + j * ldxt + k, 0, sizeof(float) * static_cast<size_t>(ldxt - k));
+  for (int64_t kk = 0; kk < k; ++kk)
+    for (int j = 0; j < N; ++j) xt[j * ldxt + kk] = a.x[kk * a.ldx + j];
+  const int nt = static_cast<int>(std::min<int64_t>(a.threads, L.m_blocks));
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    const int tid = omp_get_thread_num();
+    const int nth = omp_get_num_threads();
+    const int64_t b0 = L.m_blocks * tid / nth, b1 = L.m_blocks * (tid + 1) / nth;
+    for (int64_t kb = 0; kb < L.k_blocks; ++kb) {
+      const int64_t ns = L.supers_in(kb);
+      const size_t estride = static_cast<size_t>(ns * LanesLayout::kEntryFloats);
+      const float* xb = xt + kb * L.kb;
+      const bool first = kb == 0, last = kb == L.k_blocks - 1;
+      auto emit = [&](int64_t mb, const __m256(&v)[N]) {
+        alignas(32) float t[N][R];
+        for (int j = 0; j < N; ++j) _mm256_store_ps(t[j], v[j]);
+        for (int r = 0; r < R && mb * R + r < m; ++r) {
+          const int64_t row = mb * R + r;
+          float* y = a.y + row * a.ldy;
+          for (int j = 0; j < N; ++j) {
+            float sum = first ? t[j][r] : y[j] + t[j][r];
+            if (last && a.bias) sum += a.bias[row];
+            y[j] = sum;
+          }
+          if (last && a.ep != Epilogue::kNone) epilogue_row<Avx2>(y, N, a.ep);
+        }
+      };
+      int64_t mb = b0;
+      for (; mb + NS <= b1; mb += NS) {
+        __m256 out[NS][N];
+        lanes_tile<N, NS>(L.data.data() + L.entry(kb, mb), estride, ns, xb, ldxt, out);
+        for (int i = 0; i < NS; ++i) emit(mb + i, out[i]);
+      }
+      for (; mb < b1; ++mb) {
+        __m256 out[1][N];
+        lanes_tile<N, 1>(L.data.data() + L.entry(kb, mb), estride, ns, xb, ldxt, out);
+        emit(mb, out[0]);
+      }
+    }
+  }
+}
+
+template <int N = 1>
+void lanes_dispatch(const PackedMatrix::Impl& p, const SpmmArgs& a) {
+  if constexpr (N <= Avx2::kGemvMaxN) {
+    if (a.n == N) return lanes_run<N>(p, a);
+    return lanes_dispatch<N + 1>(p, a);
+  }
+}
+
 }  // namespace
 
 void gemm_avx2(const PackedMatrix::Impl& p, const SpmmArgs& a) {
@@ -193,6 +320,7 @@ void gemm_avx2(const PackedMatrix::Impl& p, const SpmmArgs& a) {
 }
 
 void gemv_avx2(const PackedMatrix::Impl& p, const SpmmArgs& a) {
+  if (p.lanes.data.size() != 0) return lanes_dispatch(p, a);
   if (use_pair(a.n)) return a.n <= 4 ? pair_run<Avx2, 1>(p, a) : pair_run<Avx2, 2>(p, a);
   if (p.gemv.bf16)
     gemv_dispatch<Avx2, true>(p, a);
