@@ -160,7 +160,26 @@ std::vector<Candidate> make_candidates(const Problem& p, const BuildOptions& o) 
       spmm((*packs)[r], x, n, n, y, n, nullptr, Epilogue::kNone, threads);
     };
     c.state = packs;
+    const double layout_bytes = c.layout_bytes;
     out.push_back(std::move(c));
+    // Every variant of the kernel list that runs these packed weights at this N, forced by name.
+    for (const KernelVariantInfo& v : o.variants ? kernel_variants() : std::vector<KernelVariantInfo>{}) {
+      if (v.isa != packs->front().isa() || !v.fp32 || (v.n_max != 0 && n > v.n_max)) continue;
+      try {
+        spmm_variant(v.name, packs->front(), x, n, n, y, n, nullptr, Epilogue::kNone, threads);
+      } catch (const Error&) {
+        continue;  // reads a layout this row's calls do not use
+      }
+      Candidate cv{"s24:" + v.name, "sparse24", false, false, copies, format_bytes, Buffer(s.m * s.n)};
+      cv.variant = true;
+      cv.layout_bytes = layout_bytes;
+      float* yv = cv.y.data();
+      cv.run = [packs, x, yv, n, threads, name = v.name](int r) {
+        spmm_variant(name, (*packs)[r], x, n, n, yv, n, nullptr, Epilogue::kNone, threads);
+      };
+      cv.state = packs;
+      out.push_back(std::move(cv));
+    }
   }
   if (o.with_dense) {
     auto w = make_dense_weights(p, copies_for(static_cast<double>(p.w.size()) * sizeof(float), o.cold_bytes));
@@ -272,6 +291,7 @@ Row run_row(const Shape& s, const RunOptions& o, QuietGate& gate, std::string* l
   bo.threads = o.threads;
   bo.cold_bytes = s.cold ? o.cold_bytes : 0;
   bo.log = log;
+  bo.variants = o.variants;
   std::vector<Candidate> cands = make_candidates(p, bo);
   {
     Reference ref = make_reference(p);
@@ -280,6 +300,7 @@ Row run_row(const Shape& s, const RunOptions& o, QuietGate& gate, std::string* l
       m.name = c.name;
       m.lib = c.lib;
       m.sparse = c.sparse;
+      m.variant = c.variant;
       m.copies = c.copies;
       m.weight_bytes = c.weight_bytes;
       m.layout_bytes = c.layout_bytes > 0 ? c.layout_bytes : c.weight_bytes;
@@ -339,7 +360,7 @@ Row run_row(const Shape& s, const RunOptions& o, QuietGate& gate, std::string* l
       row.sparse_ok = true;
       row.sparse_gflops = m.gflops;
       row.sparse_nonzero_gflops = m.gflops / 2;
-    } else if (m.gflops > row.best_dense_gflops) {
+    } else if (!m.variant && m.gflops > row.best_dense_gflops) {
       row.best_dense_gflops = m.gflops;
       row.best_dense_lib = m.name;
     }

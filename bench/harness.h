@@ -73,6 +73,8 @@ struct Candidate {
   std::string name;  // e.g. "onednn_matmul_packed"
   std::string lib;   // "sparse24", "oneDNN", "OpenBLAS"
   bool sparse = false;
+  bool variant = false;       // one kernel variant of sparse24 forced by name (--variants): not the row's
+                              // sparse24 number, not a dense baseline
   bool y_transposed = false;  // writes Y^T [N, M] instead of Y [M, N]
   int copies = 1;             // weight copies run() rotates through (1 when hot)
   double weight_bytes = 0;    // bytes of one weight copy in its format: dense fp32, or compressed 2:4
@@ -91,6 +93,7 @@ struct BuildOptions {
   double cold_bytes = 0;  // 0 = hot; else bytes of weight copies in rotation per method
   bool with_dense = true;
   bool with_sparse = true;
+  bool variants = false;       // also every kernel variant of the list that runs this row (spmm_variant)
   std::string* log = nullptr;  // notes (library versions, skipped libraries, oneDNN impls) appended here
 };
 // sparse24 and every dense method that applies to the shape (a library that cannot be loaded is skipped
@@ -127,6 +130,7 @@ Timing time_candidate(Candidate& c, bool cold, double min_time);
 struct MethodResult {
   std::string name, lib;
   bool sparse = false;
+  bool variant = false;
   bool ok = false;
   std::string error;
   double max_err = 0;
@@ -164,7 +168,8 @@ struct RunOptions {
   double min_time = 0.05;  // seconds per measurement
   double cold_bytes = 600e6;
   bool gate = true;
-  int retries = 2;  // extra attempts when a measurement was disturbed (preempted)
+  bool variants = false;  // BuildOptions::variants
+  int retries = 2;        // extra attempts when a measurement was disturbed (preempted)
   uint64_t seed = 24;
 };
 

@@ -12,6 +12,8 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "sparse24/compressed.h"
 #include "sparse24/reference.h"
@@ -75,5 +77,23 @@ PackedMatrix pack(const Compressed& w, const PackOptions& options = {});
 // or null. threads: 1 or more (OpenMP); the kernel splits work where it pays.
 void spmm(const PackedMatrix& w, const float* x, int64_t n, int64_t ldx, float* y, int64_t ldy,
           const float* bias = nullptr, Epilogue ep = Epilogue::kNone, int threads = 1);
+
+// The kernel variants of this build, one per row of src/kernels/kernel_list.inc (for tests and
+// benchmarks). spmm picks among them; the environment variable SPARSE24_KERNEL=<name> makes spmm use
+// that variant wherever it can run (its ISA, layout, weight type and N) and the usual choice elsewhere.
+struct KernelVariantInfo {
+  std::string name;
+  Isa isa;
+  bool large_n;     // reads the compute-bound (large-N) layout; else the small-N one
+  bool fp32, bf16;  // the packed weight types it reads (PackOptions::bf16_weights)
+  int64_t n_max;    // the most columns one call takes; 0 = any
+};
+std::vector<KernelVariantInfo> kernel_variants();
+
+// spmm with the named variant. Throws Error if the variant cannot run these packed weights (another ISA,
+// the layout it reads not packed, another weight type) or n > its n_max.
+void spmm_variant(const std::string& name, const PackedMatrix& w, const float* x, int64_t n, int64_t ldx,
+                  float* y, int64_t ldy, const float* bias = nullptr, Epilogue ep = Epilogue::kNone,
+                  int threads = 1);
 
 }  // namespace sparse24

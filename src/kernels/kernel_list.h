@@ -1,37 +1,142 @@
-// The one list of SIMD kernel sets: one row per ISA with its tile sizes and entry points. Dispatch
-// (spmm.cc), pack and the tests all go through it; adding an ISA is one row here plus its source file.
+// The kernel list (kernel_list.inc) as C++: the entry points' prototypes, the constexpr table of
+// variants, the per-ISA layout parameters and the compile-time checks that keep them consistent.
 #pragma once
+#include <cstdint>
+#include <string_view>
+
 #include "packed.h"
 
 namespace sparse24::kernels {
 
 using SpmmFn = void (*)(const PackedMatrix::Impl&, const SpmmArgs&);
 
-struct KernelSet {
+enum class Layout : uint8_t { kGemm, kGemv, kLanes };
+enum class Weights : uint8_t { kF32, kBf16, kAny };
+
+// CPU checks (spmm.cc).
+bool cpu_has_avx2();
+bool cpu_has_avx512();
+
+// Entry points, one per row (spmm_avx2.cc, spmm_avx512.cc).
+#define SPARSE24_ISA(...)
+#define SPARSE24_KERNEL(name, ...) void name(const PackedMatrix::Impl&, const SpmmArgs&);
+#include "kernel_list.inc"
+#undef SPARSE24_KERNEL
+#undef SPARSE24_ISA
+
+struct Variant {
+  std::string_view name;
+  Isa isa;
+  Layout layout;
+  Weights weights;
+  int64_t n_max;     // 0 = any
+  int64_t pick_min;  // dispatch picks it for pick_min <= N <= pick_max (0 = any)
+  int64_t pick_max;
+  int64_t nr;  // N is padded to a multiple of nr (0 = not padded)
+  int64_t rate;
+  SpmmFn fn;
+  constexpr bool reads(bool bf16) const {
+    return weights == Weights::kAny || (weights == Weights::kBf16) == bf16;
+  }
+  constexpr bool takes(int64_t n) const { return n_max == 0 || n <= n_max; }
+  constexpr bool picks(int64_t n) const {
+    return pick_min > 0 && n >= pick_min && (pick_max == 0 || n <= pick_max);
+  }
+};
+
+inline constexpr Variant kVariants[] = {
+#define SPARSE24_ISA(...)
+#define SPARSE24_KERNEL(name, isa, layout, weights, n_max, pick_min, pick_max, nr, rate) \
+  {#name, Isa::isa, Layout::layout, Weights::weights, n_max, pick_min, pick_max, nr, rate, name},
+#include "kernel_list.inc"
+#undef SPARSE24_KERNEL
+#undef SPARSE24_ISA
+};
+
+struct IsaRow {
   Isa isa;
   bool (*cpu_has)();  // the CPU runs this ISA's instructions
   int gemm_mr;        // compute-bound layout: rows per block
   int gemm_kc;        // compute-bound layout: K per block (multiple of 4)
   int gemm_chunk;     // compute-bound layout: row blocks per chunk
-  int gemv_rb;        // memory-bound layout: rows per block
-  int gemv_kb;        // memory-bound layout: K per block (multiple of 16)
-  int small_n_max;    // N <= this uses the memory-bound path
-  SpmmFn gemm;        // compute-bound path
-  SpmmFn gemv;        // memory-bound path
+  int gemv_rb;        // GemvLayout: rows per block
+  int gemv_kb;        // GemvLayout and LanesLayout: K per block (multiple of 64)
 };
 
-// The row for a SIMD ISA; null for Isa::kRef (which delegates to spmm_reference).
-const KernelSet* kernel_set(Isa isa);
+inline constexpr IsaRow kIsas[] = {
+#define SPARSE24_ISA(isa, cpu_has, mr, kc, chunk, rb, kb) {Isa::isa, cpu_has, mr, kc, chunk, rb, kb},
+#define SPARSE24_KERNEL(...)
+#include "kernel_list.inc"
+#undef SPARSE24_KERNEL
+#undef SPARSE24_ISA
+};
 
-// Per-ISA entry points (spmm_avx2.cc, spmm_avx512.cc).
-void gemm_avx2(const PackedMatrix::Impl&, const SpmmArgs&);
-void gemv_avx2(const PackedMatrix::Impl&, const SpmmArgs&);
-void gemm_avx512(const PackedMatrix::Impl&, const SpmmArgs&);
-void gemv_avx512(const PackedMatrix::Impl&, const SpmmArgs&);
+// The row of a SIMD ISA; null for Isa::kRef (which delegates to spmm_reference).
+constexpr const IsaRow* isa_row(Isa isa) {
+  for (const IsaRow& r : kIsas)
+    if (r.isa == isa) return &r;
+  return nullptr;
+}
+
+// The variant named `name`; null if none. At compile time, variant("x")->n_max is how an ISA file
+// reads its own rows.
+constexpr const Variant* variant(std::string_view name) {
+  for (const Variant& v : kVariants)
+    if (v.name == name) return &v;
+  return nullptr;
+}
+
+// N <= small_n_max(isa, bf16) takes the memory-bound path: the largest pick_max of the ISA's small-N rows
+// for that weight type (0: the ISA has none).
+constexpr int64_t small_n_max(Isa isa, bool bf16) {
+  int64_t n = 0;
+  for (const Variant& v : kVariants)
+    if (v.isa == isa && v.layout != Layout::kGemm && v.reads(bf16) && v.pick_min > 0 && v.pick_max > n)
+      n = v.pick_max;
+  return n;
+}
+
+// The small-N layout pack makes for this ISA and weight type (every small-N row of the pair shares it).
+constexpr Layout small_layout(Isa isa, bool bf16) {
+  for (const Variant& v : kVariants)
+    if (v.isa == isa && v.layout != Layout::kGemm && v.reads(bf16)) return v.layout;
+  return Layout::kGemv;
+}
+
+// The checks that used to be conventions: one small-N layout per ISA and weight type, every N up to the
+// small-N limit picked by a row that takes it, every compute-bound N picked, names unique.
+constexpr bool list_is_consistent() {
+  for (const Variant& v : kVariants) {
+    if (!isa_row(v.isa) || v.pick_min < 0 || v.rate <= 0) return false;
+    if (v.n_max != 0 && v.pick_min > 0 && (v.pick_max == 0 || v.pick_max > v.n_max)) return false;
+    for (const Variant& u : kVariants)
+      if (&u != &v && u.name == v.name) return false;
+  }
+  for (const IsaRow& r : kIsas)
+    for (bool bf16 : {false, true}) {
+      const int64_t lim = small_n_max(r.isa, bf16);
+      for (int64_t n = 1; n <= lim + 1; ++n) {
+        bool small = false, large = false;
+        for (const Variant& v : kVariants) {
+          if (v.isa != r.isa || !v.reads(bf16) || !v.picks(n) || !v.takes(n)) continue;
+          if (v.layout == Layout::kGemm)
+            large = true;
+          else if (v.layout != small_layout(r.isa, bf16))
+            return false;
+          else
+            small = true;
+        }
+        if ((n <= lim && !small) || !large) return false;
+      }
+    }
+  return true;
+}
+static_assert(list_is_consistent(), "kernel_list.inc: see the rules at its top");
 
 // Pack steps (pack.cc).
 GemmLayout pack_gemm(const Compressed& w, int mr, int kc, int chunk, bool round_bf16);
 GemvLayout pack_gemv(const Compressed& w, int rb, int kb, bool bf16);
+LanesLayout pack_lanes(const Compressed& w, int kb);
 
 // GELU support (gelu.cc): gelu(y) = y * Phi(y); the kernels evaluate Q(t) = Phi(-t) = phi(t) * R(t) for
 // t = |y| < 8, with R (the Mills ratio) as a degree-11 Taylor polynomial around the centre of each unit

@@ -88,4 +88,35 @@ GemvLayout pack_gemv(const Compressed& w, int rb, int kb, bool bf16) {
   return p;
 }
 
+LanesLayout pack_lanes(const Compressed& w, int kb) {
+  LanesLayout p;
+  p.kb = kb;
+  p.m_blocks = (w.rows + LanesLayout::kRows - 1) / LanesLayout::kRows;
+  p.supers = (w.cols + LanesLayout::kSuper - 1) / LanesLayout::kSuper;
+  p.k_blocks = (w.cols + kb - 1) / kb;
+  p.data = AlignedArray<float>(static_cast<size_t>(p.m_blocks * p.supers * LanesLayout::kEntryFloats));
+  const int64_t groups = w.groups_per_row();
+  const int64_t per_block = kb / LanesLayout::kSuper;
+  for (int64_t r = 0; r < w.rows; ++r) {
+    const int64_t mb = r / LanesLayout::kRows;
+    const int lane = static_cast<int>(r % LanesLayout::kRows);
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t s = g / 16, kblk = s / per_block;
+      const int q = static_cast<int>(g % 16);
+      float* e = p.data.data() + p.entry(kblk, mb) +
+                 static_cast<size_t>((s - kblk * per_block) * LanesLayout::kEntryFloats);
+      uint32_t* codes = reinterpret_cast<uint32_t*>(e + 256);
+      const uint8_t code = w.code(r, g);
+      for (int t = 0; t < 2; ++t) {
+        const int slot = 2 * q + t;
+        const int idx = (code >> (2 * t)) & 3;
+        if (4 * g + idx >= w.cols) continue;  // the last group's padding: value 0, code 0
+        e[slot * 8 + lane] = w.value(r, 2 * g + t);
+        codes[(slot / 16) * 8 + lane] |= static_cast<uint32_t>(idx) << (2 * (slot % 16));
+      }
+    }
+  }
+  return p;
+}
+
 }  // namespace sparse24::kernels

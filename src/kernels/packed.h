@@ -20,6 +20,8 @@
 // dense 16-wide vector with one permute and multiply-adds with the transposed activations; from N ~ 7 on
 // the pair kernel (spmm_driver.h) reads the same layout a group at a time instead.
 #pragma once
+#include <sys/mman.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -39,8 +41,16 @@ class AlignedArray {
   explicit AlignedArray(size_t n) : n_(n) {
     if (n == 0) return;
     size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
-    p_.reset(static_cast<T*>(std::aligned_alloc(64, bytes)));
+    // Large arrays (packed weights) on 2 MB pages where the kernel gives them on request (transparent huge
+    // pages in "madvise" mode): the memory-bound kernels stream them from DRAM, and on the AVX2-only Zen 3
+    // machine rows in lanes ran 5-16% faster cold (N = 1, 4096x4096, best of 5, three runs; session 6).
+    const bool huge = bytes >= kHugeMin;
+    const size_t alloc = huge ? (bytes + kHuge - 1) / kHuge * kHuge : bytes;
+    p_.reset(static_cast<T*>(std::aligned_alloc(huge ? kHuge : 64, alloc)));
     if (!p_) throw std::bad_alloc();
+#ifdef MADV_HUGEPAGE
+    if (huge) madvise(p_.get(), alloc, MADV_HUGEPAGE);  // advice only: failure changes nothing
+#endif
     std::memset(static_cast<void*>(p_.get()), 0, bytes);
   }
   T* data() { return p_.get(); }
@@ -54,6 +64,7 @@ class AlignedArray {
   };
   std::unique_ptr<T, Free> p_;
   size_t n_ = 0;
+  static constexpr size_t kHuge = size_t{2} << 20, kHugeMin = size_t{8} << 20;
 };
 
 struct GemmLayout {
@@ -98,6 +109,32 @@ struct GemvLayout {
   }
 };
 
+// LanesLayout, the AVX2 memory-bound path for fp32 weights ("rows in lanes"). Rows in blocks of 8 (one
+// per lane of a 256-bit vector), K in blocks of `kb` (a multiple of 64) and, inside a K block, in super
+// chunks of 64 positions (16 groups, 32 slots). Storage order [K block][row block][super chunk], one
+// sequential stream; per (row block, super chunk) 272 floats (1088 B, 17 lines): 32 slot vectors
+// (slot 2q + t of group q: the 8 rows' t-th kept value of that group, in position order) and then two
+// code vectors of 8 x 32 bits: lane r of code vector h holds row r's 2-bit positions (0..3 within the
+// group) of slots 16h..16h+15, slot s in bits 2(s % 16). Same 2.125 bytes per weight as GemvLayout.
+// A slot's value is 0 where the format has no kept position there (positions >= K, padding rows).
+struct LanesLayout {
+  static constexpr int kRows = 8;
+  static constexpr int kSuper = 64;                // positions per super chunk
+  static constexpr int kEntryFloats = 272;         // 32 slots x 8 rows + 2 code vectors
+  int kb = 0;                                      // K per block (multiple of kSuper)
+  int64_t m_blocks = 0, k_blocks = 0, supers = 0;  // supers = ceil(K / 64)
+  AlignedArray<float> data;
+  int64_t supers_in(int64_t kblk) const {
+    const int64_t s0 = kblk * (kb / kSuper);
+    return supers - s0 < kb / kSuper ? supers - s0 : kb / kSuper;
+  }
+  // Float offset of the first super chunk of K block kblk, row block mb.
+  size_t entry(int64_t kblk, int64_t mb) const {
+    const int64_t s0 = kblk * (kb / kSuper);
+    return static_cast<size_t>((m_blocks * s0 + mb * supers_in(kblk)) * kEntryFloats);
+  }
+};
+
 // Arguments of one multiply, validated.
 struct SpmmArgs {
   const float* x;
@@ -121,7 +158,8 @@ struct PackedMatrix::Impl {
   bool has_gemm = false, has_gemv = false;
   Compressed ref;  // the ref ISA: the (possibly bf16-rounded) compressed matrix
   kernels::GemmLayout gemm;
-  kernels::GemvLayout gemv;
+  kernels::GemvLayout gemv;    // the small-N layout, except:
+  kernels::LanesLayout lanes;  // AVX2 fp32: the small-N layout (has_gemv, lanes.data non-empty)
 };
 
 }  // namespace sparse24

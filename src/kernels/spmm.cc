@@ -14,8 +14,6 @@ namespace sparse24 {
 
 namespace kernels {
 
-namespace {
-
 bool cpu_has_avx2() {
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
          __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2");
@@ -25,20 +23,52 @@ bool cpu_has_avx512() {
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
 }
 
-// THE kernel list. Tile sizes and why: docs/kernels.md.
-const KernelSet kSets[] = {
-    // isa         cpu_has        mr  kc  chunk rb  kb    small_n  gemm         gemv
-    {Isa::kAvx2, cpu_has_avx2, 4, 128, 64, 4, 1024, 8, gemm_avx2, gemv_avx2},
-    {Isa::kAvx512, cpu_has_avx512, 4, 128, 64, 4, 1024, 16, gemm_avx512, gemv_avx512},
-};
+namespace {
+
+bool verbose() {
+  static const bool v = [] {
+    const char* e = std::getenv("SPARSE24_VERBOSE");
+    return e && *e && std::strcmp(e, "0") != 0;
+  }();
+  return v;
+}
+
+// SPARSE24_KERNEL=<name>: that variant wherever it can run (its ISA, layout, weight type and N), the
+// list's choice elsewhere. Read once; an unknown name is an error.
+const Variant* forced_variant() {
+  static const Variant* forced = [] {
+    const char* e = std::getenv("SPARSE24_KERNEL");
+    if (!e || !*e) return static_cast<const Variant*>(nullptr);
+    const Variant* v = variant(e);
+    if (!v) throw Error(std::string("SPARSE24_KERNEL=") + e + ": no such kernel variant");
+    if (verbose()) std::fprintf(stderr, "sparse24: SPARSE24_KERNEL forces %s where it applies\n", e);
+    return v;
+  }();
+  return forced;
+}
+
+bool can_run(const Variant& v, const PackedMatrix::Impl& p, Layout layout, int64_t n) {
+  return v.isa == p.isa && v.layout == layout && v.reads(p.bf16) && v.takes(n);
+}
+
+// The variant for n columns on this layout: the forced one if it can run, else the list's pick.
+const Variant& choose(const PackedMatrix::Impl& p, Layout layout, int64_t n) {
+  const Variant* f = forced_variant();
+  if (f && can_run(*f, p, layout, n)) return *f;
+  const Variant* best = nullptr;
+  for (const Variant& v : kVariants) {
+    if (!can_run(v, p, layout, n) || !v.picks(n)) continue;
+    // Faster for the padded columns: roundup(n, nr) / rate smaller (ties: the later row).
+    auto cols = [n](const Variant& u) { return u.nr ? (n + u.nr - 1) / u.nr * u.nr : n; };
+    if (!best || cols(v) * best->rate <= cols(*best) * v.rate) best = &v;
+  }
+  if (!best) throw Error("internal: no kernel variant for this layout and N");  // list_is_consistent()
+  return *best;
+}
+
+Layout packed_small_layout(const PackedMatrix::Impl& p) { return small_layout(p.isa, p.bf16); }
 
 }  // namespace
-
-const KernelSet* kernel_set(Isa isa) {
-  for (const KernelSet& s : kSets)
-    if (s.isa == isa) return &s;
-  return nullptr;
-}
 
 }  // namespace kernels
 
@@ -64,7 +94,7 @@ Isa parse_isa(const char* name) {
 
 bool isa_supported(Isa isa) {
   if (isa == Isa::kRef) return true;
-  const kernels::KernelSet* s = kernels::kernel_set(isa);
+  const kernels::IsaRow* s = kernels::isa_row(isa);
   return s && s->cpu_has();
 }
 
@@ -83,8 +113,7 @@ Isa active_isa() {
           break;
         }
     }
-    const char* verbose = std::getenv("SPARSE24_VERBOSE");
-    if (verbose && *verbose && std::strcmp(verbose, "0") != 0)
+    if (kernels::verbose())
       std::fprintf(stderr, "sparse24: using %s kernels (%s)\n", isa_name(isa),
                    forced ? "SPARSE24_ISA" : "best the CPU supports");
     return isa;
@@ -104,7 +133,7 @@ size_t PackedMatrix::bytes() const {
   if (!impl_) return 0;
   const Impl& p = *impl_;
   return p.ref.values.size() + p.ref.metadata.size() + p.gemm.vals.bytes() + p.gemm.codes.bytes() +
-         p.gemv.vals.bytes() + p.gemv.vals16.bytes() + p.gemv.masks.bytes();
+         p.gemv.vals.bytes() + p.gemv.vals16.bytes() + p.gemv.masks.bytes() + p.lanes.data.bytes();
 }
 
 PackedMatrix pack(const Compressed& w, const PackOptions& options) {
@@ -119,7 +148,7 @@ PackedMatrix pack(const Compressed& w, const PackOptions& options) {
   p.m = w.rows;
   p.k = w.cols;
   p.bf16 = options.bf16_weights;
-  const kernels::KernelSet* s = kernels::kernel_set(isa);
+  const kernels::IsaRow* s = kernels::isa_row(isa);
   if (!s) {
     p.ref = w;
     if (p.bf16) {
@@ -132,43 +161,83 @@ PackedMatrix pack(const Compressed& w, const PackOptions& options) {
     }
     return out;
   }
-  p.small_n_max = s->small_n_max;
+  p.small_n_max = static_cast<int>(kernels::small_n_max(isa, p.bf16));
   p.has_gemm = options.layouts != PackLayouts::kSmallN;
   p.has_gemv = options.layouts != PackLayouts::kLargeN;
   if (p.has_gemm) p.gemm = kernels::pack_gemm(w, s->gemm_mr, s->gemm_kc, s->gemm_chunk, p.bf16);
-  if (p.has_gemv) p.gemv = kernels::pack_gemv(w, s->gemv_rb, s->gemv_kb, p.bf16);
+  if (p.has_gemv) {
+    // The layout of this ISA's small-N rows for this weight type (kernel_list.inc).
+    if (kernels::small_layout(isa, p.bf16) == kernels::Layout::kLanes)
+      p.lanes = kernels::pack_lanes(w, s->gemv_kb);
+    else
+      p.gemv = kernels::pack_gemv(w, s->gemv_rb, s->gemv_kb, p.bf16);
+  }
   return out;
 }
 
 PackLayouts layouts_for_n(int64_t n, Isa isa) {
-  const kernels::KernelSet* s = kernels::kernel_set(isa);
-  if (!s) return PackLayouts::kBoth;  // the ref ISA keeps the compressed matrix either way
-  return n <= s->small_n_max ? PackLayouts::kSmallN : PackLayouts::kLargeN;
+  if (!kernels::isa_row(isa))
+    return PackLayouts::kBoth;  // the ref ISA keeps the compressed matrix either way
+  return n <= kernels::small_n_max(isa, false) ? PackLayouts::kSmallN : PackLayouts::kLargeN;
 }
 
-void spmm(const PackedMatrix& w, const float* x, int64_t n, int64_t ldx, float* y, int64_t ldy,
-          const float* bias, Epilogue ep, int threads) {
+namespace {
+
+// The checks and special cases every multiply shares; false when nothing is left for a kernel.
+bool prologue(const PackedMatrix::Impl& p, const float* x, int64_t n, int64_t ldx, float* y, int64_t ldy,
+              const float* bias, Epilogue ep, int threads) {
   if (n < 0 || ldx < n || ldy < n) throw Error("spmm: need n >= 0, ldx >= n, ldy >= n");
   if (threads < 1) throw Error("spmm: threads must be >= 1");
-  const PackedMatrix::Impl& p = w.impl();
-  if (n == 0 || p.m == 0) return;
+  if (n == 0 || p.m == 0) return false;
   if (p.k == 0) {  // empty sum: the epilogue of the bias
     for (int64_t r = 0; r < p.m; ++r)
       for (int64_t c = 0; c < n; ++c) y[r * ldy + c] = apply_epilogue(bias ? bias[r] : 0.f, ep);
-    return;
+    return false;
   }
-  const kernels::KernelSet* s = kernels::kernel_set(p.isa);
-  if (!s) {
+  if (!kernels::isa_row(p.isa)) {
     spmm_reference(p.ref, x, n, ldx, y, ldy, bias, ep);
-    return;
+    return false;
   }
+  return true;
+}
+
+}  // namespace
+
+void spmm(const PackedMatrix& w, const float* x, int64_t n, int64_t ldx, float* y, int64_t ldy,
+          const float* bias, Epilogue ep, int threads) {
+  const PackedMatrix::Impl& p = w.impl();
+  if (!prologue(p, x, n, ldx, y, ldy, bias, ep, threads)) return;
   if (p.has_gemv && (n <= p.small_n_max || !p.has_gemm)) {
     // The memory-bound kernels take up to small_n_max columns at a time.
-    for (int64_t c0 = 0; c0 < n; c0 += p.small_n_max)
-      s->gemv(p, {x + c0, std::min<int64_t>(p.small_n_max, n - c0), ldx, y + c0, ldy, bias, ep, threads});
+    const kernels::Layout layout = kernels::packed_small_layout(p);
+    for (int64_t c0 = 0; c0 < n; c0 += p.small_n_max) {
+      const int64_t nc = std::min<int64_t>(p.small_n_max, n - c0);
+      kernels::choose(p, layout, nc).fn(p, {x + c0, nc, ldx, y + c0, ldy, bias, ep, threads});
+    }
   } else {
-    s->gemm(p, {x, n, ldx, y, ldy, bias, ep, threads});
+    kernels::choose(p, kernels::Layout::kGemm, n).fn(p, {x, n, ldx, y, ldy, bias, ep, threads});
   }
+}
+
+std::vector<KernelVariantInfo> kernel_variants() {
+  std::vector<KernelVariantInfo> out;
+  for (const kernels::Variant& v : kernels::kVariants)
+    out.push_back({std::string(v.name), v.isa, v.layout == kernels::Layout::kGemm,
+                   v.weights != kernels::Weights::kBf16, v.weights != kernels::Weights::kF32, v.n_max});
+  return out;
+}
+
+void spmm_variant(const std::string& name, const PackedMatrix& w, const float* x, int64_t n, int64_t ldx,
+                  float* y, int64_t ldy, const float* bias, Epilogue ep, int threads) {
+  const kernels::Variant* v = kernels::variant(name);
+  if (!v) throw Error("spmm_variant: no kernel variant '" + name + "'");
+  const PackedMatrix::Impl& p = w.impl();
+  const bool large = v->layout == kernels::Layout::kGemm;
+  if (v->isa != p.isa || !v->reads(p.bf16) || !v->takes(n) || (large ? !p.has_gemm : !p.has_gemv) ||
+      (!large && v->layout != kernels::packed_small_layout(p)))
+    throw Error("spmm_variant: " + name + " cannot run these packed weights with n = " + std::to_string(n));
+  if (!prologue(p, x, n, ldx, y, ldy, bias, ep, threads)) return;
+  v->fn(p, {x, n, ldx, y, ldy, bias, ep, threads});
 }
 
 }  // namespace sparse24

@@ -17,7 +17,6 @@ struct Avx512 {
   using V = __m512;
   using Mask = __mmask16;
   static constexpr int W = 16;
-  static constexpr int kGemvMaxN = 16;
   static constexpr int kPrefetchChunks = 48;
   // Rows per pass of the memory-bound kernel: S x N accumulators within the 32 registers.
   template <int N>
@@ -150,27 +149,27 @@ struct Avx512 {
     return y;
   }
 };
-
-// From this N on, fp32 weights in the memory-bound layout run the pair kernel (spmm_driver.h). Measured
-// 2048x2048 (GFLOP/s, memory-bound kernel -> pair): N=6 89 -> 89, N=7 93 -> 110, N=9 117 -> 123,
-// N=12 93 -> 162, N=16 68 -> 217.
-constexpr int64_t kPairMinN = 7;
+static_assert(KernelTraits<Avx512>);
 
 }  // namespace
 
-void gemm_avx512(const PackedMatrix::Impl& p, const SpmmArgs& a) {
-  // 4 rows (the layout's row block) x NV vectors of 16 columns; NR = 64 columns for N > 32.
-  if (a.n <= 16) return gemm_run<Avx512, 4, 1>(p, a);
-  if (a.n <= 32) return gemm_run<Avx512, 4, 2>(p, a);
-  return gemm_run<Avx512, 4, 4>(p, a);
+// Entry points: one per row of kernel_list.inc.
+
+// 4 rows (the layout's row block) x NV vectors of 16 columns.
+void avx512_gemm_4x16(const PackedMatrix::Impl& p, const SpmmArgs& a) { gemm_run<Avx512, 4, 1>(p, a); }
+void avx512_gemm_4x32(const PackedMatrix::Impl& p, const SpmmArgs& a) { gemm_run<Avx512, 4, 2>(p, a); }
+void avx512_gemm_4x64(const PackedMatrix::Impl& p, const SpmmArgs& a) { gemm_run<Avx512, 4, 4>(p, a); }
+
+void avx512_gemv_f32(const PackedMatrix::Impl& p, const SpmmArgs& a) {
+  gemv_dispatch<Avx512, false, variant("avx512_gemv_f32")->n_max>(p, a);
+}
+void avx512_gemv_bf16(const PackedMatrix::Impl& p, const SpmmArgs& a) {
+  gemv_dispatch<Avx512, true, variant("avx512_gemv_bf16")->n_max>(p, a);
 }
 
-void gemv_avx512(const PackedMatrix::Impl& p, const SpmmArgs& a) {
-  if (a.n >= kPairMinN) return a.n <= 8 ? pair_run<Avx512, 1>(p, a) : pair_run<Avx512, 2>(p, a);
-  if (p.gemv.bf16)
-    gemv_dispatch<Avx512, true>(p, a);
-  else
-    gemv_dispatch<Avx512, false>(p, a);
-}
+// The pair kernel (spmm_driver.h) from N = 7 on. Measured 2048x2048 (GFLOP/s, spreading kernel -> pair):
+// N=6 89 -> 89, N=7 93 -> 110, N=9 117 -> 123, N=12 93 -> 162, N=16 68 -> 217.
+void avx512_pair8(const PackedMatrix::Impl& p, const SpmmArgs& a) { pair_run<Avx512, 1>(p, a); }
+void avx512_pair16(const PackedMatrix::Impl& p, const SpmmArgs& a) { pair_run<Avx512, 2>(p, a); }
 
 }  // namespace sparse24::kernels

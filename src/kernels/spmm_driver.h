@@ -21,12 +21,46 @@
 
 #include <algorithm>
 #include <bit>
+#include <concepts>
 #include <cstring>
 
 #include "kernel_list.h"
 #include "sparse24/error.h"
 
 namespace sparse24::kernels {
+
+// What the loops below ask of an ISA's traits class T: a vector V of W floats, a column mask, loads and
+// stores (aligned, unaligned, masked), arithmetic, the weight spreading of the compute-bound tile
+// (bcast4 + lane), the pair kernel's interleaves and permute, the weight-stream prefetch and the vector
+// epilogue. The spreading memory-bound kernel (gemv_run) also needs T::gemv_rows_per_pass<N> and
+// T::chunk_fma<N> / chunk_fma_bf16<N> for the weight types it is instantiated with.
+template <class T>
+concept KernelTraits = requires(const float* cp, float* p, const uint16_t* hp, typename T::V v,
+                                typename T::Mask m, int i) {
+  requires std::same_as<decltype(T::W), const int>;
+  { T::kPrefetchChunks } -> std::convertible_to<int>;
+  { T::zero() } -> std::same_as<typename T::V>;
+  { T::set1(1.f) } -> std::same_as<typename T::V>;
+  { T::load(cp) } -> std::same_as<typename T::V>;
+  { T::loadu(cp) } -> std::same_as<typename T::V>;
+  { T::loadu_m(cp, m) } -> std::same_as<typename T::V>;
+  { T::load8(cp) } -> std::same_as<typename T::V>;
+  { T::load8(hp) } -> std::same_as<typename T::V>;
+  T::store(p, v);
+  T::storeu(p, v);
+  T::storeu_m(p, v, m);
+  { T::mask_first(i) } -> std::same_as<typename T::Mask>;
+  { T::add(v, v) } -> std::same_as<typename T::V>;
+  { T::fma(v, v, v) } -> std::same_as<typename T::V>;
+  { T::reduce(v) } -> std::same_as<float>;
+  { T::bcast4(cp) } -> std::same_as<typename T::V>;
+  { T::lane(v, i) } -> std::same_as<typename T::V>;
+  { T::interleave_lo(v, v) } -> std::same_as<typename T::V>;
+  { T::interleave_hi(v, v) } -> std::same_as<typename T::V>;
+  { T::pair(v, i) } -> std::same_as<typename T::V>;
+  T::prefetch(cp);
+  { T::epilogue(v, Epilogue::kNone) } -> std::same_as<typename T::V>;
+};
 
 // A per-thread scratch buffer that only grows.
 template <class T, int Slot>
@@ -492,12 +526,14 @@ void pair_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   }
 }
 
-// Runtime N (1..kMaxN) to the template instantiation.
-template <class T, bool BF16, int N = 1>
+// Runtime N (1..NMax, the variant's n_max in kernel_list.inc) to the template instantiation.
+template <class T, bool BF16, int64_t NMax, int N = 1>
 void gemv_dispatch(const PackedMatrix::Impl& p, const SpmmArgs& a) {
-  if constexpr (N <= T::kGemvMaxN) {
+  if constexpr (N <= NMax) {
     if (a.n == N) return gemv_run<T, N, BF16>(p, a);
-    return gemv_dispatch<T, BF16, N + 1>(p, a);
+    return gemv_dispatch<T, BF16, NMax, N + 1>(p, a);
+  } else {
+    throw Error("internal: the memory-bound kernel got more columns than its row's n_max");
   }
 }
 

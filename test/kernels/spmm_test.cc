@@ -74,6 +74,7 @@ struct Case {
   int threads = 1;
   bool bf16 = false;
   PackLayouts layouts = PackLayouts::kBoth;
+  std::string variant;  // non-empty: spmm_variant(variant, ...) instead of spmm
   std::string str() const {
     return std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n) + " ldx+" +
            std::to_string(ldx_pad) + " ldy+" + std::to_string(ldy_pad) + " xoff " + std::to_string(x_off) +
@@ -81,7 +82,8 @@ struct Case {
            std::to_string(threads) + (bf16 ? " bf16" : "") +
            (layouts == PackLayouts::kBoth     ? ""
             : layouts == PackLayouts::kLargeN ? " large-n only"
-                                              : " small-n only");
+                                              : " small-n only") +
+           (variant.empty() ? "" : " variant " + variant);
   }
 };
 
@@ -118,7 +120,10 @@ void check(Isa isa, const Case& t, std::mt19937_64& g) {
   std::vector<float> ybuf(static_cast<size_t>(t.m * ldy + 64), sentinel);
   const size_t ya = (64 - reinterpret_cast<uintptr_t>(ybuf.data()) % 64) % 64 / 4;
   float* y = ybuf.data() + ya + t.y_off;
-  spmm(p, x, t.n, ldx, y, ldy, b, t.ep, t.threads);
+  if (t.variant.empty())
+    spmm(p, x, t.n, ldx, y, ldy, b, t.ep, t.threads);
+  else
+    spmm_variant(t.variant, p, x, t.n, ldx, y, ldy, b, t.ep, t.threads);
 
   const float eps = 6e-8f;
   for (int64_t r = 0; r < t.m; ++r) {
@@ -264,6 +269,62 @@ TEST(Spmm, SingleLayoutAnyN) {
     EXPECT_EQ(large + small, both) << isa_name(isa);
     EXPECT_EQ(layouts_for_n(1, isa), PackLayouts::kSmallN);
     EXPECT_EQ(layouts_for_n(512, isa), PackLayouts::kLargeN);
+  }
+}
+
+// Every row of the kernel list (src/kernels/kernel_list.inc) that this CPU runs, forced by name, against
+// the reference: every N it takes up to 17 (and wider N for the compute-bound rows), sampled M and K across
+// the tile edges, each weight type it reads, strides, offsets, bias, epilogues, 1 and 2 threads. The rows
+// come from the library itself, so a variant cannot be left out of this test.
+TEST(Spmm, EveryVariantByName) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(308);
+  std::uniform_int_distribution<size_t> pick(0, std::size(kEdges) - 1);
+  int runnable = 0, tested = 0;
+  for (const KernelVariantInfo& v : kernel_variants()) {
+    if (!isa_supported(v.isa)) continue;
+    ++runnable;
+    std::vector<int64_t> ns;
+    for (int64_t n = 1; n <= 17 && (v.n_max == 0 || n <= v.n_max); ++n) ns.push_back(n);
+    if (v.n_max == 0)
+      for (int64_t n : {31, 33, 64, 65, 129}) ns.push_back(n);
+    bool any = false;
+    for (bool bf16 : {false, true}) {
+      if (bf16 ? !v.bf16 : !v.fp32) continue;
+      for (int64_t n : ns)
+        for (int rep = 0; rep < 2; ++rep) {
+          Case t = random_case(g, kEdges[pick(g)], kEdges[pick(g)], n);
+          t.bf16 = bf16;
+          t.layouts = v.large_n ? PackLayouts::kLargeN : PackLayouts::kSmallN;
+          t.variant = v.name;
+          check(v.isa, t, g);
+          if (::testing::Test::HasFatalFailure()) return;
+          any = true;
+        }
+    }
+    tested += any;
+  }
+  EXPECT_EQ(tested, runnable) << "a runnable variant was not tested";
+  if (isa_supported(Isa::kAvx2)) {
+    EXPECT_GT(runnable, 0);
+  }
+}
+
+// spmm_variant refuses what a variant cannot run.
+TEST(Spmm, VariantByNameRejects) {
+  auto g = rng(309);
+  const Compressed c = random_24(g, 16, 64);
+  const std::vector<float> x(64 * 20, 1.f);
+  std::vector<float> y(16 * 20);
+  const PackedMatrix p = pack(c);
+  EXPECT_THROW(spmm_variant("no_such_kernel", p, x.data(), 1, 1, y.data(), 1), Error);
+  for (const KernelVariantInfo& v : kernel_variants()) {
+    if (v.isa != p.isa()) {
+      EXPECT_THROW(spmm_variant(v.name, p, x.data(), 1, 1, y.data(), 1), Error) << v.name;
+    } else if (v.n_max != 0) {
+      EXPECT_THROW(spmm_variant(v.name, p, x.data(), v.n_max + 1, v.n_max + 1, y.data(), v.n_max + 1), Error)
+          << v.name;
+    }
   }
 }
 

@@ -30,6 +30,7 @@ struct BenchOptions {
   double min_time = 0;
   double cold_mb = 600;
   bool no_gate = false;
+  bool variants = false;
   bool verbose = false;
 };
 
@@ -71,6 +72,7 @@ void run_bench(const BenchOptions& o) {
   ro.cold_bytes = (o.quick ? 64.0 : o.cold_mb) * 1e6;
   ro.retries = o.quick ? 0 : 2;
   ro.gate = !o.no_gate && !o.quick;
+  ro.variants = o.variants;
 
   omp_set_num_threads(o.threads);
   std::printf("sparse24 bench  %s\n", today().c_str());
@@ -137,6 +139,8 @@ void register_bench(CLI::App& app) {
       ->check(CLI::Range(0.0, 60.0));
   cmd->add_option("--cold-mb", o->cold_mb, "MB of weight copies each method rotates through on cold rows")
       ->check(CLI::Range(1.0, 16000.0));
+  cmd->add_flag("--variants", o->variants,
+                "Also time every kernel variant of the list that runs each row (forced by name, s24:<name>)");
   cmd->add_flag("--no-gate", o->no_gate, "Do not wait for a quiet machine before each measurement");
   cmd->add_flag("--verbose", o->verbose, "Print library notes (oneDNN implementations) per row");
   cmd->callback([o] { run_bench(*o); });
