@@ -34,6 +34,12 @@ void register_sweep(CLI::App& app);
 void register_lm_experiment(CLI::App& app);  // cmd_lm_experiment.cc
 // Re-executes the process with OPENBLAS_CORETYPE set when argv names a training command (cmd_workflow.cc).
 void prepare_training_process(int argc, char** argv);
+// In `sparse24`: the training commands, listed in its help, run by executing sparse24-train beside it
+// (main.cc).
+inline constexpr const char* kTrainingCommands[][2] = {
+    {"workflow", "Train dense, prune 2:4 once, retrain with the mask fixed, export, write DIR/report.md"},
+    {"sweep", "Compare 2:4 with unstructured pruning at 50% and beyond"},
+    {"lm-experiment", "One-shot 2:4 pruning methods on a byte-level transformer trained on the KJV"}};
 #endif
 
 }  // namespace sparse24::cli

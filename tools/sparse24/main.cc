@@ -1,11 +1,37 @@
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
+#include <filesystem>
+#include <string>
 
 #include "commands.h"
 
+namespace {
+
+#ifdef SPARSE24_HAVE_TRAIN
+// Runs a training command in sparse24-train (beside this executable), which links libtorch; returns only
+// when that fails.
+int exec_training(char** argv) {
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  const std::string train = (ec ? std::filesystem::path(argv[0]) : self).parent_path() / "sparse24-train";
+  argv[0] = const_cast<char*>(train.c_str());
+  execv(train.c_str(), argv);
+  std::fprintf(stderr, "sparse24: error: cannot run %s: %s\n", train.c_str(), std::strerror(errno));
+  return 1;
+}
+#endif
+
+}  // namespace
+
 int main(int argc, char** argv) {
 #ifdef SPARSE24_HAVE_TRAIN
-  sparse24::cli::prepare_training_process(argc, argv);
+  if (argc >= 2)
+    for (const auto& c : sparse24::cli::kTrainingCommands)
+      if (std::strcmp(argv[1], c[0]) == 0) return exec_training(argv);
 #endif
 #ifdef SPARSE24_HAVE_BENCH
   sparse24::cli::prepare_bench_process(argc, argv);
@@ -34,9 +60,8 @@ int main(int argc, char** argv) {
   sparse24::cli::register_bench(app);
 #endif
 #ifdef SPARSE24_HAVE_TRAIN
-  sparse24::cli::register_workflow(app);
-  sparse24::cli::register_sweep(app);
-  sparse24::cli::register_lm_experiment(app);
+  for (const auto& c : sparse24::cli::kTrainingCommands)  // listed here, run by sparse24-train
+    app.add_subcommand(c[0], std::string(c[1]) + " (sparse24-train)")->allow_extras();
 #endif
   try {
     app.parse(argc, argv);

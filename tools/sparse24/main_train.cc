@@ -1,0 +1,24 @@
+// sparse24-train: the training commands (libtorch). `sparse24 workflow|sweep|lm-experiment` executes this.
+#include <cstdio>
+#include <exception>
+
+#include "commands.h"
+
+int main(int argc, char** argv) {
+  sparse24::cli::prepare_training_process(argc, argv);
+  CLI::App app{"sparse24-train: the libtorch training commands of sparse24"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "sparse24 0.1.0");
+  sparse24::cli::register_workflow(app);
+  sparse24::cli::register_sweep(app);
+  sparse24::cli::register_lm_experiment(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "sparse24: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
