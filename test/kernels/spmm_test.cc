@@ -74,7 +74,7 @@ struct Case {
   int threads = 1;
   bool bf16 = false;
   PackLayouts layouts = PackLayouts::kBoth;
-  std::string variant;  // non-empty: spmm_variant(variant, ...) instead of spmm
+  std::string variant = {};  // non-empty: spmm_variant(variant, ...) instead of spmm
   std::string str() const {
     return std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n) + " ldx+" +
            std::to_string(ldx_pad) + " ldy+" + std::to_string(ldy_pad) + " xoff " + std::to_string(x_off) +
