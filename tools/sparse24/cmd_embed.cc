@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -153,8 +154,23 @@ struct BenchModelOptions {
   std::string model, json_out, python, peers = "pytorch,onnxruntime,openvino";
   int64_t seq = 128, batch = 1;
   int threads = 1, reps = 20;
-  bool no_peers = false;
+  bool no_peers = false, profile = false;
 };
+
+// Where a forward pass's time goes: the best of `reps` per op, summed by kind (GEMMs dense and sparse apart).
+void print_profile(const char* label, engine::TextEncoder& e, const std::vector<std::vector<int32_t>>& ids) {
+  engine::TokenBatch tb;
+  for (const auto& row : ids) tb.add(row);
+  std::map<std::string, double> by_kind;
+  double total = 0;
+  for (const engine::OpTime& t : e.engine().profile_tokens(tb, 5)) {
+    by_kind[t.kind == "gemm" ? (t.sparse ? "gemm (2:4)" : "gemm (dense)") : t.kind] += t.ms;
+    total += t.ms;
+  }
+  std::printf("  %s, per op kind (sum of per-op bests %.2f ms):", label, total);
+  for (const auto& [k, ms] : by_kind) std::printf(" %s %.2f (%.0f%%)", k.c_str(), ms, 100 * ms / total);
+  std::printf("\n");
+}
 
 std::string default_python() {
   if (const char* p = std::getenv("SPARSE24_PYTHON")) return p;
@@ -302,6 +318,10 @@ void cmd_bench_model(const BenchModelOptions& o) {
   if (!best_name.empty())
     std::printf("2:4 vs the fastest peer (%s): %.2fx; dense vs it: %.2fx\n", best_name.c_str(),
                 best_peer / ms[1], best_peer / ms[0]);
+  if (o.profile) {
+    print_profile("sparse24 dense", dense, ids);
+    print_profile("sparse24 2:4", sparse, ids);
+  }
   if (!o.json_out.empty()) write_file_atomic(o.json_out, out.dump(2) + "\n");
 }
 
@@ -361,6 +381,7 @@ void register_bench_model(CLI::App& app) {
   cmd->add_option("--python", o->python, "the Python that runs the peers (default: the project's .venv)");
   cmd->add_option("--peers", o->peers, "comma-separated peers to run");
   cmd->add_flag("--no-peers", o->no_peers, "time sparse24 only");
+  cmd->add_flag("--profile", o->profile, "also print where sparse24's time goes, per op kind");
   cmd->callback([o] { cmd_bench_model(*o); });
 }
 
