@@ -178,6 +178,9 @@ enum class Mode : uint8_t {
   kSparse,  // every pruned GEMM sparse
 };
 
+// "plan", "dense", "sparse"; Error otherwise.
+Mode parse_mode(const std::string& name);
+
 struct OpTime {
   std::string name;  // the GEMM's layer name, or the op kind
   std::string kind;

@@ -48,6 +48,13 @@ constexpr double kSparseMargin = 1.03;
 
 }  // namespace
 
+Mode parse_mode(const std::string& s) {
+  if (s == "plan") return Mode::kPlan;
+  if (s == "dense") return Mode::kDense;
+  if (s == "sparse") return Mode::kSparse;
+  throw Error("unknown mode '" + s + "' (expected plan, dense or sparse)");
+}
+
 void set_threads(int threads) { omp_set_num_threads(std::max(threads, 1)); }
 
 void TokenBatch::add(const std::vector<int32_t>& sequence) {

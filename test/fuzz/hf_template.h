@@ -11,8 +11,8 @@
 
 namespace hf_template {
 
-inline const char* const kFiles[] = {"config.json", "model.safetensors", "modules.json", "1_Pooling/config.json",
-                                     "model.safetensors.index.json"};
+inline const char* const kFiles[] = {"config.json", "model.safetensors", "modules.json",
+                                     "1_Pooling/config.json", "model.safetensors.index.json"};
 
 inline std::map<std::string, std::vector<uint8_t>> files() {
   using namespace sparse24;
@@ -49,9 +49,15 @@ inline std::map<std::string, std::vector<uint8_t>> files() {
     return std::vector<uint8_t>(s.begin(), s.end());
   };
   std::map<std::string, std::vector<uint8_t>> f;
-  f["config.json"] = text({{"model_type", "bert"}, {"vocab_size", vocab}, {"hidden_size", hidden},
-                           {"num_attention_heads", 1}, {"num_hidden_layers", 1}, {"intermediate_size", ffn},
-                           {"max_position_embeddings", pos}, {"hidden_act", "gelu"}, {"type_vocab_size", 2}});
+  f["config.json"] = text({{"model_type", "bert"},
+                           {"vocab_size", vocab},
+                           {"hidden_size", hidden},
+                           {"num_attention_heads", 1},
+                           {"num_hidden_layers", 1},
+                           {"intermediate_size", ffn},
+                           {"max_position_embeddings", pos},
+                           {"hidden_act", "gelu"},
+                           {"type_vocab_size", 2}});
   f["model.safetensors"] = encode_safetensors(st);
   f["modules.json"] = text(nlohmann::json::array(
       {{{"idx", 0}, {"path", ""}, {"type", "sentence_transformers.models.Transformer"}},

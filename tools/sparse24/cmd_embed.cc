@@ -26,18 +26,6 @@ namespace sparse24::cli {
 namespace {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-
-engine::Mode parse_mode(const std::string& s) {
-  if (s == "plan") return engine::Mode::kPlan;
-  if (s == "dense") return engine::Mode::kDense;
-  if (s == "sparse") return engine::Mode::kSparse;
-  throw Error("unknown mode '" + s + "' (expected plan, dense or sparse)");
-}
-
 std::vector<std::string> read_lines(const std::string& path) {
   const std::vector<uint8_t> b = read_file(path);
   std::vector<std::string> lines;
@@ -84,7 +72,7 @@ void cmd_embed(const std::string& dir, const std::vector<std::string>& text, con
   engine::TextEncoder::Options o;
   o.threads = threads;
   o.batch = batch;
-  o.mode = parse_mode(mode);
+  o.mode = engine::parse_mode(mode);
   o.verbose = true;
   engine::TextEncoder enc = engine::TextEncoder::load(dir, o);
   const int64_t dim = enc.dim();

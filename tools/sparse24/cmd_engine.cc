@@ -21,18 +21,6 @@
 namespace sparse24::cli {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-
-engine::Mode parse_mode(const std::string& s) {
-  if (s == "plan") return engine::Mode::kPlan;
-  if (s == "dense") return engine::Mode::kDense;
-  if (s == "sparse") return engine::Mode::kSparse;
-  throw Error("unknown mode '" + s + "' (expected plan, dense or sparse)");
-}
-
 // Runs `e` over n samples (the last chunk zero-padded to the engine's batch); out: n * out_size floats.
 std::vector<float> run_all(engine::Engine& e, const engine::Model& m, const float* x, int64_t n) {
   const int64_t b = e.batch(), in = m.input_size(), out = m.output_size();
@@ -104,7 +92,7 @@ void cmd_run(const RunOptions& o) {
 #endif
   }
   const int64_t batch = o.batch > 0 ? o.batch : std::min<int64_t>(n, 64);
-  const engine::Mode mode = parse_mode(o.mode);
+  const engine::Mode mode = engine::parse_mode(o.mode);
   engine::Plan plan;
   if (mode == engine::Mode::kPlan) {
     bool built = false;

@@ -2,8 +2,30 @@
 // Commands parse arguments and call the library; the work lives in the library.
 #pragma once
 #include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <exception>
 
 namespace sparse24::cli {
+
+using Clock = std::chrono::steady_clock;
+inline double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// Parses and runs the command line; a parse error is CLI11's message, any other error one line
+// "sparse24: error: ..." and exit code 1.
+inline int run_app(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "sparse24: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
 
 // Each registers one subcommand (and its callback) on the app.
 void register_prune(CLI::App& app);

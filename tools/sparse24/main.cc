@@ -63,13 +63,5 @@ int main(int argc, char** argv) {
   for (const auto& c : sparse24::cli::kTrainingCommands)  // listed here, run by sparse24-train
     app.add_subcommand(c[0], std::string(c[1]) + " (sparse24-train)")->allow_extras();
 #endif
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "sparse24: error: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+  return sparse24::cli::run_app(app, argc, argv);
 }

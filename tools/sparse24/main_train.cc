@@ -12,13 +12,5 @@ int main(int argc, char** argv) {
   sparse24::cli::register_workflow(app);
   sparse24::cli::register_sweep(app);
   sparse24::cli::register_lm_experiment(app);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "sparse24: error: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+  return sparse24::cli::run_app(app, argc, argv);
 }
