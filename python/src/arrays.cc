@@ -4,6 +4,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
+#include <chrono>
 #include <optional>
 #include <string>
 #include <vector>
@@ -237,6 +238,27 @@ void register_arrays(nb::module_& m) {
         "Y = epilogue(W X + bias) for x [K] or [K, N] float32; returns [M] or [M, N] float32.");
   m.def("_linear", &linear_rows, nb::arg("packed"), nb::arg("x"), nb::arg("out"), nb::arg("bias").none(),
         nb::arg("threads"));
+  // The same multiply timed in a C++ loop (seconds per call, best of `rounds`): the baseline that the Python
+  // call overhead is measured against (python/bench/bench_overhead.py).
+  m.def(
+      "_time_spmm",
+      [](const PackedMatrix& w, const AnyArray& x, int reps, int rounds) {
+        const int64_t ldx = require_f32_rows(x, "x");
+        if (static_cast<int64_t>(x.shape(0)) != w.cols()) throw Error("x does not match the matrix");
+        const int64_t n = x.ndim() == 1 ? 1 : static_cast<int64_t>(x.shape(1));
+        const int64_t ld = x.ndim() == 1 ? 1 : ldx;
+        std::vector<float> y(static_cast<size_t>(w.rows() * n));
+        nb::gil_scoped_release unlocked;
+        double best = 1e30;
+        for (int r = 0; r < rounds; ++r) {
+          const auto t0 = std::chrono::steady_clock::now();
+          for (int i = 0; i < reps; ++i)
+            spmm(w, static_cast<const float*>(x.data()), n, ld, y.data(), n, nullptr, Epilogue::kNone, 1);
+          best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps);
+        }
+        return best;
+      },
+      nb::arg("packed"), nb::arg("x"), nb::arg("reps"), nb::arg("rounds"));
   m.def("isa", [] { return std::string(isa_name(active_isa())); }, "The kernel ISA in use (avx512, avx2, ref).");
 }
 
