@@ -1,8 +1,10 @@
 // load/save: .npy, the compressed 2:4 file, and whole safetensors checkpoints (checkpoint.h's three
 // layouts), with the library's readers (every count and offset validated) and atomic writers.
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/string.h>
 
 #include <algorithm>
+#include <map>
 #include <string>
 
 #include "common.h"
@@ -88,12 +90,36 @@ void save_checkpoint(const std::string& path, const nb::dict& tensors, const std
   write_safetensors(path, st);
 }
 
+// A plain safetensors file: name -> float32/float16/int8/uint8 array, and string metadata (the exporter's).
+void save_safetensors(const std::string& path, const nb::dict& tensors, const std::map<std::string, std::string>& meta) {
+  SafeTensors st;
+  st.metadata = meta;
+  for (auto [key, value] : tensors) {
+    const std::string name = nb::cast<std::string>(key);
+    AnyArray a;
+    if (!nb::try_cast(value, a)) throw Error("save: tensor '" + name + "' is not an array");
+    if (a.dtype() == nb::dtype<uint8_t>()) {
+      require_c_contiguous(a, name.c_str());
+      StTensor t{"U8", array_shape(a), {}};
+      const auto* p = static_cast<const uint8_t*>(a.data());
+      t.bytes.assign(p, p + a.size());
+      st.add(name, std::move(t));
+    } else {
+      st.add(name, to_st(tensor_from_array(a, name.c_str())));
+    }
+  }
+  nb::gil_scoped_release unlocked;
+  write_safetensors(path, st);
+}
+
 }  // namespace
 
 void register_files(nb::module_& m) {
   m.def("_load", &load, nb::arg("path"));
   m.def("_save_npy", &save_npy, nb::arg("path"), nb::arg("array"));
   m.def("_save_compressed", &save_compressed_file, nb::arg("path"), nb::arg("c"));
+  m.def("_save_safetensors", &save_safetensors, nb::arg("path"), nb::arg("tensors"), nb::arg("metadata"));
+  m.def("_write_text", [](const std::string& path, const std::string& text) { write_file_atomic(path, text); });
   m.def("_save_checkpoint", &save_checkpoint, nb::arg("path"), nb::arg("tensors"), nb::arg("format"));
 }
 
