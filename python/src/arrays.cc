@@ -28,20 +28,22 @@ nb::object mask_of(const AnyArray& w, const std::string& pattern, const std::str
   const Pattern p = parse_pattern(pattern);
   if (method != "magnitude" && method != "transposable")
     throw Error("method '" + method + "': expected magnitude or transposable");
-  if (search != "exact" && search != "greedy") throw Error("search '" + search + "': expected exact or greedy");
+  if (search != "exact" && search != "greedy")
+    throw Error("search '" + search + "': expected exact or greedy");
   if (method == "transposable" && !(p == kPattern24)) throw Error("method transposable needs pattern 2:4");
   Tensor t = tensor_from_array(w, "prune");
-  if (t.shape.empty() || t.shape.size() > 4) throw Error("prune: expected 1 to 4 dimensions, got " + shape_string(t.shape));
+  if (t.shape.empty() || t.shape.size() > 4)
+    throw Error("prune: expected 1 to 4 dimensions, got " + shape_string(t.shape));
   Mask tensor_mask;
   {
     nb::gil_scoped_release unlocked;
     const MatrixView v = matrix_view(t.shape);
     const std::vector<float> m = gather_matrix(t.to_float(), t.shape);
-    const Mask mask = method == "magnitude"
-                          ? magnitude_mask(m.data(), v.rows, v.cols, p)
-                          : transposable_mask(m.data(), v.rows, v.cols,
-                                              search == "exact" ? TransposableMethod::kExact
-                                                                : TransposableMethod::kGreedy);
+    const Mask mask =
+        method == "magnitude"
+            ? magnitude_mask(m.data(), v.rows, v.cols, p)
+            : transposable_mask(m.data(), v.rows, v.cols,
+                                search == "exact" ? TransposableMethod::kExact : TransposableMethod::kGreedy);
     const std::vector<int64_t> to_tensor = matrix_to_tensor_index(t.shape);
     tensor_mask.assign(mask.size(), 0);
     for (size_t i = 0; i < mask.size(); ++i) tensor_mask[static_cast<size_t>(to_tensor[i])] = mask[i];
@@ -64,10 +66,18 @@ nb::object compressed_view(nb::handle self, bool values) {
     cols = static_cast<size_t>(c.values_per_row());
     data = c.values.data();
     switch (c.dtype) {
-      case DType::kF32: t = nb::dtype<float>(); break;
-      case DType::kF16: t = {static_cast<uint8_t>(dl::dtype_code::Float), 16, 1}; break;
-      case DType::kI8: t = nb::dtype<int8_t>(); break;
-      case DType::kBF16: t = nb::dtype<uint16_t>(); break;  // the raw bfloat16 bits
+      case DType::kF32:
+        t = nb::dtype<float>();
+        break;
+      case DType::kF16:
+        t = {static_cast<uint8_t>(dl::dtype_code::Float), 16, 1};
+        break;
+      case DType::kI8:
+        t = nb::dtype<int8_t>();
+        break;
+      case DType::kBF16:
+        t = nb::dtype<uint16_t>();
+        break;  // the raw bfloat16 bits
     }
   }
   const size_t shape[2] = {rows, cols};
@@ -101,7 +111,8 @@ Epilogue parse_epilogue(const std::optional<std::string>& e) {
 
 int parse_threads(std::optional<int> threads) {
   if (!threads) return 1;
-  if (*threads < 1 || *threads > 1024) throw Error("threads " + std::to_string(*threads) + ": expected 1 to 1024");
+  if (*threads < 1 || *threads > 1024)
+    throw Error("threads " + std::to_string(*threads) + ": expected 1 to 1024");
   return *threads;
 }
 
@@ -119,8 +130,8 @@ nb::object spmm_numpy(const PackedMatrix& w, const AnyArray& x, const std::optio
   const int64_t ldx = require_f32_rows(x, "x");
   const int64_t k = static_cast<int64_t>(x.shape(0));
   if (k != w.cols())
-    throw Error("x: " + shape_string(array_shape(x)) + " does not match the matrix [" + std::to_string(w.rows()) +
-                ", " + std::to_string(w.cols()) + "] (x must be [K] or [K, N])");
+    throw Error("x: " + shape_string(array_shape(x)) + " does not match the matrix [" +
+                std::to_string(w.rows()) + ", " + std::to_string(w.cols()) + "] (x must be [K] or [K, N])");
   const int64_t n = x.ndim() == 1 ? 1 : static_cast<int64_t>(x.shape(1));
   const int64_t ld = x.ndim() == 1 ? 1 : ldx;
   const float* b = bias_of(bias, w.rows());
@@ -155,7 +166,8 @@ void linear_rows(const PackedMatrix& w, const AnyArray& x, const nb::ndarray<nb:
   if (static_cast<int64_t>(x.shape(1)) != w.cols() || static_cast<int64_t>(out.shape(1)) != w.rows() ||
       static_cast<int64_t>(out.shape(0)) != t)
     throw Error("linear: x " + shape_string(array_shape(x)) + " and out " + shape_string(array_shape(out)) +
-                " do not fit the weight [" + std::to_string(w.rows()) + ", " + std::to_string(w.cols()) + "]");
+                " do not fit the weight [" + std::to_string(w.rows()) + ", " + std::to_string(w.cols()) +
+                "]");
   const float* b = bias_of(bias, w.rows());
   if (threads < 1 || threads > 1024) throw Error("threads: expected 1 to 1024");
   if (t == 0) return;
@@ -177,11 +189,14 @@ void linear_rows(const PackedMatrix& w, const AnyArray& x, const nb::ndarray<nb:
 }  // namespace
 
 void register_arrays(nb::module_& m) {
-  nb::class_<Compressed>(m, "Compressed", "A compressed 2:4 matrix: values, metadata, the dense shape and dtype.")
-      .def_prop_ro("values", [](nb::handle self) { return compressed_view(self, true); },
-                   "The kept values, [rows, 2 * ceil(K / 4)], a read-only view (bfloat16 as uint16 bits).")
-      .def_prop_ro("metadata", [](nb::handle self) { return compressed_view(self, false); },
-                   "4-bit position codes, two per byte, [rows, ceil(K / 8)] uint8, a read-only view.")
+  nb::class_<Compressed>(m, "Compressed",
+                         "A compressed 2:4 matrix: values, metadata, the dense shape and dtype.")
+      .def_prop_ro(
+          "values", [](nb::handle self) { return compressed_view(self, true); },
+          "The kept values, [rows, 2 * ceil(K / 4)], a read-only view (bfloat16 as uint16 bits).")
+      .def_prop_ro(
+          "metadata", [](nb::handle self) { return compressed_view(self, false); },
+          "4-bit position codes, two per byte, [rows, ceil(K / 8)] uint8, a read-only view.")
       .def_prop_ro("shape", [](const Compressed& c) { return nb::tuple(nb::cast(c.shape)); })
       .def_prop_ro("dtype", [](const Compressed& c) { return std::string(dtype_name(c.dtype)); })
       .def_prop_ro("rows", [](const Compressed& c) { return c.rows; })
@@ -254,12 +269,15 @@ void register_arrays(nb::module_& m) {
           const auto t0 = std::chrono::steady_clock::now();
           for (int i = 0; i < reps; ++i)
             spmm(w, static_cast<const float*>(x.data()), n, ld, y.data(), n, nullptr, Epilogue::kNone, 1);
-          best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps);
+          best = std::min(
+              best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps);
         }
         return best;
       },
       nb::arg("packed"), nb::arg("x"), nb::arg("reps"), nb::arg("rounds"));
-  m.def("isa", [] { return std::string(isa_name(active_isa())); }, "The kernel ISA in use (avx512, avx2, ref).");
+  m.def(
+      "isa", [] { return std::string(isa_name(active_isa())); },
+      "The kernel ISA in use (avx512, avx2, ref).");
 }
 
 }  // namespace sparse24::py

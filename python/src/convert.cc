@@ -15,22 +15,26 @@ dl::dtype make_dtype(dl::dtype_code code, int bits) {
 }
 
 std::string dtype_text(dl::dtype t) {
-  const char* kind = t.code == static_cast<uint8_t>(dl::dtype_code::Float)    ? "float"
-                     : t.code == static_cast<uint8_t>(dl::dtype_code::Int)    ? "int"
-                     : t.code == static_cast<uint8_t>(dl::dtype_code::UInt)   ? "uint"
-                     : t.code == static_cast<uint8_t>(dl::dtype_code::Bool)   ? "bool"
-                     : t.code == static_cast<uint8_t>(dl::dtype_code::Bfloat) ? "bfloat"
+  const char* kind = t.code == static_cast<uint8_t>(dl::dtype_code::Float)     ? "float"
+                     : t.code == static_cast<uint8_t>(dl::dtype_code::Int)     ? "int"
+                     : t.code == static_cast<uint8_t>(dl::dtype_code::UInt)    ? "uint"
+                     : t.code == static_cast<uint8_t>(dl::dtype_code::Bool)    ? "bool"
+                     : t.code == static_cast<uint8_t>(dl::dtype_code::Bfloat)  ? "bfloat"
                      : t.code == static_cast<uint8_t>(dl::dtype_code::Complex) ? "complex"
-                                                                              : "unknown";
+                                                                               : "unknown";
   return kind + std::to_string(t.bits);
 }
 
 dl::dtype numpy_dtype(DType t) {
   switch (t) {
-    case DType::kF32: return make_dtype(dl::dtype_code::Float, 32);
-    case DType::kF16: return make_dtype(dl::dtype_code::Float, 16);
-    case DType::kI8: return make_dtype(dl::dtype_code::Int, 8);
-    case DType::kBF16: break;
+    case DType::kF32:
+      return make_dtype(dl::dtype_code::Float, 32);
+    case DType::kF16:
+      return make_dtype(dl::dtype_code::Float, 16);
+    case DType::kI8:
+      return make_dtype(dl::dtype_code::Int, 8);
+    case DType::kBF16:
+      break;
   }
   return make_dtype(dl::dtype_code::UInt, 16);  // bfloat16 bits, where a raw view is wanted
 }
@@ -48,7 +52,8 @@ DType array_dtype(const AnyArray& a, const char* what) {
   if (t == make_dtype(dl::dtype_code::Float, 32)) return DType::kF32;
   if (t == make_dtype(dl::dtype_code::Float, 16)) return DType::kF16;
   if (t == make_dtype(dl::dtype_code::Int, 8)) return DType::kI8;
-  throw Error(std::string(what) + ": dtype " + dtype_text(t) + " is not supported (float32, float16 or int8)");
+  throw Error(std::string(what) + ": dtype " + dtype_text(t) +
+              " is not supported (float32, float16 or int8)");
 }
 
 std::vector<int64_t> array_shape(const AnyArray& a) {
@@ -73,7 +78,8 @@ int64_t require_f32_rows(const AnyArray& a, const char* what) {
     if (a.shape(0) > 1 && a.stride(0) != 1) throw Error(std::string(what) + ": array is not contiguous");
     return static_cast<int64_t>(a.shape(0));
   }
-  if (a.ndim() != 2) throw Error(std::string(what) + ": expected 1 or 2 dimensions, got " + std::to_string(a.ndim()));
+  if (a.ndim() != 2)
+    throw Error(std::string(what) + ": expected 1 or 2 dimensions, got " + std::to_string(a.ndim()));
   if (a.shape(1) > 1 && a.stride(1) != 1)
     throw Error(std::string(what) + ": rows are not contiguous (use numpy.ascontiguousarray)");
   const int64_t ld = a.shape(0) > 1 ? a.stride(0) : static_cast<int64_t>(a.shape(1));

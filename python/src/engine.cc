@@ -1,6 +1,8 @@
 // sparse24.Engine: the inference engine from Python. A directory with config.json is a Hugging Face /
 // sentence-transformers text encoder (TextEncoder: tokenizer + model + engine); any other is a workflow
 // export (model.json), run on float input.
+#include "sparse24/engine.h"
+
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -11,7 +13,6 @@
 #include <vector>
 
 #include "common.h"
-#include "sparse24/engine.h"
 #include "sparse24/error.h"
 
 namespace sparse24::py {
@@ -28,8 +29,10 @@ Mode parse_mode(const std::string& s) {
 
 class PyEngine {
  public:
-  static PyEngine load(const std::string& dir, int threads, const std::string& mode, std::optional<int64_t> batch) {
-    if (threads < 1 || threads > 1024) throw Error("threads " + std::to_string(threads) + ": expected 1 to 1024");
+  static PyEngine load(const std::string& dir, int threads, const std::string& mode,
+                       std::optional<int64_t> batch) {
+    if (threads < 1 || threads > 1024)
+      throw Error("threads " + std::to_string(threads) + ": expected 1 to 1024");
     if (batch && (*batch < 1 || *batch > (int64_t{1} << 20)))
       throw Error("batch " + std::to_string(*batch) + ": expected 1 to 1048576");
     const Mode m = parse_mode(mode);
@@ -87,15 +90,16 @@ class PyEngine {
   // x: [B, *input_shape] float32, C-contiguous; returns [B, outputs]. Runs `batch` samples at a time (the
   // last chunk padded with zeros).
   nb::object run(const AnyArray& x) {
-    if (!engine_) throw Error("run: this engine is a text encoder; pass token ids (list of lists) or use embed()");
+    if (!engine_)
+      throw Error("run: this engine is a text encoder; pass token ids (list of lists) or use embed()");
     const Model& m = *model_;
     if (x.ndim() != m.input_shape.size() + 1)
       throw Error("run: input " + shape_string(array_shape(x)) + ", expected [batch, " +
                   shape_string(m.input_shape).substr(1));
     for (size_t i = 0; i < m.input_shape.size(); ++i)
       if (static_cast<int64_t>(x.shape(i + 1)) != m.input_shape[i])
-        throw Error("run: input " + shape_string(array_shape(x)) + " does not match the model's sample shape " +
-                    shape_string(m.input_shape));
+        throw Error("run: input " + shape_string(array_shape(x)) +
+                    " does not match the model's sample shape " + shape_string(m.input_shape));
     if (x.dtype() != nb::dtype<float>()) throw Error("run: input must be float32");
     require_c_contiguous(x, "run");
     const int64_t b = static_cast<int64_t>(x.shape(0)), in = m.input_size(), out = m.output_size();
@@ -133,10 +137,11 @@ class PyEngine {
 
 void register_engine(nb::module_& m) {
   nb::class_<PyEngine>(m, "Engine", "The sparse24 inference engine (Engine.load(model_dir)).")
-      .def_static("load", &PyEngine::load, nb::arg("model_dir"), nb::arg("threads") = 1, nb::arg("mode") = "plan",
-                  nb::arg("batch") = nb::none(),
-                  "Loads a Hugging Face / sentence-transformers encoder (a directory with config.json) or a "
-                  "workflow export (model.json). mode: plan (per-layer timed choice, plan.json), dense or sparse.")
+      .def_static(
+          "load", &PyEngine::load, nb::arg("model_dir"), nb::arg("threads") = 1, nb::arg("mode") = "plan",
+          nb::arg("batch") = nb::none(),
+          "Loads a Hugging Face / sentence-transformers encoder (a directory with config.json) or a "
+          "workflow export (model.json). mode: plan (per-layer timed choice, plan.json), dense or sparse.")
       .def("embed", &PyEngine::embed, nb::arg("texts"), "One embedding per text: float32 [len(texts), dim].")
       .def("tokenize", &PyEngine::tokenize, nb::arg("text"))
       .def("run", &PyEngine::run, nb::arg("x"), "A workflow export on float input [B, *input_shape].")

@@ -80,7 +80,8 @@ void save_checkpoint(const std::string& path, const nb::dict& tensors, const std
       t.sparse = nb::cast<const Compressed&>(value);
     } else {
       AnyArray a;
-      if (!nb::try_cast(value, a)) throw Error("save: tensor '" + t.name + "' is neither an array nor Compressed");
+      if (!nb::try_cast(value, a))
+        throw Error("save: tensor '" + t.name + "' is neither an array nor Compressed");
       t.dense = to_st(tensor_from_array(a, t.name.c_str()));
     }
     ck.tensors.push_back(std::move(t));
@@ -91,7 +92,8 @@ void save_checkpoint(const std::string& path, const nb::dict& tensors, const std
 }
 
 // A plain safetensors file: name -> float32/float16/int8/uint8 array, and string metadata (the exporter's).
-void save_safetensors(const std::string& path, const nb::dict& tensors, const std::map<std::string, std::string>& meta) {
+void save_safetensors(const std::string& path, const nb::dict& tensors,
+                      const std::map<std::string, std::string>& meta) {
   SafeTensors st;
   st.metadata = meta;
   for (auto [key, value] : tensors) {
@@ -119,7 +121,8 @@ void register_files(nb::module_& m) {
   m.def("_save_npy", &save_npy, nb::arg("path"), nb::arg("array"));
   m.def("_save_compressed", &save_compressed_file, nb::arg("path"), nb::arg("c"));
   m.def("_save_safetensors", &save_safetensors, nb::arg("path"), nb::arg("tensors"), nb::arg("metadata"));
-  m.def("_write_text", [](const std::string& path, const std::string& text) { write_file_atomic(path, text); });
+  m.def("_write_text",
+        [](const std::string& path, const std::string& text) { write_file_atomic(path, text); });
   m.def("_save_checkpoint", &save_checkpoint, nb::arg("path"), nb::arg("tensors"), nb::arg("format"));
 }
 
