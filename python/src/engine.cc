@@ -8,6 +8,8 @@
 #include <nanobind/stl/vector.h>
 
 #include <filesystem>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -65,6 +67,7 @@ class PyEngine {
     std::vector<float> out;
     {
       nb::gil_scoped_release unlocked;
+      const std::lock_guard<std::mutex> lock(*busy_);
       set_threads(threads_);
       out = text_->embed(texts);
     }
@@ -76,6 +79,7 @@ class PyEngine {
     std::vector<float> out;
     {
       nb::gil_scoped_release unlocked;
+      const std::lock_guard<std::mutex> lock(*busy_);
       set_threads(threads_);
       out = text_->embed_ids(ids);
     }
@@ -106,6 +110,7 @@ class PyEngine {
     std::vector<float> y(static_cast<size_t>(b * out));
     {
       nb::gil_scoped_release unlocked;
+      const std::lock_guard<std::mutex> lock(*busy_);
       set_threads(threads_);
       const float* xp = static_cast<const float*>(x.data());
       std::vector<float> xin(static_cast<size_t>(batch_ * in)), yout(static_cast<size_t>(batch_ * out));
@@ -125,6 +130,9 @@ class PyEngine {
   int64_t dim() const { return text_ ? text_->dim() : model_->output_size(); }
 
  private:
+  // The engine keeps its activations between calls: one call at a time (the GIL is released inside), so two
+  // Python threads sharing an Engine wait for each other instead of racing.
+  std::unique_ptr<std::mutex> busy_ = std::make_unique<std::mutex>();
   int threads_ = 1;
   int64_t batch_ = 64;
   std::optional<TextEncoder> text_;

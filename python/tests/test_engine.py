@@ -42,3 +42,12 @@ def test_engine_hostile(minilm):
     with pytest.raises(sparse24.Error, match="embed"):
         e.run(np.zeros((1, 4), np.float32))
     assert e.embed([]).shape == (0, 384)
+
+
+def test_threads_share_an_engine(minilm):
+    import concurrent.futures
+    e = sparse24.Engine.load(str(minilm), mode="dense")
+    want = e.embed(TEXTS)
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:  # the GIL is released; the engine serialises
+        for got in pool.map(lambda _: e.embed(TEXTS), range(8)):
+            np.testing.assert_allclose(got, want, atol=1e-6)
