@@ -16,6 +16,7 @@
 #include "sparse24/pattern.h"
 #include "sparse24/report.h"
 #include "sparse24/spmm.h"
+#include "transpose.h"
 
 namespace sparse24::py {
 namespace {
@@ -146,15 +147,6 @@ nb::object spmm_numpy(const PackedMatrix& w, const AnyArray& x, const std::optio
   return float_array(std::move(y), {static_cast<size_t>(w.rows()), static_cast<size_t>(n)});
 }
 
-// Blocked transpose of a [rows, cols] matrix (leading dimension lds) into [cols, rows].
-void transpose(const float* s, int64_t rows, int64_t cols, int64_t lds, float* d, int64_t ldd) {
-  constexpr int64_t kB = 32;
-  for (int64_t r0 = 0; r0 < rows; r0 += kB)
-    for (int64_t c0 = 0; c0 < cols; c0 += kB)
-      for (int64_t r = r0; r < std::min(rows, r0 + kB); ++r)
-        for (int64_t c = c0; c < std::min(cols, c0 + kB); ++c) d[c * ldd + r] = s[r * lds + c];
-}
-
 // The torch layout: out[T, M] = x[T, K] W^T + bias (x and out row-major; torch's Linear convention). The
 // kernel multiplies W [M, K] by X [K, N], so x is transposed in and the result transposed out.
 void linear_rows(const PackedMatrix& w, const AnyArray& x, const nb::ndarray<nb::device::cpu>& out_array,
@@ -181,9 +173,9 @@ void linear_rows(const PackedMatrix& w, const AnyArray& x, const nb::ndarray<nb:
     spmm(w, xp, 1, 1, op, 1, b, Epilogue::kNone, threads);
     return;
   }
-  transpose(xp, t, w.cols(), ldx, xt.data(), t);
+  transpose(xp, t, w.cols(), ldx, xt.data(), t, threads);
   spmm(w, xt.data(), t, t, yt.data(), t, b, Epilogue::kNone, threads);
-  transpose(yt.data(), w.rows(), t, t, op, ldo);
+  transpose(yt.data(), w.rows(), t, t, op, ldo, threads);
 }
 
 }  // namespace

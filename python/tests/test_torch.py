@@ -124,3 +124,15 @@ def test_export_runs_in_the_engine(tmp_path):
     assert e.sparse_layers == [False, True, True, True] and not e.is_text
     with pytest.raises(sparse24.Error, match="input"):
         e.run(np.zeros((2, 1, 8, 9), np.float32))
+
+
+@pytest.mark.parametrize("t,k,m", [(37, 20, 13), (64, 64, 64), (9, 128, 40), (130, 36, 17)])
+def test_sparse_linear_sizes(t, k, m):
+    # the transposes in and out of the kernel: full 8x8 blocks and every remainder
+    torch.manual_seed(t)
+    lin = torch.nn.Linear(k, m)
+    for threads in (1, 2):
+        sl = SparseLinear.from_dense(lin, threads=threads)
+        x = torch.randn(t, k)
+        torch.testing.assert_close(sl(x), torch.nn.functional.linear(x, sl.dense_weight(), lin.bias),
+                                   rtol=1e-5, atol=1e-5)
