@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <new>
 #include <optional>
 #include <string>
 #include <vector>
@@ -147,6 +149,26 @@ nb::object spmm_numpy(const PackedMatrix& w, const AnyArray& x, const std::optio
   return float_array(std::move(y), {static_cast<size_t>(w.rows()), static_cast<size_t>(n)});
 }
 
+// Per-thread scratch of at least n floats, 64-byte aligned (the kernel takes any alignment; whole cache
+// lines are cheaper), kept between calls.
+float* scratch(int which, size_t n) {
+  struct Buffer {
+    float* p = nullptr;
+    size_t n = 0;
+    ~Buffer() { std::free(p); }
+  };
+  thread_local Buffer buffers[2];
+  Buffer& b = buffers[which];
+  if (b.n < n) {
+    std::free(b.p);
+    b.n = 0;
+    b.p = static_cast<float*>(std::aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64));
+    if (b.p == nullptr) throw std::bad_alloc();
+    b.n = n;
+  }
+  return b.p;
+}
+
 // The torch layout: out[T, M] = x[T, K] W^T + bias (x and out row-major; torch's Linear convention). The
 // kernel multiplies W [M, K] by X [K, N], so x is transposed in and the result transposed out.
 void linear_rows(const PackedMatrix& w, const AnyArray& x, const nb::ndarray<nb::device::cpu>& out_array,
@@ -164,18 +186,17 @@ void linear_rows(const PackedMatrix& w, const AnyArray& x, const nb::ndarray<nb:
   if (threads < 1 || threads > 1024) throw Error("threads: expected 1 to 1024");
   if (t == 0) return;
   nb::gil_scoped_release unlocked;
-  thread_local std::vector<float> xt, yt;
-  xt.resize(static_cast<size_t>(w.cols() * t));
-  yt.resize(static_cast<size_t>(w.rows() * t));
   const float* xp = static_cast<const float*>(x.data());
   float* op = static_cast<float*>(out_array.data());
   if (t == 1) {  // a single row is already the column the kernel wants
     spmm(w, xp, 1, 1, op, 1, b, Epilogue::kNone, threads);
     return;
   }
-  transpose(xp, t, w.cols(), ldx, xt.data(), t, threads);
-  spmm(w, xt.data(), t, t, yt.data(), t, b, Epilogue::kNone, threads);
-  transpose(yt.data(), w.rows(), t, t, op, ldo, threads);
+  float* xt = scratch(0, static_cast<size_t>(w.cols() * t));
+  float* yt = scratch(1, static_cast<size_t>(w.rows() * t));
+  transpose(xp, t, w.cols(), ldx, xt, t, threads);
+  spmm(w, xt, t, t, yt, t, b, Epilogue::kNone, threads);
+  transpose(yt, w.rows(), t, t, op, ldo, threads);
 }
 
 }  // namespace
