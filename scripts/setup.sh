@@ -14,7 +14,7 @@ packages=(
   libtorch-dev dataset-fashion-mnist libpng-dev zlib1g-dev gnuplot-nox
   bible-kjv bible-kjv-text
   libutf8proc-dev
-  python3 python3-venv
+  python3 python3-venv python3-dev
 )
 
 missing=()

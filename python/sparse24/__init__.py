@@ -1,0 +1,105 @@
+"""sparse24: 2:4 structured sparsity for CPUs, from Python.
+
+NumPy API over the C++ library (masks, the compressed format, files, the kernels) and its inference
+engine; ``sparse24.torch`` holds the PyTorch parts (imported only when used). docs/python.md.
+
+Every error the library reports is a ``sparse24.Error`` (a ``ValueError``) with its one-line message;
+files that cannot be opened, read or written raise ``sparse24.FileError`` (also an ``OSError``).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from . import _core
+from ._core import Compressed, Engine, Error, FileError, Packed, isa, spmm
+
+__all__ = [
+    "Compressed", "Engine", "Error", "FileError", "Packed", "compress", "decompress", "inspect", "isa",
+    "load", "mask", "pack", "prune", "save", "spmm",
+]
+
+_SUPPORTED = (np.float32, np.float16, np.int8)
+
+
+def _array(w, what: str) -> np.ndarray:
+    """A C-ordered NumPy array of a supported dtype (a copy only when the layout needs one)."""
+    if isinstance(w, Compressed):
+        raise Error(f"{what}: expected a dense array, got Compressed (decompress it first)")
+    a = np.asarray(w)
+    if a.dtype not in _SUPPORTED:
+        raise Error(f"{what}: dtype {a.dtype} is not supported (float32, float16 or int8)")
+    return np.ascontiguousarray(a)
+
+
+def mask(w, pattern: str = "2:4", method: str = "magnitude", search: str = "exact") -> np.ndarray:
+    """The keep-mask (uint8, 1 = keep) of w, the library's mask code; same shape as w.
+
+    Groups of M run along the last dimension (rank 1-3) or along the input channels of a rank-4 conv
+    weight [out, in, kh, kw] (docs/formats.md). method: "magnitude" (the N largest |w| of each group) or
+    "transposable" (2:4 in W and W^T; search "exact" or "greedy"). NaN is an Error.
+    """
+    return _core._mask(_array(w, "prune"), pattern, method, search)
+
+
+def prune(w, pattern: str = "2:4", method: str = "magnitude", search: str = "exact") -> np.ndarray:
+    """A copy of w with the pruned elements set to zero (kept values keep their exact bits)."""
+    a = _array(w, "prune")
+    m = _core._mask(a, pattern, method, search)
+    out = a.copy()
+    out[m == 0] = 0
+    return out
+
+
+def compress(w, prune: bool = False) -> Compressed:
+    """The compressed 2:4 form of w (float32, float16 or int8; rank 1-4). Without prune a matrix that
+    is not 2:4 is an Error naming the first bad row and group; with it, magnitude 2:4 pruning comes first."""
+    return _core._compress(_array(w, "compress"), bool(prune))
+
+
+def decompress(c: Compressed) -> np.ndarray:
+    """The dense array again (bit for bit what compress was given, after pruning); bfloat16 as float32."""
+    if not isinstance(c, Compressed):
+        raise Error("decompress: expected a sparse24.Compressed")
+    return _core._decompress(c)
+
+
+def inspect(x, pattern: str = "2:4") -> dict:
+    """What `sparse24 inspect` reports, as a dict: of an array, a Compressed, or a file (.npy or a
+    compressed .safetensors)."""
+    if isinstance(x, (str, os.PathLike)):
+        x = load(x)
+        if isinstance(x, dict):
+            raise Error("inspect: a checkpoint holds several tensors; inspect them one by one")
+    if isinstance(x, Compressed):
+        return _core._inspect_compressed(x)
+    return _core._inspect_dense(_array(x, "inspect"), pattern)
+
+
+def pack(w, bf16: bool = False) -> Packed:
+    """Prepares a float32 2:4 matrix (a Compressed, or a dense array that is already 2:4) for spmm."""
+    if not isinstance(w, Compressed):
+        w = compress(w)
+    return _core._pack(w, bool(bf16))
+
+
+def load(path):
+    """A .npy file -> ndarray; a compressed 2:4 file -> Compressed; another safetensors checkpoint ->
+    dict of name -> ndarray or Compressed (sparse24 and sparse-24-bitmask layers decoded)."""
+    return _core._load(os.fspath(path))
+
+
+def save(path, obj, format: str = "sparse24") -> None:
+    """Writes atomically: an ndarray as .npy, a Compressed as the compressed 2:4 file, a dict of
+    name -> ndarray | Compressed as a safetensors checkpoint (format "sparse24", "sparse-24-bitmask" or
+    "dense")."""
+    path = os.fspath(path)
+    if isinstance(obj, Compressed):
+        _core._save_compressed(path, obj)
+    elif isinstance(obj, dict):
+        _core._save_checkpoint(path, {k: (v if isinstance(v, Compressed) else _array(v, str(k)))
+                                      for k, v in obj.items()}, format)
+    else:
+        _core._save_npy(path, _array(obj, "save"))

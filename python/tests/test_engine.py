@@ -1,0 +1,53 @@
+"""sparse24.Engine on the real text encoder (models/, made by scripts/setup.sh) against sentence-transformers
+and the C++ tool."""
+import numpy as np
+import pytest
+
+import sparse24
+from conftest import model_dir
+
+TEXTS = ["In the beginning God created the heaven and the earth.", "Jesus wept.",
+         "And God said, Let there be light: and there was light."]
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    return model_dir("all-MiniLM-L6-v2")
+
+
+def test_embed_matches_sentence_transformers(minilm):
+    st = pytest.importorskip("sentence_transformers")
+    e = sparse24.Engine.load(str(minilm), mode="dense", threads=2)
+    assert e.is_text and e.dim == 384 and e.plan is None
+    got = e.embed(TEXTS)
+    ref = st.SentenceTransformer(str(minilm), device="cpu").encode(TEXTS, convert_to_numpy=True)
+    np.testing.assert_allclose(got, ref, atol=2e-5)
+    # ids in, the same out; one text at a time, the same as a batch
+    np.testing.assert_allclose(e.run([e.tokenize(t) for t in TEXTS]), got, atol=1e-6)
+    np.testing.assert_allclose(e.embed(TEXTS[1:2])[0], got[1], atol=1e-6)
+
+
+def test_embed_equals_cli(minilm, cli, tmp_path):
+    cli("embed", minilm, "--mode", "sparse", "--text", *TEXTS, "-o", tmp_path / "e.npy")
+    e = sparse24.Engine.load(str(minilm), mode="sparse")
+    np.testing.assert_allclose(e.embed(TEXTS), np.load(tmp_path / "e.npy"), atol=1e-6)
+
+
+def test_engine_hostile(minilm):
+    e = sparse24.Engine.load(str(minilm), mode="dense")
+    with pytest.raises(sparse24.Error):
+        e.run([[1, 2, 10 ** 9]])
+    with pytest.raises(sparse24.Error):
+        e.run([[]])
+    with pytest.raises(sparse24.Error, match="embed"):
+        e.run(np.zeros((1, 4), np.float32))
+    assert e.embed([]).shape == (0, 384)
+
+
+def test_threads_share_an_engine(minilm):
+    import concurrent.futures
+    e = sparse24.Engine.load(str(minilm), mode="dense")
+    want = e.embed(TEXTS)
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:  # the GIL is released; the engine serialises
+        for got in pool.map(lambda _: e.embed(TEXTS), range(8)):
+            np.testing.assert_allclose(got, want, atol=1e-6)
