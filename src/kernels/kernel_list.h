@@ -105,12 +105,18 @@ constexpr Layout small_layout(Isa isa, bool bf16) {
 
 // The checks that used to be conventions: one small-N layout per ISA and weight type, every N up to the
 // small-N limit picked by a row that takes it, every compute-bound N picked, names unique.
+// (Indices and values only, no pointer comparisons: under -fsanitize=undefined GCC does not evaluate
+// those in a constant expression.)
 constexpr bool list_is_consistent() {
-  for (const Variant& v : kVariants) {
-    if (!isa_row(v.isa) || v.pick_min < 0 || v.rate <= 0) return false;
+  constexpr size_t nv = sizeof(kVariants) / sizeof(kVariants[0]);
+  for (size_t i = 0; i < nv; ++i) {
+    const Variant& v = kVariants[i];
+    bool has_isa = false;
+    for (const IsaRow& r : kIsas) has_isa = has_isa || r.isa == v.isa;
+    if (!has_isa || v.pick_min < 0 || v.rate <= 0) return false;
     if (v.n_max != 0 && v.pick_min > 0 && (v.pick_max == 0 || v.pick_max > v.n_max)) return false;
-    for (const Variant& u : kVariants)
-      if (&u != &v && u.name == v.name) return false;
+    for (size_t j = 0; j < nv; ++j)
+      if (j != i && kVariants[j].name == v.name) return false;
   }
   for (const IsaRow& r : kIsas)
     for (bool bf16 : {false, true}) {
