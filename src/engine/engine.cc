@@ -287,22 +287,20 @@ void Engine::run_tokens(const TokenBatch& input, float* output) {
 
 namespace {
 
-std::vector<OpTime> profile_ops(Engine::Impl& s, const std::function<void()>& load, int reps,
-                                const std::vector<Op>& ops, const std::vector<std::string>& names,
-                                const std::vector<detail::GemmExec>& execs) {
-  std::vector<OpTime> times(ops.size());
-  for (size_t i = 0; i < ops.size(); ++i) {
-    const Op& op = ops[i];
+std::vector<OpTime> profile_ops(Engine::Impl& s, const std::function<void()>& load, int reps) {
+  std::vector<OpTime> times(s.ops.size());
+  for (size_t i = 0; i < s.ops.size(); ++i) {
+    const Op& op = s.ops[i];
     times[i].kind = op_kind_name(op.kind);
-    times[i].name = op.kind == OpKind::kGemm ? names[op.gemm] : times[i].kind;
-    times[i].sparse = op.kind == OpKind::kGemm && execs[op.gemm].is_sparse();
+    times[i].name = op.kind == OpKind::kGemm ? s.gemm_names[op.gemm] : times[i].kind;
+    times[i].sparse = op.kind == OpKind::kGemm && s.execs[op.gemm].is_sparse();
     times[i].ms = 1e300;
   }
   for (int r = 0; r < std::max(reps, 1); ++r) {
     load();
-    for (size_t i = 0; i < ops.size(); ++i) {
+    for (size_t i = 0; i < s.ops.size(); ++i) {
       const auto t0 = Clock::now();
-      s.run_op(ops[i]);
+      s.run_op(s.ops[i]);
       times[i].ms = std::min(times[i].ms, ms_since(t0));
     }
   }
@@ -317,7 +315,7 @@ std::vector<OpTime> Engine::profile(const float* input, int reps) {
   set_threads(s.threads);
   s.batch = s.capacity;
   return profile_ops(
-      s, [&] { s.load_input(input); }, reps, s.ops, s.gemm_names, s.execs);
+      s, [&] { s.load_input(input); }, reps);
 }
 
 std::vector<OpTime> Engine::profile_tokens(const TokenBatch& input, int reps) {
@@ -325,7 +323,7 @@ std::vector<OpTime> Engine::profile_tokens(const TokenBatch& input, int reps) {
   s.set_tokens(input);
   set_threads(s.threads);
   auto t = profile_ops(
-      s, [] {}, reps, s.ops, s.gemm_names, s.execs);
+      s, [] {}, reps);
   s.input = nullptr;
   return t;
 }
