@@ -237,11 +237,7 @@ void lanes_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   const LanesLayout& L = p.lanes;
   const int64_t m = p.m, k = p.k;
   const int64_t ldxt = L.supers * LanesLayout::kSuper + 16;  // + 16: rows of Xt not 4 KiB apart
-  float* xt = scratch<Avx2, 1>(static_cast<size_t>(N * ldxt));
-  for (int j = 0; j < N; ++j)
-    std::memset(xt + j * ldxt + k, 0, sizeof(float) * static_cast<size_t>(ldxt - k));
-  for (int64_t kk = 0; kk < k; ++kk)
-    for (int j = 0; j < N; ++j) xt[j * ldxt + kk] = a.x[kk * a.ldx + j];
+  float* xt = transposed_x<Avx2, N>(a, k, ldxt);
   const int nt = static_cast<int>(std::min<int64_t>(a.threads, L.m_blocks));
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {

@@ -329,17 +329,25 @@ void gemv_rows(const GemvLayout& L, size_t e0, int64_t nc, const float* __restri
     for (int j = 0; j < N; ++j) out[r][j] = T::reduce(acc[r][j]);
 }
 
+// X [k, N] transposed into the thread's scratch as N rows of ldxt floats, zero past k: the memory-bound
+// kernels read each column of X as one contiguous stream.
+template <class T, int N>
+float* transposed_x(const SpmmArgs& a, int64_t k, int64_t ldxt) {
+  float* xt = scratch<T, 1>(static_cast<size_t>(N * ldxt));
+  for (int j = 0; j < N; ++j)
+    std::memset(xt + j * ldxt + k, 0, sizeof(float) * static_cast<size_t>(ldxt - k));
+  for (int64_t kk = 0; kk < k; ++kk)
+    for (int j = 0; j < N; ++j) xt[j * ldxt + kk] = a.x[kk * a.ldx + j];
+  return xt;
+}
+
 template <class T, int N, bool BF16>
 void gemv_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   constexpr int S = T::template gemv_rows_per_pass<N>;
   const GemvLayout& L = p.gemv;
   const int64_t m = p.m, k = p.k;
   const int64_t ldxt = L.chunks * 16 + 16;  // + 16: rows of Xt not 4 KiB apart
-  float* xt = scratch<T, 1>(static_cast<size_t>(N * ldxt));
-  for (int j = 0; j < N; ++j)
-    std::memset(xt + j * ldxt + k, 0, sizeof(float) * static_cast<size_t>(ldxt - k));
-  for (int64_t kk = 0; kk < k; ++kk)
-    for (int j = 0; j < N; ++j) xt[j * ldxt + kk] = a.x[kk * a.ldx + j];
+  float* xt = transposed_x<T, N>(a, k, ldxt);
   const int nt = static_cast<int>(std::min<int64_t>(a.threads, L.m_blocks));
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
