@@ -12,7 +12,7 @@ packages=(
   libdnnl-dev libopenblas-openmp-dev
   clang-14 libclang-rt-14-dev clang-format
   libtorch-dev dataset-fashion-mnist libpng-dev zlib1g-dev gnuplot-nox
-  bible-kjv bible-kjv-text
+  bible-kjv bible-kjv-text fortunes
   libutf8proc-dev
   python3 python3-venv python3-dev
 )
