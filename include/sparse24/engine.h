@@ -15,6 +15,7 @@
 // The engine library links oneDNN and OpenMP, never libtorch.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -35,6 +36,9 @@ struct Gemm {
   std::vector<float> dense;  // not pruned: [m, k] row-major
   std::vector<float> bias;   // m floats, or empty
   Epilogue epilogue = Epilogue::kNone;
+  // The checkpoint weights whose rows make up W, in order (Q, K, V for a fused QKV), when the loader knows
+  // them: how calibration (prune_model.h) maps a GEMM back to the tensors it prunes.
+  std::vector<std::string> sources;
 };
 
 enum class OpKind : uint8_t {
@@ -214,6 +218,10 @@ class Engine {
   // A token model: output [sequences, rows] when it pools, else [tokens, rows]. Every id must be below
   // the vocabulary, every sequence 1 .. max_sequence tokens long, all of them at most `batch` tokens.
   void run_tokens(const TokenBatch& input, float* output);
+  // Runs a token model and shows `observe` each GEMM's input X [k, n] (feature-major, n = the call's tokens)
+  // just before the GEMM runs; when it returns false the run stops there (calibration: prune_model.h).
+  using GemmObserver = std::function<bool(int gemm, const float* x, int64_t k, int64_t n)>;
+  void run_tokens_observed(const TokenBatch& input, const GemmObserver& observe);
   // Output rows per sequence (pooled token models), sample or token.
   int64_t output_rows() const;
   // The same, per op: best of `reps` for each op (in a full run each time); returns one entry per op.

@@ -78,6 +78,11 @@ class Hessian {
   int64_t cols() const { return cols_; }
   int64_t samples() const { return n_; }
   std::vector<double> matrix() const;  // 2/n X^T X, row-major [cols, cols]
+  // The L2 norm of each column of the samples (Wanda's norms, from the same sums).
+  std::vector<float> column_norms() const;
+  // The Hessian of the same samples with their columns permuted: new column c = old column perm[c]. Throws
+  // Error if perm is not a permutation of 0..cols-1.
+  Hessian permuted(const std::vector<int64_t>& perm) const;
 
  private:
   int64_t cols_ = 0, n_ = 0;

@@ -26,6 +26,7 @@ Gemm concat_rows(std::string name, const std::vector<const Gemm*>& parts) {
     g.pruned = g.pruned && p->pruned;
   }
   for (const Gemm* p : parts) {
+    g.sources.insert(g.sources.end(), p->sources.begin(), p->sources.end());
     g.bias.insert(g.bias.end(), p->bias.begin(), p->bias.end());
     if (g.pruned) {
       g.sparse.values.insert(g.sparse.values.end(), p->sparse.values.begin(), p->sparse.values.end());

@@ -285,6 +285,18 @@ void Engine::run_tokens(const TokenBatch& input, float* output) {
   s.input = nullptr;
 }
 
+void Engine::run_tokens_observed(const TokenBatch& input, const GemmObserver& observe) {
+  Impl& s = *impl_;
+  s.set_tokens(input);
+  set_threads(s.threads);
+  for (const Op& op : s.ops) {
+    if (op.kind == OpKind::kGemm && !observe(op.gemm, s.ptr(op.in), s.tensors[op.in].rows, s.cols(op.in)))
+      break;
+    s.run_op(op);
+  }
+  s.input = nullptr;
+}
+
 namespace {
 
 std::vector<OpTime> profile_ops(Engine::Impl& s, const std::function<void()>& load, int reps) {

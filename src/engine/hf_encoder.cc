@@ -102,6 +102,7 @@ class Weights {
     g.m = out;
     g.k = in;
     const std::string name = prefix + ".weight";
+    g.sources = {name};
     const CheckpointTensor& t = find(name);
     if (t.sparse) {
       if (t.sparse->shape != std::vector<int64_t>{out, in})

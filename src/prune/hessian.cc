@@ -100,4 +100,28 @@ std::vector<double> Hessian::matrix() const {
   return h;
 }
 
+std::vector<float> Hessian::column_norms() const {
+  std::vector<float> norms(static_cast<size_t>(cols_));
+  for (int64_t c = 0; c < cols_; ++c)
+    norms[static_cast<size_t>(c)] = static_cast<float>(std::sqrt(sum_[static_cast<size_t>(c * cols_ + c)]));
+  return norms;
+}
+
+Hessian Hessian::permuted(const std::vector<int64_t>& perm) const {
+  if (static_cast<int64_t>(perm.size()) != cols_) throw Error("permutation of the wrong length");
+  std::vector<char> seen(static_cast<size_t>(cols_), 0);
+  for (int64_t p : perm) {
+    if (p < 0 || p >= cols_ || seen[static_cast<size_t>(p)]) throw Error("not a permutation");
+    seen[static_cast<size_t>(p)] = 1;
+  }
+  Hessian h(cols_);
+  h.n_ = n_;
+  for (int64_t i = 0; i < cols_; ++i)
+    for (int64_t j = i; j < cols_; ++j) {
+      const int64_t a = std::min(perm[i], perm[j]), b = std::max(perm[i], perm[j]);
+      h.sum_[static_cast<size_t>(i * cols_ + j)] = sum_[static_cast<size_t>(a * cols_ + b)];
+    }
+  return h;
+}
+
 }  // namespace sparse24

@@ -1,4 +1,4 @@
-// sparse24 embed, prune-model, bench-model: real text encoders (Hugging Face / sentence-transformers
+// sparse24 embed, bench-model: real text encoders (Hugging Face / sentence-transformers
 // directories) in the engine (include/sparse24/engine.h, include/sparse24/hf_dir.h).
 #include <sys/wait.h>
 
@@ -15,54 +15,19 @@
 #include <string>
 #include <vector>
 
+#include "cli_util.h"
 #include "commands.h"
 #include "sparse24/engine.h"
 #include "sparse24/error.h"
 #include "sparse24/hf_dir.h"
 #include "sparse24/io.h"
+#include "sparse24/prune_model.h"
 #include "sparse24/spmm.h"
 
 namespace sparse24::cli {
 namespace {
 
 namespace fs = std::filesystem;
-std::vector<std::string> read_lines(const std::string& path) {
-  const std::vector<uint8_t> b = read_file(path);
-  std::vector<std::string> lines;
-  std::string cur;
-  for (uint8_t c : b) {
-    if (c == '\n') {
-      if (!cur.empty() && cur.back() == '\r') cur.pop_back();
-      lines.push_back(cur);
-      cur.clear();
-    } else {
-      cur.push_back(static_cast<char>(c));
-    }
-  }
-  if (!cur.empty()) lines.push_back(cur);
-  return lines;
-}
-
-// One line on a terminal, redrawn: done/total, rate and time left.
-class Progress {
- public:
-  Progress(const char* what, int64_t total) : what_(what), total_(total), t0_(Clock::now()) {}
-  void update(int64_t done) {
-    const double s = ms_since(t0_) / 1000;
-    if (s - last_ < 0.5 && done < total_) return;
-    last_ = s;
-    const double rate = done / std::max(s, 1e-9);
-    std::fprintf(stderr, "\r%s %lld/%lld  %.0f/s  %.0f s left   ", what_, static_cast<long long>(done),
-                 static_cast<long long>(total_), rate, (total_ - done) / std::max(rate, 1e-9));
-    if (done >= total_) std::fprintf(stderr, "\n");
-  }
-
- private:
-  const char* what_;
-  int64_t total_;
-  Clock::time_point t0_;
-  double last_ = -1;
-};
 
 void cmd_embed(const std::string& dir, const std::vector<std::string>& text, const std::string& input,
                const std::string& output, int64_t batch, int threads, const std::string& mode) {
@@ -105,35 +70,6 @@ void cmd_embed(const std::string& dir, const std::vector<std::string>& text, con
       stderr, "%zu texts, %lld tokens, %lld-dim embeddings in %.1f ms (%.0f texts/s, %s kernels)%s%s\n",
       texts.size(), static_cast<long long>(tokens), static_cast<long long>(dim), ms,
       texts.size() / (ms / 1000), isa_name(active_isa()), output.empty() ? "" : ": ", output.c_str());
-}
-
-// The default targets of prune-model: every Linear of the encoder's layers (embeddings, the relative
-// position bias and the pooler stay dense; LayerNorm weights are not 2-D).
-constexpr const char* kEncoderLinears = R"(encoder\.layer\.[0-9]+\.)";
-
-void cmd_prune_model(const std::string& dir, const std::string& out, const std::string& targets,
-                     const std::string& format) {
-  const auto t0 = Clock::now();
-  std::fprintf(stderr, "reading %s\n", dir.c_str());
-  HfDir d = read_hf_dir(dir);
-  std::fprintf(stderr, "read %zu tensors in %.1f s; pruning by magnitude\n", d.weights.tensors.size(),
-               ms_since(t0) / 1000);
-  SparsifyOptions so;
-  so.prune = true;
-  so.targets = targets.empty() ? kEncoderLinears : targets;
-  so.rank2_only = true;
-  const auto t1 = Clock::now();
-  const SparsifyReport r = sparsify(d.weights, so);
-  std::fprintf(stderr, "pruned %zu weights to 2:4 (%zu were 2:4 already) in %.1f s\n", r.pruned.size(),
-               r.compressed.size(), ms_since(t1) / 1000);
-  for (const std::string& s : r.skipped) std::fprintf(stderr, "left dense: %s\n", s.c_str());
-  if (r.pruned.empty() && r.compressed.empty())
-    throw Error("no weight matched --targets '" + so.targets + "'");
-  const auto t2 = Clock::now();
-  write_hf_dir(d, d.weights, parse_checkpoint_format(format), out);
-  std::printf("wrote %s (%s): %lld 2:4 weights; %.1f s (read %.1f, prune %.1f, write %.1f)\n", out.c_str(),
-              format.c_str(), static_cast<long long>(d.weights.sparse_count()), ms_since(t0) / 1000,
-              (t1 - t0).count() / 1e9, (t2 - t1).count() / 1e9, ms_since(t2) / 1000);
 }
 
 // ---- bench-model ---------------------------------------------------------------------------------------
@@ -187,7 +123,7 @@ void cmd_bench_model(const BenchModelOptions& o) {
   HfDir pruned = d;
   SparsifyOptions so;
   so.prune = true;
-  so.targets = kEncoderLinears;
+  so.targets = engine::kEncoderLinears;
   so.rank2_only = true;
   sparsify(pruned.weights, so);
   engine::TextModelInfo info, pinfo;
@@ -335,23 +271,6 @@ void register_embed(CLI::App& app) {
   cmd->add_option("--mode", o->mode, "plan (per layer, timed), dense, or sparse (every 2:4 layer)")
       ->check(CLI::IsMember({"plan", "dense", "sparse"}));
   cmd->callback([o] { cmd_embed(o->model, o->text, o->input, o->output, o->batch, o->threads, o->mode); });
-}
-
-void register_prune_model(CLI::App& app) {
-  struct Opts {
-    std::string model, out, targets, format = "sparse24";
-  };
-  auto o = std::make_shared<Opts>();
-  CLI::App* cmd = app.add_subcommand(
-      "prune-model",
-      "Prune a Hugging Face encoder's Linear weights to 2:4 by magnitude into a new model directory");
-  cmd->add_option("model", o->model, "model directory")->required();
-  cmd->add_option("-o,--output", o->out, "new model directory (must not exist)")->required();
-  cmd->add_option("--targets", o->targets,
-                  std::string("regex selecting the weights to prune (default: ") + kEncoderLinears + ")");
-  cmd->add_option("--format", o->format, "weights layout of the output")
-      ->check(CLI::IsMember({"sparse24", "sparse-24-bitmask"}));
-  cmd->callback([o] { cmd_prune_model(o->model, o->out, o->targets, o->format); });
 }
 
 void register_bench_model(CLI::App& app) {

@@ -47,7 +47,7 @@ void register_run(CLI::App& app);
 void register_profile(CLI::App& app);
 void register_bench_bert(CLI::App& app);
 void register_embed(CLI::App& app);        // cmd_embed.cc
-void register_prune_model(CLI::App& app);  // cmd_embed.cc
+void register_prune_model(CLI::App& app);  // cmd_prune_model.cc: prune-model, eval-embed, prune-experiment
 void register_bench_model(CLI::App& app);  // cmd_embed.cc
 #endif
 #ifdef SPARSE24_HAVE_TRAIN

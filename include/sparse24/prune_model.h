@@ -1,0 +1,74 @@
+// One-shot 2:4 pruning of a whole Hugging Face encoder (BERT, MPNet) with calibration through the engine:
+// magnitude, Wanda or SparseGPT (prune.h), optionally after input-channel permutations.
+//
+// Calibration is sequential, block by block, as SparseGPT and Wanda do it: the engine runs the calibration
+// text through the model whose earlier blocks (layerN.*) are already pruned and shows each GEMM of the
+// current block its input (Engine::run_tokens_observed); the block's Linears are pruned from those
+// statistics (Wanda: column norms; SparseGPT: H = 2/n X^T X), then the next block is calibrated on the
+// pruned model's activations. Inside a block every Linear sees the dense block's activations.
+//
+// Permutations reorder a Linear's input channels together with what produces them, so the network computes
+// the same function and the checkpoint keeps its layout:
+//   the FFN output Linear's input comes from the FFN input Linear through GELU: that Linear's rows (and bias)
+//   are permuted with it;
+//   the attention output Linear's input is the attention context, whose channels are V's rows: permuted
+//   within each head (a channel may not change heads), V's rows (and bias) with it;
+//   Q, K, V and the FFN input Linear read the residual stream, which every layer shares: no producer can
+//   absorb a permutation there, so they are left unpermuted (docs/accuracy.md).
+// The permutation of each Linear is searched (search_permutation) on the method's own importance: |W| for
+// magnitude, |W_ij| * ||X_j|| for Wanda and SparseGPT.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "sparse24/hf_dir.h"
+#include "sparse24/prune.h"
+
+namespace sparse24::engine {
+
+enum class PruneMethod { kMagnitude, kWanda, kSparseGpt };
+// "magnitude", "wanda", "sparsegpt"; Error otherwise.
+PruneMethod parse_prune_method(const std::string& name);
+const char* prune_method_name(PruneMethod m);
+
+// The default targets: every Linear of the encoder's layers (embeddings, position bias and pooler stay
+// dense).
+inline constexpr const char* kEncoderLinears = R"(encoder\.layer\.[0-9]+\.)";
+
+struct PruneModelOptions {
+  PruneMethod method = PruneMethod::kMagnitude;
+  bool permute = false;
+  std::string targets = kEncoderLinears;  // regex searched in the checkpoint's weight names
+  std::vector<std::string> calibration;   // texts (Wanda, SparseGPT); tokenized with the model's tokenizer
+  std::vector<std::vector<int32_t>> calibration_ids;  // or sequences already tokenized (used when given)
+  int threads = 1;
+  int64_t tokens_per_call = 4096;  // calibration tokens per engine call (whole sequences)
+  double permute_seconds = 1.0;    // search budget per Linear (per head for the attention output)
+  SparseGptOptions sparsegpt;
+  // Called as work advances (calibration calls of each block, weights pruned): done and total units.
+  std::function<void(int64_t done, int64_t total)> progress;
+};
+
+struct PrunedWeight {
+  std::string name;         // the checkpoint weight
+  std::string permutation;  // "" (not asked), "with <producer>", or why it was left unpermuted
+  double kept_identity = 0, kept_permuted = 0;  // the permutation search's importance kept, before / after
+  // When permuted: new input channel c = old channel perm[c] (the producer's rows alike).
+  std::vector<int64_t> perm;
+};
+
+struct PruneModelReport {
+  std::vector<PrunedWeight> weights;  // in model order
+  std::vector<std::string> skipped;   // target weights left dense: "name: reason"
+  int64_t calibration_sequences = 0, calibration_tokens = 0;
+  double forward_s = 0, statistics_s = 0, permute_s = 0, prune_s = 0;  // where the time went
+};
+
+// Prunes `dir` (read_hf_dir) in place: every targeted Linear weight of the encoder becomes a 2:4 Compressed
+// tensor; permuted producers' weights and biases become float32. Wanda and SparseGPT need calibration
+// text. Errors name the problem (no weight matched, no calibration text, a weight already 2:4, ...).
+PruneModelReport prune_hf_encoder(HfDir& dir, const PruneModelOptions& options);
+
+}  // namespace sparse24::engine

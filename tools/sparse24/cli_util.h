@@ -1,0 +1,62 @@
+// Small helpers shared by the text-model commands (embed, prune-model, eval-embed, prune-experiment).
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "sparse24/io.h"
+
+namespace sparse24::cli {
+
+// The lines of a text file (a trailing \r dropped; a last line without \n kept).
+inline std::vector<std::string> read_lines(const std::string& path) {
+  const std::vector<uint8_t> b = read_file(path);
+  std::vector<std::string> lines;
+  std::string cur;
+  for (uint8_t c : b) {
+    if (c == '\n') {
+      if (!cur.empty() && cur.back() == '\r') cur.pop_back();
+      lines.push_back(cur);
+      cur.clear();
+    } else {
+      cur.push_back(static_cast<char>(c));
+    }
+  }
+  if (!cur.empty()) lines.push_back(cur);
+  return lines;
+}
+
+// At most n lines spread evenly over the file (all of them when n <= 0 or n >= their count), in order.
+inline std::vector<std::string> spread_lines(const std::vector<std::string>& lines, int64_t n) {
+  const int64_t total = static_cast<int64_t>(lines.size());
+  if (n <= 0 || n >= total) return lines;
+  std::vector<std::string> out;
+  for (int64_t i = 0; i < n; ++i) out.push_back(lines[static_cast<size_t>(i * total / n)]);
+  return out;
+}
+
+// One line on a terminal, redrawn: done/total, rate and time left.
+class Progress {
+ public:
+  Progress(const char* what, int64_t total) : what_(what), total_(total), t0_(Clock::now()) {}
+  void update(int64_t done) {
+    const double s = ms_since(t0_) / 1000;
+    if (s - last_ < 0.5 && done < total_) return;
+    last_ = s;
+    const double rate = done / std::max(s, 1e-9);
+    std::fprintf(stderr, "\r%s %lld/%lld  %.1f/s  %.0f s left   ", what_, static_cast<long long>(done),
+                 static_cast<long long>(total_), rate, (total_ - done) / std::max(rate, 1e-9));
+    if (done >= total_) std::fprintf(stderr, "\n");
+  }
+
+ private:
+  const char* what_;
+  int64_t total_;
+  Clock::time_point t0_;
+  double last_ = -1;
+};
+
+}  // namespace sparse24::cli
