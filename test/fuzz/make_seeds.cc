@@ -203,6 +203,47 @@ int main(int argc, char** argv) {
                 {"pruned", pruned}},
                w);
   }
+  // bpe: selector byte 0 + a byte-level BPE tokenizer.json; selector byte 1 + a GGUF file with its metadata
+  {
+    const std::vector<std::string> tokens = {"a",   "b",         "c", "\xc4\xa0", "ab",
+                                             "abc", "\xc4\xa0a", "1", "2",        "<s>"};
+    const std::vector<std::string> merges = {"a b", "ab c", "\xc4\xa0 a", "1 2"};
+    nlohmann::json vocab = nlohmann::json::object();
+    for (size_t i = 0; i < tokens.size(); ++i) vocab[tokens[i]] = i;
+    for (bool digits : {false, true}) {
+      nlohmann::json bl = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
+      nlohmann::json pre =
+          digits ? nlohmann::json{{"type", "Sequence"},
+                                  {"pretokenizers", {{{"type", "Digits"}, {"individual_digits", true}}, bl}}}
+                 : bl;
+      nlohmann::json j = {{"added_tokens", {{{"id", 9}, {"content", "<s>"}, {"special", true}}}},
+                          {"pre_tokenizer", pre},
+                          {"post_processor",
+                           {{"type", "TemplateProcessing"},
+                            {"single", {{{"SpecialToken", {{"id", "<s>"}}}}, {{"Sequence", {{"id", "A"}}}}}},
+                            {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {9}}}}}}}},
+                          {"decoder", {{"type", "ByteLevel"}}},
+                          {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}}};
+      const std::string text = j.dump();
+      std::vector<uint8_t> b = {0};
+      b.insert(b.end(), text.begin(), text.end());
+      put(out / "bpe", digits ? "json_digits" : "json", b);
+    }
+    Gguf g;
+    g.metadata = {
+        {"tokenizer.ggml.model", GgufValue::of_string("gpt2")},
+        {"tokenizer.ggml.pre", GgufValue::of_string("smollm")},
+        {"tokenizer.ggml.tokens", GgufValue::of_strings(tokens)},
+        {"tokenizer.ggml.token_type", GgufValue::of_ints(GgufType::kI32, {1, 1, 1, 1, 1, 1, 1, 1, 1, 3})},
+        {"tokenizer.ggml.merges", GgufValue::of_strings(merges)},
+        {"tokenizer.ggml.bos_token_id", GgufValue::of_int(GgufType::kU32, 9)},
+        {"tokenizer.ggml.add_bos_token", GgufValue::of_int(GgufType::kBool, 1)}};
+    std::vector<uint8_t> b = {1};
+    const std::vector<uint8_t> file = encode_gguf(g);
+    b.insert(b.end(), file.begin(), file.end());
+    put(out / "bpe", "gguf", b);
+  }
+
   // tokenizer: a small BERT-like tokenizer.json and an MPNet-like one (RobertaProcessing, lstrip <mask>)
   {
     nlohmann::json vocab = nlohmann::json::object();
