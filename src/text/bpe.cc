@@ -2,9 +2,8 @@
 // llama.cpp's gpt2-type vocabularies:
 //   1. added tokens are found in the raw text (leftmost, longest first) and become ids of their own;
 //   2. every other piece is pre-tokenized: with Digits, each numeric character is a piece of its own; then
-//   the
-//      GPT-2 regex 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ cuts each piece
-//      (matched here by hand, character class by character class);
+//      the GPT-2 regex 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ cuts each
+//      piece (matched by hand over HF's own character classes, measured: hf_bpe_classes.inc);
 //   3. each word's bytes become the GPT-2 byte-to-unicode characters, one symbol each, and the adjacent pair
 //      of lowest merge rank (leftmost among equals) is merged until no pair has a rank;
 //   4. truncation, then the post-processor's special tokens around the sequence.
@@ -68,27 +67,31 @@ const ByteMap& byte_map() {
 enum class Cls : uint8_t { kLetter, kNumber, kSpace, kOther };
 
 struct Char {
-  char32_t cp;  // U+FFFD-like placeholder 0xFFFFFFFF for an invalid byte
+  char32_t cp;  // 0xFFFFFFFF for an invalid byte
   Cls cls;
+  bool digit;           // numeric for the Digits pre-tokenizer
   uint32_t begin, end;  // bytes in the piece
 };
 
+struct CodeRange {
+  char32_t lo, hi;
+};
+// HF's classes, measured (hf_bpe_classes.inc): Oniguruma's Unicode tables in the regex and Rust's in Digits
+// are newer than utf8proc's (Unicode 16 letters such as U+1C89 would otherwise be "other").
+#include "hf_bpe_classes.inc"
+
+template <size_t N>
+bool in(const CodeRange (&table)[N], char32_t c) {
+  const CodeRange* it =
+      std::upper_bound(table, table + N, c, [](char32_t x, const CodeRange& r) { return x < r.lo; });
+  return it != table && c <= (it - 1)->hi;
+}
+
 Cls classify(char32_t c) {
-  if (is_rust_whitespace(c)) return Cls::kSpace;
-  switch (utf8proc_category(static_cast<utf8proc_int32_t>(c))) {
-    case UTF8PROC_CATEGORY_LU:
-    case UTF8PROC_CATEGORY_LL:
-    case UTF8PROC_CATEGORY_LT:
-    case UTF8PROC_CATEGORY_LM:
-    case UTF8PROC_CATEGORY_LO:
-      return Cls::kLetter;
-    case UTF8PROC_CATEGORY_ND:
-    case UTF8PROC_CATEGORY_NL:
-    case UTF8PROC_CATEGORY_NO:
-      return Cls::kNumber;
-    default:
-      return Cls::kOther;
-  }
+  if (in(kHfSpace, c)) return Cls::kSpace;
+  if (in(kHfLetter, c)) return Cls::kLetter;
+  if (in(kHfNumber, c)) return Cls::kNumber;
+  return Cls::kOther;
 }
 
 // The characters of `s`; an invalid byte is one character of class Other (HF never sees one: Python strings
@@ -101,10 +104,11 @@ void chars_of(std::string_view s, std::vector<Char>& out) {
     const utf8proc_ssize_t n = utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(s.data() + i),
                                                 static_cast<utf8proc_ssize_t>(s.size() - i), &cp);
     if (n <= 0 || cp < 0) {
-      out.push_back({0xFFFFFFFF, Cls::kOther, static_cast<uint32_t>(i), static_cast<uint32_t>(i + 1)});
+      out.push_back({0xFFFFFFFF, Cls::kOther, false, static_cast<uint32_t>(i), static_cast<uint32_t>(i + 1)});
       ++i;
     } else {
-      out.push_back({static_cast<char32_t>(cp), classify(static_cast<char32_t>(cp)), static_cast<uint32_t>(i),
+      out.push_back({static_cast<char32_t>(cp), classify(static_cast<char32_t>(cp)),
+                     in(kHfDigit, static_cast<char32_t>(cp)), static_cast<uint32_t>(i),
                      static_cast<uint32_t>(i + static_cast<size_t>(n))});
       i += static_cast<size_t>(n);
     }
@@ -271,7 +275,7 @@ struct ByteBpe::Impl {
     chars_of(s, all);
     size_t run = 0;
     for (size_t i = 0; i < all.size(); ++i) {
-      if (all[i].cls != Cls::kNumber) continue;
+      if (!all[i].digit) continue;
       if (i > run) regex_piece(s.substr(all[run].begin, all[i].begin - all[run].begin));
       regex_piece(s.substr(all[i].begin, all[i].end - all[i].begin));
       run = i + 1;

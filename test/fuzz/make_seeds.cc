@@ -60,7 +60,9 @@ int main(int argc, char** argv) {
                   {"llama.block_count", GgufValue::of_int(GgufType::kU32, 2)},
                   {"llama.rope.freq_base", GgufValue::of_float(GgufType::kF32, 10000)},
                   {"tokenizer.ggml.add_bos_token", GgufValue::of_int(GgufType::kBool, 0)},
-                  {"tokenizer.ggml.tokens", GgufValue::of_strings({"a", "b", "\xc4\xa0b"})},
+                  {"tokenizer.ggml.tokens", GgufValue::of_strings({"a", "b",
+                                                                   "\xc4\xa0"
+                                                                   "b"})},
                   {"tokenizer.ggml.token_type", GgufValue::of_ints(GgufType::kI32, {1, 1, 3})},
                   {"f64s", GgufValue::of_floats(GgufType::kF64, {0.5, -1})},
                   {"u64", GgufValue::of_int(GgufType::kU64, 7)}};
@@ -205,8 +207,17 @@ int main(int argc, char** argv) {
   }
   // bpe: selector byte 0 + a byte-level BPE tokenizer.json; selector byte 1 + a GGUF file with its metadata
   {
-    const std::vector<std::string> tokens = {"a",   "b",         "c", "\xc4\xa0", "ab",
-                                             "abc", "\xc4\xa0a", "1", "2",        "<s>"};
+    const std::vector<std::string> tokens = {"a",
+                                             "b",
+                                             "c",
+                                             "\xc4\xa0",
+                                             "ab",
+                                             "abc",
+                                             "\xc4\xa0"
+                                             "a",
+                                             "1",
+                                             "2",
+                                             "<s>"};
     const std::vector<std::string> merges = {"a b", "ab c", "\xc4\xa0 a", "1 2"};
     nlohmann::json vocab = nlohmann::json::object();
     for (size_t i = 0; i < tokens.size(); ++i) vocab[tokens[i]] = i;
