@@ -620,7 +620,6 @@ ByteBpe ByteBpe::from_gguf(const Gguf& g, const std::string& what) {
       if (m->eos < 0) fail(what, "tokenizer.ggml.add_eos_token is true but there is no eos_token_id");
       m->suffix.push_back(m->eos);
     }
-    if (flag("tokenizer.ggml.add_space_prefix")) m->add_prefix_space = true;
   } catch (const Error& e) {
     const std::string msg = e.what();
     if (msg.rfind(what + ": ", 0) == 0) throw;

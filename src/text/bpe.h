@@ -11,8 +11,9 @@
 //                   rstrip and single_word are refused
 // From GGUF metadata: tokenizer.ggml.model "gpt2" with tokens, merges, token_type (CONTROL and USER_DEFINED
 // tokens are the added tokens), tokenizer.ggml.pre "smollm" / "starcoder" / "refact" (digits one by one, then
-// the GPT-2 regex, as llama.cpp does) or "gpt-2" (the regex alone), add_bos_token / add_eos_token.
-// Anything else is refused when loading, with one sparse24::Error line naming the file and the setting.
+// the GPT-2 regex, as llama.cpp does) or "gpt-2" (the regex alone), add_bos_token / add_eos_token (absent:
+// false; add_space_prefix is ignored, as llama.cpp ignores it for gpt2 vocabularies). Anything else is
+// refused when loading, with one sparse24::Error line naming the file and the setting.
 //
 // Input text is UTF-8; invalid bytes pass through as bytes (byte-level BPE has a token for every byte).
 #pragma once
