@@ -337,5 +337,10 @@ void avx2_pair8_bf16(const PackedMatrix::Impl& p, const SpmmArgs& a) { pair_run<
 void avx2_lanes_i8(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   lanes_i8_dispatch<Avx2, variant("avx2_lanes_i8")->n_max, 8, 16>(p, a);
 }
+// The same with passes of up to 4 columns (each with per-super-chunk partial sums, no spills), for the
+// comparison in docs/kernels.md.
+void avx2_lanes_i8_c4(const PackedMatrix::Impl& p, const SpmmArgs& a) {
+  lanes_i8_dispatch<Avx2, variant("avx2_lanes_i8_c4")->n_max, 4, 16>(p, a);
+}
 
 }  // namespace sparse24::kernels

@@ -102,15 +102,26 @@ void lanes_i8_tile(const uint8_t* __restrict e, size_t estride, int64_t ns, cons
       out[i][n] = A == 1 ? acc[i][n][0] : _mm256_add_ps(acc[i][n][0], acc[i][n][A - 1]);
 }
 
+// Columns C0.. of N in passes of up to CMAX over one row block's K block (its weights from L1 after the
+// first pass): v[C0..N).
+template <class T, int N, int CMAX, int VREGS, int C0>
+void lanes_i8_passes(const uint8_t* e0, int64_t ns, const float* xb, int64_t ldxt, __m256 (&v)[N]) {
+  constexpr int NC = N - C0 < CMAX ? N - C0 : CMAX;
+  __m256 out[1][NC];
+  lanes_i8_tile<T, NC, 1, false, VREGS>(e0, 0, ns, xb + C0 * ldxt, ldxt, 0, out);
+  for (int j = 0; j < NC; ++j) v[C0 + j] = out[0][j];
+  if constexpr (C0 + NC < N) lanes_i8_passes<T, N, CMAX, VREGS, C0 + NC>(e0, ns, xb, ldxt, v);
+}
+
 // N columns; CMAX: the most columns one pass keeps in registers (8 with 16 registers, 16 with 32). N = 1
 // (2) reads 4 (2) K blocks of the same rows at once, as the fp32 kernel (more streams in flight: docs/
-// kernels.md, session 6); N > CMAX makes a second pass over each K block's weights of a row block (5.5 KB,
-// from L1).
+// kernels.md, session 6); N > CMAX makes further passes of up to CMAX columns over each K block's weights
+// of a row block (5.5 KB, from L1).
 template <class T, int N, int CMAX, int VREGS>
 void lanes_i8_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   using L = LanesI8Layout;
   constexpr int NS = N == 1 ? 4 : (N == 2 ? 2 : 1);
-  constexpr int NC1 = N < CMAX ? N : CMAX, NC2 = N - NC1;
+  constexpr int NC1 = N < CMAX ? N : CMAX;
   constexpr int R = L::kRows;
   const LanesI8Layout& lay = p.lanes_i8;
   const int64_t m = p.m, k = p.k;
@@ -147,11 +158,7 @@ void lanes_i8_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
           lanes_i8_tile<T, NC1, 1, false, VREGS>(e0, 0, ns, xb, ldxt, 0, out);
           for (int j = 0; j < NC1; ++j) v[j] = out[0][j];
         }
-        if constexpr (NC2 > 0) {
-          __m256 out[1][NC2];
-          lanes_i8_tile<T, NC2, 1, false, VREGS>(e0, 0, ns, xb + NC1 * ldxt, ldxt, 0, out);
-          for (int j = 0; j < NC2; ++j) v[NC1 + j] = out[0][j];
-        }
+        if constexpr (N > NC1) lanes_i8_passes<T, N, CMAX, VREGS, NC1>(e0, ns, xb, ldxt, v);
         alignas(32) float t[N][R];
         for (int j = 0; j < N; ++j) _mm256_store_ps(t[j], v[j]);
         for (int r = 0; r < R && mb * R + r < m; ++r) {

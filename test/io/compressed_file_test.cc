@@ -201,7 +201,11 @@ TEST(CompressedFile, Int8ScalesRoundTripAndAreChecked) {
       {[](SafeTensors& st) { st.metadata.erase("scale_group"); }, "unexpected tensor 'scales'"},
       {[](SafeTensors& st) { std::erase_if(st.tensors, [](const auto& t) { return t.first == "scales"; }); },
        "without a tensor 'scales'"},
-      {[](SafeTensors& st) { tensor(st, "scales").dtype = "F16"; }, "tensor 'scales' has dtype F16"},
+      {[](SafeTensors& st) {
+         tensor(st, "scales").dtype = "F16";
+         tensor(st, "scales").shape = {4, 4};
+       },
+       "tensor 'scales' has dtype F16"},
       {[](SafeTensors& st) {
          auto& b = tensor(st, "scales").bytes;
          const float nan = std::numeric_limits<float>::quiet_NaN();
