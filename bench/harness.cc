@@ -125,6 +125,7 @@ Problem make_problem(const Shape& s, uint64_t seed) {
   p.w = Buffer(mk);
   std::memcpy(p.w.data(), w.data(), mk * sizeof(float));
   p.wc = compress(Tensor::from_float(w, {s.m, s.k}), /*prune=*/false);
+  if (s.n <= 16) p.wq = quantize_int8(p.wc, 64);
   p.x = Buffer(kn);
   p.xt = Buffer(kn);
   for (size_t i = 0; i < kn; ++i) p.x[i] = rng.uniform();
@@ -181,6 +182,40 @@ std::vector<Candidate> make_candidates(const Problem& p, const BuildOptions& o) 
       out.push_back(std::move(cv));
     }
   }
+  if (o.with_sparse && p.wq.rows > 0) {
+    // int8 weights (0.6875 bytes per weight with the scales): the memory-bound rows only.
+    auto packs = std::make_shared<std::vector<PackedMatrix>>();
+    const double format_bytes =
+        static_cast<double>(p.wq.values.size() + p.wq.metadata.size() + p.wq.scales.size() * sizeof(float));
+    const int copies = copies_for(format_bytes, o.cold_bytes);
+    for (int r = 0; r < copies; ++r) packs->push_back(pack(p.wq));
+    Candidate c{"sparse24_int8", "sparse24", false, false, copies, format_bytes, Buffer(s.m * s.n)};
+    c.int8 = true;
+    c.layout_bytes = static_cast<double>(packs->front().bytes());
+    const float* x = p.x.data();
+    float* y = c.y.data();
+    const int64_t n = s.n;
+    const int threads = o.threads;
+    c.run = [packs, x, y, n, threads](int r) {
+      spmm((*packs)[r], x, n, n, y, n, nullptr, Epilogue::kNone, threads);
+    };
+    c.state = packs;
+    const double layout_bytes = c.layout_bytes;
+    out.push_back(std::move(c));
+    for (const KernelVariantInfo& v : o.variants ? kernel_variants() : std::vector<KernelVariantInfo>{}) {
+      if (v.isa != packs->front().isa() || !v.int8 || v.large_n || (v.n_max != 0 && n > v.n_max)) continue;
+      Candidate cv{"s24:" + v.name, "sparse24", false, false, copies, format_bytes, Buffer(s.m * s.n)};
+      cv.variant = true;
+      cv.int8 = true;
+      cv.layout_bytes = layout_bytes;
+      float* yv = cv.y.data();
+      cv.run = [packs, x, yv, n, threads, name = v.name](int r) {
+        spmm_variant(name, (*packs)[r], x, n, n, yv, n, nullptr, Epilogue::kNone, threads);
+      };
+      cv.state = packs;
+      out.push_back(std::move(cv));
+    }
+  }
   if (o.with_dense) {
     auto w = make_dense_weights(p, copies_for(static_cast<double>(p.w.size()) * sizeof(float), o.cold_bytes));
     add_onednn_candidates(p, w, o.threads, o.cold_bytes, out, o.log);
@@ -213,6 +248,10 @@ Reference make_reference(const Problem& p) {
   ref.scale.resize(ref.y.size());
   spmm_reference(p.wc, xs.data(), ns, ns, ref.y.data(), ns);
   spmm_reference(wabs, xa.data(), ns, ns, ref.scale.data(), ns);
+  if (p.wq.rows > 0) {
+    ref.y_i8.resize(ref.y.size());
+    spmm_reference(p.wq, xs.data(), ns, ns, ref.y_i8.data(), ns);
+  }
   return ref;
 }
 
@@ -234,7 +273,7 @@ CheckResult check_candidate(Candidate& c, const Problem& p, const Reference& ref
     for (int64_t j = 0; j < ns; ++j) {
       const int64_t n = ref.cols[j];
       const float got = c.y_transposed ? c.y[n * s.m + m] : c.y[m * s.n + n];
-      const float want = ref.y[m * ns + j];
+      const float want = (c.int8 ? ref.y_i8 : ref.y)[m * ns + j];
       const double err = std::fabs(static_cast<double>(got) - want) / (ref.scale[m * ns + j] + 1e-30);
       if (!(err <= kTol)) {  // NaN fails too
         if (r.ok) {
@@ -301,6 +340,7 @@ Row run_row(const Shape& s, const RunOptions& o, QuietGate& gate, std::string* l
       m.lib = c.lib;
       m.sparse = c.sparse;
       m.variant = c.variant;
+      m.int8 = c.int8;
       m.copies = c.copies;
       m.weight_bytes = c.weight_bytes;
       m.layout_bytes = c.layout_bytes > 0 ? c.layout_bytes : c.weight_bytes;
@@ -360,12 +400,16 @@ Row run_row(const Shape& s, const RunOptions& o, QuietGate& gate, std::string* l
       row.sparse_ok = true;
       row.sparse_gflops = m.gflops;
       row.sparse_nonzero_gflops = m.gflops / 2;
+    } else if (m.int8) {
+      if (!m.variant) row.int8_gflops = m.gflops;
     } else if (!m.variant && m.gflops > row.best_dense_gflops) {
       row.best_dense_gflops = m.gflops;
       row.best_dense_lib = m.name;
     }
   }
   if (row.sparse_ok && row.best_dense_gflops > 0) row.speedup = row.sparse_gflops / row.best_dense_gflops;
+  if (row.int8_gflops > 0 && row.best_dense_gflops > 0)
+    row.int8_speedup = row.int8_gflops / row.best_dense_gflops;
   cands.clear();  // frees the weight copies before the next shape
   row.wall_s = now_s() - t_start;
   return row;

@@ -55,6 +55,7 @@ struct Problem {
   Shape shape;
   Buffer w;       // [M, K] row-major, the pruned dense weights every dense library multiplies
   Compressed wc;  // the same weights, compressed
+  Compressed wq;  // N <= 16: the same weights as int8 with fp32 scales (quantize_int8, groups of 64)
   Buffer x;       // [K, N] row-major
   Buffer xt;      // [N, K] row-major (the "Linear" layout: one token per row)
 };
@@ -76,6 +77,7 @@ struct Candidate {
   bool variant = false;       // one kernel variant of sparse24 forced by name (--variants): not the row's
                               // sparse24 number, not a dense baseline
   bool y_transposed = false;  // writes Y^T [N, M] instead of Y [M, N]
+  bool int8 = false;          // multiplies the int8 weights (Problem::wq): checked against their reference
   int copies = 1;             // weight copies run() rotates through (1 when hot)
   double weight_bytes = 0;    // bytes of one weight copy in its format: dense fp32, or compressed 2:4
   double layout_bytes = 0;    // bytes of one copy as the method stores it (packed layouts), if known
@@ -106,6 +108,7 @@ struct Reference {
   std::vector<int64_t> cols;
   std::vector<float> y;      // [M, cols.size()]
   std::vector<float> scale;  // [M, cols.size()]: sum_k |w| |x|
+  std::vector<float> y_i8;   // [M, cols.size()] with the int8 weights (when Problem::wq is set)
 };
 Reference make_reference(const Problem& p);
 
@@ -131,6 +134,7 @@ struct MethodResult {
   std::string name, lib;
   bool sparse = false;
   bool variant = false;
+  bool int8 = false;
   bool ok = false;
   std::string error;
   double max_err = 0;
@@ -155,6 +159,8 @@ struct Row {
   double sparse_gflops = 0;          // dense-equivalent
   double sparse_nonzero_gflops = 0;  // M*N*K / time
   double speedup = 0;                // sparse_gflops / best_dense_gflops (0 if not both)
+  double int8_gflops = 0;            // sparse24 with int8 weights (N <= 16), dense-equivalent
+  double int8_speedup = 0;           // int8_gflops / best_dense_gflops
   long gate_waits = 0, gate_timeouts = 0;
   bool disturbed = false;  // some method had only disturbed measurements
   int rounds = 0;

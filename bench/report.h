@@ -20,7 +20,8 @@ std::string table_header();
 // One line per row: dense-equivalent GFLOP/s of every method ("-" not run, "WRONG" failed its check).
 std::string table_line(const Row& r);
 // Extra lines under a row: failed checks, a disturbed machine, weight bandwidth of cold rows.
-std::string row_notes(const Row& r);
+// stream_read_gbps > 0: the machine's measured read bandwidth, printed beside the cold rows' weight GB/s.
+std::string row_notes(const Row& r, double stream_read_gbps = 0);
 
 // {m, k, n, threads, cold, best_dense_lib, best_dense_gflops, sparse_gflops, speedup, ...}; speedup and
 // sparse_gflops are null when sparse24 failed its check.

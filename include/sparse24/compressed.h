@@ -9,6 +9,11 @@
 // A group with fewer than 2 nonzeros still stores 2 positions (explicit zeros), so every group costs the
 // same; an all-zero group stores positions 0 and 1 (code 0x4). A group with one nonzero at position p
 // stores p and the lowest other position.
+//
+// int8 values may carry fp32 scales (quantised weights, quantize_int8): scales [rows, ceil(K / scale_group)],
+// the kept value of position k of row r is int8 * scales[r][k / scale_group]. scale_group is a positive
+// multiple of 4 (a group of 4 never straddles two scales); without scales (scale_group 0) int8 values are
+// plain integers.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -25,20 +30,31 @@ struct Compressed {
   int64_t cols = 0;               // matrix_view(shape).cols = K
   std::vector<uint8_t> values;    // rows * values_per_row() elements of dtype
   std::vector<uint8_t> metadata;  // rows * meta_bytes_per_row() bytes
+  int64_t scale_group = 0;        // int8 only: positions per scale along K; 0 = no scales
+  std::vector<float> scales;      // rows * scales_per_row() (int8 with scale_group > 0)
 
   int64_t groups_per_row() const { return (cols + 3) / 4; }
   int64_t values_per_row() const { return 2 * groups_per_row(); }
   int64_t meta_bytes_per_row() const { return (groups_per_row() + 1) / 2; }
+  int64_t scales_per_row() const { return scale_group > 0 ? (cols + scale_group - 1) / scale_group : 0; }
   // The 4-bit code of group g of row r.
   uint8_t code(int64_t r, int64_t g) const {
     uint8_t b = metadata[static_cast<size_t>(r * meta_bytes_per_row() + g / 2)];
     return (g & 1) ? static_cast<uint8_t>(b >> 4) : static_cast<uint8_t>(b & 0xF);
   }
-  // Kept value j (0..2G-1) of row r as float.
+  // Kept value j (0..2G-1) of row r as float (times its scale for scaled int8).
   float value(int64_t r, int64_t j) const;
   // (values bytes + metadata bytes) / dense bytes.
   double compression_ratio() const;
+  // (values + metadata + scales bytes) / (rows * cols): what a kernel streams per weight.
+  double bytes_per_weight() const;
 };
+
+// int8 weights with fp32 scales from float32 ones: per row and per scale_group positions along K (a
+// positive multiple of 4), scale = max |kept value| / 127 and q = round(v / scale) in -127..127 (symmetric,
+// round to nearest even). Same codes. Measured on real weight matrices (docs/formats.md): groups of 64
+// positions halve the per-row error.
+Compressed quantize_int8(const Compressed& f32, int64_t scale_group);
 
 // (values bytes + metadata bytes) / dense bytes of a compressed [rows, cols] matrix of dtype t.
 double compression_ratio(int64_t rows, int64_t cols, DType t);

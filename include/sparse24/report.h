@@ -21,7 +21,9 @@ struct SparsityReport {
   int64_t first_bad_row = -1, first_bad_group = -1;
   double sparsity = 0;           // fraction of elements equal to zero
   double kept_magnitude = 1;     // fraction of sum |w| a magnitude prune to the pattern keeps (1 if valid)
-  double compression_ratio = 0;  // compressed 2:4 bytes / dense bytes
+  double compression_ratio = 0;  // compressed 2:4 bytes (scales included) / dense bytes of the dtype
+  double bytes_per_weight = 0;   // compressed: stored bytes (values, metadata, scales) / (rows * cols)
+  int64_t scale_group = 0;       // scaled int8: positions per scale along K
 };
 
 SparsityReport inspect_dense(const Tensor& t, Pattern p = kPattern24);

@@ -69,8 +69,10 @@ class PackedMatrix {
   std::unique_ptr<Impl> impl_;
 };
 
-// w must be float32 (bf16 weights are requested through PackOptions, converted here). Throws Error on
-// another dtype or an invalid matrix.
+// w must be float32 (bf16 weights are requested through PackOptions, converted here) or int8 (with or
+// without scales, quantize_int8: the memory-bound kernels read the int8 values and scales; the compute-bound
+// layout holds the dequantised values in fp32; the scale group must be a multiple of 64 positions or the
+// whole row). Throws Error on another dtype or an invalid matrix.
 PackedMatrix pack(const Compressed& w, const PackOptions& options = {});
 
 // x: [K, N] row-major with leading dimension ldx >= N (any alignment); y: [M, N], ldy >= N. bias: M floats
@@ -86,6 +88,7 @@ struct KernelVariantInfo {
   Isa isa;
   bool large_n;     // reads the compute-bound (large-N) layout; else the small-N one
   bool fp32, bf16;  // the packed weight types it reads (PackOptions::bf16_weights)
+  bool int8;        // reads int8 weights (pack of an int8 Compressed, e.g. quantize_int8)
   int64_t n_max;    // the most columns one call takes; 0 = any
 };
 std::vector<KernelVariantInfo> kernel_variants();

@@ -1,5 +1,7 @@
 #include "sparse24/compressed.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "sparse24/error.h"
@@ -36,7 +38,53 @@ bool valid_code(uint8_t code) {
 
 float Compressed::value(int64_t r, int64_t j) const {
   const size_t es = dtype_size(dtype);
-  return element_to_float(dtype, values.data() + static_cast<size_t>(r * values_per_row() + j) * es);
+  const float v = element_to_float(dtype, values.data() + static_cast<size_t>(r * values_per_row() + j) * es);
+  if (scale_group <= 0) return v;
+  // Value j belongs to group j / 2, positions 4 (j / 2) .. + 3, all under one scale.
+  return v * scales[static_cast<size_t>(r * scales_per_row() + 4 * (j / 2) / scale_group)];
+}
+
+double Compressed::bytes_per_weight() const {
+  const double dense = static_cast<double>(rows) * static_cast<double>(cols);
+  return dense > 0
+             ? static_cast<double>(values.size() + metadata.size() + scales.size() * sizeof(float)) / dense
+             : 0.0;
+}
+
+Compressed quantize_int8(const Compressed& f, int64_t scale_group) {
+  if (f.dtype != DType::kF32)
+    throw Error(std::string("int8 quantisation needs float32 values, got ") + dtype_name(f.dtype));
+  if (scale_group <= 0 || scale_group % 4 != 0)
+    throw Error("int8 scale group must be a positive multiple of 4 positions, got " +
+                std::to_string(scale_group));
+  validate(f);
+  scale_group = std::min(scale_group, 4 * f.groups_per_row());  // one scale per row at most
+  Compressed q;
+  q.dtype = DType::kI8;
+  q.shape = f.shape;
+  q.rows = f.rows;
+  q.cols = f.cols;
+  q.metadata = f.metadata;
+  q.scale_group = scale_group;
+  const int64_t ns = q.scales_per_row(), vpr = f.values_per_row();
+  const int64_t per = scale_group / 2;  // kept values per scale
+  q.scales.assign(static_cast<size_t>(q.rows * ns), 0.f);
+  q.values.assign(static_cast<size_t>(q.rows * vpr), 0);
+  for (int64_t r = 0; r < f.rows; ++r)
+    for (int64_t s = 0; s < ns; ++s) {
+      const int64_t j0 = s * per, j1 = std::min(vpr, j0 + per);
+      float amax = 0.f;
+      for (int64_t j = j0; j < j1; ++j) amax = std::max(amax, std::fabs(f.value(r, j)));
+      const float scale = amax / 127.f;
+      q.scales[static_cast<size_t>(r * ns + s)] = scale;
+      if (scale == 0.f) continue;  // all zero (q stays 0)
+      for (int64_t j = j0; j < j1; ++j) {
+        const float v = std::nearbyint(f.value(r, j) / scale);
+        q.values[static_cast<size_t>(r * vpr + j)] =
+            static_cast<uint8_t>(static_cast<int8_t>(std::clamp(v, -127.f, 127.f)));
+      }
+    }
+  return q;
 }
 
 double compression_ratio(int64_t rows, int64_t cols, DType t) {
@@ -133,6 +181,20 @@ void validate(const Compressed& c) {
     throw Error("metadata: " + std::to_string(c.metadata.size()) + " bytes, expected " +
                 std::to_string(want_meta));
   }
+  if (c.scale_group != 0 || !c.scales.empty()) {
+    if (c.dtype != DType::kI8)
+      throw Error(std::string("scales with ") + dtype_name(c.dtype) + " values (only int8 has scales)");
+    if (c.scale_group <= 0 || c.scale_group % 4 != 0 || c.scale_group > 4 * c.groups_per_row())
+      throw Error("scale group " + std::to_string(c.scale_group) +
+                  " is not a positive multiple of 4 positions up to the padded row");
+    const size_t want = static_cast<size_t>(c.rows * c.scales_per_row());
+    if (c.scales.size() != want)
+      throw Error("scales: " + std::to_string(c.scales.size()) + " floats, expected " + std::to_string(want));
+    for (size_t i = 0; i < c.scales.size(); ++i)
+      if (!std::isfinite(c.scales[i]))
+        throw Error("scale " + std::to_string(i) + " of row " +
+                    std::to_string(i / static_cast<size_t>(c.scales_per_row())) + " is not finite");
+  }
   const int64_t G = c.groups_per_row();
   for (int64_t r = 0; r < c.rows; ++r) {
     for (int64_t g = 0; g < G; ++g) {
@@ -158,6 +220,18 @@ Tensor decompress(const Compressed& c) {
   validate(c);
   const MatrixView v = matrix_view(c.shape);
   const IndexMap idx = index_map(c.shape, v);
+  if (c.scale_group > 0) {  // scaled int8: the dequantised float32 matrix
+    Tensor t = Tensor::zeros(DType::kF32, c.shape);
+    for (int64_t r = 0; r < c.rows; ++r)
+      for (int64_t g = 0; g < c.groups_per_row(); ++g)
+        for (int j = 0; j < 2; ++j) {
+          const int64_t col = 4 * g + ((c.code(r, g) >> (2 * j)) & 3);
+          if (col >= c.cols) continue;
+          const float val = c.value(r, 2 * g + j);
+          std::memcpy(t.bytes.data() + static_cast<size_t>(idx(r, col)) * 4, &val, 4);
+        }
+    return t;
+  }
   const size_t es = dtype_size(c.dtype);
   Tensor t = Tensor::zeros(c.dtype, c.shape);
   for (int64_t r = 0; r < c.rows; ++r)

@@ -40,6 +40,10 @@ SparsityReport inspect_compressed(const Compressed& c) {
   const Tensor t = decompress(c);
   SparsityReport r = analyze(gather_matrix(t.to_float(), t.shape), t.shape, t.dtype, kPattern24);
   r.format = "sparse24";
+  r.dtype = c.dtype;  // scaled int8 decompresses to float32
+  r.scale_group = c.scale_group;
+  r.bytes_per_weight = c.bytes_per_weight();
+  r.compression_ratio = r.bytes_per_weight / static_cast<double>(dtype_size(c.dtype));
   return r;
 }
 

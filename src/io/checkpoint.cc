@@ -204,6 +204,9 @@ SafeTensors encode_checkpoint(const Checkpoint& ck, CheckpointFormat to) {
       continue;
     }
     const Compressed& c = *t.sparse;
+    if (c.scale_group > 0)  // the checkpoint layouts have no place for them yet: refuse, never drop them
+      throw Error("tensor '" + printable(t.name) +
+                  "': int8 weights with scales are stored only in the compressed matrix file so far");
     if (to == CheckpointFormat::kSparse24) {
       validate(c);
       const std::string key = t.name + kShapeSuffix;

@@ -1,6 +1,7 @@
 // The compressed 2:4 file: a safetensors file with "values" and "metadata" tensors and the original shape,
 // dtype and pattern in __metadata__ (see io.h). Loading cross-checks all of it before sparse24::validate.
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,12 @@ std::vector<uint8_t> encode_compressed(const Compressed& c) {
                  {"dtype", dtype_name(c.dtype)}};
   st.add("values", StTensor{st_dtype_name(c.dtype), {c.rows, c.values_per_row()}, c.values});
   st.add("metadata", StTensor{"U8", {c.rows, c.meta_bytes_per_row()}, c.metadata});
+  if (c.scale_group > 0) {  // scaled int8
+    st.metadata["scale_group"] = std::to_string(c.scale_group);
+    std::vector<uint8_t> bytes(c.scales.size() * sizeof(float));
+    if (!bytes.empty()) std::memcpy(bytes.data(), c.scales.data(), bytes.size());
+    st.add("scales", StTensor{"F32", {c.rows, c.scales_per_row()}, std::move(bytes)});
+  }
   return encode_safetensors(st);
 }
 
@@ -116,18 +123,40 @@ Compressed parse_compressed(const uint8_t* data, size_t size, const std::string&
   c.rows = view.rows;
   c.cols = view.cols;
 
+  // Scaled int8: "scale_group" (positions per scale along K) and the tensor "scales".
+  if (auto it = st.metadata.find("scale_group"); it != st.metadata.end()) {
+    if (c.dtype != DType::kI8)
+      fail(what, "__metadata__ 'scale_group' with dtype " + std::string(dtype_name(c.dtype)) +
+                     " (only int8 has scales)");
+    const std::string& t = it->second;
+    int64_t g = 0;
+    bool ok = !t.empty() && t.size() <= 18;
+    for (char ch : t) {
+      ok = ok && ch >= '0' && ch <= '9';
+      if (ok) g = g * 10 + (ch - '0');
+    }
+    if (!ok || g <= 0 || g % 4 != 0 || g > 4 * c.groups_per_row())
+      fail(what, "__metadata__ 'scale_group' '" + printable(t) +
+                     "' is not a positive multiple of 4 up to the padded row length");
+    c.scale_group = g;
+  }
+
   StTensor* values = nullptr;
   StTensor* metadata = nullptr;
+  StTensor* scales = nullptr;
   for (auto& [name, t] : st.tensors) {
     if (name == "values")
       values = &t;
     else if (name == "metadata")
       metadata = &t;
+    else if (name == "scales" && c.scale_group > 0)
+      scales = &t;
     else
       fail(what, "unexpected tensor '" + printable(name) + "'");
   }
   if (!values) fail(what, "not a sparse24 compressed file: no tensor 'values'");
   if (!metadata) fail(what, "not a sparse24 compressed file: no tensor 'metadata'");
+  if (c.scale_group > 0 && !scales) fail(what, "__metadata__ 'scale_group' without a tensor 'scales'");
   const std::string matrix = shape_string({c.rows, c.cols});
   const int64_t groups = c.groups_per_row();
   check_tensor(*values, "values", st_dtype_name(c.dtype), c.rows, 2 * groups, matrix, what);
@@ -135,6 +164,12 @@ Compressed parse_compressed(const uint8_t* data, size_t size, const std::string&
   // The safetensors reader has checked each tensor's byte count against its shape.
   c.values = std::move(values->bytes);
   c.metadata = std::move(metadata->bytes);
+  if (scales) {
+    check_tensor(*scales, "scales", "F32", c.rows, c.scales_per_row(), matrix, what);
+    c.scales.resize(scales->bytes.size() / sizeof(float));
+    if (!c.scales.empty())
+      std::memcpy(c.scales.data(), scales->bytes.data(), c.scales.size() * sizeof(float));
+  }
 
   try {
     validate(c);

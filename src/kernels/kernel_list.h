@@ -10,8 +10,14 @@ namespace sparse24::kernels {
 
 using SpmmFn = void (*)(const PackedMatrix::Impl&, const SpmmArgs&);
 
-enum class Layout : uint8_t { kGemm, kGemv, kLanes };
-enum class Weights : uint8_t { kF32, kBf16, kAny };
+enum class Layout : uint8_t { kGemm, kGemv, kLanes, kLanesI8 };
+// The packed weight types a variant reads (a bit set). The compute-bound layout holds fp32 (bf16-rounded
+// for kBf16, dequantised for kI8), so its rows read kAny.
+enum class Weights : uint8_t { kF32 = 1, kBf16 = 2, kF32Bf16 = 3, kI8 = 4, kAny = 7 };
+// The weight type of packed weights (PackedMatrix::Impl::weights).
+constexpr Weights weights_of(bool bf16, bool i8) {
+  return i8 ? Weights::kI8 : (bf16 ? Weights::kBf16 : Weights::kF32);
+}
 
 // CPU checks (spmm.cc).
 bool cpu_has_avx2();
@@ -35,8 +41,9 @@ struct Variant {
   int64_t nr;  // N is padded to a multiple of nr (0 = not padded)
   int64_t rate;
   SpmmFn fn;
-  constexpr bool reads(bool bf16) const {
-    return weights == Weights::kAny || (weights == Weights::kBf16) == bf16;
+  // w: one weight type (kF32, kBf16 or kI8).
+  constexpr bool reads(Weights w) const {
+    return (static_cast<unsigned>(weights) & static_cast<unsigned>(w)) != 0;
   }
   constexpr bool takes(int64_t n) const { return n_max == 0 || n <= n_max; }
   constexpr bool picks(int64_t n) const {
@@ -86,20 +93,20 @@ constexpr const Variant* variant(std::string_view name) {
   return nullptr;
 }
 
-// N <= small_n_max(isa, bf16) takes the memory-bound path: the largest pick_max of the ISA's small-N rows
+// N <= small_n_max(isa, w) takes the memory-bound path: the largest pick_max of the ISA's small-N rows
 // for that weight type (0: the ISA has none).
-constexpr int64_t small_n_max(Isa isa, bool bf16) {
+constexpr int64_t small_n_max(Isa isa, Weights w) {
   int64_t n = 0;
   for (const Variant& v : kVariants)
-    if (v.isa == isa && v.layout != Layout::kGemm && v.reads(bf16) && v.pick_min > 0 && v.pick_max > n)
+    if (v.isa == isa && v.layout != Layout::kGemm && v.reads(w) && v.pick_min > 0 && v.pick_max > n)
       n = v.pick_max;
   return n;
 }
 
 // The small-N layout pack makes for this ISA and weight type (every small-N row of the pair shares it).
-constexpr Layout small_layout(Isa isa, bool bf16) {
+constexpr Layout small_layout(Isa isa, Weights w) {
   for (const Variant& v : kVariants)
-    if (v.isa == isa && v.layout != Layout::kGemm && v.reads(bf16)) return v.layout;
+    if (v.isa == isa && v.layout != Layout::kGemm && v.reads(w)) return v.layout;
   return Layout::kGemv;
 }
 
@@ -119,15 +126,15 @@ constexpr bool list_is_consistent() {
       if (j != i && kVariants[j].name == v.name) return false;
   }
   for (const IsaRow& r : kIsas)
-    for (bool bf16 : {false, true}) {
-      const int64_t lim = small_n_max(r.isa, bf16);
+    for (Weights w : {Weights::kF32, Weights::kBf16, Weights::kI8}) {
+      const int64_t lim = small_n_max(r.isa, w);
       for (int64_t n = 1; n <= lim + 1; ++n) {
         bool small = false, large = false;
         for (const Variant& v : kVariants) {
-          if (v.isa != r.isa || !v.reads(bf16) || !v.picks(n) || !v.takes(n)) continue;
+          if (v.isa != r.isa || !v.reads(w) || !v.picks(n) || !v.takes(n)) continue;
           if (v.layout == Layout::kGemm)
             large = true;
-          else if (v.layout != small_layout(r.isa, bf16))
+          else if (v.layout != small_layout(r.isa, w))
             return false;
           else
             small = true;
@@ -143,6 +150,7 @@ static_assert(list_is_consistent(), "kernel_list.inc: see the rules at its top")
 GemmLayout pack_gemm(const Compressed& w, int mr, int kc, int chunk, bool round_bf16);
 GemvLayout pack_gemv(const Compressed& w, int rb, int kb, bool bf16);
 LanesLayout pack_lanes(const Compressed& w, int kb);
+LanesI8Layout pack_lanes_i8(const Compressed& w, int kb);  // w: int8 (scaled or not)
 
 // GELU support (gelu.cc): gelu(y) = y * Phi(y); the kernels evaluate Q(t) = Phi(-t) = phi(t) * R(t) for
 // t = |y| < 8, with R (the Mills ratio) as a degree-11 Taylor polynomial around the centre of each unit

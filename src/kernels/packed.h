@@ -135,6 +135,32 @@ struct LanesLayout {
   }
 };
 
+// LanesI8Layout, the memory-bound path for int8 weights (2:4 kept values as int8, fp32 scales): the rows in
+// lanes of LanesLayout with 1-byte slots. Per (row block, super chunk) 352 bytes (11 x 32, so every vector
+// load is 32-byte aligned): 32 slot vectors of 8 int8 (slot-major, lane = row), the two code vectors (as in
+// LanesLayout) and one scale vector (the 8 rows' fp32 scale of these 64 positions): 0.6875 bytes per weight
+// against 2.125 for fp32 (0.625 values and codes + 0.0625 scales). A super chunk lies under one scale of
+// each row, so the compressed matrix's scale group must be a multiple of 64 positions or the whole row
+// (unscaled int8: scale 1).
+struct LanesI8Layout {
+  static constexpr int kRows = 8;
+  static constexpr int kSuper = 64;
+  static constexpr int kEntryBytes = 352;  // 32 x 8 int8 + 2 x 32 B codes + 32 B scales
+  static constexpr int kCodeOffset = 256, kScaleOffset = 320;
+  int kb = 0;                                      // K per block (multiple of kSuper)
+  int64_t m_blocks = 0, k_blocks = 0, supers = 0;  // supers = ceil(K / 64)
+  AlignedArray<uint8_t> data;
+  int64_t supers_in(int64_t kblk) const {
+    const int64_t s0 = kblk * (kb / kSuper);
+    return supers - s0 < kb / kSuper ? supers - s0 : kb / kSuper;
+  }
+  // Byte offset of the first super chunk of K block kblk, row block mb.
+  size_t entry(int64_t kblk, int64_t mb) const {
+    const int64_t s0 = kblk * (kb / kSuper);
+    return static_cast<size_t>((m_blocks * s0 + mb * supers_in(kblk)) * kEntryBytes);
+  }
+};
+
 // Arguments of one multiply, validated.
 struct SpmmArgs {
   const float* x;
@@ -154,12 +180,14 @@ struct PackedMatrix::Impl {
   Isa isa = Isa::kRef;
   int64_t m = 0, k = 0;
   bool bf16 = false;
+  bool i8 = false;      // int8 weights (the small-N layout lanes_i8; the compute-bound one dequantised)
   int small_n_max = 0;  // N <= this takes the memory-bound path (when both layouts are packed)
   bool has_gemm = false, has_gemv = false;
   Compressed ref;  // the ref ISA: the (possibly bf16-rounded) compressed matrix
   kernels::GemmLayout gemm;
-  kernels::GemvLayout gemv;    // the small-N layout, except:
-  kernels::LanesLayout lanes;  // AVX2 fp32: the small-N layout (has_gemv, lanes.data non-empty)
+  kernels::GemvLayout gemv;         // the small-N layout, except:
+  kernels::LanesLayout lanes;       // AVX2 fp32: the small-N layout (has_gemv, lanes.data non-empty)
+  kernels::LanesI8Layout lanes_i8;  // int8 weights: the small-N layout
 };
 
 }  // namespace sparse24

@@ -48,7 +48,7 @@ const Variant* forced_variant() {
 }
 
 bool can_run(const Variant& v, const PackedMatrix::Impl& p, Layout layout, int64_t n) {
-  return v.isa == p.isa && v.layout == layout && v.reads(p.bf16) && v.takes(n);
+  return v.isa == p.isa && v.layout == layout && v.reads(weights_of(p.bf16, p.i8)) && v.takes(n);
 }
 
 // The variant for n columns on this layout: the forced one if it can run, else the list's pick.
@@ -66,7 +66,9 @@ const Variant& choose(const PackedMatrix::Impl& p, Layout layout, int64_t n) {
   return *best;
 }
 
-Layout packed_small_layout(const PackedMatrix::Impl& p) { return small_layout(p.isa, p.bf16); }
+Layout packed_small_layout(const PackedMatrix::Impl& p) {
+  return small_layout(p.isa, weights_of(p.bf16, p.i8));
+}
 
 }  // namespace
 
@@ -133,12 +135,14 @@ size_t PackedMatrix::bytes() const {
   if (!impl_) return 0;
   const Impl& p = *impl_;
   return p.ref.values.size() + p.ref.metadata.size() + p.gemm.vals.bytes() + p.gemm.codes.bytes() +
-         p.gemv.vals.bytes() + p.gemv.vals16.bytes() + p.gemv.masks.bytes() + p.lanes.data.bytes();
+         p.gemv.vals.bytes() + p.gemv.vals16.bytes() + p.gemv.masks.bytes() + p.lanes.data.bytes() +
+         p.lanes_i8.data.bytes() + p.ref.scales.size() * sizeof(float);
 }
 
 PackedMatrix pack(const Compressed& w, const PackOptions& options) {
-  if (w.dtype != DType::kF32)
-    throw Error(std::string("pack: weights must be float32, got ") + dtype_name(w.dtype));
+  if (w.dtype != DType::kF32 && w.dtype != DType::kI8)
+    throw Error(std::string("pack: weights must be float32 or int8, got ") + dtype_name(w.dtype));
+  if (w.dtype == DType::kI8 && options.bf16_weights) throw Error("pack: bf16_weights with int8 weights");
   validate(w);
   const Isa isa = options.isa_set ? options.isa : active_isa();
   if (!isa_supported(isa)) throw Error(std::string("pack: this CPU does not run ISA ") + isa_name(isa));
@@ -148,6 +152,7 @@ PackedMatrix pack(const Compressed& w, const PackOptions& options) {
   p.m = w.rows;
   p.k = w.cols;
   p.bf16 = options.bf16_weights;
+  p.i8 = w.dtype == DType::kI8;
   const kernels::IsaRow* s = kernels::isa_row(isa);
   if (!s) {
     p.ref = w;
@@ -161,13 +166,18 @@ PackedMatrix pack(const Compressed& w, const PackOptions& options) {
     }
     return out;
   }
-  p.small_n_max = static_cast<int>(kernels::small_n_max(isa, p.bf16));
+  const kernels::Weights wt = kernels::weights_of(p.bf16, p.i8);
+  p.small_n_max = static_cast<int>(kernels::small_n_max(isa, wt));
   p.has_gemm = options.layouts != PackLayouts::kSmallN;
   p.has_gemv = options.layouts != PackLayouts::kLargeN;
+  // int8: the compute-bound layout holds the dequantised values (Compressed::value applies the scales).
   if (p.has_gemm) p.gemm = kernels::pack_gemm(w, s->gemm_mr, s->gemm_kc, s->gemm_chunk, p.bf16);
   if (p.has_gemv) {
     // The layout of this ISA's small-N rows for this weight type (kernel_list.inc).
-    if (kernels::small_layout(isa, p.bf16) == kernels::Layout::kLanes)
+    const kernels::Layout sl = kernels::small_layout(isa, wt);
+    if (sl == kernels::Layout::kLanesI8)
+      p.lanes_i8 = kernels::pack_lanes_i8(w, s->gemv_kb);
+    else if (sl == kernels::Layout::kLanes)
       p.lanes = kernels::pack_lanes(w, s->gemv_kb);
     else
       p.gemv = kernels::pack_gemv(w, s->gemv_rb, s->gemv_kb, p.bf16);
@@ -178,7 +188,7 @@ PackedMatrix pack(const Compressed& w, const PackOptions& options) {
 PackLayouts layouts_for_n(int64_t n, Isa isa) {
   if (!kernels::isa_row(isa))
     return PackLayouts::kBoth;  // the ref ISA keeps the compressed matrix either way
-  return n <= kernels::small_n_max(isa, false) ? PackLayouts::kSmallN : PackLayouts::kLargeN;
+  return n <= kernels::small_n_max(isa, kernels::Weights::kF32) ? PackLayouts::kSmallN : PackLayouts::kLargeN;
 }
 
 namespace {
@@ -223,7 +233,8 @@ std::vector<KernelVariantInfo> kernel_variants() {
   std::vector<KernelVariantInfo> out;
   for (const kernels::Variant& v : kernels::kVariants)
     out.push_back({std::string(v.name), v.isa, v.layout == kernels::Layout::kGemm,
-                   v.weights != kernels::Weights::kBf16, v.weights != kernels::Weights::kF32, v.n_max});
+                   v.reads(kernels::Weights::kF32), v.reads(kernels::Weights::kBf16),
+                   v.reads(kernels::Weights::kI8), v.n_max});
   return out;
 }
 
@@ -233,8 +244,8 @@ void spmm_variant(const std::string& name, const PackedMatrix& w, const float* x
   if (!v) throw Error("spmm_variant: no kernel variant '" + name + "'");
   const PackedMatrix::Impl& p = w.impl();
   const bool large = v->layout == kernels::Layout::kGemm;
-  if (v->isa != p.isa || !v->reads(p.bf16) || !v->takes(n) || (large ? !p.has_gemm : !p.has_gemv) ||
-      (!large && v->layout != kernels::packed_small_layout(p)))
+  if (v->isa != p.isa || !v->reads(kernels::weights_of(p.bf16, p.i8)) || !v->takes(n) ||
+      (large ? !p.has_gemm : !p.has_gemv) || (!large && v->layout != kernels::packed_small_layout(p)))
     throw Error("spmm_variant: " + name + " cannot run these packed weights with n = " + std::to_string(n));
   if (!prologue(p, x, n, ldx, y, ldy, bias, ep, threads)) return;
   v->fn(p, {x, n, ldx, y, ldy, bias, ep, threads});

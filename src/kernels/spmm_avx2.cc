@@ -7,6 +7,7 @@
 
 #include "kernel_list.h"
 #include "spmm_driver.h"
+#include "spmm_lanes_i8.h"
 
 namespace sparse24::kernels {
 
@@ -331,5 +332,15 @@ void avx2_gemv_bf16(const PackedMatrix::Impl& p, const SpmmArgs& a) {
 // N=8 66 -> 102.
 void avx2_pair4_bf16(const PackedMatrix::Impl& p, const SpmmArgs& a) { pair_run<Avx2, 1>(p, a); }
 void avx2_pair8_bf16(const PackedMatrix::Impl& p, const SpmmArgs& a) { pair_run<Avx2, 2>(p, a); }
+
+// int8 weights, rows in lanes (spmm_lanes_i8.h): up to 8 columns per pass in the 16 registers.
+void avx2_lanes_i8(const PackedMatrix::Impl& p, const SpmmArgs& a) {
+  lanes_i8_dispatch<Avx2, variant("avx2_lanes_i8")->n_max, 8, 16>(p, a);
+}
+// The same with passes of up to 4 columns (each with per-super-chunk partial sums, no spills), for the
+// comparison in docs/kernels.md.
+void avx2_lanes_i8_c4(const PackedMatrix::Impl& p, const SpmmArgs& a) {
+  lanes_i8_dispatch<Avx2, variant("avx2_lanes_i8_c4")->n_max, 4, 16>(p, a);
+}
 
 }  // namespace sparse24::kernels

@@ -61,6 +61,38 @@ TEST_F(Cli, CompressPruneThenInspectReportsRatios) {
   }
 }
 
+// compress --dtype int8: int8 values with fp32 scales per 64 positions (0.6875 bytes per weight, reported by
+// inspect); decompress gives the dequantised float32 matrix, within half a quantisation step.
+TEST_F(Cli, CompressInt8CarriesScales) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(41);
+  const std::vector<float> w = random_floats(g, 16 * 128);
+  write_npy(path("w.npy"), Tensor::from_float(w, {16, 128}));
+  CliRun r = run("compress " + path("w.npy") + " -o " + path("q.safetensors") + " --prune --dtype int8");
+  ASSERT_EQ(r.status, 0) << r.out;
+  r = run("inspect --json " + path("q.safetensors"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["dtype"], "int8");
+  EXPECT_EQ(j["scale_group"].get<int64_t>(), 64);
+  EXPECT_DOUBLE_EQ(j["bytes_per_weight"].get<double>(), 0.6875);
+  r = run("decompress " + path("q.safetensors") + " -o " + path("d.npy"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  const std::vector<float> d = read_npy(path("d.npy")).to_float();
+  ASSERT_EQ(d.size(), w.size());
+  int kept = 0;
+  for (size_t i = 0; i < w.size(); ++i)
+    if (d[i] != 0.f) {
+      ++kept;
+      EXPECT_NEAR(d[i], w[i], 0.5f / 127.f + 1e-6f) << i;  // |w| < 1: scale <= 1/127
+    }
+  EXPECT_GT(kept, 900);
+  r = run("compress " + path("w.npy") + " -o " + path("q.safetensors") +
+          " --prune --dtype int8 --scale-group 6");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("multiple of 4"), std::string::npos) << r.out;
+}
+
 TEST_F(Cli, InspectDenseReportsViolationsAndKeptMagnitude) {
   write_npy(path("d.npy"), Tensor::from_float({1, 2, 3, 4, 0, 0, 5, 6}, {2, 4}));
   CliRun r = run("inspect --json " + path("d.npy"));

@@ -100,6 +100,12 @@ int main(int argc, char** argv) {
     put(out / "npy", "v" + std::to_string(n++), encode_npy(matrix24(dt, {5})));
   }
 
+  // compressed file: int8 with fp32 scales (per 4, 8 positions and per row)
+  for (int64_t group : {4, 8, 12}) {
+    const Compressed c = quantize_int8(compress(matrix24(DType::kF32, {3, 12})), group);
+    put(out / "compressed_file", "int8_scaled_" + std::to_string(group), encode_compressed(c));
+  }
+
   // compressed file, sparse24 and bitmask checkpoints, metadata decoder inputs
   for (DType dt : dtypes) {
     for (const std::vector<int64_t>& shape :

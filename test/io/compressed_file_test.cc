@@ -1,5 +1,7 @@
 // The compressed 2:4 file: round trips for every dtype and shape, and refusal of inconsistent files.
+#include <cstring>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -155,6 +157,65 @@ TEST(CompressedFile, InconsistentFilesAreRefusedWithAClearMessage) {
     const std::vector<uint8_t> f = mutated(cases[i].edit);
     EXPECT_ERROR(parse(f), cases[i].phrase);
     EXPECT_ERROR(parse(f), "w.s24: ");
+  }
+}
+
+// int8 with fp32 scales (quantize_int8): the scales and their group round-trip bit for bit, decompress gives
+// the dequantised float32 matrix, and inconsistent scale fields are refused.
+TEST(CompressedFile, Int8ScalesRoundTripAndAreChecked) {
+  SPARSE24_SEED_TRACE();
+  auto g = testing::rng(27);
+  for (const auto& shape : kShapes) {
+    if (testing::product(shape) == 0) continue;
+    for (int64_t group : {4, 64, 1 << 20}) {
+      SCOPED_TRACE(shape_string(shape) + " group " + std::to_string(group));
+      const Compressed c = quantize_int8(make(g, DType::kF32, shape), group);
+      const Compressed back = parse(encode_compressed(c));
+      expect_same(back, c);
+      EXPECT_EQ(back.scale_group, c.scale_group);
+      EXPECT_EQ(back.scales, c.scales);
+      const Tensor d = decompress(back);
+      EXPECT_EQ(d.dtype, DType::kF32);
+      EXPECT_EQ(d.bytes, decompress(c).bytes);
+    }
+  }
+  const Compressed c = quantize_int8(make(g, DType::kF32, {4, 8}), 4);
+  EXPECT_NEAR(c.bytes_per_weight(), (16.0 + 4 + 4 * 2 * 4) / 32, 1e-12);
+  const std::vector<uint8_t> good = encode_compressed(c);
+  auto mutated = [&](const std::function<void(SafeTensors&)>& edit) {
+    SafeTensors st = parse_safetensors(good.data(), good.size(), "w.s24");
+    edit(st);
+    return encode_safetensors(st);
+  };
+  const std::vector<std::pair<std::function<void(SafeTensors&)>, std::string>> cases = {
+      {[](SafeTensors& st) { st.metadata["scale_group"] = "6"; },
+       "'scale_group' '6' is not a positive multiple"},
+      {[](SafeTensors& st) { st.metadata["scale_group"] = "0"; }, "is not a positive multiple"},
+      {[](SafeTensors& st) { st.metadata["scale_group"] = "12"; }, "is not a positive multiple"},
+      {[](SafeTensors& st) { st.metadata["scale_group"] = "-4"; }, "is not a positive multiple"},
+      {[](SafeTensors& st) { st.metadata["scale_group"] = "99999999999999999999"; },
+       "is not a positive multiple"},
+      {[](SafeTensors& st) { st.metadata["dtype"] = "float32"; }, "(only int8 has scales)"},
+      {[](SafeTensors& st) { st.metadata["scale_group"] = "8"; },
+       "tensor 'scales' has shape [4, 2], expected [4, 1]"},
+      {[](SafeTensors& st) { st.metadata.erase("scale_group"); }, "unexpected tensor 'scales'"},
+      {[](SafeTensors& st) { std::erase_if(st.tensors, [](const auto& t) { return t.first == "scales"; }); },
+       "without a tensor 'scales'"},
+      {[](SafeTensors& st) {
+         tensor(st, "scales").dtype = "F16";
+         tensor(st, "scales").shape = {4, 4};
+       },
+       "tensor 'scales' has dtype F16"},
+      {[](SafeTensors& st) {
+         auto& b = tensor(st, "scales").bytes;
+         const float nan = std::numeric_limits<float>::quiet_NaN();
+         std::memcpy(b.data(), &nan, 4);
+       },
+       "is not finite"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE("case " + std::to_string(i) + ": " + cases[i].second);
+    EXPECT_ERROR(parse(mutated(cases[i].first)), cases[i].second);
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -73,6 +74,7 @@ struct Case {
   Epilogue ep = Epilogue::kNone;
   int threads = 1;
   bool bf16 = false;
+  int64_t int8_group = 0;  // > 0: int8 weights, quantize_int8 with this scale group (clamped to the row)
   PackLayouts layouts = PackLayouts::kBoth;
   std::string variant = {};  // non-empty: spmm_variant(variant, ...) instead of spmm
   std::string str() const {
@@ -80,6 +82,7 @@ struct Case {
            std::to_string(ldx_pad) + " ldy+" + std::to_string(ldy_pad) + " xoff " + std::to_string(x_off) +
            " yoff " + std::to_string(y_off) + (bias ? " bias " : " ") + epilogue_name(ep) + " threads " +
            std::to_string(threads) + (bf16 ? " bf16" : "") +
+           (int8_group ? " int8/" + std::to_string(int8_group) : "") +
            (layouts == PackLayouts::kBoth     ? ""
             : layouts == PackLayouts::kLargeN ? " large-n only"
                                               : " small-n only") +
@@ -89,7 +92,8 @@ struct Case {
 
 void check(Isa isa, const Case& t, std::mt19937_64& g) {
   SCOPED_TRACE(std::string(isa_name(isa)) + " " + t.str());
-  const Compressed c = random_24(g, t.m, t.k);
+  const Compressed c =
+      t.int8_group ? quantize_int8(random_24(g, t.m, t.k), t.int8_group) : random_24(g, t.m, t.k);
   const int64_t ldx = t.n + t.ldx_pad, ldy = t.n + t.ldy_pad;
   // X in a 64-byte aligned buffer, offset by x_off floats; only rows < K exist.
   std::vector<float> xbuf(static_cast<size_t>(t.k * ldx + 32));
@@ -104,8 +108,10 @@ void check(Isa isa, const Case& t, std::mt19937_64& g) {
 
   const Compressed want_w = t.bf16 ? with_bf16_values(c) : c;
   std::vector<float> want(static_cast<size_t>(t.m * ldy)), mag(want.size());
+  // int8: the int8 reference (scaled values in fp32); the bound from the dequantised magnitudes.
   spmm_reference(want_w, x, t.n, ldx, want.data(), ldy, b, t.ep);
-  spmm_reference(with_abs_values(want_w), xabs.data(), t.n, ldx, mag.data(), ldy);
+  spmm_reference(with_abs_values(t.int8_group ? compress(decompress(c)) : want_w), xabs.data(), t.n, ldx,
+                 mag.data(), ldy);
 
   PackOptions o;
   o.isa_set = true;
@@ -159,6 +165,7 @@ Case random_case(std::mt19937_64& g, int64_t m, int64_t k, int64_t n) {
   t.ep = static_cast<Epilogue>(d(g) % 3);
   t.threads = 1 + d(g) % 2;
   t.bf16 = d(g) % 4 == 0;
+  if (!t.bf16 && d(g) % 3 == 0) t.int8_group = std::array<int64_t, 3>{64, 128, 1 << 20}[d(g) % 3];
   return t;
 }
 
@@ -217,6 +224,10 @@ TEST(Spmm, LargerShapes) {
         t.ldx_pad = 3;
         t.x_off = 1;
         t.bf16 = n == 3 || n == 13;  // the spreading and the pair kernels
+        check(isa, t, g);
+        if (::testing::Test::HasFatalFailure()) return;
+        t.bf16 = false;
+        t.int8_group = 64;  // int8 weights: several K blocks (K split at N = 1, 2), two passes at N > 8
         check(isa, t, g);
         if (::testing::Test::HasFatalFailure()) return;
       }
@@ -289,12 +300,13 @@ TEST(Spmm, EveryVariantByName) {
     if (v.n_max == 0)
       for (int64_t n : {31, 33, 64, 65, 129}) ns.push_back(n);
     bool any = false;
-    for (bool bf16 : {false, true}) {
-      if (bf16 ? !v.bf16 : !v.fp32) continue;
+    for (int wt = 0; wt < 3; ++wt) {  // fp32, bf16, int8
+      if (!(wt == 0 ? v.fp32 : wt == 1 ? v.bf16 : v.int8)) continue;
       for (int64_t n : ns)
         for (int rep = 0; rep < 2; ++rep) {
           Case t = random_case(g, kEdges[pick(g)], kEdges[pick(g)], n);
-          t.bf16 = bf16;
+          t.bf16 = wt == 1;
+          t.int8_group = wt == 2 ? (rep ? 64 : 128) : 0;
           t.layouts = v.large_n ? PackLayouts::kLargeN : PackLayouts::kSmallN;
           t.variant = v.name;
           check(v.isa, t, g);
@@ -307,6 +319,41 @@ TEST(Spmm, EveryVariantByName) {
   EXPECT_EQ(tested, runnable) << "a runnable variant was not tested";
   if (isa_supported(Isa::kAvx2)) {
     EXPECT_GT(runnable, 0);
+  }
+}
+
+// int8 weights: raw integers (no scales) and scaled ones on every path; a scale group the int8 layout
+// cannot hold (32 positions, a super chunk under two scales) is a one-line error at pack.
+TEST(Spmm, Int8Weights) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(310);
+  for (Isa isa : isas_here())
+    for (int64_t n : {1, 2, 5, 9, 16, 17, 40})
+      for (int64_t group : {64, 192, 1 << 20}) {
+        Case t{41, 700, n};
+        t.int8_group = group;
+        t.bias = true;
+        t.threads = 1 + n % 2;
+        check(isa, t, g);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+  // Raw int8 (scale 1) against the reference.
+  std::vector<float> w = random_floats(g, 24 * 200, -100.f, 100.f);
+  for (float& v : w) v = std::nearbyint(v);
+  const Compressed c = compress(Tensor::from_float(w, {24, 200}, DType::kI8), true);
+  ASSERT_EQ(c.scale_group, 0);
+  const std::vector<float> x = random_floats(g, 200 * 3);
+  std::vector<float> want(24 * 3), got(24 * 3);
+  spmm_reference(c, x.data(), 3, 3, want.data(), 3);
+  for (Isa isa : isas_here()) {
+    PackOptions o;
+    o.isa_set = true;
+    o.isa = isa;
+    spmm(pack(c, o), x.data(), 3, 3, got.data(), 3);
+    for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-3f * (1.f + std::fabs(want[i])));
+    if (isa == Isa::kRef) continue;
+    const Compressed c32 = quantize_int8(random_24(g, 8, 256), 32);
+    EXPECT_THROW(pack(c32, o), Error);
   }
 }
 

@@ -86,8 +86,10 @@ void run_bench(const BenchOptions& o) {
   std::printf("threads %d, %d interleaved rounds, >= %.3f s per measurement, quiet gate %s", o.threads,
               ro.rounds, ro.min_time, ro.gate ? "on" : "off");
   std::printf(" (FMA probe best %.1f GFLOP/s per thread)\n", gate.best_gflops());
+  double stream_read = 0;
   if (!o.quick) {
     b::Bandwidth bw = b::measure_bandwidth(o.threads, size_t{512} << 20, 5);
+    stream_read = bw.read_gbps;
     std::printf("memory, %d thread(s), 512 MiB arrays: read %.1f GB/s, copy %.1f GB/s (STREAM convention)\n",
                 o.threads, bw.read_gbps, bw.copy_gbps);
   }
@@ -102,11 +104,12 @@ void run_bench(const BenchOptions& o) {
     std::string log;
     b::Row row = b::run_row(s, ro, gate, &log);
     if (o.verbose && !log.empty()) std::printf("%s", log.c_str());
-    std::printf("%s\n%s", b::table_line(row).c_str(), b::row_notes(row).c_str());
+    std::printf("%s\n%s", b::table_line(row).c_str(), b::row_notes(row, stream_read).c_str());
     std::fflush(stdout);
     for (const b::MethodResult& m : row.methods)
       if (!m.ok) wrong.push_back(m.name + " at " + b::shape_label(s) + " (" + m.error + ")");
     all.push_back(b::row_json(row));
+    if (stream_read > 0) all.back()["stream_read_gbps"] = stream_read;
     if (!o.json.empty()) b::write_json_atomic(o.json, all);
   }
   if (!wrong.empty()) {

@@ -32,6 +32,8 @@ nlohmann::json to_json(const SparsityReport& r) {
   j["sparsity"] = r.sparsity;
   j["kept_magnitude"] = r.kept_magnitude;
   j["compression_ratio"] = r.compression_ratio;
+  if (r.format == "sparse24") j["bytes_per_weight"] = r.bytes_per_weight;
+  if (r.scale_group > 0) j["scale_group"] = r.scale_group;
   return j;
 }
 
@@ -154,7 +156,15 @@ void register_inspect(CLI::App& app) {
     std::printf("\nsparsity          %.4f\n", r.sparsity);
     std::printf("kept magnitude    %.4f (of sum |w|, by a magnitude prune to %s)\n", r.kept_magnitude,
                 pattern_string(r.pattern).c_str());
-    std::printf("compression       %.5f of dense bytes (2:4 values + 4-bit metadata)\n", r.compression_ratio);
+    std::printf("compression       %.5f of dense bytes (2:4 values + 4-bit metadata%s)\n",
+                r.compression_ratio, r.scale_group > 0 ? " + fp32 scales" : "");
+    if (r.format == "sparse24") {
+      std::printf("bytes per weight  %.4f", r.bytes_per_weight);
+      if (r.scale_group > 0)
+        std::printf(" (int8, one fp32 scale per %lld positions of a row)",
+                    static_cast<long long>(r.scale_group));
+      std::printf("\n");
+    }
   });
 }
 
