@@ -18,7 +18,7 @@
 namespace sparse24::train {
 
 struct DistillOptions {
-  int64_t steps = 400, batch = 32;
+  int64_t steps = 300, batch = 32;
   double lr = 1e-4, hidden_weight = 1.0, weight_decay = 0.01;
   int64_t warmup = -1;  // -1: 5% of the steps (at least 1)
   bool train_embeddings = false;

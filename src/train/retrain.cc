@@ -159,6 +159,7 @@ void run_retrain(const RetrainOptions& o) {
       o.pruned_dir.c_str(), static_cast<long long>(pruned), lines.size(),
       o.corpus.empty() ? "the KJV training books" : o.corpus.c_str(), static_cast<long long>(max_tokens),
       static_cast<long long>(o.steps), static_cast<long long>(o.batch), o.lr, threads);
+  std::fflush(stdout);
 
   // ---- Before ----
   std::vector<std::string> eval_lines;
@@ -176,6 +177,7 @@ void run_retrain(const RetrainOptions& o) {
     before = engine_cosine(*teacher_model, teacher_info, sm, si, o.model_dir, eval_lines, threads);
     std::printf("before: mean cosine to %s on %s (%zu lines): %.4f\n", o.model_dir.c_str(), o.eval.c_str(),
                 eval_lines.size(), before);
+    std::fflush(stdout);
   }
   double t_eval = since(t1);
 
@@ -228,6 +230,7 @@ void run_retrain(const RetrainOptions& o) {
   std::printf("wrote %s (%s): %lld 2:4 weights, masks as in %s\n", o.out_dir.c_str(),
               checkpoint_format_name(layout), static_cast<long long>(ck.sparse_count()),
               o.pruned_dir.c_str());
+  std::fflush(stdout);
 
   // ---- After: the written directory, read back by the engine ----
   if (!o.eval.empty()) {
@@ -238,6 +241,7 @@ void run_retrain(const RetrainOptions& o) {
         engine_cosine(*teacher_model, teacher_info, om, oi, o.model_dir, eval_lines, threads);
     std::printf("after:  mean cosine to %s on %s (%zu lines): %.4f (before %.4f)\n", o.model_dir.c_str(),
                 o.eval.c_str(), eval_lines.size(), after, before);
+    std::fflush(stdout);
     t_eval += since(t4);
   }
   std::printf(

@@ -13,7 +13,7 @@ struct RetrainOptions {
   std::string out_dir;     // must not exist; written like pruned_dir, in the same layout
   std::string corpus;      // one sentence per line; empty: the KJV training books from `bible` (bible-kjv)
   std::string eval;        // optional: mean cosine to the teacher on this file before and after (the engine)
-  int64_t steps = 400;
+  int64_t steps = 300;
   int64_t batch = 32;          // sentences per step
   int64_t max_tokens = 128;    // per sentence (also capped by the model's max_seq_length)
   double lr = 1e-4;            // AdamW peak; linear warm-up over 5% of the steps, cosine decay to 0

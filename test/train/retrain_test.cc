@@ -289,10 +289,10 @@ TEST_F(RetrainTest, CommandWritesACheckpointTheEngineRuns) {
     auto config = [](const HfDir& d) {
       json j = json::parse(d.config_json);
       if (j.contains("quantization_config")) {
-        auto& t = j["quantization_config"]["sparsity_config"]["targets"];
-        std::vector<std::string> v = t.get<std::vector<std::string>>();
+        auto& targets = j["quantization_config"]["sparsity_config"]["targets"];
+        std::vector<std::string> v = targets.get<std::vector<std::string>>();
         std::sort(v.begin(), v.end());
-        t = v;
+        targets = v;
       }
       return j;
     };
