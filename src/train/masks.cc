@@ -103,6 +103,28 @@ MaskSet MaskSet::prune(torch::nn::Module& module, const MaskOptions& options) {
   return set;
 }
 
+MaskSet MaskSet::fixed(torch::nn::Module& module, const std::map<std::string, torch::Tensor>& masks) {
+  MaskSet set;
+  set.layers_ = candidates(module, MaskOptions{MaskKind::kUnstructured, 1.0, {}, {}});
+  for (LayerMask& l : set.layers_) {
+    const auto it = masks.find(l.name);
+    if (it == masks.end()) {
+      l.reason = "dense in the checkpoint";
+      continue;
+    }
+    if (it->second.sizes().vec() != l.shape) throw Error("mask of '" + l.name + "' has the wrong shape");
+    l.mask = it->second.to(l.weight.device(), torch::kFloat32);
+    l.pruned = true;
+  }
+  for (const auto& [name, mask] : masks) {
+    bool known = false;
+    for (const LayerMask& l : set.layers_) known = known || l.name == name;
+    if (!known) throw Error("mask for '" + name + "', which is not a Linear or Conv2d of the model");
+  }
+  set.apply();
+  return set;
+}
+
 void MaskSet::mask_gradients() {
   torch::NoGradGuard no_grad;
   for (LayerMask& l : layers_)

@@ -11,6 +11,7 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,9 @@ class MaskSet {
   static MaskSet prune(torch::nn::Module& module, const MaskOptions& options);
   // Lists the candidate layers without pruning (every entry pruned = false).
   static std::vector<LayerMask> candidates(torch::nn::Module& module, const MaskOptions& options);
+  // Masks given per layer name (e.g. read from a 2:4 checkpoint); applies them. Error naming the layer if
+  // a name is not a Linear/Conv2d of the module or a mask's shape is not its weight's.
+  static MaskSet fixed(torch::nn::Module& module, const std::map<std::string, torch::Tensor>& masks);
 
   void mask_gradients();  // grad *= mask, for every pruned weight with a gradient
   void apply();           // weight *= mask

@@ -17,8 +17,9 @@ std::string format_duration(double seconds) {
   return buf;
 }
 
-Progress::Progress(std::string label, int64_t batches, std::FILE* out)
+Progress::Progress(std::string label, int64_t batches, std::FILE* out, std::string metric)
     : label_(std::move(label)),
+      metric_(std::move(metric)),
       batches_(batches),
       out_(out),
       tty_(isatty(fileno(out)) != 0),
@@ -27,6 +28,15 @@ Progress::Progress(std::string label, int64_t batches, std::FILE* out)
 
 double Progress::seconds() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+std::string Progress::metric_text(double value) const {
+  char buf[64];
+  if (metric_ == "acc")
+    std::snprintf(buf, sizeof buf, "acc %.2f%%", 100 * value);
+  else
+    std::snprintf(buf, sizeof buf, "%s %.4f", metric_.c_str(), value);
+  return buf;
 }
 
 void Progress::update(int64_t batch, double loss, double accuracy) {
@@ -44,17 +54,17 @@ void Progress::update(int64_t batch, double loss, double accuracy) {
   const double elapsed = seconds();
   const double eta =
       batch > 0 ? elapsed * static_cast<double>(batches_ - batch) / static_cast<double>(batch) : 0;
-  std::fprintf(out_, "\r%s [%s] %lld/%lld loss %.4f acc %.2f%% ETA %s ", label_.c_str(), bar.c_str(),
-               static_cast<long long>(batch), static_cast<long long>(batches_), loss, 100 * accuracy,
-               format_duration(eta).c_str());
+  std::fprintf(out_, "\r%s [%s] %lld/%lld loss %.4f %s ETA %s ", label_.c_str(), bar.c_str(),
+               static_cast<long long>(batch), static_cast<long long>(batches_), loss,
+               metric_text(accuracy).c_str(), format_duration(eta).c_str());
   std::fflush(out_);
 }
 
 void Progress::finish(const std::string& extra) {
   if (tty_) std::fprintf(out_, "\r\033[K");
-  std::fprintf(out_, "%s: %lld batches, loss %.4f, train acc %.2f%%, %s%s\n", label_.c_str(),
-               static_cast<long long>(batches_), loss_, 100 * accuracy_, format_duration(seconds()).c_str(),
-               extra.empty() ? "" : (", " + extra).c_str());
+  std::fprintf(out_, "%s: %lld batches, loss %.4f, train %s, %s%s\n", label_.c_str(),
+               static_cast<long long>(batches_), loss_, metric_text(accuracy_).c_str(),
+               format_duration(seconds()).c_str(), extra.empty() ? "" : (", " + extra).c_str());
   std::fflush(out_);
 }
 

@@ -10,8 +10,9 @@ namespace sparse24::train {
 
 class Progress {
  public:
-  // `label` e.g. "dense 3/8"; `out` is where to print (a TTY check decides the style).
-  Progress(std::string label, int64_t batches, std::FILE* out = stdout);
+  // `label` e.g. "dense 3/8"; `out` is where to print (a TTY check decides the style). `metric` names the
+  // second number: "acc" is shown as a percentage, anything else (e.g. "cos") as it is.
+  Progress(std::string label, int64_t batches, std::FILE* out = stdout, std::string metric = "acc");
   // After each batch: running mean loss and accuracy (0..1) of the epoch so far.
   void update(int64_t batch, double loss, double accuracy);
   // Ends the epoch's line; `extra` is appended (e.g. the test accuracy).
@@ -19,7 +20,8 @@ class Progress {
   double seconds() const;
 
  private:
-  std::string label_;
+  std::string metric_text(double value) const;
+  std::string label_, metric_;
   int64_t batches_;
   std::FILE* out_;
   bool tty_;

@@ -10,7 +10,7 @@ namespace sparse24::cli {
 
 void prepare_training_process(int argc, char** argv) {
   if (argc >= 2 && (std::strcmp(argv[1], "workflow") == 0 || std::strcmp(argv[1], "sweep") == 0 ||
-                    std::strcmp(argv[1], "lm-experiment") == 0))
+                    std::strcmp(argv[1], "lm-experiment") == 0 || std::strcmp(argv[1], "retrain") == 0))
     train::reexec_with_openblas_coretype(argv);
 }
 

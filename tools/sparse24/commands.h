@@ -54,6 +54,7 @@ void register_bench_model(CLI::App& app);  // cmd_embed.cc
 void register_workflow(CLI::App& app);
 void register_sweep(CLI::App& app);
 void register_lm_experiment(CLI::App& app);  // cmd_lm_experiment.cc
+void register_retrain(CLI::App& app);        // cmd_retrain.cc (needs the engine: SPARSE24_TRAIN_HAVE_ENGINE)
 // Re-executes the process with OPENBLAS_CORETYPE set when argv names a training command (cmd_workflow.cc).
 void prepare_training_process(int argc, char** argv);
 // In `sparse24`: the training commands, listed in its help, run by executing sparse24-train beside it
@@ -61,7 +62,9 @@ void prepare_training_process(int argc, char** argv);
 inline constexpr const char* kTrainingCommands[][2] = {
     {"workflow", "Train dense, prune 2:4 once, retrain with the mask fixed, export, write DIR/report.md"},
     {"sweep", "Compare 2:4 with unstructured pruning at 50% and beyond"},
-    {"lm-experiment", "One-shot 2:4 pruning methods on a byte-level transformer trained on the KJV"}};
+    {"lm-experiment", "One-shot 2:4 pruning methods on a byte-level transformer trained on the KJV"},
+    {"retrain",
+     "Retrain a 2:4-pruned sentence encoder with its masks fixed, distilled from the dense model"}};
 #endif
 
 }  // namespace sparse24::cli

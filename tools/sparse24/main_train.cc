@@ -1,4 +1,5 @@
-// sparse24-train: the training commands (libtorch). `sparse24 workflow|sweep|lm-experiment` executes this.
+// sparse24-train: the training commands (libtorch). `sparse24 workflow|sweep|lm-experiment|retrain` executes
+// this.
 #include <cstdio>
 #include <exception>
 
@@ -12,5 +13,8 @@ int main(int argc, char** argv) {
   sparse24::cli::register_workflow(app);
   sparse24::cli::register_sweep(app);
   sparse24::cli::register_lm_experiment(app);
+#ifdef SPARSE24_TRAIN_HAVE_ENGINE
+  sparse24::cli::register_retrain(app);
+#endif
   return sparse24::cli::run_app(app, argc, argv);
 }
