@@ -96,6 +96,9 @@ struct DecoderOptions {
   Mode mode = Mode::kSparse;
   bool bf16_weights = false;   // sparse Linears (and the head) hold bfloat16 weights
   int64_t max_context = 2048;  // the KV cache's capacity in tokens (at most max_positions)
+  // Sparse Linears also pack the compute-bound layout, for long prefills (perplexity); weight_bytes then
+  // counts both layouts. Off: only the memory-bound layout a decoded token reads (any n runs on it).
+  bool prefill_layout = false;
 };
 
 class Decoder {

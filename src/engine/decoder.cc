@@ -21,12 +21,12 @@ struct Linear {
   std::optional<PackedMatrix> packed;
   std::vector<float> w;
 
-  Linear(const Gemm& g, bool sparse, bool bf16) : m(g.m), k(g.k) {
+  Linear(const Gemm& g, bool sparse, bool bf16, bool both = false) : m(g.m), k(g.k) {
     if (!g.bias.empty()) throw Error("layer '" + g.name + "': a decoder Linear has no bias");
     if (sparse && g.pruned) {
       PackOptions o;
       o.bf16_weights = bf16;
-      o.layouts = PackLayouts::kSmallN;
+      o.layouts = both ? PackLayouts::kBoth : PackLayouts::kSmallN;
       packed = pack(g.sparse, o);
       return;
     }
@@ -104,11 +104,12 @@ Decoder::Decoder(const DecoderModel& m, const DecoderOptions& o) : impl_(std::ma
   const bool sparse = o.mode != Mode::kDense;
   if (!s.c.tied) s.head.emplace(m.head, false, false);
   for (const DecoderLayer& l : m.layers) {
+    const bool bf = o.bf16_weights, both = o.prefill_layout;
     s.layers.push_back({&l,
-                        Linear(l.qkv, sparse, o.bf16_weights),
-                        Linear(l.o, sparse, o.bf16_weights),
-                        Linear(l.gate_up, sparse, o.bf16_weights),
-                        Linear(l.down, sparse, o.bf16_weights),
+                        Linear(l.qkv, sparse, bf, both),
+                        Linear(l.o, sparse, bf, both),
+                        Linear(l.gate_up, sparse, bf, both),
+                        Linear(l.down, sparse, bf, both),
                         {},
                         {}});
     LayerExec& e = s.layers.back();

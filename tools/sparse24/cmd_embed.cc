@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "sparse24/decoder.h"
 #include "sparse24/engine.h"
 #include "sparse24/error.h"
 #include "sparse24/hf_dir.h"
@@ -110,6 +111,9 @@ void cmd_embed(const std::string& dir, const std::vector<std::string>& text, con
 // The default targets of prune-model: every Linear of the encoder's layers (embeddings, the relative
 // position bias and the pooler stay dense; LayerNorm weights are not 2-D).
 constexpr const char* kEncoderLinears = R"(encoder\.layer\.[0-9]+\.)";
+// A decoder's (Llama): Q, K, V, O, gate, up and down of every layer; the embeddings (the tied head) stay
+// dense.
+constexpr const char* kDecoderLinears = R"(model\.layers\.[0-9]+\.(self_attn|mlp)\.)";
 
 void cmd_prune_model(const std::string& dir, const std::string& out, const std::string& targets,
                      const std::string& format) {
@@ -120,7 +124,7 @@ void cmd_prune_model(const std::string& dir, const std::string& out, const std::
                ms_since(t0) / 1000);
   SparsifyOptions so;
   so.prune = true;
-  so.targets = targets.empty() ? kEncoderLinears : targets;
+  so.targets = !targets.empty() ? targets : engine::is_hf_decoder(dir) ? kDecoderLinears : kEncoderLinears;
   so.rank2_only = true;
   const auto t1 = Clock::now();
   const SparsifyReport r = sparsify(d.weights, so);
@@ -348,7 +352,8 @@ void register_prune_model(CLI::App& app) {
   cmd->add_option("model", o->model, "model directory")->required();
   cmd->add_option("-o,--output", o->out, "new model directory (must not exist)")->required();
   cmd->add_option("--targets", o->targets,
-                  std::string("regex selecting the weights to prune (default: ") + kEncoderLinears + ")");
+                  std::string("regex selecting the weights to prune (default: ") + kEncoderLinears +
+                      "; a llama decoder's: " + kDecoderLinears + ")");
   cmd->add_option("--format", o->format, "weights layout of the output")
       ->check(CLI::IsMember({"sparse24", "sparse-24-bitmask"}));
   cmd->callback([o] { cmd_prune_model(o->model, o->out, o->targets, o->format); });
