@@ -11,6 +11,7 @@
 
 #include "common/seed.h"
 #include "sparse24/compressed.h"
+#include "sparse24/gguf.h"
 #include "sparse24/io.h"
 #include "sparse24/mask.h"
 
@@ -117,6 +118,62 @@ TEST_F(Cli, BadInputFailsCleanly) {
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << "one line expected: " << r.out;
     EXPECT_EQ(files(), before) << args;
   }
+}
+
+// A small GGUF file with a tokenizer: inspect reports it, tokenize uses its vocabulary; a truncated copy and
+// an unknown pre-tokenizer fail with one line and a non-zero exit.
+TEST_F(Cli, InspectAndTokenizeGguf) {
+  Gguf g;
+  const std::vector<std::string> tokens = {"a", "b", "\xc4\xa0", "ab", "<s>"};
+  g.metadata = {{"general.architecture", GgufValue::of_string("llama")},
+                {"tokenizer.ggml.model", GgufValue::of_string("gpt2")},
+                {"tokenizer.ggml.pre", GgufValue::of_string("smollm")},
+                {"tokenizer.ggml.tokens", GgufValue::of_strings(tokens)},
+                {"tokenizer.ggml.token_type", GgufValue::of_ints(GgufType::kI32, {1, 1, 1, 1, 3})},
+                {"tokenizer.ggml.merges", GgufValue::of_strings({"a b"})}};
+  std::vector<uint8_t> w(24), q(20);
+  GgufTensor t;
+  t.name = "w";
+  t.shape = {2, 3};
+  t.type = 0;
+  t.bytes = w;
+  g.tensors.push_back(t);
+  t.name = "q";
+  t.shape = {1, 32};
+  t.type = 3;
+  t.bytes = q;
+  g.tensors.push_back(t);
+  const std::vector<uint8_t> bytes = encode_gguf(g);
+  write_file_atomic(path("m.gguf"), bytes);
+
+  CliRun r = run("inspect --json " + path("m.gguf"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["architecture"], "llama");
+  EXPECT_EQ(j["parameters"], 38);
+  EXPECT_EQ(j["tensor_bytes"], 44);
+  EXPECT_EQ(j["tensors"][1]["type"], "Q4_1");
+  EXPECT_EQ(j["tensors"][1]["shape"], (std::vector<int64_t>{1, 32}));
+  EXPECT_EQ(j["metadata"]["tokenizer.ggml.tokens"]["length"], 5);
+  r = run("inspect " + path("m.gguf"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("architecture      llama"), std::string::npos) << r.out;
+
+  r = run("tokenize " + path("m.gguf") + " --text 'ab b<s>a'");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out, "[3,2,1,4,0]\n");
+
+  write_file_atomic(path("cut.gguf"), std::string(bytes.begin(), bytes.begin() + 100));
+  r = run("inspect " + path("cut.gguf"));
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("sparse24: error: " + path("cut.gguf") + ": "), std::string::npos) << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  g.metadata[2].second = GgufValue::of_string("llama3");
+  const std::vector<uint8_t> other = encode_gguf(g);
+  write_file_atomic(path("llama3.gguf"), other);
+  r = run("tokenize " + path("llama3.gguf") + " --text x");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("tokenizer.ggml.pre 'llama3' is not supported"), std::string::npos) << r.out;
 }
 
 TEST_F(Cli, DemoRuns) {

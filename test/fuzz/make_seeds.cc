@@ -9,6 +9,7 @@
 #include "sparse24/bitmask24.h"
 #include "sparse24/checkpoint.h"
 #include "sparse24/compressed.h"
+#include "sparse24/gguf.h"
 #include "sparse24/io.h"
 #include "sparse24/pattern.h"
 
@@ -50,6 +51,48 @@ int main(int argc, char** argv) {
   st.add("c", StTensor{"I64", {0}, {}});
   put(out / "safetensors", "small", encode_safetensors(st));
   put(out / "safetensors", "empty", encode_safetensors(SafeTensors{}));
+
+  // gguf: metadata of every kind, one tensor of each dequantized type (and one it only reads), alignment 32
+  // and 16
+  {
+    Gguf g;
+    g.metadata = {{"general.architecture", GgufValue::of_string("llama")},
+                  {"llama.block_count", GgufValue::of_int(GgufType::kU32, 2)},
+                  {"llama.rope.freq_base", GgufValue::of_float(GgufType::kF32, 10000)},
+                  {"tokenizer.ggml.add_bos_token", GgufValue::of_int(GgufType::kBool, 0)},
+                  {"tokenizer.ggml.tokens", GgufValue::of_strings({"a", "b",
+                                                                   "\xc4\xa0"
+                                                                   "b"})},
+                  {"tokenizer.ggml.token_type", GgufValue::of_ints(GgufType::kI32, {1, 1, 3})},
+                  {"f64s", GgufValue::of_floats(GgufType::kF64, {0.5, -1})},
+                  {"u64", GgufValue::of_int(GgufType::kU64, 7)}};
+    std::vector<std::vector<uint8_t>> storage;
+    const std::pair<uint32_t, std::vector<int64_t>> specs[] = {{0, {2, 3}},  {1, {4}},     {30, {2, 2}},
+                                                               {2, {1, 32}}, {3, {2, 32}}, {8, {32}},
+                                                               {12, {256}},  {14, {256}},  {13, {256}}};
+    for (const auto& [type, shape] : specs) {
+      const GgmlTypeInfo* ti = ggml_type_info(type);
+      int64_t numel = 1;
+      for (int64_t d : shape) numel *= d;
+      std::vector<uint8_t> b(static_cast<size_t>(numel / ti->block * ti->block_bytes));
+      for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<uint8_t>(i * 37 + 11);
+      storage.push_back(std::move(b));
+    }
+    for (size_t i = 0; i < storage.size(); ++i) {
+      GgufTensor t;
+      t.name = "t" + std::to_string(i);
+      t.type = specs[i].first;
+      t.shape = specs[i].second;
+      t.bytes = storage[i];
+      g.tensors.push_back(t);
+    }
+    put(out / "gguf", "all_types", encode_gguf(g));
+    g.alignment = 16;
+    g.version = 2;
+    g.metadata.emplace_back("general.alignment", GgufValue::of_int(GgufType::kU32, 16));
+    put(out / "gguf", "v2_align16", encode_gguf(g));
+    put(out / "gguf", "empty", encode_gguf(Gguf{}));
+  }
 
   // npy
   for (DType dt : {DType::kF32, DType::kF16, DType::kI8}) {
@@ -162,6 +205,56 @@ int main(int argc, char** argv) {
                 {"pruned", pruned}},
                w);
   }
+  // bpe: selector byte 0 + a byte-level BPE tokenizer.json; selector byte 1 + a GGUF file with its metadata
+  {
+    const std::vector<std::string> tokens = {"a",
+                                             "b",
+                                             "c",
+                                             "\xc4\xa0",
+                                             "ab",
+                                             "abc",
+                                             "\xc4\xa0"
+                                             "a",
+                                             "1",
+                                             "2",
+                                             "<s>"};
+    const std::vector<std::string> merges = {"a b", "ab c", "\xc4\xa0 a", "1 2"};
+    nlohmann::json vocab = nlohmann::json::object();
+    for (size_t i = 0; i < tokens.size(); ++i) vocab[tokens[i]] = i;
+    for (bool digits : {false, true}) {
+      nlohmann::json bl = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
+      nlohmann::json pre =
+          digits ? nlohmann::json{{"type", "Sequence"},
+                                  {"pretokenizers", {{{"type", "Digits"}, {"individual_digits", true}}, bl}}}
+                 : bl;
+      nlohmann::json j = {{"added_tokens", {{{"id", 9}, {"content", "<s>"}, {"special", true}}}},
+                          {"pre_tokenizer", pre},
+                          {"post_processor",
+                           {{"type", "TemplateProcessing"},
+                            {"single", {{{"SpecialToken", {{"id", "<s>"}}}}, {{"Sequence", {{"id", "A"}}}}}},
+                            {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {9}}}}}}}},
+                          {"decoder", {{"type", "ByteLevel"}}},
+                          {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}}};
+      const std::string text = j.dump();
+      std::vector<uint8_t> b = {0};
+      b.insert(b.end(), text.begin(), text.end());
+      put(out / "bpe", digits ? "json_digits" : "json", b);
+    }
+    Gguf g;
+    g.metadata = {
+        {"tokenizer.ggml.model", GgufValue::of_string("gpt2")},
+        {"tokenizer.ggml.pre", GgufValue::of_string("smollm")},
+        {"tokenizer.ggml.tokens", GgufValue::of_strings(tokens)},
+        {"tokenizer.ggml.token_type", GgufValue::of_ints(GgufType::kI32, {1, 1, 1, 1, 1, 1, 1, 1, 1, 3})},
+        {"tokenizer.ggml.merges", GgufValue::of_strings(merges)},
+        {"tokenizer.ggml.bos_token_id", GgufValue::of_int(GgufType::kU32, 9)},
+        {"tokenizer.ggml.add_bos_token", GgufValue::of_int(GgufType::kBool, 1)}};
+    std::vector<uint8_t> b = {1};
+    const std::vector<uint8_t> file = encode_gguf(g);
+    b.insert(b.end(), file.begin(), file.end());
+    put(out / "bpe", "gguf", b);
+  }
+
   // tokenizer: a small BERT-like tokenizer.json and an MPNet-like one (RobertaProcessing, lstrip <mask>)
   {
     nlohmann::json vocab = nlohmann::json::object();

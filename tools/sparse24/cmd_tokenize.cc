@@ -1,14 +1,69 @@
-// sparse24 tokenize MODEL_DIR (--text S... | --input FILE) [--max-length L] [-o OUT.jsonl] [--words]
+// sparse24 tokenize MODEL (--text S... | --input FILE) [--max-length L] [-o OUT.jsonl] [--words]
+// MODEL: a directory with tokenizer.json (WordPiece or byte-level BPE) or vocab.txt, or a GGUF file (its
+// tokenizer.ggml.* metadata).
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "sparse24/error.h"
+#include "sparse24/gguf.h"
 #include "sparse24/io.h"
+#include "text/bpe.h"
 #include "text/wordpiece.h"
 
 namespace sparse24::cli {
+namespace {
+
+struct Tokenizer {
+  std::function<std::vector<int32_t>(std::string_view, int64_t)> encode;
+  std::function<std::vector<std::string>(std::string_view)> split;
+};
+
+bool has_gguf_magic(const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return false;
+  char magic[4] = {};
+  const bool yes = std::fread(magic, 1, 4, f) == 4 && std::memcmp(magic, "GGUF", 4) == 0;
+  std::fclose(f);
+  return yes;
+}
+
+// The model type of DIR/tokenizer.json ("" when there is none or it cannot be read: WordPiece reports why).
+std::string model_type(const std::string& dir) {
+  const std::string tj = dir + "/tokenizer.json";
+  if (!std::filesystem::is_regular_file(tj)) return "";
+  const std::vector<uint8_t> bytes = read_file(tj);
+  const nlohmann::json j = nlohmann::json::parse(bytes.begin(), bytes.end(), nullptr, false);
+  if (!j.is_object() || !j.contains("model") || !j["model"].is_object() || !j["model"].contains("type") ||
+      !j["model"]["type"].is_string())
+    return "";
+  return j["model"]["type"].get<std::string>();
+}
+
+Tokenizer load_tokenizer(const std::string& model) {
+  if (std::filesystem::is_regular_file(model)) {
+    if (!has_gguf_magic(model))
+      throw Error("tokenize: '" + model + "' is neither a directory nor a GGUF file");
+    const MappedGguf m(model);
+    auto bpe = std::make_shared<text::ByteBpe>(text::ByteBpe::from_gguf(m.gguf, model));
+    return {[bpe](std::string_view s, int64_t n) { return bpe->encode(s, n); },
+            [bpe](std::string_view s) { return bpe->split(s); }};
+  }
+  if (model_type(model) == "BPE") {
+    auto bpe = std::make_shared<text::ByteBpe>(text::ByteBpe::from_dir(model));
+    return {[bpe](std::string_view s, int64_t n) { return bpe->encode(s, n); },
+            [bpe](std::string_view s) { return bpe->split(s); }};
+  }
+  auto wp = std::make_shared<text::WordPiece>(text::WordPiece::from_dir(model));
+  return {[wp](std::string_view s, int64_t n) { return wp->encode(s, n).ids; },
+          [wp](std::string_view s) { return wp->split(s); }};
+}
+
+}  // namespace
 
 void register_tokenize(CLI::App& app) {
   struct Opts {
@@ -18,9 +73,11 @@ void register_tokenize(CLI::App& app) {
     bool words = false, timing = false;
   };
   auto o = std::make_shared<Opts>();
-  CLI::App* cmd = app.add_subcommand(
-      "tokenize", "Token ids of each text (or each line of a file) with the model's WordPiece tokenizer");
-  cmd->add_option("model_dir", o->dir, "directory with tokenizer.json (or vocab.txt + tokenizer_config.json)")
+  CLI::App* cmd = app.add_subcommand("tokenize",
+                                     "Token ids of each text (or each line of a file) with the model's "
+                                     "tokenizer (WordPiece or byte-level BPE)");
+  cmd->add_option("model", o->dir,
+                  "directory with tokenizer.json (or vocab.txt + tokenizer_config.json), or a GGUF file")
       ->required();
   auto* text = cmd->add_option("--text", o->texts, "texts to tokenize (one output line each)");
   auto* input = cmd->add_option("--input", o->input, "UTF-8 file: one text per line ('\\n' ends a line)");
@@ -32,7 +89,7 @@ void register_tokenize(CLI::App& app) {
   cmd->add_flag("--timing", o->timing, "print the tokenization time to stderr");
   cmd->callback([o] {
     if (o->texts.empty() && o->input.empty()) throw Error("tokenize: give --text or --input");
-    const text::WordPiece wp = text::WordPiece::from_dir(o->dir);
+    const Tokenizer tok = load_tokenizer(o->dir);
     std::vector<std::string> lines = o->texts;
     if (!o->input.empty()) {
       const std::vector<uint8_t> bytes = read_file(o->input);
@@ -47,9 +104,9 @@ void register_tokenize(CLI::App& app) {
     const auto t0 = std::chrono::steady_clock::now();
     for (const std::string& line : lines) {
       if (o->words) {
-        out += nlohmann::json(wp.split(line)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+        out += nlohmann::json(tok.split(line)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
       } else {
-        const std::vector<int32_t> ids = wp.encode(line, o->max_length).ids;
+        const std::vector<int32_t> ids = tok.encode(line, o->max_length);
         out += '[';
         for (size_t i = 0; i < ids.size(); ++i) {
           if (i) out += ',';

@@ -1,0 +1,758 @@
+// Byte-level BPE, the pipeline of Hugging Face `tokenizers` (Tokenizer::encode for one sequence) and of
+// llama.cpp's gpt2-type vocabularies:
+//   1. added tokens are found in the raw text (leftmost, longest first) and become ids of their own;
+//   2. every other piece is pre-tokenized: with Digits, each numeric character is a piece of its own; then
+//      the GPT-2 regex 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ cuts each
+//      piece (matched by hand over HF's own character classes, measured: hf_bpe_classes.inc);
+//   3. each word's bytes become the GPT-2 byte-to-unicode characters, one symbol each, and the adjacent pair
+//      of lowest merge rank (leftmost among equals) is merged until no pair has a rank;
+//   4. truncation, then the post-processor's special tokens around the sequence.
+#include "bpe.h"
+
+#include <utf8proc.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <queue>
+#include <unordered_map>
+
+#include "io/io_util.h"
+#include "sparse24/error.h"
+#include "sparse24/gguf.h"
+#include "sparse24/io.h"
+#include "unicode.h"
+
+namespace sparse24::text {
+
+namespace {
+
+using io_detail::fail;
+using io_detail::printable;
+using json = nlohmann::json;
+
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+
+struct AddedToken {
+  std::string content;
+  int32_t id = 0;
+  bool special = false;
+};
+
+// GPT-2's byte-to-unicode table: printable Latin-1 bytes stand for themselves, the other 68 bytes (controls,
+// space, DEL, NBSP, soft hyphen...) for U+0100 onwards in byte order, so every byte is a visible character.
+struct ByteMap {
+  char32_t to_char[256];
+  std::string to_utf8[256];
+  std::unordered_map<char32_t, uint8_t> to_byte;
+  ByteMap() {
+    int next = 0;
+    for (int b = 0; b < 256; ++b) {
+      const bool keep = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+      to_char[b] = keep ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + next++);
+      append_utf8(to_utf8[b], to_char[b]);
+      to_byte.emplace(to_char[b], static_cast<uint8_t>(b));
+    }
+  }
+};
+const ByteMap& byte_map() {
+  static const ByteMap m;
+  return m;
+}
+
+// Character classes of the GPT-2 regex.
+enum class Cls : uint8_t { kLetter, kNumber, kSpace, kOther };
+
+struct Char {
+  char32_t cp;  // 0xFFFFFFFF for an invalid byte
+  Cls cls;
+  bool digit;           // numeric for the Digits pre-tokenizer
+  uint32_t begin, end;  // bytes in the piece
+};
+
+struct CodeRange {
+  char32_t lo, hi;
+};
+// HF's classes, measured (hf_bpe_classes.inc): Oniguruma's Unicode tables in the regex and Rust's in Digits
+// are newer than utf8proc's (Unicode 16 letters such as U+1C89 would otherwise be "other").
+#include "hf_bpe_classes.inc"
+
+template <size_t N>
+bool in(const CodeRange (&table)[N], char32_t c) {
+  const CodeRange* it =
+      std::upper_bound(table, table + N, c, [](char32_t x, const CodeRange& r) { return x < r.lo; });
+  return it != table && c <= (it - 1)->hi;
+}
+
+Cls classify(char32_t c) {
+  if (in(kHfSpace, c)) return Cls::kSpace;
+  if (in(kHfLetter, c)) return Cls::kLetter;
+  if (in(kHfNumber, c)) return Cls::kNumber;
+  return Cls::kOther;
+}
+
+// The characters of `s`; an invalid byte is one character of class Other (HF never sees one: Python strings
+// are valid Unicode).
+void chars_of(std::string_view s, std::vector<Char>& out) {
+  out.clear();
+  size_t i = 0;
+  while (i < s.size()) {
+    utf8proc_int32_t cp = -1;
+    const utf8proc_ssize_t n = utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(s.data() + i),
+                                                static_cast<utf8proc_ssize_t>(s.size() - i), &cp);
+    if (n <= 0 || cp < 0) {
+      out.push_back({0xFFFFFFFF, Cls::kOther, false, static_cast<uint32_t>(i), static_cast<uint32_t>(i + 1)});
+      ++i;
+    } else {
+      out.push_back({static_cast<char32_t>(cp), classify(static_cast<char32_t>(cp)),
+                     in(kHfDigit, static_cast<char32_t>(cp)), static_cast<uint32_t>(i),
+                     static_cast<uint32_t>(i + static_cast<size_t>(n))});
+      i += static_cast<size_t>(n);
+    }
+  }
+}
+
+// The GPT-2 regex over characters [a, b) of `ch`: appends each match as a character range.
+void gpt2_split(const std::vector<Char>& ch, size_t a, size_t b,
+                std::vector<std::pair<size_t, size_t>>& out) {
+  size_t i = a;
+  while (i < b) {
+    const char32_t c = ch[i].cp;
+    // 's|'t|'re|'ve|'m|'ll|'d
+    if (c == U'\'' && i + 1 < b) {
+      const char32_t n1 = ch[i + 1].cp;
+      if (n1 == U's' || n1 == U't' || n1 == U'm' || n1 == U'd') {
+        out.emplace_back(i, i + 2);
+        i += 2;
+        continue;
+      }
+      if (i + 2 < b) {
+        const char32_t n2 = ch[i + 2].cp;
+        if ((n1 == U'r' && n2 == U'e') || (n1 == U'v' && n2 == U'e') || (n1 == U'l' && n2 == U'l')) {
+          out.emplace_back(i, i + 3);
+          i += 3;
+          continue;
+        }
+      }
+    }
+    //  ?\p{L}+ |  ?\p{N}+ |  ?[^\s\p{L}\p{N}]+ : an optional space, then a run of one class
+    size_t start = i;
+    if (c == U' ' && i + 1 < b && ch[i + 1].cls != Cls::kSpace) start = i + 1;
+    if (ch[start].cls != Cls::kSpace) {
+      const Cls cls = ch[start].cls;
+      size_t k = start;
+      while (k < b && ch[k].cls == cls) ++k;
+      out.emplace_back(i, k);
+      i = k;
+      continue;
+    }
+    // \s+(?!\S) | \s+ : a whitespace run, leaving its last character to the next match when a
+    // non-space follows (and the run is longer than one)
+    size_t k = i;
+    while (k < b && ch[k].cls == Cls::kSpace) ++k;
+    if (k < b && k - i >= 2) --k;
+    out.emplace_back(i, k);
+    i = k;
+  }
+}
+
+struct MergeKeyHash {
+  size_t operator()(uint64_t k) const { return std::hash<uint64_t>{}(k * 0x9E3779B97F4A7C15ull); }
+};
+uint64_t pair_key(int32_t a, int32_t b) {
+  return static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32 | static_cast<uint32_t>(b);
+}
+
+const json* member(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it == j.end() || it->is_null() ? nullptr : &*it;
+}
+
+}  // namespace
+
+struct ByteBpe::Impl {
+  std::string what;
+  std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> vocab;
+  std::vector<std::string> tokens;  // id -> token
+  std::vector<bool> has_token;
+  std::vector<bool> special;  // id -> skipped by decode(skip_special)
+  std::unordered_map<uint64_t, std::pair<int32_t, int32_t>, MergeKeyHash> merges;  // (a, b) -> (rank, id)
+  int32_t byte_id[256];  // the token of each single byte (-1 if the vocabulary lacks it: the byte is dropped)
+  std::vector<AddedToken> added;
+  std::vector<std::vector<size_t>> added_by_first_byte = std::vector<std::vector<size_t>>(256);
+  bool digits = false;                  // Digits(individual_digits) before the regex
+  bool add_prefix_space = false;        // ByteLevel.add_prefix_space
+  bool ignore_merges = false;           // a word that is a token is not merged from its bytes
+  std::vector<int32_t> prefix, suffix;  // the post-processor's specials around the sequence
+  int32_t bos = -1, eos = -1;
+
+  void add_token(int32_t id, std::string tok) {
+    if (static_cast<size_t>(id) >= tokens.size()) {
+      tokens.resize(static_cast<size_t>(id) + 1);
+      has_token.resize(static_cast<size_t>(id) + 1, false);
+      special.resize(static_cast<size_t>(id) + 1, false);
+    }
+    tokens[static_cast<size_t>(id)] = std::move(tok);
+    has_token[static_cast<size_t>(id)] = true;
+  }
+
+  void add_merge(const std::string& a, const std::string& b, int32_t rank, const std::string& where) {
+    auto ia = vocab.find(a), ib = vocab.find(b), ic = vocab.find(a + b);
+    if (ia == vocab.end() || ib == vocab.end() || ic == vocab.end())
+      fail(what, where + " '" + printable(a) + " " + printable(b) + "' uses a token not in the vocabulary");
+    merges.try_emplace(pair_key(ia->second, ib->second), rank,
+                       ic->second);  // the first rank of a pair counts
+  }
+
+  // After the vocabulary and added tokens are in place.
+  void finish() {
+    const ByteMap& bm = byte_map();
+    for (int b = 0; b < 256; ++b) {
+      auto it = vocab.find(bm.to_utf8[b]);
+      byte_id[b] = it == vocab.end() ? -1 : it->second;
+    }
+    for (size_t i = 0; i < added.size(); ++i) {
+      if (added[i].content.empty()) fail(what, "added token " + std::to_string(added[i].id) + " is empty");
+      added_by_first_byte[static_cast<uint8_t>(added[i].content[0])].push_back(i);
+      if (added[i].special) special[static_cast<size_t>(added[i].id)] = true;
+    }
+    for (auto& v : added_by_first_byte)
+      std::stable_sort(v.begin(), v.end(),
+                       [&](size_t x, size_t y) { return added[x].content.size() > added[y].content.size(); });
+  }
+
+  // Leftmost-longest added-token matches: (begin, end, id) with id < 0 for the text between them.
+  struct Segment {
+    size_t begin, end;
+    int32_t id;
+  };
+  void segments(std::string_view s, std::vector<Segment>& out) const {
+    out.clear();
+    size_t text_start = 0;
+    for (size_t i = 0; i < s.size();) {
+      const AddedToken* hit = nullptr;
+      for (size_t k : added_by_first_byte[static_cast<uint8_t>(s[i])]) {
+        const std::string& c = added[k].content;
+        if (s.size() - i >= c.size() && s.compare(i, c.size(), c) == 0) {
+          hit = &added[k];
+          break;  // the longest first
+        }
+      }
+      if (!hit) {
+        ++i;
+        continue;
+      }
+      if (i > text_start) out.push_back({text_start, i, -1});
+      out.push_back({i, i + hit->content.size(), hit->id});
+      i += hit->content.size();
+      text_start = i;
+    }
+    if (text_start < s.size()) out.push_back({text_start, s.size(), -1});
+  }
+
+  // The pre-tokenized words of a text piece, as byte ranges of `s`.
+  void words(std::string_view s, std::vector<std::string>& out) const {
+    std::vector<Char> ch;
+    std::vector<std::pair<size_t, size_t>> ranges;
+    auto regex_piece = [&](std::string_view piece) {
+      std::string prefixed;
+      if (add_prefix_space && !piece.empty() && piece[0] != ' ') {
+        prefixed = " " + std::string(piece);
+        piece = prefixed;
+      }
+      chars_of(piece, ch);
+      ranges.clear();
+      gpt2_split(ch, 0, ch.size(), ranges);
+      for (const auto& [a, b] : ranges)
+        out.emplace_back(piece.substr(ch[a].begin, ch[b - 1].end - ch[a].begin));
+    };
+    if (!digits) return regex_piece(s);
+    // Digits(individual_digits): each numeric character alone, the runs between them as they are.
+    std::vector<Char> all;
+    chars_of(s, all);
+    size_t run = 0;
+    for (size_t i = 0; i < all.size(); ++i) {
+      if (!all[i].digit) continue;
+      if (i > run) regex_piece(s.substr(all[run].begin, all[i].begin - all[run].begin));
+      regex_piece(s.substr(all[i].begin, all[i].end - all[i].begin));
+      run = i + 1;
+    }
+    if (run < all.size()) regex_piece(s.substr(all[run].begin));
+  }
+
+  // BPE on one word (raw bytes): appends its ids.
+  void bpe(std::string_view word, std::vector<int32_t>& ids) const {
+    const ByteMap& bm = byte_map();
+    if (ignore_merges) {
+      std::string mapped;
+      for (char c : word) mapped += bm.to_utf8[static_cast<uint8_t>(c)];
+      if (auto it = vocab.find(mapped); it != vocab.end()) {
+        ids.push_back(it->second);
+        return;
+      }
+    }
+    struct Sym {
+      int32_t id;
+      int32_t prev, next;
+      bool alive;
+    };
+    std::vector<Sym> sym;
+    sym.reserve(word.size());
+    for (char c : word) {
+      const int32_t id = byte_id[static_cast<uint8_t>(c)];
+      if (id < 0) continue;  // no token for this byte (and no unknown token): dropped, as HF does
+      const auto n = static_cast<int32_t>(sym.size());
+      sym.push_back({id, n - 1, n + 1, true});
+    }
+    if (sym.empty()) return;
+    sym.back().next = -1;
+    struct Cand {
+      int32_t rank, pos, id;
+      bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+    };
+    std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> queue;
+    auto push = [&](int32_t pos) {
+      if (pos < 0 || sym[static_cast<size_t>(pos)].next < 0) return;
+      const Sym& l = sym[static_cast<size_t>(pos)];
+      auto it = merges.find(pair_key(l.id, sym[static_cast<size_t>(l.next)].id));
+      if (it != merges.end()) queue.push({it->second.first, pos, it->second.second});
+    };
+    for (int32_t p = 0; p + 1 < static_cast<int32_t>(sym.size()); ++p) push(p);
+    while (!queue.empty()) {
+      const Cand top = queue.top();
+      queue.pop();
+      Sym& l = sym[static_cast<size_t>(top.pos)];
+      if (!l.alive || l.next < 0) continue;
+      Sym& r = sym[static_cast<size_t>(l.next)];
+      auto it = merges.find(pair_key(l.id, r.id));
+      if (it == merges.end() || it->second.second != top.id) continue;  // stale: the pair changed
+      l.id = top.id;
+      r.alive = false;
+      l.next = r.next;
+      if (l.next >= 0) sym[static_cast<size_t>(l.next)].prev = top.pos;
+      push(l.prev);
+      push(top.pos);
+    }
+    for (int32_t p = 0; p >= 0; p = sym[static_cast<size_t>(p)].next)
+      ids.push_back(sym[static_cast<size_t>(p)].id);
+  }
+};
+
+namespace {
+
+bool get_bool(const json& j, const char* key, bool dflt, const std::string& what, const std::string& where) {
+  const json* v = member(j, key);
+  if (!v) return dflt;
+  if (!v->is_boolean()) fail(what, where + "." + key + " must be true or false");
+  return v->get<bool>();
+}
+
+std::string type_of(const json& j, const std::string& what, const std::string& where) {
+  if (!j.is_object()) fail(what, where + " must be an object");
+  const json* t = member(j, "type");
+  if (!t || !t->is_string()) fail(what, where + ".type is missing");
+  return t->get<std::string>();
+}
+
+int32_t to_id(const json& v, const std::string& what, const std::string& where, size_t limit) {
+  if (!v.is_number_integer() || v.get<int64_t>() < 0 || static_cast<uint64_t>(v.get<int64_t>()) >= limit)
+    fail(what, where + " must be an id in [0, " + std::to_string(limit) + ")");
+  return static_cast<int32_t>(v.get<int64_t>());
+}
+
+// ByteLevel settings: use_regex must be true (the regex is the pre-tokenizer).
+void byte_level(const json& p, ByteBpe::Impl& m, const std::string& where) {
+  m.add_prefix_space = get_bool(p, "add_prefix_space", true, m.what, where);
+  if (!get_bool(p, "use_regex", true, m.what, where))
+    fail(m.what, where + ".use_regex false is not supported");
+}
+
+}  // namespace
+
+namespace {
+
+std::shared_ptr<ByteBpe::Impl> parse_json(std::string_view text, const std::string& what) {
+  using Impl = ByteBpe::Impl;
+  auto m = std::make_shared<Impl>();
+  m->what = what;
+  const json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) fail(what, "not valid JSON");
+  if (!j.is_object()) fail(what, "not a JSON object");
+
+  const json* model = member(j, "model");
+  if (!model) fail(what, "model is missing");
+  const std::string mtype = type_of(*model, what, "model");
+  if (mtype != "BPE") fail(what, "model type '" + printable(mtype) + "' is not supported (only BPE)");
+  for (const char* key : {"dropout", "unk_token"})
+    if (member(*model, key)) fail(what, std::string("model.") + key + " is not supported");
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
+    if (const json* v = member(*model, key); v && !(v->is_string() && v->get<std::string>().empty()))
+      fail(what, std::string("model.") + key + " is not supported");
+  if (get_bool(*model, "byte_fallback", false, what, "model"))
+    fail(what, "model.byte_fallback is not supported");
+  get_bool(*model, "fuse_unk", false, what, "model");
+  m->ignore_merges = get_bool(*model, "ignore_merges", false, what, "model");
+
+  const json* vocab = member(*model, "vocab");
+  if (!vocab || !vocab->is_object()) fail(what, "model.vocab must be an object {token: id}");
+  const json* added = member(j, "added_tokens");
+  if (added && !added->is_array()) fail(what, "added_tokens must be an array");
+  // Ids index a table, so they must stay below the number of entries (no huge sparse ids).
+  const size_t limit = vocab->size() + (added ? added->size() : 0);
+  m->vocab.reserve(vocab->size());
+  for (const auto& [token, id_json] : vocab->items()) {
+    const int32_t id = to_id(id_json, what, "model.vocab['" + printable(token) + "']", limit);
+    if (static_cast<size_t>(id) < m->has_token.size() && m->has_token[static_cast<size_t>(id)])
+      fail(what, "model.vocab: id " + std::to_string(id) + " is used twice");
+    m->vocab.emplace(token, id);
+    m->add_token(id, token);
+  }
+  const json* merges = member(*model, "merges");
+  if (!merges || !merges->is_array()) fail(what, "model.merges must be an array");
+  int32_t rank = 0;
+  for (const json& mj : *merges) {
+    const std::string where = "model.merges[" + std::to_string(rank) + "]";
+    std::string a, b;
+    if (mj.is_string()) {
+      const std::string& s = mj.get_ref<const std::string&>();
+      const size_t sp = s.find(' ');
+      if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos)
+        fail(what, where + " '" + printable(s) + "' is not two tokens separated by one space");
+      a = s.substr(0, sp);
+      b = s.substr(sp + 1);
+    } else if (mj.is_array() && mj.size() == 2 && mj[0].is_string() && mj[1].is_string()) {
+      a = mj[0].get<std::string>();
+      b = mj[1].get<std::string>();
+    } else {
+      fail(what, where + " must be \"a b\" or [\"a\", \"b\"]");
+    }
+    m->add_merge(a, b, rank++, where);
+  }
+
+  if (added) {
+    for (size_t i = 0; i < added->size(); ++i) {
+      const json& t = (*added)[i];
+      const std::string where = "added_tokens[" + std::to_string(i) + "]";
+      if (!t.is_object()) fail(what, where + " must be an object");
+      const json* content = member(t, "content");
+      if (!content || !content->is_string()) fail(what, where + ".content must be a string");
+      const json* id = member(t, "id");
+      if (!id) fail(what, where + ".id is missing");
+      AddedToken a;
+      a.content = content->get<std::string>();
+      a.id = to_id(*id, what, where + ".id", limit);
+      a.special = get_bool(t, "special", false, what, where);
+      for (const char* key : {"single_word", "lstrip", "rstrip"})
+        if (get_bool(t, key, false, what, where)) fail(what, where + "." + key + " is not supported");
+      get_bool(t, "normalized", false, what, where);  // no normalizer: the same either way
+      m->vocab.try_emplace(a.content, a.id);
+      m->add_token(a.id, a.content);
+      m->added.push_back(std::move(a));
+    }
+  }
+
+  if (const json* n = member(j, "normalizer"))
+    fail(what,
+         "normalizer '" + printable(type_of(*n, what, "normalizer")) + "' is not supported (only null)");
+  const json* pre = member(j, "pre_tokenizer");
+  if (!pre) fail(what, "pre_tokenizer is missing (ByteLevel is required)");
+  const std::string ptype = type_of(*pre, what, "pre_tokenizer");
+  if (ptype == "ByteLevel") {
+    byte_level(*pre, *m, "pre_tokenizer");
+  } else if (ptype == "Sequence") {
+    const json* list = member(*pre, "pretokenizers");
+    if (!list || !list->is_array() || list->size() != 2 ||
+        type_of((*list)[0], what, "pre_tokenizer.pretokenizers[0]") != "Digits" ||
+        type_of((*list)[1], what, "pre_tokenizer.pretokenizers[1]") != "ByteLevel")
+      fail(what, "pre_tokenizer Sequence is supported only as [Digits, ByteLevel]");
+    if (!get_bool((*list)[0], "individual_digits", false, what, "pre_tokenizer.pretokenizers[0]"))
+      fail(what, "pre_tokenizer Digits is supported only with individual_digits true");
+    m->digits = true;
+    byte_level((*list)[1], *m, "pre_tokenizer.pretokenizers[1]");
+  } else {
+    fail(what, "pre_tokenizer '" + printable(ptype) +
+                   "' is not supported (ByteLevel, Sequence[Digits, ByteLevel])");
+  }
+  if (const json* d = member(j, "decoder"); d && type_of(*d, what, "decoder") != "ByteLevel")
+    fail(what, "decoder '" + printable(type_of(*d, what, "decoder")) + "' is not supported (only ByteLevel)");
+
+  if (const json* post = member(j, "post_processor")) {
+    const std::string type = type_of(*post, what, "post_processor");
+    if (type == "TemplateProcessing") {
+      const json* single = member(*post, "single");
+      if (!single || !single->is_array()) fail(what, "post_processor.single must be an array");
+      const json* specials = member(*post, "special_tokens");
+      bool seen_a = false;
+      for (const json& piece : *single) {
+        if (const json* seq = piece.is_object() ? member(piece, "Sequence") : nullptr) {
+          const json* id = seq->is_object() ? member(*seq, "id") : nullptr;
+          if (!id || *id != "A" || seen_a) fail(what, "post_processor.single must hold sequence A once");
+          seen_a = true;
+        } else if (const json* sp = piece.is_object() ? member(piece, "SpecialToken") : nullptr) {
+          const json* id = sp->is_object() ? member(*sp, "id") : nullptr;
+          if (!id || !id->is_string()) fail(what, "post_processor.single: a SpecialToken without an id");
+          const std::string name = id->get<std::string>();
+          const json* entry = specials && specials->is_object() ? member(*specials, name.c_str()) : nullptr;
+          const json* ids = entry && entry->is_object() ? member(*entry, "ids") : nullptr;
+          if (!ids || !ids->is_array())
+            fail(what, "post_processor.special_tokens['" + printable(name) + "'] has no ids");
+          for (const json& x : *ids)
+            (seen_a ? m->suffix : m->prefix)
+                .push_back(to_id(x, what, "post_processor special token id", limit));
+        } else {
+          fail(what, "post_processor.single holds an unknown piece");
+        }
+      }
+      if (!seen_a) fail(what, "post_processor.single must hold sequence A once");
+    } else if (type != "ByteLevel") {
+      fail(what, "post_processor '" + printable(type) + "' is not supported (TemplateProcessing, ByteLevel)");
+    }
+  }
+  for (int32_t id : m->prefix)
+    if (static_cast<size_t>(id) >= m->has_token.size() || !m->has_token[static_cast<size_t>(id)])
+      fail(what, "post_processor special token id " + std::to_string(id) + " is not in the vocabulary");
+  for (int32_t id : m->suffix)
+    if (static_cast<size_t>(id) >= m->has_token.size() || !m->has_token[static_cast<size_t>(id)])
+      fail(what, "post_processor special token id " + std::to_string(id) + " is not in the vocabulary");
+  m->finish();
+  return m;
+}
+
+// A special token named in tokenizer_config.json: "<s>" or {"content": "<s>", ...}; -1 when absent.
+int32_t config_token(const json& cfg, const char* key, const ByteBpe::Impl& m, const std::string& what) {
+  const json* v = member(cfg, key);
+  if (!v) return -1;
+  const json* content = v->is_object() ? member(*v, "content") : v;
+  if (!content || !content->is_string()) fail(what, std::string(key) + " must be a string");
+  auto it = m.vocab.find(content->get<std::string>());
+  if (it == m.vocab.end())
+    fail(what,
+         std::string(key) + " '" + printable(content->get<std::string>()) + "' is not in the vocabulary");
+  return it->second;
+}
+
+}  // namespace
+
+ByteBpe ByteBpe::from_json(std::string_view text, const std::string& what) {
+  return ByteBpe(parse_json(text, what));
+}
+
+ByteBpe ByteBpe::from_dir(const std::string& dir) {
+  const std::string tj = dir + "/tokenizer.json", cpath = dir + "/tokenizer_config.json";
+  const std::vector<uint8_t> bytes = read_file(tj);
+  auto m = parse_json(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), tj);
+  if (std::filesystem::exists(cpath)) {
+    const std::vector<uint8_t> cbytes = read_file(cpath);
+    const json cfg = json::parse(cbytes.begin(), cbytes.end(), nullptr, false);
+    if (cfg.is_discarded() || !cfg.is_object()) fail(cpath, "not a JSON object");
+    m->bos = config_token(cfg, "bos_token", *m, cpath);
+    m->eos = config_token(cfg, "eos_token", *m, cpath);
+  }
+  return ByteBpe(m);
+}
+
+ByteBpe ByteBpe::from_gguf(const Gguf& g, const std::string& what) {
+  auto m = std::make_shared<Impl>();
+  m->what = what;
+  try {
+    const std::string& model = g.get_string("tokenizer.ggml.model");
+    if (model != "gpt2")
+      fail(what,
+           "tokenizer.ggml.model '" + printable(model) + "' is not supported (only gpt2, byte-level BPE)");
+    const GgufValue* pre_v = g.find("tokenizer.ggml.pre");
+    if (!pre_v) fail(what, "tokenizer.ggml.pre is missing (the pre-tokenizer is unknown)");
+    const std::string& pre = g.get_string("tokenizer.ggml.pre");
+    if (pre == "smollm" || pre == "starcoder" || pre == "refact")
+      m->digits = true;
+    else if (pre != "gpt-2")
+      fail(what,
+           "tokenizer.ggml.pre '" + printable(pre) + "' is not supported (smollm, starcoder, refact, gpt-2)");
+    const std::vector<std::string>& tokens = g.get_strings("tokenizer.ggml.tokens");
+    if (tokens.size() > static_cast<size_t>(INT32_MAX)) fail(what, "too many tokens");
+    const std::vector<int64_t>* types = nullptr;
+    if (g.find("tokenizer.ggml.token_type")) {
+      types = &g.get_ints("tokenizer.ggml.token_type");
+      if (types->size() != tokens.size())
+        fail(what, "tokenizer.ggml.token_type has " + std::to_string(types->size()) + " entries for " +
+                       std::to_string(tokens.size()) + " tokens");
+    }
+    m->vocab.reserve(tokens.size());
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      const auto id = static_cast<int32_t>(i);
+      m->vocab.try_emplace(tokens[i], id);  // a repeated token keeps its first id
+      m->add_token(id, tokens[i]);
+      const int64_t type = types ? (*types)[i] : 1;
+      if (type == 3 || type == 4) {  // CONTROL, USER_DEFINED: matched in the raw text like HF's added tokens
+        if (tokens[i].empty()) continue;  // an empty token can never match
+        m->added.push_back({tokens[i], id, type == 3});
+      }
+    }
+    if (g.find("tokenizer.ggml.merges")) {
+      const std::vector<std::string>& merges = g.get_strings("tokenizer.ggml.merges");
+      for (size_t r = 0; r < merges.size(); ++r) {
+        const std::string& s = merges[r];
+        const size_t sp = s.find(' ');
+        if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos)
+          fail(what, "tokenizer.ggml.merges[" + std::to_string(r) + "] '" + printable(s) +
+                         "' is not two tokens separated by one space");
+        m->add_merge(s.substr(0, sp), s.substr(sp + 1), static_cast<int32_t>(r),
+                     "tokenizer.ggml.merges[" + std::to_string(r) + "]");
+      }
+    }
+    auto id_of = [&](const char* key) -> int32_t {
+      if (!g.find(key)) return -1;
+      const int64_t id = g.get_int(key);
+      if (id < 0 || static_cast<size_t>(id) >= tokens.size())
+        fail(what, std::string(key) + " " + std::to_string(id) + " is not a token id");
+      return static_cast<int32_t>(id);
+    };
+    m->bos = id_of("tokenizer.ggml.bos_token_id");
+    m->eos = id_of("tokenizer.ggml.eos_token_id");
+    auto flag = [&](const char* key) { return g.find(key) ? g.get_bool(key) : false; };
+    if (flag("tokenizer.ggml.add_bos_token")) {
+      if (m->bos < 0) fail(what, "tokenizer.ggml.add_bos_token is true but there is no bos_token_id");
+      m->prefix.push_back(m->bos);
+    }
+    if (flag("tokenizer.ggml.add_eos_token")) {
+      if (m->eos < 0) fail(what, "tokenizer.ggml.add_eos_token is true but there is no eos_token_id");
+      m->suffix.push_back(m->eos);
+    }
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    if (msg.rfind(what + ": ", 0) == 0) throw;
+    fail(what, msg);
+  }
+  m->finish();
+  return ByteBpe(m);
+}
+
+std::vector<int32_t> ByteBpe::encode(std::string_view s, int64_t max_length) const {
+  const Impl& m = *impl_;
+  std::vector<int32_t> ids;
+  std::vector<Impl::Segment> segs;
+  std::vector<std::string> words;
+  m.segments(s, segs);
+  for (const Impl::Segment& seg : segs) {
+    if (seg.id >= 0) {
+      ids.push_back(seg.id);
+      continue;
+    }
+    words.clear();
+    m.words(s.substr(seg.begin, seg.end - seg.begin), words);
+    for (const std::string& w : words) m.bpe(w, ids);
+  }
+  const size_t specials = m.prefix.size() + m.suffix.size();
+  if (max_length > 0) {
+    if (static_cast<size_t>(max_length) < specials)
+      throw Error("max_length " + std::to_string(max_length) + " is below the " + std::to_string(specials) +
+                  " special tokens");
+    if (ids.size() > static_cast<size_t>(max_length) - specials)
+      ids.resize(static_cast<size_t>(max_length) - specials);
+  }
+  ids.insert(ids.begin(), m.prefix.begin(), m.prefix.end());
+  ids.insert(ids.end(), m.suffix.begin(), m.suffix.end());
+  return ids;
+}
+
+std::vector<std::string> ByteBpe::split(std::string_view s) const {
+  const Impl& m = *impl_;
+  const ByteMap& bm = byte_map();
+  std::vector<Impl::Segment> segs;
+  std::vector<std::string> words, out;
+  m.segments(s, segs);
+  for (const Impl::Segment& seg : segs) {
+    if (seg.id >= 0) {
+      out.emplace_back(s.substr(seg.begin, seg.end - seg.begin));
+      continue;
+    }
+    words.clear();
+    m.words(s.substr(seg.begin, seg.end - seg.begin), words);
+    for (const std::string& w : words) {
+      std::string mapped;
+      for (char c : w) mapped += bm.to_utf8[static_cast<uint8_t>(c)];
+      out.push_back(std::move(mapped));
+    }
+  }
+  return out;
+}
+
+std::string ByteBpe::decode(const std::vector<int32_t>& ids, bool skip_special) const {
+  const Impl& m = *impl_;
+  const ByteMap& bm = byte_map();
+  std::string bytes;
+  for (int32_t id : ids) {
+    const std::string& t = token(id);
+    if (skip_special && m.special[static_cast<size_t>(id)]) continue;
+    for (size_t i = 0; i < t.size();) {
+      char32_t c = 0;
+      utf8proc_int32_t cp = -1;
+      const utf8proc_ssize_t n = utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(t.data() + i),
+                                                  static_cast<utf8proc_ssize_t>(t.size() - i), &cp);
+      if (n <= 0 || cp < 0) {  // a token that is not valid UTF-8: its bytes as they are
+        bytes += t[i++];
+        continue;
+      }
+      c = static_cast<char32_t>(cp);
+      auto it = bm.to_byte.find(c);
+      if (it != bm.to_byte.end())
+        bytes += static_cast<char>(it->second);
+      else
+        bytes.append(t, i, static_cast<size_t>(n));
+      i += static_cast<size_t>(n);
+    }
+  }
+  // Invalid UTF-8 becomes U+FFFD, one per maximal invalid subpart (as Rust's from_utf8_lossy does).
+  std::string out;
+  out.reserve(bytes.size());
+  for (size_t i = 0; i < bytes.size();) {
+    const auto b0 = static_cast<uint8_t>(bytes[i]);
+    size_t len = b0 < 0x80                    ? 1
+                 : (b0 >= 0xC2 && b0 <= 0xDF) ? 2
+                 : (b0 >= 0xE0 && b0 <= 0xEF) ? 3
+                 : (b0 >= 0xF0 && b0 <= 0xF4) ? 4
+                                              : 0;
+    size_t ok = len == 0 ? 0 : 1;  // bytes of the sequence that are valid so far
+    while (ok > 0 && ok < len && i + ok < bytes.size()) {
+      const auto b = static_cast<uint8_t>(bytes[i + ok]);
+      uint8_t lo = 0x80, hi = 0xBF;
+      if (ok == 1) {
+        if (b0 == 0xE0) lo = 0xA0;
+        if (b0 == 0xED) hi = 0x9F;
+        if (b0 == 0xF0) lo = 0x90;
+        if (b0 == 0xF4) hi = 0x8F;
+      }
+      if (b < lo || b > hi) break;
+      ++ok;
+    }
+    if (len > 0 && ok == len) {
+      out.append(bytes, i, len);
+      i += len;
+    } else {
+      out += "\xEF\xBF\xBD";
+      i += std::max<size_t>(ok, 1);
+    }
+  }
+  return out;
+}
+
+int64_t ByteBpe::vocab_size() const { return static_cast<int64_t>(impl_->tokens.size()); }
+
+const std::string& ByteBpe::token(int32_t id) const {
+  const Impl& m = *impl_;
+  if (id < 0 || static_cast<size_t>(id) >= m.tokens.size() || !m.has_token[static_cast<size_t>(id)])
+    throw Error("token id " + std::to_string(id) + " is not in the vocabulary of " + m.what);
+  return m.tokens[static_cast<size_t>(id)];
+}
+
+int32_t ByteBpe::token_id(std::string_view t) const {
+  auto it = impl_->vocab.find(t);
+  return it == impl_->vocab.end() ? -1 : it->second;
+}
+
+int32_t ByteBpe::bos_id() const { return impl_->bos; }
+int32_t ByteBpe::eos_id() const { return impl_->eos; }
+
+}  // namespace sparse24::text

@@ -1,0 +1,65 @@
+// Byte-level BPE (GPT-2 style, as SmolLM2, Llama-family GGUF files with tokenizer.ggml.model "gpt2" use it),
+// producing the same ids as Hugging Face `tokenizers` for what it supports (docs/formats.md, "Byte-level
+// BPE"):
+//   normalizer      null
+//   pre_tokenizer   ByteLevel (use_regex: the GPT-2 regex; add_prefix_space), or a Sequence of
+//                   Digits (individual_digits: true) then ByteLevel
+//   model           BPE without dropout, unk token, subword prefix/suffix or byte fallback (ignore_merges ok)
+//   post_processor  null, ByteLevel, or TemplateProcessing (its single-sequence template)
+//   decoder         ByteLevel (or null)
+//   added_tokens    split out of the raw text before everything else (leftmost, longest first); lstrip,
+//                   rstrip and single_word are refused
+// From GGUF metadata: tokenizer.ggml.model "gpt2" with tokens, merges, token_type (CONTROL and USER_DEFINED
+// tokens are the added tokens), tokenizer.ggml.pre "smollm" / "starcoder" / "refact" (digits one by one, then
+// the GPT-2 regex, as llama.cpp does) or "gpt-2" (the regex alone), add_bos_token / add_eos_token (absent:
+// false; add_space_prefix is ignored, as llama.cpp ignores it for gpt2 vocabularies). Anything else is
+// refused when loading, with one sparse24::Error line naming the file and the setting.
+//
+// Input text is UTF-8; invalid bytes pass through as bytes (byte-level BPE has a token for every byte).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sparse24 {
+struct Gguf;
+}
+
+namespace sparse24::text {
+
+class ByteBpe {
+ public:
+  // DIR/tokenizer.json; bos_id/eos_id from DIR/tokenizer_config.json (bos_token, eos_token) when present.
+  static ByteBpe from_dir(const std::string& dir);
+  // A tokenizer.json text (`what` names it in errors).
+  static ByteBpe from_json(std::string_view json, const std::string& what);
+  // The tokenizer.ggml.* metadata of a parsed GGUF file.
+  static ByteBpe from_gguf(const Gguf& gguf, const std::string& what);
+
+  // Token ids with the post-processor's special tokens (BOS/EOS) added. max_length > 0 truncates the text's
+  // tokens so that the total, specials included, is at most max_length (Error if the specials alone exceed
+  // it), as HF's enable_truncation does.
+  std::vector<int32_t> encode(std::string_view utf8, int64_t max_length = 0) const;
+  // The pieces the BPE model sees: added tokens and pre-tokenized words, in their byte-level spelling
+  // ("Ġthe"), as HF's pre_tokenize_str shows them.
+  std::vector<std::string> split(std::string_view utf8) const;
+  // Text of the ids (byte-level decoding; invalid UTF-8 becomes U+FFFD). skip_special drops added tokens
+  // marked special (GGUF: CONTROL). Error on an id outside the vocabulary.
+  std::string decode(const std::vector<int32_t>& ids, bool skip_special = false) const;
+
+  int64_t vocab_size() const;                      // 1 + the largest id
+  const std::string& token(int32_t id) const;      // Error if no token has this id
+  int32_t token_id(std::string_view token) const;  // -1 when absent
+  int32_t bos_id() const;                          // -1 when the model has none
+  int32_t eos_id() const;                          // -1 when the model has none
+
+  struct Impl;
+
+ private:
+  explicit ByteBpe(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+  std::shared_ptr<const Impl> impl_;
+};
+
+}  // namespace sparse24::text

@@ -1,0 +1,182 @@
+// Byte-level BPE on a tiny vocabulary whose ids are worked out by hand (the real comparison with Hugging Face
+// is the `real` test on SmolLM2), loaded from tokenizer.json and from GGUF metadata; the loaders' refusals.
+#include "text/bpe.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "io/io_test_util.h"
+#include "sparse24/gguf.h"
+
+namespace sparse24::text {
+namespace {
+
+using ids = std::vector<int32_t>;
+using json = nlohmann::json;
+
+// Ġ is the byte-level spelling of ' ', Ċ of '\n'.
+const std::vector<std::string> kTokens = {"a", "b",   "c", "Ġ", "ab", "abc", "Ġa", "1",
+                                          "2", "<s>", "'", "s", "!",  "Ċ",   "ĠĠ", "12"};
+const std::vector<std::string> kMerges = {"a b", "ab c", "Ġ a", "Ġ Ġ", "1 2"};
+
+json tiny_json() {
+  json vocab = json::object();
+  for (size_t i = 0; i < kTokens.size(); ++i) vocab[kTokens[i]] = i;
+  return {{"version", "1.0"},
+          {"added_tokens", {{{"id", 9}, {"content", "<s>"}, {"special", true}, {"normalized", false}}}},
+          {"normalizer", nullptr},
+          {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+          {"post_processor",
+           {{"type", "TemplateProcessing"},
+            {"single", {{{"SpecialToken", {{"id", "<s>"}}}}, {{"Sequence", {{"id", "A"}}}}}},
+            {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {9}}}}}}}},
+          {"decoder", {{"type", "ByteLevel"}}},
+          {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", kMerges}}}};
+}
+
+ByteBpe tiny() { return ByteBpe::from_json(tiny_json().dump(), "tiny.json"); }
+
+TEST(ByteBpe, HandCheckedIds) {
+  const ByteBpe t = tiny();
+  EXPECT_EQ(t.encode("abc"), (ids{9, 5}));  // a b -> ab (rank 0), ab c -> abc (rank 1)
+  // "ab", " abc": in Ġ a b c the pair a b (rank 0) beats Ġ a (rank 2); then ab c; Ġ abc has no merge
+  EXPECT_EQ(t.encode("ab abc"), (ids{9, 4, 3, 5}));
+  EXPECT_EQ(t.encode("a's"), (ids{9, 0, 10, 11}));    // the contraction 's is a word of its own
+  EXPECT_EQ(t.encode("a  b"), (ids{9, 0, 3, 3, 1}));  // "a", " " (the run minus its last), " b"
+  EXPECT_EQ(t.encode("a   "), (ids{9, 0, 14, 3}));    // trailing run whole; Ġ Ġ Ġ merges leftmost first
+  EXPECT_EQ(t.encode("<s>ab"), (ids{9, 9, 4}));       // the added token found in the text
+  EXPECT_EQ(t.encode("a<s>"), (ids{9, 0, 9}));
+  EXPECT_EQ(t.encode("\n"), (ids{9, 13}));
+  EXPECT_EQ(t.encode("az"), (ids{9, 0}));       // no token for 'z' (and no unknown token): dropped
+  EXPECT_EQ(t.encode("a12"), (ids{9, 0, 15}));  // without Digits, "12" is one word and merges
+  EXPECT_EQ(t.encode(""), (ids{9}));
+  EXPECT_EQ(t.encode("ab abc", 3), (ids{9, 4, 3}));  // truncated to 3 with the special
+}
+
+TEST(ByteBpe, SplitAndDecode) {
+  const ByteBpe t = tiny();
+  EXPECT_EQ(t.split("ab abc!\n"), (std::vector<std::string>{"ab", "Ġabc", "!", "Ċ"}));
+  EXPECT_EQ(t.decode({9, 4, 3, 5, 12}), "<s>ab abc!");
+  EXPECT_EQ(t.decode({9, 4, 3, 5}, /*skip_special=*/true), "ab abc");
+  EXPECT_EQ(t.decode({0, 13, 1}), "a\nb");
+  EXPECT_ERROR(t.decode({99}), "token id 99 is not in the vocabulary of tiny.json");
+  EXPECT_EQ(t.token(5), "abc");
+  EXPECT_EQ(t.token_id("Ġa"), 6);
+  EXPECT_EQ(t.token_id("zz"), -1);
+  EXPECT_EQ(t.vocab_size(), 16);
+}
+
+TEST(ByteBpe, DigitsOneByOne) {
+  json j = tiny_json();
+  j["pre_tokenizer"] = {{"type", "Sequence"},
+                        {"pretokenizers",
+                         {{{"type", "Digits"}, {"individual_digits", true}},
+                          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}}}};
+  const ByteBpe t = ByteBpe::from_json(j.dump(), "digits.json");
+  EXPECT_EQ(t.encode("a12"), (ids{9, 0, 7, 8}));  // each digit a piece: no 1 2 merge
+  // "a " + "1": the space is no longer the prefix of " 1"
+  EXPECT_EQ(t.split("a 12  ab"), (std::vector<std::string>{"a", "Ġ", "1", "2", "Ġ", "Ġab"}));
+}
+
+Gguf tiny_gguf(const std::string& pre) {
+  Gguf g;
+  std::vector<int64_t> types(kTokens.size(), 1);
+  types[9] = 3;  // CONTROL
+  g.metadata = {{"tokenizer.ggml.model", GgufValue::of_string("gpt2")},
+                {"tokenizer.ggml.pre", GgufValue::of_string(pre)},
+                {"tokenizer.ggml.tokens", GgufValue::of_strings(kTokens)},
+                {"tokenizer.ggml.token_type", GgufValue::of_ints(GgufType::kI32, types)},
+                {"tokenizer.ggml.merges", GgufValue::of_strings(kMerges)},
+                {"tokenizer.ggml.bos_token_id", GgufValue::of_int(GgufType::kU32, 9)},
+                {"tokenizer.ggml.eos_token_id", GgufValue::of_int(GgufType::kU32, 12)},
+                {"tokenizer.ggml.add_bos_token", GgufValue::of_int(GgufType::kBool, 1)}};
+  return g;
+}
+
+TEST(ByteBpe, FromGgufMetadata) {
+  const ByteBpe gpt2 = ByteBpe::from_gguf(tiny_gguf("gpt-2"), "m.gguf");
+  const ByteBpe smollm = ByteBpe::from_gguf(tiny_gguf("smollm"), "m.gguf");
+  EXPECT_EQ(gpt2.bos_id(), 9);
+  EXPECT_EQ(gpt2.eos_id(), 12);
+  for (const char* s : {"abc", "ab abc", "a's", "a  b", "a   ", "<s>ab", "\n"})
+    EXPECT_EQ(gpt2.encode(s), tiny().encode(s)) << s;
+  EXPECT_EQ(gpt2.encode("a12"), (ids{9, 0, 15}));
+  EXPECT_EQ(smollm.encode("a12"), (ids{9, 0, 7, 8}));
+  EXPECT_EQ(smollm.decode(smollm.encode("ab<s>\n"), true), "ab\n");
+
+  EXPECT_ERROR(ByteBpe::from_gguf(tiny_gguf("llama3"), "m.gguf"),
+               "m.gguf: tokenizer.ggml.pre 'llama3' is not supported");
+  Gguf g = tiny_gguf("smollm");
+  g.metadata[0].second = GgufValue::of_string("llama");
+  EXPECT_ERROR(ByteBpe::from_gguf(g, "m.gguf"), "tokenizer.ggml.model 'llama' is not supported");
+  g = tiny_gguf("smollm");
+  g.metadata[4].second = GgufValue::of_strings({"a b", "a z"});
+  EXPECT_ERROR(ByteBpe::from_gguf(g, "m.gguf"),
+               "tokenizer.ggml.merges[1] 'a z' uses a token not in the vocabulary");
+  g = tiny_gguf("smollm");
+  g.metadata[4].second = GgufValue::of_strings({"ab"});
+  EXPECT_ERROR(ByteBpe::from_gguf(g, "m.gguf"), "is not two tokens separated by one space");
+  g = tiny_gguf("smollm");
+  g.metadata[3].second = GgufValue::of_ints(GgufType::kI32, {1});
+  EXPECT_ERROR(ByteBpe::from_gguf(g, "m.gguf"), "token_type has 1 entries for 16 tokens");
+  g = tiny_gguf("smollm");
+  g.metadata[5].second = GgufValue::of_int(GgufType::kU32, 99);
+  EXPECT_ERROR(ByteBpe::from_gguf(g, "m.gguf"), "tokenizer.ggml.bos_token_id 99 is not a token id");
+  g = tiny_gguf("smollm");
+  g.metadata[2].second = GgufValue::of_string("a");
+  EXPECT_ERROR(ByteBpe::from_gguf(g, "m.gguf"), "m.gguf: metadata 'tokenizer.ggml.tokens' is STRING");
+  g.metadata.erase(g.metadata.begin() + 1);
+  EXPECT_ERROR(ByteBpe::from_gguf(g, "m.gguf"), "tokenizer.ggml.pre is missing");
+}
+
+TEST(ByteBpe, RefusesWhatItDoesNotSupport) {
+  auto refused = [](const std::function<void(json&)>& change, const std::string& phrase) {
+    json j = tiny_json();
+    change(j);
+    EXPECT_ERROR(ByteBpe::from_json(j.dump(), "t.json"), phrase);
+  };
+  refused([](json& j) { j["model"]["type"] = "WordPiece"; },
+          "t.json: model type 'WordPiece' is not supported");
+  refused([](json& j) { j["pre_tokenizer"] = {{"type", "Whitespace"}}; }, "pre_tokenizer 'Whitespace'");
+  refused([](json& j) { j["pre_tokenizer"]["use_regex"] = false; }, "use_regex false is not supported");
+  refused([](json& j) { j["normalizer"] = {{"type", "NFC"}}; }, "normalizer 'NFC' is not supported");
+  refused([](json& j) { j["model"]["merges"] = {"a q"}; }, "model.merges[0] 'a q' uses a token not in");
+  refused([](json& j) { j["model"]["merges"] = {{"a", "b"}, 7}; }, "model.merges[1] must be");
+  refused([](json& j) { j["model"]["byte_fallback"] = true; }, "byte_fallback is not supported");
+  refused([](json& j) { j["model"]["unk_token"] = "<unk>"; }, "unk_token is not supported");
+  refused([](json& j) { j["model"]["vocab"]["zz"] = 1000; }, "model.vocab['zz'] must be an id in [0, 18)");
+  refused([](json& j) { j["model"]["vocab"]["zz"] = 3; }, "id 3 is used twice");
+  refused([](json& j) { j["added_tokens"][0]["lstrip"] = true; }, "added_tokens[0].lstrip is not supported");
+  refused([](json& j) { j["added_tokens"][0]["content"] = ""; }, "added token 9 is empty");
+  refused(
+      [](json& j) {
+        j["post_processor"] = {{"type", "BertProcessing"}};
+      },
+      "post_processor 'BertProcessing'");
+  refused([](json& j) { j["decoder"] = {{"type", "WordPiece"}}; }, "decoder 'WordPiece' is not supported");
+  EXPECT_ERROR(ByteBpe::from_json("{", "t.json"), "t.json: not valid JSON");
+  EXPECT_ERROR(ByteBpe::from_json("[]", "t.json"), "not a JSON object");
+}
+
+// Hand-checked against the real vocabulary when models/ is there (Ġworld is one token; <|im_start|> is 1).
+TEST(ByteBpe, SmolLM2WhenPresent) {
+  const char* data = std::getenv("SPARSE24_TEST_DATA");
+  const std::string dir = std::string(data ? data : ".") + "/../../models/SmolLM2-135M-Instruct-hf";
+  if (!std::filesystem::exists(dir + "/tokenizer.json")) GTEST_SKIP() << "no " << dir;
+  const ByteBpe t = ByteBpe::from_dir(dir);
+  EXPECT_EQ(t.encode("Hello world"), (ids{19556, 905}));
+  EXPECT_EQ(t.encode("<|im_start|>user\nhi<|im_end|>"), (ids{1, 4093, 198, 6004, 2}));
+  EXPECT_EQ(t.bos_id(), 1);
+  EXPECT_EQ(t.eos_id(), 2);
+  EXPECT_EQ(t.decode(t.encode("In the beginning God created the heaven and the earth.")),
+            "In the beginning God created the heaven and the earth.");
+}
+
+}  // namespace
+}  // namespace sparse24::text
