@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "commands.h"
@@ -14,6 +15,7 @@
 #include "sparse24/error.h"
 #include "sparse24/io.h"
 #include "sparse24/spmm.h"
+#include "text/bpe.h"
 
 namespace sparse24::cli {
 namespace {
@@ -82,9 +84,10 @@ struct GenerateOptions {
 };
 
 void cmd_generate(const GenerateOptions& o) {
-  if (!o.prompt.empty())
-    throw Error("--prompt needs the BPE tokenizer, which this build does not have yet; use --prompt-ids");
-  const std::vector<int32_t> prompt = parse_ids(o.prompt_ids, "--prompt-ids");
+  if (o.prompt.empty() == o.prompt_ids.empty()) throw Error("give one of --prompt and --prompt-ids");
+  std::optional<text::ByteBpe> bpe;
+  if (!o.prompt.empty()) bpe = text::ByteBpe::from_dir(o.model);  // MODEL/tokenizer.json
+  const std::vector<int32_t> prompt = bpe ? bpe->encode(o.prompt) : parse_ids(o.prompt_ids, "--prompt-ids");
   if (prompt.empty()) throw Error("an empty prompt");
   if (o.max_tokens < 0 || o.threads < 1) throw Error("bad --max-tokens or --threads");
   const DecoderModel m = load(o.model, false);
@@ -101,14 +104,32 @@ void cmd_generate(const GenerateOptions& o) {
   const double prefill_ms = ms_since(t0);
   const auto t1 = Clock::now();
   int64_t generated = 0;
+  std::vector<int32_t> out;
+  size_t shown = 0;  // bytes of the decoded text already printed
+  if (bpe) {
+    std::printf("%s", o.prompt.c_str());
+    std::fflush(stdout);
+  }
   for (; generated < o.max_tokens; ++generated) {
     int32_t next = engine::sample_token(logits.data(), m.config.vocab, o.temperature, o.top_p, state);
-    std::printf("%s%d", generated ? " " : "", next);
+    if (bpe && next == bpe->eos_id()) break;
+    out.push_back(next);
+    if (bpe) {
+      // Streams the text decoded so far, holding back a trailing U+FFFD (a character cut between tokens).
+      std::string t = bpe->decode(out, /*skip_special=*/true);
+      size_t end = t.size();
+      if (end >= 3 && t.compare(end - 3, 3, "\xEF\xBF\xBD") == 0) end -= 3;
+      if (end > shown) std::fwrite(t.data() + shown, 1, end - shown, stdout);
+      shown = std::max(shown, end);
+    } else {
+      std::printf("%s%d", generated ? " " : "", next);
+    }
     std::fflush(stdout);
     if (generated + 1 < o.max_tokens) dec.forward(&next, 1, logits.data());
   }
   const double gen_ms = ms_since(t1);
   std::printf("\n");
+  std::fflush(stdout);
   std::fprintf(stderr,
                "prompt: %zu tokens, %.1f tokens/s; generation: %lld tokens, %.1f tokens/s (%d of %zu "
                "Linears 2:4, %s kernels)\n",
@@ -120,16 +141,25 @@ void cmd_generate(const GenerateOptions& o) {
 // ---- perplexity ----------------------------------------------------------------------------------------
 
 struct PerplexityOptions {
-  std::string model, input_ids, json_out, mode = "sparse";
+  std::string model, input, input_ids, json_out, mode = "sparse";
   int64_t ctx = 512;
   int threads = 1;
 };
 
 void cmd_perplexity(const PerplexityOptions& o) {
   if (o.ctx < 2) throw Error("--ctx must be at least 2");
-  const std::vector<int32_t> ids = read_ids_file(o.input_ids);
+  if (o.input.empty() == o.input_ids.empty()) throw Error("give one of --input and --input-ids");
+  std::vector<int32_t> ids;
+  if (!o.input.empty()) {
+    const std::vector<uint8_t> b = read_file(o.input);
+    ids = text::ByteBpe::from_dir(o.model).encode(
+        std::string_view(reinterpret_cast<const char*>(b.data()), b.size()));
+  } else {
+    ids = read_ids_file(o.input_ids);
+  }
+  const std::string input = o.input.empty() ? o.input_ids : o.input;
   if (static_cast<int64_t>(ids.size()) < o.ctx)
-    throw Error(o.input_ids + ": " + std::to_string(ids.size()) + " tokens, fewer than one --ctx window");
+    throw Error(input + ": " + std::to_string(ids.size()) + " tokens, fewer than one --ctx window");
   const DecoderModel m = load(o.model, false);
   DecoderOptions d;
   d.threads = o.threads;
@@ -160,7 +190,7 @@ void cmd_perplexity(const PerplexityOptions& o) {
               static_cast<long long>(scored), static_cast<long long>(windows), static_cast<long long>(o.ctx),
               windows * o.ctx / (ms / 1000));
   if (!o.json_out.empty()) {
-    const nlohmann::json j = {{"model", o.model},         {"input", o.input_ids},    {"ctx", o.ctx},
+    const nlohmann::json j = {{"model", o.model},         {"input", input},          {"ctx", o.ctx},
                               {"windows", windows},       {"tokens_scored", scored}, {"perplexity", ppl},
                               {"mean_nll", nll / scored}, {"mode", o.mode}};
     write_file_atomic(o.json_out, j.dump(2) + "\n");
@@ -419,7 +449,8 @@ void register_decode_commands(CLI::App& app) {
     auto o = std::make_shared<PerplexityOptions>();
     CLI::App* cmd = app.add_subcommand("perplexity", "Perplexity of a decoder LM on a text");
     cmd->add_option("model", o->model, "model directory")->required();
-    cmd->add_option("--input-ids", o->input_ids, "token ids of the text (white-space separated)")->required();
+    cmd->add_option("--input", o->input, "text file (tokenized with MODEL/tokenizer.json)");
+    cmd->add_option("--input-ids", o->input_ids, "or: token ids of the text (white-space separated)");
     cmd->add_option("--ctx", o->ctx, "tokens per window")->capture_default_str();
     cmd->add_option("--json", o->json_out, "write the result as JSON");
     cmd->add_option("--threads", o->threads)->capture_default_str();
