@@ -64,7 +64,8 @@ def tensor_bytes(path):
 def time_llamacpp(path, prompt, generate, threads):
     from llama_cpp import Llama
 
-    llm = Llama(model_path=path, n_ctx=len(prompt) + generate + 8, n_batch=max(len(prompt), 8),
+    n_ctx = len(prompt) + generate + 8  # n_batch = n_ctx: without logits_all, scores has n_batch rows
+    llm = Llama(model_path=path, n_ctx=n_ctx, n_batch=n_ctx,
                 n_threads=threads, n_threads_batch=threads, verbose=False)
     best_p, best_g = 1e300, 1e300
     for _ in range(2):  # the first pass warms caches and pages
