@@ -36,6 +36,9 @@ const char* prune_method_name(PruneMethod m);
 // The default targets: every Linear of the encoder's layers (embeddings, position bias and pooler stay
 // dense).
 inline constexpr const char* kEncoderLinears = R"(encoder\.layer\.[0-9]+\.)";
+// A Llama decoder's: Q, K, V, O, gate, up and down of every layer (the embeddings, i.e. the tied head, stay
+// dense).
+inline constexpr const char* kDecoderLinears = R"(model\.layers\.[0-9]+\.(self_attn|mlp)\.)";
 
 struct PruneModelOptions {
   PruneMethod method = PruneMethod::kMagnitude;

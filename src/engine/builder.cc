@@ -20,7 +20,8 @@ Gemm concat_rows(std::string name, const std::vector<const Gemm*>& parts) {
   g.epilogue = parts[0]->epilogue;
   g.pruned = true;
   for (const Gemm* p : parts) {
-    if (p->k != g.k || p->epilogue != g.epilogue || p->bias.size() != static_cast<size_t>(p->m))
+    if (p->k != g.k || p->epilogue != g.epilogue || p->bias.empty() != parts[0]->bias.empty() ||
+        (!p->bias.empty() && p->bias.size() != static_cast<size_t>(p->m)))
       throw Error("layer '" + g.name + "': parts of different shapes");
     g.m += p->m;
     g.pruned = g.pruned && p->pruned;

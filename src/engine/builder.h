@@ -11,7 +11,7 @@
 namespace sparse24::engine {
 
 // One GEMM whose rows are the given GEMMs' rows in order (e.g. Q, K and V as one [3H, H] GEMM): 2:4 when
-// all of them are, else dense. Same K and epilogue required.
+// all of them are, else dense. Same K and epilogue required, and a bias on all of them or none.
 Gemm concat_rows(std::string name, const std::vector<const Gemm*>& parts);
 
 class ModelBuilder {

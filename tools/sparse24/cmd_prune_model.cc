@@ -13,6 +13,8 @@
 
 #include "cli_util.h"
 #include "commands.h"
+#include "sparse24/checkpoint.h"
+#include "sparse24/decoder.h"
 #include "sparse24/embed_eval.h"
 #include "sparse24/engine.h"
 #include "sparse24/error.h"
@@ -27,7 +29,7 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 struct PruneModelOpts {
-  std::string model, out, targets = engine::kEncoderLinears, format = "sparse24", method = "magnitude", calib;
+  std::string model, out, targets, format = "sparse24", method = "magnitude", calib;
   bool permute = false, quiet = false;
   int64_t calib_lines = 512;
   int threads = 1;
@@ -52,13 +54,34 @@ json report_json(const engine::PruneModelReport& r) {
             {"prune", r.prune_s}}}};
 }
 
+// A Llama decoder: magnitude only so far (calibrating a decoder through the engine is issue 16's next step).
+json prune_decoder_by_magnitude(const PruneModelOpts& o, const engine::PruneModelOptions& po, HfDir& d,
+                                Clock::time_point t0) {
+  if (po.method != engine::PruneMethod::kMagnitude)
+    throw Error(o.method + " calibrates encoders only so far; prune a decoder with --method magnitude");
+  if (o.permute) throw Error("--permute works on encoders only so far");
+  SparsifyOptions so;
+  so.prune = true;
+  so.targets = po.targets;
+  so.rank2_only = true;
+  const auto t1 = Clock::now();
+  const SparsifyReport r = sparsify(d.weights, so);
+  if (r.pruned.empty() && r.compressed.empty())
+    throw Error("no weight matched --targets '" + so.targets + "'");
+  const double prune_s = ms_since(t1) / 1000;
+  write_hf_dir(d, d.weights, parse_checkpoint_format(o.format), o.out);
+  for (const std::string& s : r.skipped) std::fprintf(stderr, "left dense: %s\n", s.c_str());
+  std::printf("wrote %s (%s, magnitude): %zu weights 2:4; %.1f s (pruning %.1f)\n", o.out.c_str(),
+              o.format.c_str(), r.pruned.size(), ms_since(t0) / 1000, prune_s);
+  return {{"method", "magnitude"}, {"pruned", r.pruned}, {"seconds", {{"total", ms_since(t0) / 1000}}}};
+}
+
 // Prunes o.model into o.out; returns the report (with the total seconds, reading and writing included).
 json prune_model(const PruneModelOpts& o) {
   const auto t0 = Clock::now();
   engine::PruneModelOptions po;
   po.method = engine::parse_prune_method(o.method);
   po.permute = o.permute;
-  po.targets = o.targets;
   po.threads = o.threads;
   po.permute_seconds = o.permute_seconds;
   if (po.method != engine::PruneMethod::kMagnitude) {
@@ -67,7 +90,10 @@ json prune_model(const PruneModelOpts& o) {
     if (po.calibration.empty()) throw Error(o.calib + ": no lines");
   }
   if (fs::exists(o.out)) throw Error(o.out + " already exists");
+  const bool decoder = engine::is_hf_decoder(o.model);
+  po.targets = !o.targets.empty() ? o.targets : decoder ? engine::kDecoderLinears : engine::kEncoderLinears;
   HfDir d = read_hf_dir(o.model);
+  if (decoder) return prune_decoder_by_magnitude(o, po, d, t0);
   const double read_s = ms_since(t0) / 1000;
   std::optional<Progress> bar;
   if (!o.quiet)
@@ -376,7 +402,8 @@ void cmd_prune_experiment(const ExperimentOpts& o) {
     const std::string out = o.out + "/models/" + best + "+retrain";
     fs::remove_all(out);
     std::string cmd = quote(self_dir() + "/sparse24-train") + " retrain " + quote(o.model) + " " +
-                      quote(o.out + "/models/" + best) + " -o " + quote(out) + " --corpus " + quote(train);
+                      quote(o.out + "/models/" + best) + " -o " + quote(out) + " --corpus " + quote(train) +
+                      " --threads " + std::to_string(o.threads);
     if (o.retrain_steps > 0) cmd += " --steps " + std::to_string(o.retrain_steps);
     const auto t1 = Clock::now();
     run_or_throw(cmd, "retraining");

@@ -49,6 +49,8 @@ void register_bench_bert(CLI::App& app);
 void register_embed(CLI::App& app);        // cmd_embed.cc
 void register_prune_model(CLI::App& app);  // cmd_prune_model.cc: prune-model, eval-embed, prune-experiment
 void register_bench_model(CLI::App& app);  // cmd_embed.cc
+// generate, perplexity, logits, bench-decode (cmd_decode.cc)
+void register_decode_commands(CLI::App& app);
 #endif
 #ifdef SPARSE24_HAVE_TRAIN
 void register_workflow(CLI::App& app);

@@ -1,0 +1,116 @@
+"""llama.cpp (PyPI llama-cpp-python, built from source) decoding at batch 1, for `sparse24 bench-decode`.
+
+From one GGUF source file (e.g. SmolLM2's Q4_1 model.gguf) this makes F32, F16 and Q8_0 GGUF files of the
+same weights: every tensor dequantized to fp32 (the weights sparse24's Hugging Face directory holds, which
+transformers dequantized from the same file), then stored as F32, F16 or quantized to Q8_0 (1-D tensors stay
+F32, as llama.cpp's converter keeps them); the metadata (hyperparameters, tokenizer) is copied. The files are
+cached in --cache. Each is timed like sparse24: the given prompt ids in one batch, then greedy decoding of
+--generate tokens one at a time; best of two passes. Writes JSON {"llama.cpp F32": {tokens_per_s,
+prompt_tokens_per_s, weight_bytes}, ...}.
+
+  .venv/bin/python bench/peers/decode_llamacpp.py --gguf models/SmolLM2-135M-Instruct/model.gguf \\
+      --prompt-ids ids.txt --generate 128 --threads 1 --json out.json
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+SKIP_KEYS = {"general.file_type", "general.quantization_version"}
+
+
+def make_gguf(src, dst, kind):
+    import gguf
+
+    reader = gguf.GGUFReader(src)
+    arch = reader.fields["general.architecture"].contents()
+    w = gguf.GGUFWriter(dst + ".tmp", arch, use_temp_file=True)
+    for name, field in reader.fields.items():
+        if name.startswith("GGUF.") or name in SKIP_KEYS or name == "general.architecture":
+            continue
+        vtype = field.types[0]
+        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+        w.add_key_value(name, field.contents(), vtype, sub_type=sub)
+    ftype = {"F32": gguf.LlamaFileType.ALL_F32, "F16": gguf.LlamaFileType.MOSTLY_F16,
+             "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[kind]
+    w.add_file_type(int(ftype))
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    for t in reader.tensors:
+        x = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
+        x = x.reshape([int(d) for d in reversed(t.shape.tolist())])
+        if x.ndim == 1 or kind == "F32":
+            w.add_tensor(t.name, x)
+        elif kind == "F16":
+            w.add_tensor(t.name, x.astype(np.float16))
+        else:
+            q = gguf.quants.quantize(x, gguf.GGMLQuantizationType.Q8_0)
+            w.add_tensor(t.name, q, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    os.replace(dst + ".tmp", dst)
+
+
+def tensor_bytes(path):
+    import gguf
+
+    return int(sum(int(t.n_bytes) for t in gguf.GGUFReader(path).tensors))
+
+
+def time_llamacpp(path, prompt, generate, threads):
+    from llama_cpp import Llama
+
+    n_ctx = len(prompt) + generate + 8  # n_batch = n_ctx: without logits_all, scores has n_batch rows
+    llm = Llama(model_path=path, n_ctx=n_ctx, n_batch=n_ctx,
+                n_threads=threads, n_threads_batch=threads, verbose=False)
+    best_p, best_g = 1e300, 1e300
+    for _ in range(2):  # the first pass warms caches and pages
+        llm.reset()
+        t0 = time.perf_counter()
+        llm.eval(prompt)
+        best_p = min(best_p, time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        for _ in range(generate):
+            nxt = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            llm.eval([nxt])
+        best_g = min(best_g, time.perf_counter() - t0)
+    del llm
+    return len(prompt) / best_p, generate / best_g
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--gguf", required=True, help="the GGUF file the weights come from")
+    p.add_argument("--prompt-ids", required=True, help="file of comma-separated token ids")
+    p.add_argument("--generate", type=int, default=128)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--json", required=True)
+    p.add_argument("--kinds", default="F32,F16,Q8_0")
+    p.add_argument("--cache", default=os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")),
+                                                   "sparse24", "gguf"))
+    a = p.parse_args()
+    with open(a.prompt_ids) as f:
+        prompt = [int(x) for x in f.read().replace(",", " ").split()]
+    os.makedirs(a.cache, exist_ok=True)
+    base = os.path.splitext(os.path.basename(os.path.dirname(os.path.abspath(a.gguf))))[0]
+    out = {}
+    for kind in a.kinds.split(","):
+        path = os.path.join(a.cache, f"{base}-{kind}.gguf")
+        if not os.path.exists(path) or os.path.getmtime(path) < os.path.getmtime(a.gguf):
+            print(f"decode_llamacpp: making {path}", file=sys.stderr, flush=True)
+            make_gguf(a.gguf, path, kind)
+        ptps, gtps = time_llamacpp(path, prompt, a.generate, a.threads)
+        out[f"llama.cpp {kind}"] = {"tokens_per_s": gtps, "prompt_tokens_per_s": ptps,
+                                    "weight_bytes": tensor_bytes(path), "file": path}
+        print(f"  llama.cpp {kind:5s}          prompt {ptps:8.1f} tokens/s, generation {gtps:7.2f} tokens/s",
+              file=sys.stderr, flush=True)
+    with open(a.json, "w") as f:
+        json.dump(out, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+// Decoder language models (the Llama family) at batch 1: a prompt is prefilled in one pass, then tokens are
+// decoded one at a time against a KV cache. Every Linear is a GEMM through the same dense (oneDNN) or 2:4
+// sparse kernels as the encoder engine; at batch 1 the sparse kernels run their memory-bound GEMV layout.
+//
+//   DecoderModel m = load_hf_decoder("models/SmolLM2-135M-Instruct-hf");  // config.json model_type llama
+//   Decoder d(m, {});                                  // dense weights dense, 2:4 weights sparse
+//   std::vector<float> logits(m.config.vocab);
+//   d.forward(prompt.data(), prompt.size(), logits.data());   // prefill: the last token's logits
+//   d.forward(&next, 1, logits.data());                       // one more token, attending to the cache
+//
+// The forward pass follows transformers' modeling_llama.py: h = embed[id]; per layer
+// h += o(attn(rope(q(rms(h))), rope(k(rms(h))), v(rms(h)))); h += down(silu(gate(rms(h))) * up(rms(h)));
+// logits = head(rms(h)), the head being the embedding table when the embeddings are tied.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sparse24/engine.h"
+#include "sparse24/hf_dir.h"
+
+namespace sparse24::engine {
+
+// RoPE's frequencies: "default" (inv_freq[i] = theta^(-2i/d)) or "llama3" (Llama 3.1's wavelength-dependent
+// rescaling of them).
+struct RopeConfig {
+  double theta = 10000.0;
+  std::string type = "default";
+  double factor = 1.0, low_freq_factor = 1.0, high_freq_factor = 4.0;
+  int64_t original_max_positions = 8192;
+};
+
+struct DecoderConfig {
+  std::string model_type;  // "llama"
+  int64_t vocab = 0, hidden = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0, ffn = 0;
+  int64_t max_positions = 0;
+  float eps = 1e-6f;
+  RopeConfig rope;
+  bool tied = true;  // the output head is the embedding table
+};
+
+struct DecoderLayer {
+  std::vector<float> attn_norm, ffn_norm;  // RMSNorm weights, hidden floats each
+  Gemm qkv;      // [(heads + 2 kv_heads) * head_dim, hidden]: Q rows, then K, then V
+  Gemm o;        // [hidden, heads * head_dim]
+  Gemm gate_up;  // [2 ffn, hidden]: gate rows, then up
+  Gemm down;     // [hidden, ffn]
+};
+
+struct DecoderModel {
+  DecoderConfig config;
+  std::vector<float> embed;  // [vocab, hidden]
+  std::vector<float> norm;   // the final RMSNorm
+  Gemm head;                 // untied: [vocab, hidden]; tied: empty (the embedding table is the head)
+  std::vector<DecoderLayer> layers;
+  std::string fingerprint;
+  // Magnitude-prunes every layer's Linears 2:4 in memory (the embeddings and head stay dense).
+  void prune_magnitude();
+};
+
+// True when DIR/config.json names a decoder architecture this engine loads (model_type "llama").
+bool is_hf_decoder(const std::string& dir);
+// Loads a Hugging Face llama directory (hf_dir.h), weights dense or 2:4. An unknown model_type, rope type
+// or activation, a missing or misshapen tensor, or a tensor the architecture does not use is an Error
+// naming the file and the field or tensor.
+DecoderModel load_hf_decoder(const std::string& dir);
+DecoderModel load_hf_decoder(HfDir dir);
+
+// The decoder's ops on feature-major tensors ([rows, n] row-major, one column per token).
+namespace detail {
+// Per column j: y[:, j] = x[:, j] / sqrt(mean(x[:, j]^2) + eps) * w.
+void rms_norm(const float* x, int64_t rows, int64_t n, const float* w, float eps, float* y);
+// RoPE's inverse frequencies, head_dim / 2 of them.
+std::vector<float> rope_inv_freq(const RopeConfig& r, int64_t head_dim);
+// Rotates each head of x [heads * head_dim, n] in place, column j at position pos0 + j, in transformers'
+// rotate_half layout (pairs i and i + head_dim / 2). cos_sin: [positions, head_dim / 2] pairs (cos, sin).
+void rope(float* x, int64_t heads, int64_t head_dim, int64_t n, int64_t pos0, const float* cos_sin);
+// [positions, head_dim / 2] (cos, sin) pairs of position * inv_freq, as transformers computes them (fp32).
+std::vector<float> rope_table(const std::vector<float>& inv_freq, int64_t positions);
+// y[:, j] = silu(gu[i, j]) * gu[ffn + i, j] for gu [2 ffn, n].
+void swiglu(const float* gu, int64_t ffn, int64_t n, float* y);
+// Grouped-query causal attention with a KV cache. qkv [(heads + 2 kv_heads) * d, n] holds the n new tokens
+// (Q, K, V rows, RoPE already applied to Q and K), at positions pos0 .. pos0 + n - 1. Their K and V are
+// written into the cache (k_cache, v_cache: [kv_heads, capacity, d]), then query head h attends to the keys
+// of kv head h / (heads / kv_heads) at positions 0 .. its own. out: [heads * d, n]. scratch: pos0 + n floats
+// per thread.
+void attention_cached(const float* qkv, int64_t heads, int64_t kv_heads, int64_t d, int64_t n, int64_t pos0,
+                      int64_t capacity, float* k_cache, float* v_cache, float* out, float* scratch,
+                      int threads);
+}  // namespace detail
+
+struct DecoderOptions {
+  int threads = 1;
+  // kDense: every Linear dense oneDNN; kSparse (or kPlan): 2:4 Linears sparse, the others dense.
+  Mode mode = Mode::kSparse;
+  bool bf16_weights = false;   // sparse Linears (and the head) hold bfloat16 weights
+  int64_t max_context = 2048;  // the KV cache's capacity in tokens (at most max_positions)
+  // Sparse Linears also pack the compute-bound layout, for long prefills (perplexity); weight_bytes then
+  // counts both layouts. Off: only the memory-bound layout a decoded token reads (any n runs on it).
+  bool prefill_layout = false;
+};
+
+class Decoder {
+ public:
+  Decoder(const DecoderModel& m, const DecoderOptions& o);
+  ~Decoder();
+  Decoder(Decoder&&) noexcept;
+  Decoder& operator=(Decoder&&) noexcept;
+
+  // Appends n >= 1 tokens to the sequence and writes logits: the last token's [vocab] floats, or with
+  // `all` every new token's, [n, vocab]. Error on an id outside the vocabulary or a full cache.
+  void forward(const int32_t* ids, int64_t n, float* logits, bool all = false);
+  void reset();              // forgets the sequence
+  int64_t position() const;  // tokens in the cache
+  int64_t capacity() const;
+  const DecoderConfig& config() const;
+  // Bytes of the weights one decoded token reads (GEMMs as packed or dense, embeddings/head, norms).
+  size_t weight_bytes() const;
+  int sparse_linears() const;  // how many Linears run the 2:4 kernel
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Samples a token from logits: greedy at temperature 0, else softmax(logits / t) restricted to the smallest
+// set of tokens whose probability reaches top_p. `state` is the caller's RNG state (splitmix64).
+int32_t sample_token(const float* logits, int64_t vocab, float temperature, float top_p, uint64_t& state);
+
+}  // namespace sparse24::engine

@@ -1,0 +1,225 @@
+// The decoder at batch 1 (decoder.h): buffers, the KV cache and the forward pass.
+#include "sparse24/decoder.h"
+
+#include <algorithm>
+#include <cmath>
+#include <dnnl.hpp>
+#include <numeric>
+#include <optional>
+
+#include "sparse24/compressed.h"
+#include "sparse24/error.h"
+#include "sparse24/spmm.h"
+
+namespace sparse24::engine {
+namespace {
+
+// One Linear, Y[m, n] = W X (X [k, n], feature-major): the 2:4 kernel on packed weights (the memory-bound
+// layout only: decoding runs at n = 1, and that is what its bytes are counted for) or dense oneDNN.
+struct Linear {
+  int64_t m = 0, k = 0;
+  std::optional<PackedMatrix> packed;
+  std::vector<float> w;
+
+  Linear(const Gemm& g, bool sparse, bool bf16, bool both = false) : m(g.m), k(g.k) {
+    if (!g.bias.empty()) throw Error("layer '" + g.name + "': a decoder Linear has no bias");
+    if (sparse && g.pruned) {
+      PackOptions o;
+      o.bf16_weights = bf16;
+      o.layouts = both ? PackLayouts::kBoth : PackLayouts::kSmallN;
+      packed = pack(g.sparse, o);
+      return;
+    }
+    w = g.pruned ? decompress(g.sparse).to_float() : g.dense;
+    if (static_cast<int64_t>(w.size()) != m * k) throw Error("layer '" + g.name + "': weight size mismatch");
+  }
+  void run(const float* x, float* y, int64_t n, int threads) const {
+    if (packed) {
+      spmm(*packed, x, n, n, y, n, nullptr, Epilogue::kNone, threads);
+      return;
+    }
+    dnnl_sgemm('N', 'N', m, n, k, 1.0f, w.data(), k, x, n, 0.0f, y, n);
+  }
+  size_t bytes() const { return packed ? packed->bytes() : w.size() * sizeof(float); }
+};
+
+struct LayerExec {
+  const DecoderLayer* src = nullptr;
+  Linear qkv, o, gate_up, down;
+  std::vector<float> k_cache, v_cache;  // [kv_heads, capacity, head_dim]
+};
+
+}  // namespace
+
+void DecoderModel::prune_magnitude() {
+  auto prune = [](Gemm& g) {
+    if (g.pruned) return;
+    g.sparse = compress(Tensor::from_float(g.dense, {g.m, g.k}), /*prune=*/true);
+    g.pruned = true;
+    g.dense.clear();
+    g.dense.shrink_to_fit();
+  };
+  for (DecoderLayer& l : layers)
+    for (Gemm* g : {&l.qkv, &l.o, &l.gate_up, &l.down}) prune(*g);
+  fingerprint += "-magnitude24";
+}
+
+struct Decoder::Impl {
+  DecoderConfig c;
+  int threads = 1;
+  int64_t capacity = 0, pos = 0;
+  const std::vector<float>* embed = nullptr;  // the model's table (tied head too); the model outlives us
+  std::vector<float> norm;
+  std::optional<Linear> head;  // untied
+  std::vector<LayerExec> layers;
+  std::vector<float> cos_sin;
+  int sparse = 0;
+  // Activations for up to `cols` tokens per call (grown on demand).
+  int64_t cols = 0;
+  std::vector<float> h, x, qkv, ctx, tmp, gu, act, scratch, last;
+
+  void reserve(int64_t n) {
+    if (n <= cols) return;
+    cols = n;
+    const int64_t qkv_rows = (c.heads + 2 * c.kv_heads) * c.head_dim;
+    h.resize(c.hidden * n);
+    x.resize(c.hidden * n);
+    tmp.resize(c.hidden * n);
+    qkv.resize(qkv_rows * n);
+    ctx.resize(c.heads * c.head_dim * n);
+    gu.resize(2 * c.ffn * n);
+    act.resize(c.ffn * n);
+  }
+};
+
+Decoder::Decoder(const DecoderModel& m, const DecoderOptions& o) : impl_(std::make_unique<Impl>()) {
+  Impl& s = *impl_;
+  s.c = m.config;
+  if (o.threads < 1 || o.threads > 1024) throw Error("threads must be at least 1");
+  if (o.max_context < 1) throw Error("the context must hold at least one token");
+  s.threads = o.threads;
+  s.capacity = std::min(o.max_context, s.c.max_positions);
+  s.embed = &m.embed;
+  s.norm = m.norm;
+  const bool sparse = o.mode != Mode::kDense;
+  if (!s.c.tied) s.head.emplace(m.head, false, false);
+  for (const DecoderLayer& l : m.layers) {
+    const bool bf = o.bf16_weights, both = o.prefill_layout;
+    s.layers.push_back({&l,
+                        Linear(l.qkv, sparse, bf, both),
+                        Linear(l.o, sparse, bf, both),
+                        Linear(l.gate_up, sparse, bf, both),
+                        Linear(l.down, sparse, bf, both),
+                        {},
+                        {}});
+    LayerExec& e = s.layers.back();
+    for (const Linear* lin : {&e.qkv, &e.o, &e.gate_up, &e.down}) s.sparse += lin->packed ? 1 : 0;
+    e.k_cache.assign(static_cast<size_t>(s.c.kv_heads * s.capacity * s.c.head_dim), 0.0f);
+    e.v_cache.assign(e.k_cache.size(), 0.0f);
+  }
+  s.cos_sin = detail::rope_table(detail::rope_inv_freq(s.c.rope, s.c.head_dim), s.capacity);
+  s.scratch.resize(static_cast<size_t>(o.threads * s.capacity));
+  s.last.resize(s.c.hidden);
+}
+
+Decoder::~Decoder() = default;
+Decoder::Decoder(Decoder&&) noexcept = default;
+Decoder& Decoder::operator=(Decoder&&) noexcept = default;
+
+void Decoder::reset() { impl_->pos = 0; }
+int64_t Decoder::position() const { return impl_->pos; }
+int64_t Decoder::capacity() const { return impl_->capacity; }
+const DecoderConfig& Decoder::config() const { return impl_->c; }
+int Decoder::sparse_linears() const { return impl_->sparse; }
+
+size_t Decoder::weight_bytes() const {
+  const Impl& s = *impl_;
+  size_t b = (s.embed->size() + s.norm.size()) * sizeof(float);
+  if (s.head) b += s.head->bytes();
+  for (const LayerExec& e : s.layers)
+    b += e.qkv.bytes() + e.o.bytes() + e.gate_up.bytes() + e.down.bytes() +
+         (e.src->attn_norm.size() + e.src->ffn_norm.size()) * sizeof(float);
+  return b;
+}
+
+void Decoder::forward(const int32_t* ids, int64_t n, float* logits, bool all) {
+  Impl& s = *impl_;
+  const DecoderConfig& c = s.c;
+  if (n < 1) throw Error("decoder: no tokens");
+  if (s.pos + n > s.capacity)
+    throw Error("decoder: the context holds " + std::to_string(s.capacity) + " tokens, " +
+                std::to_string(s.pos + n) + " asked for");
+  for (int64_t j = 0; j < n; ++j)
+    if (ids[j] < 0 || ids[j] >= c.vocab)
+      throw Error("decoder: token id " + std::to_string(ids[j]) + " outside the vocabulary of " +
+                  std::to_string(c.vocab));
+  set_threads(s.threads);
+  s.reserve(n);
+  const int64_t H = c.hidden;
+  float* h = s.h.data();
+  for (int64_t j = 0; j < n; ++j) {  // embeddings, feature-major
+    const float* e = s.embed->data() + static_cast<int64_t>(ids[j]) * H;
+    for (int64_t r = 0; r < H; ++r) h[r * n + j] = e[r];
+  }
+  for (LayerExec& L : s.layers) {
+    detail::rms_norm(h, H, n, L.src->attn_norm.data(), c.eps, s.x.data());
+    L.qkv.run(s.x.data(), s.qkv.data(), n, s.threads);
+    detail::rope(s.qkv.data(), c.heads + c.kv_heads, c.head_dim, n, s.pos, s.cos_sin.data());  // Q and K
+    detail::attention_cached(s.qkv.data(), c.heads, c.kv_heads, c.head_dim, n, s.pos, s.capacity,
+                             L.k_cache.data(), L.v_cache.data(), s.ctx.data(), s.scratch.data(), s.threads);
+    L.o.run(s.ctx.data(), s.tmp.data(), n, s.threads);
+    for (int64_t i = 0; i < H * n; ++i) h[i] += s.tmp[i];
+    detail::rms_norm(h, H, n, L.src->ffn_norm.data(), c.eps, s.x.data());
+    L.gate_up.run(s.x.data(), s.gu.data(), n, s.threads);
+    detail::swiglu(s.gu.data(), c.ffn, n, s.act.data());
+    L.down.run(s.act.data(), s.tmp.data(), n, s.threads);
+    for (int64_t i = 0; i < H * n; ++i) h[i] += s.tmp[i];
+  }
+  s.pos += n;
+  // The head over the final norm of every new token, or of the last one only.
+  const int64_t m = all ? n : 1;
+  const float* in = h;
+  if (!all) {
+    for (int64_t r = 0; r < H; ++r) s.last[r] = h[r * n + n - 1];
+    in = s.last.data();
+  }
+  detail::rms_norm(in, H, m, s.norm.data(), c.eps, s.x.data());
+  if (s.head) {
+    std::vector<float> y(static_cast<size_t>(c.vocab * m));
+    s.head->run(s.x.data(), y.data(), m, s.threads);
+    for (int64_t v = 0; v < c.vocab; ++v)
+      for (int64_t j = 0; j < m; ++j) logits[j * c.vocab + v] = y[v * m + j];
+    return;
+  }
+  // logits [m, vocab] = x^T [m, H] embed^T [H, vocab].
+  dnnl_sgemm('T', 'T', m, c.vocab, H, 1.0f, s.x.data(), m, s.embed->data(), H, 0.0f, logits, c.vocab);
+}
+
+int32_t sample_token(const float* logits, int64_t vocab, float temperature, float top_p, uint64_t& state) {
+  if (vocab < 1) throw Error("sample: empty vocabulary");
+  if (!(temperature > 0.0f)) return static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);
+  std::vector<int32_t> order(static_cast<size_t>(vocab));
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  std::vector<double> p(static_cast<size_t>(vocab));
+  double sum = 0;
+  for (int64_t i = 0; i < vocab; ++i)
+    sum += (p[i] = std::exp((static_cast<double>(logits[order[i]]) - logits[order[0]]) / temperature));
+  // The nucleus: the most likely tokens until their mass reaches top_p (at least one).
+  int64_t keep = 0;
+  double mass = 0;
+  const double limit = std::clamp(static_cast<double>(top_p), 0.0, 1.0) * sum;
+  while (keep < vocab && (keep == 0 || mass < limit)) mass += p[keep++];
+  state += 0x9e3779b97f4a7c15ull;  // splitmix64
+  uint64_t z = state;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  const double u = static_cast<double>(z >> 11) * 0x1.0p-53 * mass;
+  double acc = 0;
+  for (int64_t i = 0; i < keep; ++i)
+    if ((acc += p[i]) > u) return order[i];
+  return order[keep - 1];
+}
+
+}  // namespace sparse24::engine

@@ -1,0 +1,105 @@
+"""sparse24's decoder logits on a real Llama-family model against transformers (PyTorch) on the same weights.
+
+20 prompts (chat and plain text, 2 to ~40 tokens) tokenized by the model's own tokenizer (transformers);
+sparse24 `logits` computes every position's logits once with the whole prompt in one pass and once with a
+3-token prefill followed by one token at a time against the KV cache. Both must be within 1e-3 (max abs) of
+LlamaForCausalLM's, and within 5e-4 of each other (the GEMMs at n = 1 and n = prompt length sum in different
+orders: measured 1.1e-4 on logits spanning -34 .. 42). Exit 1 naming the first failure.
+
+  .venv/bin/python test/real/compare_decoder_logits.py --sparse24 build/sparse24 \\
+      --model models/SmolLM2-135M-Instruct-hf --work DIR
+"""
+import argparse
+import os
+import subprocess
+import sys
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+import numpy as np  # noqa: E402
+
+PROMPTS = [
+    "In the beginning God created the heaven and the earth.",
+    "The capital of France is",
+    "def fibonacci(n):\n    if n < 2:\n        return n\n",
+    "Once upon a time, in a small village by the sea, there lived",
+    "1, 2, 3, 4, 5,",
+    "Hello",
+    "Q: What is the boiling point of water at sea level?\nA:",
+    "The quick brown fox jumps over the lazy dog.",
+    "Translate to French: Good morning, how are you?",
+    "import numpy as np\nx = np.",
+    "Photosynthesis is the process by which",
+    "And the LORD spake unto Moses, saying,",
+    "Ünïcödé tëxt — with dashes, “quotes” and emoji 🙂 too.",
+    "SELECT name FROM users WHERE",
+    "The three laws of thermodynamics are",
+    "Roses are red,\nviolets are blue,",
+    "<|im_start|>user\nWrite a haiku about autumn.<|im_end|>\n<|im_start|>assistant\n",
+    "To be, or not to be, that is the question:",
+    "Water is made of hydrogen and",
+    "A",
+]
+
+
+def run(cmd):
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"compare_decoder_logits: {' '.join(cmd)} failed:\n{r.stdout}{r.stderr}")
+    return r
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--sparse24", required=True)
+    p.add_argument("--model", required=True)
+    p.add_argument("--work", required=True)
+    p.add_argument("--tolerance", type=float, default=1e-3)
+    a = p.parse_args()
+    os.makedirs(a.work, exist_ok=True)
+
+    import torch
+    from transformers import AutoTokenizer, LlamaForCausalLM
+
+    torch.set_num_threads(1)
+    tok = AutoTokenizer.from_pretrained(a.model)
+    ids = [tok(t, add_special_tokens=False)["input_ids"] for t in PROMPTS]
+    ids_path = os.path.join(a.work, "ids.txt")
+    with open(ids_path, "w") as f:
+        for row in ids:
+            f.write(",".join(map(str, row)) + "\n")
+
+    model = LlamaForCausalLM.from_pretrained(a.model, dtype=torch.float32).eval()
+    with torch.inference_mode():
+        ref = np.concatenate([model(torch.tensor([row])).logits[0].float().numpy() for row in ids])
+
+    results = {}
+    for name, extra in (("one pass", []), ("prefill 3 + KV cache", ["--prefill", "3"])):
+        out = os.path.join(a.work, f"logits_{len(results)}.npy")
+        run([a.sparse24, "logits", a.model, "--ids", ids_path, "-o", out, "--threads", "1"] + extra)
+        ours = np.load(out)
+        if ours.shape != ref.shape:
+            sys.exit(f"compare_decoder_logits: {name}: shape {ours.shape}, reference {ref.shape}")
+        diff = np.abs(ours - ref)
+        print(f"{name}: {len(ids)} prompts, {ref.shape[0]} positions, max abs difference {diff.max():.2e} "
+              f"(logits span {ref.min():.1f} .. {ref.max():.1f})")
+        at = 0
+        for i, row in enumerate(ids):
+            d = diff[at:at + len(row)].max()
+            if d > a.tolerance:
+                sys.exit(f"compare_decoder_logits: {name}: prompt {i} ({PROMPTS[i]!r}): max abs difference "
+                         f"{d:.2e} > {a.tolerance}")
+            at += len(row)
+        results[name] = ours
+    d = np.abs(results["one pass"] - results["prefill 3 + KV cache"]).max()
+    print(f"one pass against KV-cache decoding: max abs difference {d:.2e}")
+    if d > 5e-4:
+        sys.exit(f"compare_decoder_logits: KV-cache decoding differs from one pass by {d:.2e}")
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,492 @@
+// sparse24 generate, perplexity, bench-decode, logits: decoder language models (Hugging Face llama
+// directories, dense or 2:4) at batch 1 through the engine's Decoder.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+
+#include "commands.h"
+#include "sparse24/decoder.h"
+#include "sparse24/error.h"
+#include "sparse24/io.h"
+#include "sparse24/spmm.h"
+#include "text/bpe.h"
+
+namespace sparse24::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using engine::Decoder;
+using engine::DecoderModel;
+using engine::DecoderOptions;
+
+// Token ids written as integers separated by commas or white space.
+std::vector<int32_t> parse_ids(const std::string& text, const std::string& what) {
+  std::vector<int32_t> ids;
+  std::string tok;
+  auto flush = [&] {
+    if (tok.empty()) return;
+    char* end = nullptr;
+    const long long v = std::strtoll(tok.c_str(), &end, 10);
+    if (*end != '\0' || v < 0 || v > (1ll << 30)) throw Error(what + ": '" + tok + "' is not a token id");
+    ids.push_back(static_cast<int32_t>(v));
+    tok.clear();
+  };
+  for (char ch : text) {
+    if (ch == ',' || std::isspace(static_cast<unsigned char>(ch)))
+      flush();
+    else
+      tok += ch;
+  }
+  flush();
+  return ids;
+}
+
+std::vector<int32_t> read_ids_file(const std::string& path) {
+  const std::vector<uint8_t> b = read_file(path);
+  return parse_ids(std::string(b.begin(), b.end()), path);
+}
+
+DecoderModel load(const std::string& dir, bool prune) {
+  if (!engine::is_hf_decoder(dir))
+    throw Error(dir + ": not a decoder model directory (config.json model_type llama)");
+  const auto t0 = Clock::now();
+  DecoderModel m = engine::load_hf_decoder(dir);
+  if (prune) m.prune_magnitude();
+  std::fprintf(stderr, "loaded %s: %lld layers, hidden %lld, %lld/%lld heads, vocab %lld in %.1f s%s\n",
+               dir.c_str(), static_cast<long long>(m.config.layers), static_cast<long long>(m.config.hidden),
+               static_cast<long long>(m.config.heads), static_cast<long long>(m.config.kv_heads),
+               static_cast<long long>(m.config.vocab), ms_since(t0) / 1000,
+               prune ? " (2:4 by magnitude in memory)" : "");
+  return m;
+}
+
+bool model_is_pruned(const DecoderModel& m) {
+  for (const engine::DecoderLayer& l : m.layers)
+    if (l.qkv.pruned || l.o.pruned || l.gate_up.pruned || l.down.pruned) return true;
+  return false;
+}
+
+// ---- generate ------------------------------------------------------------------------------------------
+
+struct GenerateOptions {
+  std::string model, prompt, prompt_ids, mode = "sparse";
+  int64_t max_tokens = 64;
+  float temperature = 0.0f, top_p = 1.0f;
+  uint64_t seed = 1;
+  int threads = 1;
+  bool bf16 = false;
+};
+
+void cmd_generate(const GenerateOptions& o) {
+  if (o.prompt.empty() == o.prompt_ids.empty()) throw Error("give one of --prompt and --prompt-ids");
+  std::optional<text::ByteBpe> bpe;
+  if (!o.prompt.empty()) bpe = text::ByteBpe::from_dir(o.model);  // MODEL/tokenizer.json
+  const std::vector<int32_t> prompt = bpe ? bpe->encode(o.prompt) : parse_ids(o.prompt_ids, "--prompt-ids");
+  if (prompt.empty()) throw Error("an empty prompt");
+  if (o.max_tokens < 0 || o.threads < 1) throw Error("bad --max-tokens or --threads");
+  const DecoderModel m = load(o.model, false);
+  DecoderOptions d;
+  d.threads = o.threads;
+  d.mode = engine::parse_mode(o.mode);
+  d.bf16_weights = o.bf16;
+  d.max_context = static_cast<int64_t>(prompt.size()) + o.max_tokens;
+  Decoder dec(m, d);
+  std::vector<float> logits(static_cast<size_t>(m.config.vocab));
+  uint64_t state = o.seed;
+  const auto t0 = Clock::now();
+  dec.forward(prompt.data(), static_cast<int64_t>(prompt.size()), logits.data());
+  const double prefill_ms = ms_since(t0);
+  const auto t1 = Clock::now();
+  int64_t generated = 0;
+  std::vector<int32_t> out;
+  size_t shown = 0;  // bytes of the decoded text already printed
+  if (bpe) {
+    std::printf("%s", o.prompt.c_str());
+    std::fflush(stdout);
+  }
+  for (; generated < o.max_tokens; ++generated) {
+    int32_t next = engine::sample_token(logits.data(), m.config.vocab, o.temperature, o.top_p, state);
+    if (bpe && next == bpe->eos_id()) break;
+    out.push_back(next);
+    if (bpe) {
+      // Streams the text decoded so far, holding back a trailing U+FFFD (a character cut between tokens).
+      std::string t = bpe->decode(out, /*skip_special=*/true);
+      size_t end = t.size();
+      if (end >= 3 && t.compare(end - 3, 3, "\xEF\xBF\xBD") == 0) end -= 3;
+      if (end > shown) std::fwrite(t.data() + shown, 1, end - shown, stdout);
+      shown = std::max(shown, end);
+    } else {
+      std::printf("%s%d", generated ? " " : "", next);
+    }
+    std::fflush(stdout);
+    if (generated + 1 < o.max_tokens) dec.forward(&next, 1, logits.data());
+  }
+  const double gen_ms = ms_since(t1);
+  std::printf("\n");
+  std::fflush(stdout);
+  std::fprintf(stderr,
+               "prompt: %zu tokens, %.1f tokens/s; generation: %lld tokens, %.1f tokens/s (%d of %zu "
+               "Linears 2:4, %s kernels)\n",
+               prompt.size(), prompt.size() / (prefill_ms / 1000), static_cast<long long>(generated),
+               generated / std::max(gen_ms / 1000, 1e-9), dec.sparse_linears(), 4 * m.layers.size(),
+               isa_name(active_isa()));
+}
+
+// ---- perplexity ----------------------------------------------------------------------------------------
+
+struct PerplexityOptions {
+  std::string model, input, input_ids, json_out, mode = "sparse";
+  int64_t ctx = 512;
+  int threads = 1;
+};
+
+void cmd_perplexity(const PerplexityOptions& o) {
+  if (o.ctx < 2) throw Error("--ctx must be at least 2");
+  if (o.input.empty() == o.input_ids.empty()) throw Error("give one of --input and --input-ids");
+  std::vector<int32_t> ids;
+  if (!o.input.empty()) {
+    const std::vector<uint8_t> b = read_file(o.input);
+    ids = text::ByteBpe::from_dir(o.model).encode(
+        std::string_view(reinterpret_cast<const char*>(b.data()), b.size()));
+  } else {
+    ids = read_ids_file(o.input_ids);
+  }
+  const std::string input = o.input.empty() ? o.input_ids : o.input;
+  if (static_cast<int64_t>(ids.size()) < o.ctx)
+    throw Error(input + ": " + std::to_string(ids.size()) + " tokens, fewer than one --ctx window");
+  const DecoderModel m = load(o.model, false);
+  DecoderOptions d;
+  d.threads = o.threads;
+  d.mode = engine::parse_mode(o.mode);
+  d.max_context = o.ctx;
+  d.prefill_layout = true;
+  Decoder dec(m, d);
+  const int64_t V = m.config.vocab, windows = static_cast<int64_t>(ids.size()) / o.ctx;
+  std::vector<float> logits(static_cast<size_t>(o.ctx * V));
+  double nll = 0;
+  int64_t scored = 0;
+  const auto t0 = Clock::now();
+  // Non-overlapping windows of ctx tokens; every token but a window's first is scored given those before.
+  for (int64_t w = 0; w < windows; ++w) {
+    dec.reset();
+    dec.forward(ids.data() + w * o.ctx, o.ctx, logits.data(), true);
+    for (int64_t j = 0; j + 1 < o.ctx; ++j) {
+      const float* row = logits.data() + j * V;
+      const float mx = *std::max_element(row, row + V);
+      double sum = 0;
+      for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[v]) - mx);
+      nll += std::log(sum) + mx - row[ids[w * o.ctx + j + 1]];
+      ++scored;
+    }
+  }
+  const double ms = ms_since(t0), ppl = std::exp(nll / static_cast<double>(scored));
+  std::printf("perplexity %.4f over %lld tokens (%lld windows of %lld), %.1f tokens/s\n", ppl,
+              static_cast<long long>(scored), static_cast<long long>(windows), static_cast<long long>(o.ctx),
+              windows * o.ctx / (ms / 1000));
+  if (!o.json_out.empty()) {
+    const nlohmann::json j = {{"model", o.model},         {"input", input},          {"ctx", o.ctx},
+                              {"windows", windows},       {"tokens_scored", scored}, {"perplexity", ppl},
+                              {"mean_nll", nll / scored}, {"mode", o.mode}};
+    write_file_atomic(o.json_out, j.dump(2) + "\n");
+  }
+}
+
+// ---- logits (for the tests against transformers) -------------------------------------------------------
+
+struct LogitsOptions {
+  std::string model, ids, out, mode = "sparse";
+  int64_t prefill = 0;  // > 0: that many tokens in one pass, then the rest one at a time
+  int threads = 1;
+};
+
+void cmd_logits(const LogitsOptions& o) {
+  // One sequence per line; each starts from an empty cache.
+  std::vector<std::vector<int32_t>> seqs;
+  int64_t total = 0, longest = 0;
+  {
+    const std::vector<uint8_t> b = read_file(o.ids);
+    std::istringstream in(std::string(b.begin(), b.end()));
+    std::string line;
+    while (std::getline(in, line)) {
+      std::vector<int32_t> ids = parse_ids(line, o.ids);
+      if (ids.empty()) continue;
+      total += static_cast<int64_t>(ids.size());
+      longest = std::max<int64_t>(longest, static_cast<int64_t>(ids.size()));
+      seqs.push_back(std::move(ids));
+    }
+  }
+  if (seqs.empty()) throw Error(o.ids + ": no token ids");
+  const DecoderModel m = load(o.model, false);
+  DecoderOptions d;
+  d.threads = o.threads;
+  d.mode = engine::parse_mode(o.mode);
+  d.max_context = longest;
+  Decoder dec(m, d);
+  const int64_t V = m.config.vocab;
+  std::vector<float> logits(static_cast<size_t>(total * V));
+  float* at = logits.data();
+  for (const std::vector<int32_t>& ids : seqs) {
+    const int64_t n = static_cast<int64_t>(ids.size());
+    dec.reset();
+    if (o.prefill <= 0 || o.prefill >= n) {
+      dec.forward(ids.data(), n, at, true);
+    } else {
+      dec.forward(ids.data(), o.prefill, at, true);
+      for (int64_t j = o.prefill; j < n; ++j) dec.forward(&ids[j], 1, at + j * V);
+    }
+    at += n * V;
+  }
+  write_npy(o.out, Tensor::from_float(logits, {total, V}));
+}
+
+// ---- bench-decode --------------------------------------------------------------------------------------
+
+struct BenchDecodeOptions {
+  std::string model, json_out, python, gguf;
+  int threads = 1;
+  int64_t prompt = 128, generate = 128;
+  bool no_peers = false;
+};
+
+struct Run {
+  std::string name;
+  double prompt_tps = 0, gen_tps = 0;
+  size_t weight_bytes = 0;
+};
+
+std::string default_python() {
+  if (const char* p = std::getenv("SPARSE24_PYTHON")) return p;
+  return std::string(SPARSE24_SOURCE_DIR) + "/.venv/bin/python";
+}
+
+// Fixed prompt ids (no special tokens), the same for every runtime.
+std::vector<int32_t> bench_prompt(int64_t n, int64_t vocab) {
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  uint32_t s = 12345;
+  for (int32_t& id : ids) {
+    s = s * 1664525u + 1013904223u;
+    id = static_cast<int32_t>(100 + (s >> 8) % static_cast<uint32_t>(std::max<int64_t>(vocab - 100, 1)));
+  }
+  return ids;
+}
+
+Run time_decoder(const std::string& name, const DecoderModel& m, const DecoderOptions& d,
+                 const std::vector<int32_t>& prompt, int64_t gen) {
+  Decoder dec(m, d);
+  std::vector<float> logits(static_cast<size_t>(m.config.vocab));
+  Run r;
+  r.name = name;
+  r.weight_bytes = dec.weight_bytes();
+  double best_prompt = 1e300, best_gen = 1e300;
+  for (int rep = 0; rep < 2; ++rep) {  // the first pass warms caches and pages
+    dec.reset();
+    auto t0 = Clock::now();
+    dec.forward(prompt.data(), static_cast<int64_t>(prompt.size()), logits.data());
+    best_prompt = std::min(best_prompt, ms_since(t0));
+    t0 = Clock::now();
+    for (int64_t i = 0; i < gen; ++i) {
+      const int32_t next =
+          static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      dec.forward(&next, 1, logits.data());
+    }
+    best_gen = std::min(best_gen, ms_since(t0));
+  }
+  r.prompt_tps = static_cast<double>(prompt.size()) / (best_prompt / 1000);
+  r.gen_tps = static_cast<double>(gen) / (best_gen / 1000);
+  std::fprintf(stderr, "  %-22s prompt %8.1f tokens/s, generation %7.2f tokens/s, weights %.1f MB\n",
+               name.c_str(), r.prompt_tps, r.gen_tps, r.weight_bytes / 1e6);
+  return r;
+}
+
+std::string load_average() {
+  std::ifstream f("/proc/loadavg");
+  std::string a, b, c;
+  f >> a >> b >> c;
+  return a + " " + b + " " + c;
+}
+
+// Single-thread read bandwidth (GB/s): the best of three sums over 512 MiB, far beyond any cache here.
+double read_bandwidth() {
+  std::vector<float> a(size_t{128} << 20, 1.0f);
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = Clock::now();
+    float acc[8] = {};
+    for (size_t i = 0; i < a.size(); i += 8)
+      for (int l = 0; l < 8; ++l) acc[l] += a[i + l];
+    const double s = ms_since(t0) / 1000;
+    if (acc[0] + acc[7] < 0) std::printf(" ");  // keeps the loop
+    best = std::max(best, a.size() * sizeof(float) / s / 1e9);
+  }
+  return best;
+}
+
+void cmd_bench_decode(const BenchDecodeOptions& o) {
+  if (o.threads < 1 || o.prompt < 1 || o.generate < 1) throw Error("bad --threads, --prompt or --generate");
+  DecoderModel m = load(o.model, false);
+  const bool was_pruned = model_is_pruned(m);
+  const std::vector<int32_t> prompt = bench_prompt(o.prompt, m.config.vocab);
+  const double bw = read_bandwidth();
+  std::fprintf(stderr, "single-thread read bandwidth %.1f GB/s (512 MiB)\n", bw);
+  std::vector<Run> runs;
+  DecoderOptions d;
+  d.threads = o.threads;
+  d.max_context = o.prompt + o.generate + 1;
+  std::fprintf(
+      stderr, "bench-decode: %lld-token prompt, %lld generated, batch 1, %d thread(s), %s kernels, load %s\n",
+      static_cast<long long>(o.prompt), static_cast<long long>(o.generate), o.threads, isa_name(active_isa()),
+      load_average().c_str());
+  d.mode = engine::Mode::kDense;
+  runs.push_back(time_decoder("sparse24 dense fp32", m, d, prompt, o.generate));
+  if (!was_pruned) m.prune_magnitude();
+  d.mode = engine::Mode::kSparse;
+  runs.push_back(time_decoder("sparse24 2:4 fp32", m, d, prompt, o.generate));
+  d.bf16_weights = true;
+  runs.push_back(time_decoder("sparse24 2:4 bf16", m, d, prompt, o.generate));
+
+  nlohmann::json peers = nlohmann::json::object();
+  std::string peer_note;
+  if (!o.no_peers) {
+    std::string gguf = o.gguf;
+    if (gguf.empty()) {  // models/X-hf beside models/X/model.gguf (scripts/setup.sh)
+      std::string base = fs::path(o.model).lexically_normal().string();
+      while (!base.empty() && base.back() == '/') base.pop_back();
+      if (base.size() > 3 && base.compare(base.size() - 3, 3, "-hf") == 0)
+        gguf = base.substr(0, base.size() - 3) + "/model.gguf";
+    }
+    if (gguf.empty() || !fs::exists(gguf)) {
+      peer_note = "llama.cpp skipped: no GGUF source (--gguf)";
+      std::fprintf(stderr, "%s\n", peer_note.c_str());
+    } else {
+      const fs::path tmp =
+          fs::temp_directory_path() / ("sparse24_bench_decode_" + std::to_string(::getpid()));
+      fs::create_directories(tmp);
+      std::string ids;
+      for (int32_t id : prompt) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+      write_file_atomic((tmp / "prompt.txt").string(), ids + "\n");
+      const std::string python = o.python.empty() ? default_python() : o.python;
+      const std::string cmd =
+          "'" + python + "' '" + SPARSE24_SOURCE_DIR + "/bench/peers/decode_llamacpp.py' --gguf '" + gguf +
+          "' --prompt-ids '" + (tmp / "prompt.txt").string() + "' --generate " + std::to_string(o.generate) +
+          " --threads " + std::to_string(o.threads) + " --json '" + (tmp / "peers.json").string() + "'";
+      std::fprintf(stderr, "peers: %s\n", cmd.c_str());
+      std::fflush(stderr);
+      const int rc = std::system(cmd.c_str());
+      if (rc != 0) {
+        peer_note = "llama.cpp failed (exit " + std::to_string(rc) + ")";
+        std::fprintf(stderr, "%s\n", peer_note.c_str());
+      } else {
+        const std::vector<uint8_t> pj = read_file((tmp / "peers.json").string());
+        peers = nlohmann::json::parse(pj.begin(), pj.end());
+      }
+      fs::remove_all(tmp);
+    }
+  }
+
+  nlohmann::json out = {{"model", o.model},
+                        {"threads", o.threads},
+                        {"prompt_tokens", o.prompt},
+                        {"generated_tokens", o.generate},
+                        {"isa", isa_name(active_isa())},
+                        {"load_average", load_average()},
+                        {"model_was_pruned", was_pruned},
+                        {"read_bandwidth_gb_s", bw}};
+  nlohmann::json rt = nlohmann::json::object();
+  std::printf("%-24s %12s %14s %12s\n", "runtime", "prompt tok/s", "decode tok/s", "weights MB");
+  for (const Run& r : runs) {
+    rt[r.name] = {
+        {"tokens_per_s", r.gen_tps}, {"prompt_tokens_per_s", r.prompt_tps}, {"weight_bytes", r.weight_bytes}};
+    std::printf("%-24s %12.1f %14.2f %12.1f\n", r.name.c_str(), r.prompt_tps, r.gen_tps,
+                r.weight_bytes / 1e6);
+  }
+  for (auto it = peers.begin(); it != peers.end(); ++it) {
+    rt[it.key()] = it.value();
+    std::printf("%-24s %12.1f %14.2f %12.1f\n", it.key().c_str(),
+                it.value().value("prompt_tokens_per_s", 0.0), it.value().value("tokens_per_s", 0.0),
+                it.value().value("weight_bytes", 0.0) / 1e6);
+  }
+  out["runtimes"] = rt;
+  if (!peer_note.empty()) out["note"] = peer_note;
+  const double dense = runs[0].gen_tps, sp = runs[1].gen_tps, bf = runs[2].gen_tps;
+  std::printf("2:4 fp32 / dense fp32: %.2fx", sp / dense);
+  if (peers.contains("llama.cpp F32"))
+    std::printf("; 2:4 fp32 / llama.cpp F32: %.2fx",
+                sp / peers["llama.cpp F32"]["tokens_per_s"].get<double>());
+  if (peers.contains("llama.cpp F16"))
+    std::printf("; 2:4 bf16 / llama.cpp F16: %.2fx",
+                bf / peers["llama.cpp F16"]["tokens_per_s"].get<double>());
+  std::printf(" (load %s)\n", load_average().c_str());
+  if (!o.json_out.empty()) write_file_atomic(o.json_out, out.dump(2) + "\n");
+}
+
+}  // namespace
+
+void register_decode_commands(CLI::App& app) {
+  {
+    auto o = std::make_shared<GenerateOptions>();
+    CLI::App* cmd =
+        app.add_subcommand("generate", "Generate text with a decoder LM (Hugging Face llama directory)");
+    cmd->add_option("model", o->model, "model directory")->required();
+    cmd->add_option("--prompt", o->prompt, "prompt text");
+    cmd->add_option("--prompt-ids", o->prompt_ids, "prompt token ids, comma-separated");
+    cmd->add_option("--max-tokens", o->max_tokens, "tokens to generate")->capture_default_str();
+    cmd->add_option("--temperature", o->temperature, "0 = greedy")->capture_default_str();
+    cmd->add_option("--top-p", o->top_p, "nucleus sampling mass")->capture_default_str();
+    cmd->add_option("--seed", o->seed, "sampling seed")->capture_default_str();
+    cmd->add_option("--threads", o->threads)->capture_default_str();
+    cmd->add_option("--mode", o->mode, "dense or sparse (2:4 weights through the 2:4 kernel)")
+        ->capture_default_str();
+    cmd->add_flag("--bf16", o->bf16, "2:4 weights held as bfloat16");
+    cmd->callback([o] { cmd_generate(*o); });
+  }
+  {
+    auto o = std::make_shared<PerplexityOptions>();
+    CLI::App* cmd = app.add_subcommand("perplexity", "Perplexity of a decoder LM on a text");
+    cmd->add_option("model", o->model, "model directory")->required();
+    cmd->add_option("--input", o->input, "text file (tokenized with MODEL/tokenizer.json)");
+    cmd->add_option("--input-ids", o->input_ids, "or: token ids of the text (white-space separated)");
+    cmd->add_option("--ctx", o->ctx, "tokens per window")->capture_default_str();
+    cmd->add_option("--json", o->json_out, "write the result as JSON");
+    cmd->add_option("--threads", o->threads)->capture_default_str();
+    cmd->add_option("--mode", o->mode, "dense or sparse")->capture_default_str();
+    cmd->callback([o] { cmd_perplexity(*o); });
+  }
+  {
+    auto o = std::make_shared<LogitsOptions>();
+    CLI::App* cmd =
+        app.add_subcommand("logits", "A decoder LM's logits for token ids, as .npy [tokens, vocab]");
+    cmd->add_option("model", o->model, "model directory")->required();
+    cmd->add_option("--ids", o->ids, "file of token ids, one sequence per line")->required();
+    cmd->add_option("-o,--output", o->out, ".npy file")->required();
+    cmd->add_option("--prefill", o->prefill,
+                    "prefill this many tokens, then decode one at a time (0: all at once)");
+    cmd->add_option("--threads", o->threads)->capture_default_str();
+    cmd->add_option("--mode", o->mode, "dense or sparse")->capture_default_str();
+    cmd->callback([o] { cmd_logits(*o); });
+  }
+  {
+    auto o = std::make_shared<BenchDecodeOptions>();
+    CLI::App* cmd = app.add_subcommand(
+        "bench-decode", "Batch-1 decoding speed: sparse24 dense fp32, 2:4 fp32, 2:4 bf16 and llama.cpp");
+    cmd->add_option("model", o->model, "model directory (dense: pruned 2:4 by magnitude in memory)")
+        ->required();
+    cmd->add_option("--threads", o->threads)->capture_default_str();
+    cmd->add_option("--json", o->json_out, "write the results as JSON");
+    cmd->add_option("--prompt", o->prompt, "prompt tokens")->capture_default_str();
+    cmd->add_option("--generate", o->generate, "generated tokens")->capture_default_str();
+    cmd->add_option("--gguf", o->gguf,
+                    "GGUF file llama.cpp's F32/F16/Q8_0 files are made from (default: "
+                    "MODEL without -hf, /model.gguf)");
+    cmd->add_option("--python", o->python, "the Python that runs llama.cpp (default: the project's .venv)");
+    cmd->add_flag("--no-peers", o->no_peers, "sparse24 only");
+    cmd->callback([o] { cmd_bench_decode(*o); });
+  }
+}
+
+}  // namespace sparse24::cli
