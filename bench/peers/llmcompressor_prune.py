@@ -19,7 +19,7 @@ the targeted weights exactly 2:4 along the input dimension, checked before writi
 sentence-transformers and `sparse24 embed`; plus OUT_DIR/llmcompressor.json {method, seconds (wall time of
 oneshot: calibration and pruning, the model load excluded), cpu_seconds (the process's CPU time over the
 same span: on a shared machine the comparable number), llmcompressor_version, calibration_lines,
-calibration_tokens, pruned_weights, threads}.
+calibration_tokens, pruned_weights, threads}. On a shared machine use --threads 1 (docs/accuracy.md).
 """
 import json
 import os
