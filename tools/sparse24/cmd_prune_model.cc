@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -283,7 +284,7 @@ void write_plot(const std::string& dir, const json& rows) {
   }
   write_file_atomic(dir + "/report.dat", data);
   const std::string gp =
-      "set terminal pngcairo size 1100,520 font ',10'\nset output 'report.png'\n"
+      "set terminal pngcairo size 1100,520 font ',10' noenhanced\nset output 'report.png'\n"
       "set title 'Agreement with the dense model on held-out KJV books'\n"
       "set style data histogram\nset style histogram cluster gap 1\nset style fill solid 0.8 border -1\n"
       "set yrange [0:1.05]\nset xtics rotate by -30\nset key outside right\nset grid ytics\n"
@@ -322,14 +323,15 @@ void write_report_md(const std::string& dir, const json& j) {
 }
 
 std::string cpu_name() {
-  const std::vector<uint8_t> b = read_file("/proc/cpuinfo");
-  const std::string s(b.begin(), b.end());
-  const size_t p = s.find("model name");
-  if (p == std::string::npos) return "unknown CPU";
-  const size_t c = s.find(':', p), e = s.find('\n', p);
-  std::string name = s.substr(c + 2, e - c - 2);
-  name += s.find(" avx512f") != std::string::npos ? " (AVX-512)" : " (AVX2)";
-  return name;
+  std::ifstream in("/proc/cpuinfo");  // (a /proc file has no size to read by)
+  std::string line, name = "unknown CPU";
+  bool avx512 = false;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos && name == "unknown CPU")
+      name = line.substr(line.find(':') + 2);
+    if (line.rfind("flags", 0) == 0) avx512 = avx512 || line.find(" avx512f") != std::string::npos;
+  }
+  return name + (avx512 ? " (AVX-512)" : " (AVX2)");
 }
 
 void cmd_prune_experiment(const ExperimentOpts& o) {
