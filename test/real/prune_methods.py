@@ -2,7 +2,8 @@
 prune-model by magnitude, Wanda and SparseGPT (calibration from the KJV training books), then eval-embed of
 each against the dense model on held-out books (docs/accuracy.md has the full table from prune-experiment).
 Asserts that the calibrated methods beat magnitude on every metric and that the pruned directories load in
-sentence-transformers with the same embeddings as sparse24 gives (the checkpoint is a real, usable model)."""
+sentence-transformers (after `convert --to dense`) with the same embeddings as sparse24 gives (the checkpoint is
+a real, usable model)."""
 import argparse
 import json
 import os
@@ -45,7 +46,8 @@ def main():
         for key in ("mean_cosine", "spearman", "recall_at_10"):
             if not metrics[method][key] > metrics["magnitude"][key]:
                 failed.append(f"{method} {key} {metrics[method][key]:.4f} <= magnitude {metrics['magnitude'][key]:.4f}")
-    # The SparseGPT directory is a sentence-transformers model: its embeddings there equal sparse24's.
+    # The SparseGPT directory, converted to dense weights (what transformers reads), is a sentence-transformers
+    # model whose embeddings equal sparse24's.
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     import numpy as np
@@ -57,7 +59,9 @@ def main():
     npy = os.path.join(a.work, "sgpt.npy")
     run([a.sparse24, "embed", os.path.join(a.work, "sparsegpt"), "--input", lines, "-o", npy, "--mode", "dense"])
     mine = np.load(npy)
-    theirs = SentenceTransformer(os.path.join(a.work, "sparsegpt"), device="cpu").encode(texts)
+    dense = os.path.join(a.work, "sparsegpt-dense")
+    run([a.sparse24, "convert", os.path.join(a.work, "sparsegpt"), dense, "--to", "dense"])
+    theirs = SentenceTransformer(dense, device="cpu").encode(texts)
     diff = float(np.abs(mine - theirs).max())
     print(f"sparsegpt checkpoint: sparse24 vs sentence-transformers max abs difference {diff:.2e}")
     if diff > 1e-4:
