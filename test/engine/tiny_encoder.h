@@ -18,7 +18,6 @@
 #include "sparse24/io.h"
 
 namespace sparse24::engine {
-namespace {
 
 using json = nlohmann::json;
 using sparse24::testing::random_floats;
@@ -29,7 +28,7 @@ struct Tiny {
   int64_t offset() const { return type == "mpnet" ? 2 : 0; }
 };
 
-json config_of(const Tiny& t) {
+inline json config_of(const Tiny& t) {
   json c = {{"model_type", t.type},
             {"vocab_size", t.vocab},
             {"hidden_size", t.hidden},
@@ -49,13 +48,13 @@ json config_of(const Tiny& t) {
   return c;
 }
 
-StTensor st(const std::vector<float>& v, std::vector<int64_t> shape) {
+inline StTensor st(const std::vector<float>& v, std::vector<int64_t> shape) {
   return to_st(Tensor::from_float(v, std::move(shape)));
 }
 
 // The tensors a transformers BertModel / MPNetModel state dict holds, random (plus a pooler, which the
 // encoder must ignore).
-SafeTensors weights_of(const Tiny& t, std::mt19937_64& g) {
+inline SafeTensors weights_of(const Tiny& t, std::mt19937_64& g) {
   SafeTensors s;
   const bool bert = t.type == "bert";
   auto add = [&](const std::string& name, std::vector<int64_t> shape, float lo, float hi) {
@@ -92,14 +91,14 @@ SafeTensors weights_of(const Tiny& t, std::mt19937_64& g) {
   return s;
 }
 
-void write_json(const std::filesystem::path& p, const json& j) {
+inline void write_json(const std::filesystem::path& p, const json& j) {
   std::filesystem::create_directories(p.parent_path());
   std::ofstream(p) << j.dump(2);
 }
 
 // A sentence-transformers directory: the model, mean or CLS pooling, optional Normalize.
-void write_model(const std::filesystem::path& dir, const Tiny& t, const SafeTensors& w, bool cls,
-                 bool normalize) {
+inline void write_model(const std::filesystem::path& dir, const Tiny& t, const SafeTensors& w, bool cls,
+                        bool normalize) {
   write_json(dir / "config.json", config_of(t));
   write_safetensors((dir / "model.safetensors").string(), w);
   json modules = json::array(
@@ -120,14 +119,14 @@ void write_model(const std::filesystem::path& dir, const Tiny& t, const SafeTens
 
 using Mat = std::vector<std::vector<double>>;  // [tokens][features]
 
-std::vector<float> get(const SafeTensors& w, const std::string& name) {
+inline std::vector<float> get(const SafeTensors& w, const std::string& name) {
   return from_st(w.at(name), name).to_float();
 }
 
 // When set, shown every Linear's input (its name prefix, [tokens][in]) as the reference runs.
 inline std::function<void(const std::string&, const Mat&)> linear_hook;
 
-Mat linear(const SafeTensors& w, const std::string& p, const Mat& x) {
+inline Mat linear(const SafeTensors& w, const std::string& p, const Mat& x) {
   if (linear_hook) linear_hook(p, x);
   const std::vector<float> W = get(w, p + ".weight"), b = get(w, p + ".bias");
   const size_t out = b.size(), in = x[0].size();
@@ -141,7 +140,7 @@ Mat linear(const SafeTensors& w, const std::string& p, const Mat& x) {
   return y;
 }
 
-Mat layer_norm(const SafeTensors& w, const std::string& p, Mat x, const Mat* residual, double eps) {
+inline Mat layer_norm(const SafeTensors& w, const std::string& p, Mat x, const Mat* residual, double eps) {
   const std::vector<float> g = get(w, p + ".weight"), b = get(w, p + ".bias");
   for (size_t t = 0; t < x.size(); ++t) {
     if (residual)
@@ -157,7 +156,7 @@ Mat layer_norm(const SafeTensors& w, const std::string& p, Mat x, const Mat* res
 }
 
 // transformers' MPNet relative_position_bucket (num_buckets, max_distance 128), in double.
-int64_t bucket_reference(int64_t rel, int64_t buckets) {
+inline int64_t bucket_reference(int64_t rel, int64_t buckets) {
   int64_t n = -rel, ret = 0;
   const int64_t half = buckets / 2, max_exact = half / 2;
   if (n < 0) ret += half;
@@ -168,8 +167,8 @@ int64_t bucket_reference(int64_t rel, int64_t buckets) {
   return ret + std::min(large, half - 1);
 }
 
-std::vector<float> reference_embedding(const Tiny& t, const SafeTensors& w, const std::vector<int32_t>& ids,
-                                       bool cls, bool normalize) {
+inline std::vector<float> reference_embedding(const Tiny& t, const SafeTensors& w,
+                                              const std::vector<int32_t>& ids, bool cls, bool normalize) {
   const bool bert = t.type == "bert";
   const double eps = bert ? 1e-12 : 1e-5;
   const std::vector<float> word = get(w, "embeddings.word_embeddings.weight"),
@@ -225,8 +224,8 @@ std::vector<float> reference_embedding(const Tiny& t, const SafeTensors& w, cons
   return out;
 }
 
-std::vector<std::vector<int32_t>> random_sequences(std::mt19937_64& g, const Tiny& t, int count,
-                                                   int64_t max_len) {
+inline std::vector<std::vector<int32_t>> random_sequences(std::mt19937_64& g, const Tiny& t, int count,
+                                                          int64_t max_len) {
   std::vector<std::vector<int32_t>> seqs;
   for (int s = 0; s < count; ++s) {
     std::vector<int32_t> ids(1 + g() % max_len);
@@ -236,7 +235,7 @@ std::vector<std::vector<int32_t>> random_sequences(std::mt19937_64& g, const Tin
   return seqs;
 }
 
-std::vector<float> run(Engine& e, const std::vector<std::vector<int32_t>>& seqs) {
+inline std::vector<float> run(Engine& e, const std::vector<std::vector<int32_t>>& seqs) {
   TokenBatch b;
   for (const auto& s : seqs) b.add(s);
   std::vector<float> out(seqs.size() * e.output_rows());
@@ -244,11 +243,10 @@ std::vector<float> run(Engine& e, const std::vector<std::vector<int32_t>>& seqs)
   return out;
 }
 
-void expect_near_all(const std::vector<float>& got, const std::vector<float>& want, float tol,
-                     const std::string& what) {
+inline void expect_near_all(const std::vector<float>& got, const std::vector<float>& want, float tol,
+                            const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], tol) << what << " at " << i;
 }
 
-}  // namespace
 }  // namespace sparse24::engine

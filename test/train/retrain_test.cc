@@ -13,6 +13,7 @@
 
 #include "common/cli.h"
 #include "common/seed.h"
+#include "engine/tiny_encoder.h"
 #include "sparse24/checkpoint.h"
 #include "sparse24/engine.h"
 #include "sparse24/error.h"
@@ -39,84 +40,16 @@ std::vector<std::string> tiny_vocab() {
   return v;
 }
 
-struct Tiny {
-  std::string type = "bert";
-  int64_t vocab = 40, hidden = 16, heads = 2, layers = 2, ffn = 32, max_pos = 40, buckets = 32;
+// The tiny encoders of the engine's tests (test/engine/tiny_encoder.h) with their pooling choice and 40
+// positions, plus a vocab.txt tokenizer.
+struct Tiny : engine::Tiny {
   bool cls = false, normalize = true;
+  Tiny() { max_pos = 40; }
 };
 
-void write_json(const fs::path& p, const json& j) {
-  fs::create_directories(p.parent_path());
-  std::ofstream(p) << j.dump(2);
-}
-
-// A sentence-transformers directory with random weights (the tensors transformers' BertModel / MPNetModel
-// state dict holds), a vocab.txt tokenizer, Pooling and optional Normalize.
 void write_tiny(const fs::path& dir, const Tiny& t, uint64_t salt) {
   std::mt19937_64 g = rng(salt);
-  const bool bert = t.type == "bert";
-  SafeTensors s;
-  auto add = [&](const std::string& name, std::vector<int64_t> shape, float lo, float hi) {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    s.add(name, to_st(Tensor::from_float(random_floats(g, n, lo, hi), shape)));
-  };
-  auto linear = [&](const std::string& p, int64_t out, int64_t in) {
-    const float a = 1.5f / std::sqrt(static_cast<float>(in));
-    add(p + ".weight", {out, in}, -a, a);
-    add(p + ".bias", {out}, -0.1f, 0.1f);
-  };
-  auto norm = [&](const std::string& p) {
-    add(p + ".weight", {t.hidden}, 0.8f, 1.2f);
-    add(p + ".bias", {t.hidden}, -0.1f, 0.1f);
-  };
-  add("embeddings.word_embeddings.weight", {t.vocab, t.hidden}, -1, 1);
-  add("embeddings.position_embeddings.weight", {t.max_pos, t.hidden}, -0.5f, 0.5f);
-  if (bert) add("embeddings.token_type_embeddings.weight", {2, t.hidden}, -0.5f, 0.5f);
-  norm("embeddings.LayerNorm");
-  if (!bert) add("encoder.relative_attention_bias.weight", {t.buckets, t.heads}, -1, 1);
-  for (int64_t l = 0; l < t.layers; ++l) {
-    const std::string p = "encoder.layer." + std::to_string(l) + ".";
-    for (const char* q : bert ? std::vector<const char*>{"query", "key", "value"}
-                              : std::vector<const char*>{"q", "k", "v", "o"})
-      linear(p + (bert ? "attention.self." : "attention.attn.") + q, t.hidden, t.hidden);
-    if (bert) linear(p + "attention.output.dense", t.hidden, t.hidden);
-    norm(p + (bert ? "attention.output.LayerNorm" : "attention.LayerNorm"));
-    linear(p + "intermediate.dense", t.ffn, t.hidden);
-    linear(p + "output.dense", t.hidden, t.ffn);
-    norm(p + "output.LayerNorm");
-  }
-  json c = {{"model_type", t.type},
-            {"vocab_size", t.vocab},
-            {"hidden_size", t.hidden},
-            {"num_attention_heads", t.heads},
-            {"num_hidden_layers", t.layers},
-            {"intermediate_size", t.ffn},
-            {"max_position_embeddings", t.max_pos},
-            {"hidden_act", "gelu"}};
-  if (bert) {
-    c["type_vocab_size"] = 2;
-    c["layer_norm_eps"] = 1e-12;
-  } else {
-    c["layer_norm_eps"] = 1e-5;
-    c["pad_token_id"] = 1;
-    c["relative_attention_num_buckets"] = t.buckets;
-  }
-  fs::create_directories(dir);
-  write_json(dir / "config.json", c);
-  write_safetensors((dir / "model.safetensors").string(), s);
-  json modules = json::array(
-      {{{"idx", 0}, {"name", "0"}, {"path", ""}, {"type", "sentence_transformers.models.Transformer"}},
-       {{"idx", 1}, {"name", "1"}, {"path", "1_Pooling"}, {"type", "sentence_transformers.models.Pooling"}}});
-  if (t.normalize)
-    modules.push_back({{"idx", 2},
-                       {"name", "2"},
-                       {"path", "2_Normalize"},
-                       {"type", "sentence_transformers.models.Normalize"}});
-  write_json(dir / "modules.json", modules);
-  write_json(dir / "1_Pooling" / "config.json", {{"word_embedding_dimension", t.hidden},
-                                                 {"pooling_mode_cls_token", t.cls},
-                                                 {"pooling_mode_mean_tokens", !t.cls}});
+  engine::write_model(dir, t, engine::weights_of(t, g), t.cls, t.normalize);
   std::ofstream v(dir / "vocab.txt");
   for (const std::string& w : tiny_vocab()) v << w << "\n";
 }
