@@ -68,8 +68,8 @@ Producer find_producer(const Model& m, int gemm) {
 // The checkpoint's float weights, read and written by name (float32 while the pruning runs).
 class Tensors {
  public:
-  explicit Tensors(Checkpoint& ck) : ck_(ck) {
-    for (CheckpointTensor& t : ck_.tensors) by_name_[t.name] = &t;
+  explicit Tensors(Checkpoint& ck) {
+    for (CheckpointTensor& t : ck.tensors) by_name_[t.name] = &t;
   }
   CheckpointTensor* find(const std::string& name) {
     const auto it = by_name_.find(name);
@@ -91,7 +91,6 @@ class Tensors {
   }
 
  private:
-  Checkpoint& ck_;
   std::map<std::string, CheckpointTensor*> by_name_;
 };
 
