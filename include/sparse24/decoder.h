@@ -13,6 +13,7 @@
 // logits = head(rms(h)), the head being the embedding table when the embeddings are tied.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -101,6 +102,10 @@ struct DecoderOptions {
   bool prefill_layout = false;
 };
 
+// Shown each Linear's input before it runs: the layer, which Linear (0 QKV, 1 O, 2 gate/up, 3 down) and
+// x [k, n] (feature-major).
+using LinearObserver = std::function<void(int64_t layer, int linear, const float* x, int64_t k, int64_t n)>;
+
 class Decoder {
  public:
   Decoder(const DecoderModel& m, const DecoderOptions& o);
@@ -111,6 +116,10 @@ class Decoder {
   // Appends n >= 1 tokens to the sequence and writes logits: the last token's [vocab] floats, or with
   // `all` every new token's, [n, vocab]. Error on an id outside the vocabulary or a full cache.
   void forward(const int32_t* ids, int64_t n, float* logits, bool all = false);
+  // Calibration: runs every layer over h [hidden, n] (feature-major, in place) as a fresh sequence at
+  // positions 0 .. n - 1, no embedding and no head; `observe` (may be empty) sees each Linear's input.
+  // The sequence is forgotten afterwards.
+  void run_layers(float* h, int64_t n, const LinearObserver& observe);
   void reset();              // forgets the sequence
   int64_t position() const;  // tokens in the cache
   int64_t capacity() const;

@@ -43,11 +43,12 @@ inline constexpr const char* kDecoderLinears = R"(model\.layers\.[0-9]+\.(self_a
 struct PruneModelOptions {
   PruneMethod method = PruneMethod::kMagnitude;
   bool permute = false;
-  std::string targets = kEncoderLinears;  // regex searched in the checkpoint's weight names
+  std::string targets;  // regex searched in the checkpoint's weight names ("": kEncoderLinears or kDecoderLinears)
   std::vector<std::string> calibration;   // texts (Wanda, SparseGPT); tokenized with the model's tokenizer
   std::vector<std::vector<int32_t>> calibration_ids;  // or sequences already tokenized (used when given)
   int threads = 1;
-  int64_t tokens_per_call = 4096;  // calibration tokens per engine call (whole sequences)
+  int64_t tokens_per_call = 4096;  // encoders: calibration tokens per engine call (whole sequences)
+  int64_t sequence_tokens = 512;   // decoders: the calibration text is cut into sequences of this many tokens
   double permute_seconds = 1.0;    // search budget per Linear (per head for the attention output)
   SparseGptOptions sparsegpt;
   // Called as work advances (calibration calls of each block, weights pruned): done and total units.
@@ -73,5 +74,14 @@ struct PruneModelReport {
 // tensor; permuted producers' weights and biases become float32. Wanda and SparseGPT need calibration
 // text. Errors name the problem (no weight matched, no calibration text, a weight already 2:4, ...).
 PruneModelReport prune_hf_encoder(HfDir& dir, const PruneModelOptions& options);
+
+// The same for a Llama-family decoder (decoder.h): Q, K, V, O, gate, up and down of every layer. The
+// calibration lines are joined by newlines, tokenized with the model's byte-level BPE and cut into
+// sequences of sequence_tokens (or calibration_ids are the sequences). Calibration is layer by layer on
+// cached hidden states: each layer runs once dense for its statistics, and once pruned to carry the hidden
+// states to the next. Permutations: the attention output Linear with V's rows within heads (query heads
+// sharing a V head share one permutation), the FFN output Linear with gate's and up's rows (SwiGLU pairs
+// them); the others read the residual stream and stay unpermuted.
+PruneModelReport prune_hf_decoder(HfDir& dir, const PruneModelOptions& options);
 
 }  // namespace sparse24::engine

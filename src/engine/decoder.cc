@@ -90,6 +90,31 @@ struct Decoder::Impl {
     gu.resize(2 * c.ffn * n);
     act.resize(c.ffn * n);
   }
+
+  // Every layer over hs [hidden, n] (feature-major, in place) for the n tokens at positions pos ..
+  // pos + n - 1, their K and V appended to the cache; `observe` (if any) sees each Linear's input.
+  void layers_forward(float* hs, int64_t n, const LinearObserver* observe) {
+    const int64_t H = c.hidden;
+    for (size_t l = 0; l < layers.size(); ++l) {
+      LayerExec& L = layers[l];
+      auto run = [&](const Linear& lin, int which, const float* in, float* out) {
+        if (observe != nullptr) (*observe)(static_cast<int64_t>(l), which, in, lin.k, n);
+        lin.run(in, out, n, threads);
+      };
+      detail::rms_norm(hs, H, n, L.src->attn_norm.data(), c.eps, x.data());
+      run(L.qkv, 0, x.data(), qkv.data());
+      detail::rope(qkv.data(), c.heads + c.kv_heads, c.head_dim, n, pos, cos_sin.data());  // Q and K
+      detail::attention_cached(qkv.data(), c.heads, c.kv_heads, c.head_dim, n, pos, capacity,
+                               L.k_cache.data(), L.v_cache.data(), ctx.data(), scratch.data(), threads);
+      run(L.o, 1, ctx.data(), tmp.data());
+      for (int64_t i = 0; i < H * n; ++i) hs[i] += tmp[i];
+      detail::rms_norm(hs, H, n, L.src->ffn_norm.data(), c.eps, x.data());
+      run(L.gate_up, 2, x.data(), gu.data());
+      detail::swiglu(gu.data(), c.ffn, n, act.data());
+      run(L.down, 3, act.data(), tmp.data());
+      for (int64_t i = 0; i < H * n; ++i) hs[i] += tmp[i];
+    }
+  }
 };
 
 Decoder::Decoder(const DecoderModel& m, const DecoderOptions& o) : impl_(std::make_unique<Impl>()) {
@@ -127,6 +152,17 @@ Decoder::Decoder(Decoder&&) noexcept = default;
 Decoder& Decoder::operator=(Decoder&&) noexcept = default;
 
 void Decoder::reset() { impl_->pos = 0; }
+
+void Decoder::run_layers(float* h, int64_t n, const LinearObserver& observe) {
+  Impl& s = *impl_;
+  if (n < 1 || n > s.capacity)
+    throw Error("decoder: " + std::to_string(n) + " tokens for a context of " + std::to_string(s.capacity));
+  set_threads(s.threads);
+  s.reserve(n);
+  s.pos = 0;
+  s.layers_forward(h, n, observe ? &observe : nullptr);
+  s.pos = 0;
+}
 int64_t Decoder::position() const { return impl_->pos; }
 int64_t Decoder::capacity() const { return impl_->capacity; }
 const DecoderConfig& Decoder::config() const { return impl_->c; }
@@ -161,20 +197,7 @@ void Decoder::forward(const int32_t* ids, int64_t n, float* logits, bool all) {
     const float* e = s.embed->data() + static_cast<int64_t>(ids[j]) * H;
     for (int64_t r = 0; r < H; ++r) h[r * n + j] = e[r];
   }
-  for (LayerExec& L : s.layers) {
-    detail::rms_norm(h, H, n, L.src->attn_norm.data(), c.eps, s.x.data());
-    L.qkv.run(s.x.data(), s.qkv.data(), n, s.threads);
-    detail::rope(s.qkv.data(), c.heads + c.kv_heads, c.head_dim, n, s.pos, s.cos_sin.data());  // Q and K
-    detail::attention_cached(s.qkv.data(), c.heads, c.kv_heads, c.head_dim, n, s.pos, s.capacity,
-                             L.k_cache.data(), L.v_cache.data(), s.ctx.data(), s.scratch.data(), s.threads);
-    L.o.run(s.ctx.data(), s.tmp.data(), n, s.threads);
-    for (int64_t i = 0; i < H * n; ++i) h[i] += s.tmp[i];
-    detail::rms_norm(h, H, n, L.src->ffn_norm.data(), c.eps, s.x.data());
-    L.gate_up.run(s.x.data(), s.gu.data(), n, s.threads);
-    detail::swiglu(s.gu.data(), c.ffn, n, s.act.data());
-    L.down.run(s.act.data(), s.tmp.data(), n, s.threads);
-    for (int64_t i = 0; i < H * n; ++i) h[i] += s.tmp[i];
-  }
+  s.layers_forward(h, n, nullptr);
   s.pos += n;
   // The head over the final norm of every new token, or of the last one only.
   const int64_t m = all ? n : 1;

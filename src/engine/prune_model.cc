@@ -2,6 +2,7 @@
 #include "sparse24/prune_model.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -12,6 +13,8 @@
 #include "sparse24/error.h"
 #include "sparse24/io.h"
 #include "sparse24/mask.h"
+#include "sparse24/decoder.h"
+#include "text/bpe.h"
 #include "text/wordpiece.h"
 
 namespace sparse24::engine {
@@ -22,15 +25,19 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// What produces a GEMM's input, and so can absorb a permutation of its channels.
+// What can absorb a permutation of a GEMM's input channels: the tensors whose rows produce them.
 struct Producer {
-  enum Kind { kNone, kGemm, kAttentionV } kind = kNone;
-  int gemm = -1;       // kGemm: that GEMM; kAttentionV: the QKV GEMM
-  int64_t heads = 0;   // kAttentionV
-  std::string reason;  // kNone: why not
+  std::vector<std::string> rows_of;  // each takes the permutation on its rows (and bias); empty: none can
+  int64_t head_dim = 0;              // > 0: the channels are attention heads' and may not leave their head
+  int64_t group = 1;                 // query heads per V head (grouped-query attention): they share V's rows,
+                                     // so one permutation serves the group
+  std::string reason;                // rows_of empty: why not
 };
 
-// The model's graph: which op writes each tensor, how many ops read it.
+const char* const kResidual =
+    "its input is read by other layers too (the residual stream): nothing can absorb a permutation";
+
+// An encoder graph's producer of GEMM `gemm`'s input: which op writes each tensor, how many ops read it.
 Producer find_producer(const Model& m, int gemm) {
   std::vector<int> writer(m.tensors.size(), -1), readers(m.tensors.size(), 0);
   int in = -1;
@@ -42,7 +49,7 @@ Producer find_producer(const Model& m, int gemm) {
     if (op.kind == OpKind::kGemm && op.gemm == gemm) in = op.in;
   }
   Producer p;
-  p.reason = "its input is read by other layers too (the residual stream): nothing can absorb a permutation";
+  p.reason = kResidual;
   if (in < 0 || writer[in] < 0 || readers[in] != 1) return p;
   const Op& w = m.ops[writer[in]];
   if (w.kind == OpKind::kGemm) {
@@ -50,15 +57,13 @@ Producer find_producer(const Model& m, int gemm) {
       p.reason = "its producer is a fused GEMM";
       return p;
     }
-    p.kind = Producer::kGemm;
-    p.gemm = w.gemm;
+    p.rows_of = m.gemms[w.gemm].sources;
     return p;
   }
   if (w.kind == OpKind::kAttention && writer[w.in] >= 0 && readers[w.in] == 1 &&
       m.ops[writer[w.in]].kind == OpKind::kGemm && m.gemms[m.ops[writer[w.in]].gemm].sources.size() == 3) {
-    p.kind = Producer::kAttentionV;
-    p.gemm = m.ops[writer[w.in]].gemm;
-    p.heads = w.heads;
+    p.rows_of = {m.gemms[m.ops[writer[w.in]].gemm].sources[2]};
+    p.head_dim = m.gemms[gemm].k / w.heads;
     return p;
   }
   p.reason = "its producer cannot absorb a permutation";
@@ -121,6 +126,27 @@ void permute_rows_of(Tensors& t, const std::string& weight, int64_t row0, const 
 struct Stats {
   std::optional<Hessian> hessian;  // SparseGPT
   std::vector<double> sumsq;       // Wanda
+  Stats(PruneMethod m, int64_t k) {
+    if (m == PruneMethod::kSparseGpt)
+      hessian.emplace(k);
+    else
+      sumsq.assign(static_cast<size_t>(k), 0.0);
+  }
+  // x: [k, n] feature-major; xt: scratch.
+  void add(const float* x, int64_t k, int64_t n, std::vector<float>& xt) {
+    if (hessian) {
+      xt.resize(static_cast<size_t>(k * n));  // [tokens, k]
+      for (int64_t r = 0; r < k; ++r)
+        for (int64_t j = 0; j < n; ++j) xt[static_cast<size_t>(j * k + r)] = x[r * n + j];
+      hessian->add(xt.data(), n);
+      return;
+    }
+    for (int64_t r = 0; r < k; ++r) {
+      double s = 0;
+      for (int64_t j = 0; j < n; ++j) s += static_cast<double>(x[r * n + j]) * x[r * n + j];
+      sumsq[static_cast<size_t>(r)] += s;
+    }
+  }
   std::vector<float> norms() const {
     if (hessian) return hessian->column_norms();
     std::vector<float> n(sumsq.size());
@@ -129,6 +155,173 @@ struct Stats {
   }
 };
 
+// What both model kinds share: the targets of each GEMM, the per-GEMM pruning (permutation, method) into
+// the checkpoint's tensors, the report and the progress count.
+class Pruner {
+ public:
+  Pruner(HfDir& dir, const PruneModelOptions& o, const char* default_targets)
+      : o_(o), tensors_(dir.weights), targets_(o.targets.empty() ? default_targets : o.targets) {
+    if (o.threads < 1) throw Error("threads must be at least 1");
+    if (o.tokens_per_call < 1) throw Error("tokens per call must be at least 1");
+    try {
+      re_ = std::regex(targets_, std::regex::ECMAScript);
+    } catch (const std::regex_error&) {
+      throw Error("--targets '" + targets_ + "' is not a valid regular expression");
+    }
+  }
+  bool calibrated() const { return o_.method != PruneMethod::kMagnitude; }
+  // The weights of `g` to prune: its sources the targets match (a weight already 2:4 or with columns not
+  // a multiple of 4 is reported as skipped).
+  std::vector<std::string> select(const Gemm& g) {
+    std::vector<std::string> out;
+    for (const std::string& s : g.sources) {
+      if (!std::regex_search(s, re_)) continue;
+      const CheckpointTensor* t = tensors_.find(s);
+      if (t == nullptr) continue;
+      if (t->sparse) {
+        report_.skipped.push_back(s + ": already 2:4");
+      } else if (g.k % 4 != 0) {
+        report_.skipped.push_back(s + ": columns not a multiple of 4");
+      } else {
+        out.push_back(s);
+      }
+    }
+    total_ += static_cast<int64_t>(out.size());
+    return out;
+  }
+  void check_any() const {
+    if (total_ == 0) throw Error("no weight matched --targets '" + targets_ + "'");
+    if (calibrated() && o_.calibration.empty() && o_.calibration_ids.empty())
+      throw Error(std::string(prune_method_name(o_.method)) + " needs calibration text");
+  }
+  int64_t total() const { return total_; }
+  void step(int64_t units_total) {
+    if (o_.progress) o_.progress(++done_, units_total);
+  }
+  Tensors& tensors() { return tensors_; }
+  PruneModelReport& report() { return report_; }
+  const PruneModelOptions& options() const { return o_; }
+
+  // Prunes the targets of GEMM g (their rows stacked), after permuting its input channels with `p`'s rows
+  // when asked; `stats` holds its input statistics (calibrated methods).
+  void prune(const Gemm& g, const std::vector<std::string>& targets, Stats* stats, const Producer& p,
+             int64_t units_total) {
+    const int64_t k = g.k;
+    std::vector<float> w;
+    std::vector<int64_t> rows_of;
+    for (const std::string& s : targets) {
+      const std::vector<float> v = tensors_.get(s);
+      w.insert(w.end(), v.begin(), v.end());
+      rows_of.push_back(static_cast<int64_t>(v.size()) / k);
+    }
+    const int64_t rows = static_cast<int64_t>(w.size()) / k;
+    std::vector<float> norms;
+    if (stats != nullptr) norms = stats->norms();
+
+    PrunedWeight rec;
+    if (o_.permute) {
+      const auto t0 = Clock::now();
+      permute(g, targets, w, rows, norms, stats, p, rec);
+      report_.permute_s += seconds_since(t0);
+    }
+    const auto t1 = Clock::now();
+    switch (o_.method) {
+      case PruneMethod::kMagnitude:
+        apply_mask(w.data(), magnitude_mask(w.data(), rows, k));
+        break;
+      case PruneMethod::kWanda:
+        apply_mask(w.data(), wanda_mask(w.data(), rows, k, norms));
+        break;
+      case PruneMethod::kSparseGpt:
+        sparsegpt_prune(w.data(), rows, k, *stats->hessian, o_.sparsegpt);
+        break;
+    }
+    report_.prune_s += seconds_since(t1);
+    int64_t r0 = 0;
+    for (size_t i = 0; i < targets.size(); ++i) {
+      const auto begin = w.begin() + r0 * k;
+      tensors_.set(targets[i], std::vector<float>(begin, begin + rows_of[i] * k));
+      r0 += rows_of[i];
+      PrunedWeight pw = rec;
+      pw.name = targets[i];
+      report_.weights.push_back(pw);
+      step(units_total);
+    }
+  }
+
+  // Every pruned weight as 2:4 (a permuted producer pruned earlier is still 2:4: its rows only moved).
+  PruneModelReport finish() {
+    for (const PrunedWeight& pw : report_.weights) {
+      CheckpointTensor& t = *tensors_.find(pw.name);
+      t.sparse = compress(from_st(t.dense, pw.name));
+      t.dense = StTensor{};
+    }
+    return std::move(report_);
+  }
+
+ private:
+  // The permutation of g's input channels that keeps the most of the method's importance (|W| for
+  // magnitude, |W_ij| * ||X_j|| otherwise), searched per head (per group of heads sharing a V head) when
+  // the channels may not leave their head; applied to w, the norms, the statistics, g's other sources and
+  // the producer's rows.
+  void permute(const Gemm& g, const std::vector<std::string>& targets, std::vector<float>& w, int64_t rows,
+               std::vector<float>& norms, Stats* stats, const Producer& p, PrunedWeight& rec) {
+    const int64_t k = g.k, d = p.head_dim > 0 ? p.head_dim : k, span = d * p.group;
+    if (p.rows_of.empty()) {
+      rec.permutation = "unpermuted: " + p.reason;
+      return;
+    }
+    if (d % 4 != 0 || k % span != 0) {
+      rec.permutation = "unpermuted: head size not a multiple of 4";
+      return;
+    }
+    std::vector<int64_t> perm(static_cast<size_t>(k)), rows_perm(static_cast<size_t>(k / p.group));
+    std::vector<float> score(static_cast<size_t>(p.group * rows * d));
+    PermutationOptions po;
+    po.max_seconds = o_.permute_seconds;
+    for (int64_t c0 = 0; c0 < k; c0 += span) {
+      // The group's heads stacked as more rows: [group * rows, d].
+      for (int64_t h = 0; h < p.group; ++h)
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < d; ++c) {
+            const int64_t col = c0 + h * d + c;
+            score[static_cast<size_t>((h * rows + r) * d + c)] =
+                std::fabs(w[static_cast<size_t>(r * k + col)]) * (norms.empty() ? 1.f : norms[col]);
+          }
+      const PermutationResult pr = search_permutation(score.data(), p.group * rows, d, po);
+      rec.kept_identity += pr.kept_identity;
+      rec.kept_permuted += pr.kept_permuted;
+      for (int64_t h = 0; h < p.group; ++h)
+        for (int64_t c = 0; c < d; ++c) perm[static_cast<size_t>(c0 + h * d + c)] = c0 + h * d + pr.perm[c];
+      for (int64_t c = 0; c < d; ++c) rows_perm[static_cast<size_t>(c0 / p.group + c)] = c0 / p.group + pr.perm[c];
+    }
+    permute_columns(w.data(), rows, k, perm);
+    rec.perm = perm;
+    for (const std::string& s : g.sources)
+      if (std::find(targets.begin(), targets.end(), s) == targets.end()) {
+        std::vector<float> v = tensors_.get(s);
+        permute_columns(v.data(), static_cast<int64_t>(v.size()) / k, k, perm);
+        tensors_.set(s, v);
+      }
+    if (!norms.empty()) {
+      const std::vector<float> old = norms;
+      for (int64_t c = 0; c < k; ++c) norms[static_cast<size_t>(c)] = old[static_cast<size_t>(perm[c])];
+    }
+    if (stats != nullptr && stats->hessian) stats->hessian = stats->hessian->permuted(perm);
+    rec.permutation = "with";
+    for (const std::string& s : p.rows_of) {
+      permute_rows_of(tensors_, s, 0, rows_perm);
+      rec.permutation += (rec.permutation == "with" ? " " : " and ") + s;
+    }
+    if (p.head_dim > 0) rec.permutation += " (within heads)";
+  }
+  const PruneModelOptions& o_;
+  Tensors tensors_;
+  std::string targets_;
+  std::regex re_;
+  PruneModelReport report_;
+  int64_t total_ = 0, done_ = 0;
+};
 }  // namespace
 
 PruneMethod parse_prune_method(const std::string& name) {
@@ -151,53 +344,29 @@ const char* prune_method_name(PruneMethod m) {
 }
 
 PruneModelReport prune_hf_encoder(HfDir& dir, const PruneModelOptions& o) {
-  if (o.threads < 1) throw Error("threads must be at least 1");
-  if (o.tokens_per_call < 1) throw Error("tokens per call must be at least 1");
-  std::regex re;
-  try {
-    re = std::regex(o.targets, std::regex::ECMAScript);
-  } catch (const std::regex_error&) {
-    throw Error("--targets '" + o.targets + "' is not a valid regular expression");
-  }
-  PruneModelReport report;
+  Pruner pruner(dir, o, kEncoderLinears);
+  PruneModelReport& report = pruner.report();
   TextModelInfo info;
   const Model first = load_hf_encoder(dir, &info);
   const int64_t ng = static_cast<int64_t>(first.gemms.size());
 
-  // The weights to prune, per GEMM (sources matching the targets), and each GEMM's block ("layer3").
-  Tensors tensors(dir.weights);
+  // The weights to prune, per GEMM, and each GEMM's block ("layer3").
   std::vector<std::vector<std::string>> targets(static_cast<size_t>(ng));
   std::map<std::string, std::vector<int>> blocks;
   std::vector<std::string> block_order;
-  int64_t total = 0;
   for (int g = 0; g < ng; ++g) {
     const Gemm& gemm = first.gemms[g];
-    for (const std::string& s : gemm.sources) {
-      if (!std::regex_search(s, re)) continue;
-      const CheckpointTensor* t = tensors.find(s);
-      if (t == nullptr) continue;
-      if (t->sparse) {
-        report.skipped.push_back(s + ": already 2:4");
-      } else if (gemm.k % 4 != 0) {
-        report.skipped.push_back(s + ": columns not a multiple of 4");
-      } else {
-        targets[g].push_back(s);
-        ++total;
-      }
-    }
+    targets[g] = pruner.select(gemm);
     if (targets[g].empty()) continue;
     const std::string block = gemm.name.substr(0, gemm.name.find('.'));
     if (!blocks.count(block)) block_order.push_back(block);
     blocks[block].push_back(g);
   }
-  if (total == 0) throw Error("no weight matched --targets '" + o.targets + "'");
+  pruner.check_any();
 
   // Calibration: the texts tokenized once, packed into calls of at most tokens_per_call tokens.
   std::vector<TokenBatch> calls;
-  const bool calibrated = o.method != PruneMethod::kMagnitude;
-  if (calibrated) {
-    if (o.calibration.empty() && o.calibration_ids.empty())
-      throw Error(std::string(prune_method_name(o.method)) + " needs calibration text");
+  if (pruner.calibrated()) {
     std::vector<std::vector<int32_t>> sequences = o.calibration_ids;
     if (sequences.empty()) {
       const text::WordPiece tokenizer = text::WordPiece::from_dir(dir.dir);
@@ -221,155 +390,179 @@ PruneModelReport prune_hf_encoder(HfDir& dir, const PruneModelOptions& o) {
   for (const TokenBatch& c : calls) capacity = std::max(capacity, c.tokens());
 
   // Progress: one unit per calibration call of each block and per weight pruned.
-  const int64_t units = static_cast<int64_t>(blocks.size() * calls.size()) + total;
-  int64_t done = 0;
-  for (size_t bi = 0; bi < block_order.size(); ++bi) {
-    const std::vector<int>& block = blocks[block_order[bi]];
-    // Statistics of the block's GEMM inputs on the model pruned so far.
+  const int64_t units = static_cast<int64_t>(blocks.size() * calls.size()) + pruner.total();
+  for (const std::string& name : block_order) {
+    const std::vector<int>& block = blocks[name];
+    // Statistics of the block's GEMM inputs on the model pruned so far (the engine stops after the
+    // block's last GEMM).
     std::map<int, Stats> stats;
-    if (calibrated) {
+    if (pruner.calibrated()) {
       auto t0 = Clock::now();
       const Model m = load_hf_encoder(dir);
       Engine e(m, capacity, o.threads, Mode::kDense);
-      for (int g : block) {
-        if (o.method == PruneMethod::kSparseGpt)
-          stats[g].hessian.emplace(m.gemms[g].k);
-        else
-          stats[g].sumsq.assign(static_cast<size_t>(m.gemms[g].k), 0.0);
-      }
+      for (int g : block) stats.emplace(g, Stats(o.method, m.gemms[g].k));
       report.forward_s += seconds_since(t0);
       const int last = block.back();
       std::vector<float> xt;
-      for (size_t c = 0; c < calls.size(); ++c) {
+      for (const TokenBatch& call : calls) {
         double stat_s = 0;
         t0 = Clock::now();
-        e.run_tokens_observed(calls[c], [&](int g, const float* x, int64_t k, int64_t n) {
+        e.run_tokens_observed(call, [&](int g, const float* x, int64_t k, int64_t n) {
           const auto it = stats.find(g);
           if (it != stats.end()) {
             const auto s0 = Clock::now();
-            if (it->second.hessian) {
-              xt.resize(static_cast<size_t>(k * n));  // [tokens, k]
-              for (int64_t r = 0; r < k; ++r)
-                for (int64_t j = 0; j < n; ++j) xt[static_cast<size_t>(j * k + r)] = x[r * n + j];
-              it->second.hessian->add(xt.data(), n);
-            } else {
-              for (int64_t r = 0; r < k; ++r) {
-                double s = 0;
-                for (int64_t j = 0; j < n; ++j) s += static_cast<double>(x[r * n + j]) * x[r * n + j];
-                it->second.sumsq[static_cast<size_t>(r)] += s;
-              }
-            }
+            it->second.add(x, k, n, xt);
             stat_s += seconds_since(s0);
           }
           return g != last;
         });
         report.statistics_s += stat_s;
         report.forward_s += seconds_since(t0) - stat_s;
-        if (o.progress) o.progress(++done, units);
+        pruner.step(units);
       }
     }
-
     for (int g : block) {
-      const Gemm& gemm = first.gemms[g];
-      const int64_t k = gemm.k;
-      // The targets' rows, one matrix.
-      std::vector<float> w;
-      std::vector<int64_t> rows_of;
-      for (const std::string& s : targets[g]) {
-        const std::vector<float> v = tensors.get(s);
-        w.insert(w.end(), v.begin(), v.end());
-        rows_of.push_back(static_cast<int64_t>(v.size()) / k);
-      }
-      const int64_t rows = static_cast<int64_t>(w.size()) / k;
-      std::vector<float> norms;
-      if (calibrated) norms = stats[g].norms();
-
-      PrunedWeight rec;
-      std::vector<int64_t> perm;
-      if (o.permute) {
-        const auto t0 = Clock::now();
-        const Producer p = find_producer(first, g);
-        const int64_t head_dim = p.kind == Producer::kAttentionV ? k / p.heads : k;
-        if (p.kind == Producer::kNone) {
-          rec.permutation = "unpermuted: " + p.reason;
-        } else if (head_dim % 4 != 0) {
-          rec.permutation = "unpermuted: head size not a multiple of 4";
-        } else {
-          // The method's importance: |W| (magnitude), |W_ij| * ||X_j|| (Wanda, SparseGPT); searched per
-          // head when the channels may not leave their head.
-          perm.resize(static_cast<size_t>(k));
-          std::vector<float> score(static_cast<size_t>(rows * head_dim));
-          PermutationOptions po;
-          po.max_seconds = o.permute_seconds;
-          for (int64_t c0 = 0; c0 < k; c0 += head_dim) {
-            for (int64_t r = 0; r < rows; ++r)
-              for (int64_t c = 0; c < head_dim; ++c)
-                score[static_cast<size_t>(r * head_dim + c)] =
-                    std::fabs(w[static_cast<size_t>(r * k + c0 + c)]) *
-                    (norms.empty() ? 1.f : norms[static_cast<size_t>(c0 + c)]);
-            const PermutationResult pr = search_permutation(score.data(), rows, head_dim, po);
-            rec.kept_identity += pr.kept_identity;
-            rec.kept_permuted += pr.kept_permuted;
-            for (int64_t c = 0; c < head_dim; ++c) perm[static_cast<size_t>(c0 + c)] = c0 + pr.perm[c];
-          }
-          // The GEMM's columns (every source, targeted or not), its statistics and its producer's rows.
-          permute_columns(w.data(), rows, k, perm);
-          rec.perm = perm;
-          for (const std::string& s : gemm.sources)
-            if (std::find(targets[g].begin(), targets[g].end(), s) == targets[g].end()) {
-              std::vector<float> v = tensors.get(s);
-              permute_columns(v.data(), static_cast<int64_t>(v.size()) / k, k, perm);
-              tensors.set(s, v);
-            }
-          if (!norms.empty()) {
-            const std::vector<float> old = norms;
-            for (int64_t c = 0; c < k; ++c) norms[static_cast<size_t>(c)] = old[static_cast<size_t>(perm[c])];
-          }
-          if (stats.count(g) && stats[g].hessian) stats[g].hessian = stats[g].hessian->permuted(perm);
-          const Gemm& prod = first.gemms[p.gemm];
-          if (p.kind == Producer::kGemm) {
-            permute_rows_of(tensors, prod.sources[0], 0, perm);
-            rec.permutation = "with " + prod.sources[0];
-          } else {
-            permute_rows_of(tensors, prod.sources[2], 0, perm);
-            rec.permutation = "with " + prod.sources[2] + " (within heads)";
-          }
-        }
-        report.permute_s += seconds_since(t0);
-      }
-
-      const auto t1 = Clock::now();
-      switch (o.method) {
-        case PruneMethod::kMagnitude:
-          apply_mask(w.data(), magnitude_mask(w.data(), rows, k));
-          break;
-        case PruneMethod::kWanda:
-          apply_mask(w.data(), wanda_mask(w.data(), rows, k, norms));
-          break;
-        case PruneMethod::kSparseGpt:
-          sparsegpt_prune(w.data(), rows, k, *stats[g].hessian, o.sparsegpt);
-          break;
-      }
-      report.prune_s += seconds_since(t1);
-      int64_t r0 = 0;
-      for (size_t i = 0; i < targets[g].size(); ++i) {
-        const auto begin = w.begin() + r0 * k;
-        tensors.set(targets[g][i], std::vector<float>(begin, begin + rows_of[i] * k));
-        r0 += rows_of[i];
-        PrunedWeight pw = rec;
-        pw.name = targets[g][i];
-        report.weights.push_back(pw);
-        if (o.progress) o.progress(++done, units);
-      }
+      const Producer p = o.permute ? find_producer(first, g) : Producer{};
+      pruner.prune(first.gemms[g], targets[g], stats.count(g) ? &stats.at(g) : nullptr, p, units);
     }
   }
-  // Every pruned weight as 2:4 (a permuted producer pruned earlier is still 2:4: its rows only moved).
-  for (const PrunedWeight& pw : report.weights) {
-    CheckpointTensor& t = *tensors.find(pw.name);
-    t.sparse = compress(from_st(t.dense, pw.name));
-    t.dense = StTensor{};
+  return pruner.finish();
+}
+
+PruneModelReport prune_hf_decoder(HfDir& dir, const PruneModelOptions& o) {
+  Pruner pruner(dir, o, kDecoderLinears);
+  PruneModelReport& report = pruner.report();
+  DecoderModel work = load_hf_decoder(dir);
+  const DecoderConfig& c = work.config;
+  // Per layer its four GEMMs (QKV, O, gate/up, down) and their targets.
+  std::vector<std::array<std::vector<std::string>, 4>> targets(static_cast<size_t>(c.layers));
+  auto gemm_of = [](DecoderLayer& l, int which) -> Gemm& {
+    return which == 0 ? l.qkv : which == 1 ? l.o : which == 2 ? l.gate_up : l.down;
+  };
+  int64_t last_layer = -1;
+  for (int64_t l = 0; l < c.layers; ++l)
+    for (int which = 0; which < 4; ++which) {
+      targets[l][which] = pruner.select(gemm_of(work.layers[l], which));
+      if (!targets[l][which].empty()) last_layer = l;
+    }
+  pruner.check_any();
+
+  // Calibration: the texts joined by newlines and tokenized as one, cut into sequences of
+  // sequence_tokens (or the sequences given); each sequence's hidden state, layer by layer.
+  std::vector<std::vector<int32_t>> sequences;
+  if (pruner.calibrated()) sequences = o.calibration_ids;
+  if (pruner.calibrated() && sequences.empty()) {
+    if (o.sequence_tokens < 2) throw Error("calibration sequences must hold at least 2 tokens");
+    std::string text;
+    for (const std::string& line : o.calibration) text += line + "\n";
+    const std::vector<int32_t> ids = text::ByteBpe::from_dir(dir.dir).encode(text);
+    for (size_t i = 0; i < ids.size(); i += static_cast<size_t>(o.sequence_tokens))
+      sequences.emplace_back(ids.begin() + static_cast<int64_t>(i),
+                             ids.begin() + static_cast<int64_t>(std::min(ids.size(), i + o.sequence_tokens)));
   }
-  return report;
+  int64_t capacity = 1;
+  std::vector<std::vector<float>> hidden;  // per sequence [hidden, n], feature-major
+  for (const std::vector<int32_t>& ids : sequences) {
+    const int64_t n = static_cast<int64_t>(ids.size());
+    if (n == 0) continue;
+    if (n > c.max_positions)
+      throw Error("a calibration sequence of " + std::to_string(n) + " tokens exceeds the model's " +
+                  std::to_string(c.max_positions) + " positions");
+    std::vector<float> h(static_cast<size_t>(c.hidden * n));
+    for (int64_t j = 0; j < n; ++j) {
+      if (ids[j] < 0 || ids[j] >= c.vocab)
+        throw Error("calibration token id " + std::to_string(ids[j]) + " outside the vocabulary");
+      for (int64_t r = 0; r < c.hidden; ++r)
+        h[static_cast<size_t>(r * n + j)] = work.embed[static_cast<size_t>(ids[j] * c.hidden + r)];
+    }
+    hidden.push_back(std::move(h));
+    capacity = std::max(capacity, n);
+    report.calibration_tokens += n;
+  }
+  report.calibration_sequences = static_cast<int64_t>(hidden.size());
+  if (pruner.calibrated() && hidden.empty()) throw Error("the calibration text has no tokens");
+
+  // One layer as a decoder of its own, dense (its pruned weights dense again), to calibrate and to carry
+  // the hidden states on.
+  DecoderOptions dopt;
+  dopt.threads = o.threads;
+  dopt.mode = Mode::kDense;
+  dopt.max_context = capacity;
+  auto layer_decoder = [&](DecoderModel& one, int64_t l) {
+    one.config = c;
+    one.config.layers = 1;
+    one.layers = {work.layers[l]};
+    return Decoder(one, dopt);
+  };
+  const int64_t calls = static_cast<int64_t>(hidden.size());
+  const int64_t units = (pruner.calibrated() ? 2 * (last_layer + 1) * calls : 0) + pruner.total();
+  std::vector<float> x, xt;
+  for (int64_t l = 0; l <= last_layer; ++l) {
+    std::map<int, Stats> stats;
+    if (pruner.calibrated()) {
+      auto t0 = Clock::now();
+      DecoderModel one;
+      Decoder d = layer_decoder(one, l);
+      for (int which = 0; which < 4; ++which)
+        if (!targets[l][which].empty()) stats.emplace(which, Stats(o.method, gemm_of(work.layers[l], which).k));
+      report.forward_s += seconds_since(t0);
+      for (const std::vector<float>& h : hidden) {
+        double stat_s = 0;
+        t0 = Clock::now();
+        x = h;
+        d.run_layers(x.data(), static_cast<int64_t>(h.size()) / c.hidden,
+                     [&](int64_t, int which, const float* in, int64_t k, int64_t n) {
+                       const auto it = stats.find(which);
+                       if (it == stats.end()) return;
+                       const auto s0 = Clock::now();
+                       it->second.add(in, k, n, xt);
+                       stat_s += seconds_since(s0);
+                     });
+        report.statistics_s += stat_s;
+        report.forward_s += seconds_since(t0) - stat_s;
+        pruner.step(units);
+      }
+    }
+    DecoderLayer& L = work.layers[l];
+    for (int which = 0; which < 4; ++which) {
+      if (targets[l][which].empty()) continue;
+      // The producers: V's rows for the attention output (within heads; the query heads sharing a V head
+      // share its permutation), gate's and up's rows for the FFN output; Q, K, V and gate/up read the
+      // residual stream.
+      Producer p;
+      p.reason = kResidual;
+      if (which == 1) {
+        p.rows_of = {L.qkv.sources[2]};
+        p.head_dim = c.head_dim;
+        p.group = c.heads / c.kv_heads;
+      } else if (which == 3) {
+        p.rows_of = L.gate_up.sources;
+      }
+      pruner.prune(gemm_of(L, which), targets[l][which], stats.count(which) ? &stats.at(which) : nullptr, p,
+                   units);
+    }
+    if (!pruner.calibrated() || l == last_layer) continue;
+    // The layer as pruned (and permuted) carries the hidden states to the next.
+    const auto t0 = Clock::now();
+    for (int which = 0; which < 4; ++which) {
+      Gemm& g = gemm_of(L, which);
+      std::vector<float> w;
+      for (const std::string& s : g.sources) {
+        const std::vector<float> v = pruner.tensors().get(s);
+        w.insert(w.end(), v.begin(), v.end());
+      }
+      g.dense = std::move(w);
+      g.pruned = false;
+    }
+    DecoderModel one;
+    Decoder d = layer_decoder(one, l);
+    for (std::vector<float>& h : hidden) {
+      d.run_layers(h.data(), static_cast<int64_t>(h.size()) / c.hidden, {});
+      pruner.step(units);
+    }
+    report.forward_s += seconds_since(t0);
+  }
+  return pruner.finish();
 }
 
 }  // namespace sparse24::engine

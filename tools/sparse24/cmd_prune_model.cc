@@ -32,7 +32,7 @@ using json = nlohmann::json;
 struct PruneModelOpts {
   std::string model, out, targets, format = "sparse24", method = "magnitude", calib;
   bool permute = false, quiet = false;
-  int64_t calib_lines = 512;
+  int64_t calib_lines = 512, calib_ctx = 512;
   int threads = 1;
   double permute_seconds = 1.0;
 };
@@ -55,28 +55,6 @@ json report_json(const engine::PruneModelReport& r) {
             {"prune", r.prune_s}}}};
 }
 
-// A Llama decoder: magnitude only so far (calibrating a decoder through the engine is issue 16's next step).
-json prune_decoder_by_magnitude(const PruneModelOpts& o, const engine::PruneModelOptions& po, HfDir& d,
-                                Clock::time_point t0) {
-  if (po.method != engine::PruneMethod::kMagnitude)
-    throw Error(o.method + " calibrates encoders only so far; prune a decoder with --method magnitude");
-  if (o.permute) throw Error("--permute works on encoders only so far");
-  SparsifyOptions so;
-  so.prune = true;
-  so.targets = po.targets;
-  so.rank2_only = true;
-  const auto t1 = Clock::now();
-  const SparsifyReport r = sparsify(d.weights, so);
-  if (r.pruned.empty() && r.compressed.empty())
-    throw Error("no weight matched --targets '" + so.targets + "'");
-  const double prune_s = ms_since(t1) / 1000;
-  write_hf_dir(d, d.weights, parse_checkpoint_format(o.format), o.out);
-  for (const std::string& s : r.skipped) std::fprintf(stderr, "left dense: %s\n", s.c_str());
-  std::printf("wrote %s (%s, magnitude): %zu weights 2:4; %.1f s (pruning %.1f)\n", o.out.c_str(),
-              o.format.c_str(), r.pruned.size(), ms_since(t0) / 1000, prune_s);
-  return {{"method", "magnitude"}, {"pruned", r.pruned}, {"seconds", {{"total", ms_since(t0) / 1000}}}};
-}
-
 // Prunes o.model into o.out; returns the report (with the total seconds, reading and writing included).
 json prune_model(const PruneModelOpts& o) {
   const auto t0 = Clock::now();
@@ -92,9 +70,9 @@ json prune_model(const PruneModelOpts& o) {
   }
   if (fs::exists(o.out)) throw Error(o.out + " already exists");
   const bool decoder = engine::is_hf_decoder(o.model);
-  po.targets = !o.targets.empty() ? o.targets : decoder ? engine::kDecoderLinears : engine::kEncoderLinears;
+  po.targets = o.targets;
+  po.sequence_tokens = o.calib_ctx;
   HfDir d = read_hf_dir(o.model);
-  if (decoder) return prune_decoder_by_magnitude(o, po, d, t0);
   const double read_s = ms_since(t0) / 1000;
   std::optional<Progress> bar;
   if (!o.quiet)
@@ -102,7 +80,7 @@ json prune_model(const PruneModelOpts& o) {
       if (!bar) bar.emplace("calibrating and pruning: steps", total);
       bar->update(done);
     };
-  const engine::PruneModelReport r = engine::prune_hf_encoder(d, po);
+  const engine::PruneModelReport r = decoder ? engine::prune_hf_decoder(d, po) : engine::prune_hf_encoder(d, po);
   const auto t1 = Clock::now();
   write_hf_dir(d, d.weights, parse_checkpoint_format(o.format), o.out);
   const double write_s = ms_since(t1) / 1000, total_s = ms_since(t0) / 1000;
@@ -170,9 +148,9 @@ void register_prune_model_cmd(CLI::App& app) {
   auto rep = std::make_shared<std::string>();
   CLI::App* cmd =
       app.add_subcommand("prune-model",
-                         "Prune a Hugging Face encoder's Linear weights to 2:4 (magnitude, Wanda or "
-                         "SparseGPT with calibration text "
-                         "run through the engine; optional channel permutations) into a new model directory");
+                         "Prune a Hugging Face encoder's or Llama decoder's Linear weights to 2:4 (magnitude, "
+                         "Wanda or SparseGPT with calibration text run through the engine; optional channel "
+                         "permutations) into a new model directory");
   cmd->add_option("model", o->model, "model directory")->required();
   cmd->add_option("-o,--output", o->out, "new model directory (must not exist)")->required();
   cmd->add_option("--method", o->method, "magnitude, wanda or sparsegpt")
@@ -181,9 +159,13 @@ void register_prune_model_cmd(CLI::App& app) {
   cmd->add_option("--calib", o->calib, "calibration text, one text per line (wanda, sparsegpt)");
   cmd->add_option("--calib-lines", o->calib_lines, "calibration lines, spread over the file (0: all)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
-  cmd->add_option(
-      "--targets", o->targets,
-      std::string("regex selecting the weights to prune (default: ") + engine::kEncoderLinears + ")");
+  cmd->add_option("--calib-ctx", o->calib_ctx,
+                  "decoders: the calibration lines are joined and cut into sequences of this many tokens")
+      ->check(CLI::Range(int64_t{2}, int64_t{1} << 20))
+      ->capture_default_str();
+  cmd->add_option("--targets", o->targets,
+                  std::string("regex selecting the weights to prune (default: encoders ") +
+                      engine::kEncoderLinears + ", decoders " + engine::kDecoderLinears + ")");
   cmd->add_option("--format", o->format, "weights layout of the output")
       ->check(CLI::IsMember({"sparse24", "sparse-24-bitmask"}));
   cmd->add_option("--threads", o->threads, "threads")->check(CLI::Range(1, 1024));
