@@ -133,6 +133,16 @@ class Decoder {
   std::unique_ptr<Impl> impl_;
 };
 
+// Perplexity of `ids` over non-overlapping windows of ctx tokens (a tail shorter than a window is left
+// out): every token but a window's first is scored given those before it in the window. Error if there is
+// not one whole window or the decoder's context is shorter than ctx. progress(done, total) per window.
+struct Perplexity {
+  double perplexity = 0, mean_nll = 0;
+  int64_t windows = 0, scored = 0;
+};
+Perplexity perplexity(Decoder& d, const std::vector<int32_t>& ids, int64_t ctx,
+                      const std::function<void(int64_t done, int64_t total)>& progress = {});
+
 // Samples a token from logits: greedy at temperature 0, else softmax(logits / t) restricted to the smallest
 // set of tokens whose probability reaches top_p. `state` is the caller's RNG state (splitmix64).
 int32_t sample_token(const float* logits, int64_t vocab, float temperature, float top_p, uint64_t& state);

@@ -218,6 +218,38 @@ void Decoder::forward(const int32_t* ids, int64_t n, float* logits, bool all) {
   dnnl_sgemm('T', 'T', m, c.vocab, H, 1.0f, s.x.data(), m, s.embed->data(), H, 0.0f, logits, c.vocab);
 }
 
+Perplexity perplexity(Decoder& d, const std::vector<int32_t>& ids, int64_t ctx,
+                      const std::function<void(int64_t, int64_t)>& progress) {
+  if (ctx < 2) throw Error("perplexity: a window must hold at least 2 tokens");
+  if (ctx > d.capacity())
+    throw Error("perplexity: a window of " + std::to_string(ctx) + " tokens exceeds the decoder's context of " +
+                std::to_string(d.capacity()));
+  Perplexity p;
+  p.windows = static_cast<int64_t>(ids.size()) / ctx;
+  if (p.windows == 0)
+    throw Error(std::to_string(ids.size()) + " tokens, fewer than one window of " + std::to_string(ctx));
+  const int64_t V = d.config().vocab;
+  std::vector<float> logits(static_cast<size_t>(ctx * V));
+  double nll = 0;
+  for (int64_t w = 0; w < p.windows; ++w) {
+    d.reset();
+    d.forward(ids.data() + w * ctx, ctx, logits.data(), true);
+    for (int64_t j = 0; j + 1 < ctx; ++j) {
+      const float* row = logits.data() + j * V;
+      const float mx = *std::max_element(row, row + V);
+      double sum = 0;
+      for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[v]) - mx);
+      nll += std::log(sum) + mx - row[ids[w * ctx + j + 1]];
+      ++p.scored;
+    }
+    if (progress) progress(w + 1, p.windows);
+  }
+  d.reset();
+  p.mean_nll = nll / static_cast<double>(p.scored);
+  p.perplexity = std::exp(p.mean_nll);
+  return p;
+}
+
 int32_t sample_token(const float* logits, int64_t vocab, float temperature, float top_p, uint64_t& state) {
   if (vocab < 1) throw Error("sample: empty vocabulary");
   if (!(temperature > 0.0f)) return static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);

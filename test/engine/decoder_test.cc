@@ -358,6 +358,44 @@ TEST(Decoder, IncrementalDecodingEqualsFullRecomputation) {
   }
 }
 
+// Perplexity: whole windows only, every token but a window's first scored from the reference's logits.
+TEST(Decoder, PerplexityMatchesReference) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(9);
+  const Tiny t;
+  DecoderModel m = tiny_model(g, t);
+  m.prune_magnitude();
+  const std::vector<int32_t> ids = random_ids(g, 27, t.vocab);
+  const int64_t ctx = 8;
+  double nll = 0;
+  for (int64_t w = 0; w < 3; ++w) {  // 27 tokens: 3 windows of 8, the last 3 tokens left out
+    const std::vector<int32_t> win(ids.begin() + w * ctx, ids.begin() + (w + 1) * ctx);
+    const std::vector<double> ref = ref_forward(m, win);
+    for (int64_t j = 0; j + 1 < ctx; ++j) {
+      double mx = -1e300, sum = 0;
+      for (int64_t v = 0; v < t.vocab; ++v) mx = std::max(mx, ref[j * t.vocab + v]);
+      for (int64_t v = 0; v < t.vocab; ++v) sum += std::exp(ref[j * t.vocab + v] - mx);
+      nll += std::log(sum) + mx - ref[j * t.vocab + win[j + 1]];
+    }
+  }
+  DecoderOptions o;
+  o.max_context = 16;
+  Decoder dec(m, o);
+  int64_t calls = 0;
+  const Perplexity p = perplexity(dec, ids, ctx, [&](int64_t done, int64_t total) {
+    EXPECT_EQ(total, 3);
+    EXPECT_EQ(done, ++calls);
+  });
+  EXPECT_EQ(p.windows, 3);
+  EXPECT_EQ(p.scored, 21);
+  EXPECT_NEAR(p.mean_nll, nll / 21, 1e-5);
+  EXPECT_NEAR(p.perplexity, std::exp(nll / 21), 1e-4 * p.perplexity);
+  EXPECT_EQ(dec.position(), 0);
+  EXPECT_THROW(perplexity(dec, std::vector<int32_t>(ids.begin(), ids.begin() + 7), ctx), Error);  // no window
+  EXPECT_THROW(perplexity(dec, ids, 17), Error);  // longer than the context
+  EXPECT_THROW(perplexity(dec, ids, 1), Error);
+}
+
 // ---- the loader ------------------------------------------------------------------------------------------
 
 class HfDecoderDir : public ::testing::Test {

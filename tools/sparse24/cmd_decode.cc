@@ -167,32 +167,17 @@ void cmd_perplexity(const PerplexityOptions& o) {
   d.max_context = o.ctx;
   d.prefill_layout = true;
   Decoder dec(m, d);
-  const int64_t V = m.config.vocab, windows = static_cast<int64_t>(ids.size()) / o.ctx;
-  std::vector<float> logits(static_cast<size_t>(o.ctx * V));
-  double nll = 0;
-  int64_t scored = 0;
   const auto t0 = Clock::now();
-  // Non-overlapping windows of ctx tokens; every token but a window's first is scored given those before.
-  for (int64_t w = 0; w < windows; ++w) {
-    dec.reset();
-    dec.forward(ids.data() + w * o.ctx, o.ctx, logits.data(), true);
-    for (int64_t j = 0; j + 1 < o.ctx; ++j) {
-      const float* row = logits.data() + j * V;
-      const float mx = *std::max_element(row, row + V);
-      double sum = 0;
-      for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[v]) - mx);
-      nll += std::log(sum) + mx - row[ids[w * o.ctx + j + 1]];
-      ++scored;
-    }
-  }
-  const double ms = ms_since(t0), ppl = std::exp(nll / static_cast<double>(scored));
+  const engine::Perplexity p = engine::perplexity(dec, ids, o.ctx);
+  const double ms = ms_since(t0), ppl = p.perplexity;
+  const int64_t windows = p.windows, scored = p.scored;
   std::printf("perplexity %.4f over %lld tokens (%lld windows of %lld), %.1f tokens/s\n", ppl,
               static_cast<long long>(scored), static_cast<long long>(windows), static_cast<long long>(o.ctx),
               windows * o.ctx / (ms / 1000));
   if (!o.json_out.empty()) {
     const nlohmann::json j = {{"model", o.model},         {"input", input},          {"ctx", o.ctx},
                               {"windows", windows},       {"tokens_scored", scored}, {"perplexity", ppl},
-                              {"mean_nll", nll / scored}, {"mode", o.mode}};
+                              {"mean_nll", p.mean_nll}, {"mode", o.mode}};
     write_file_atomic(o.json_out, j.dump(2) + "\n");
   }
 }
