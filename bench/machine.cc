@@ -133,14 +133,17 @@ struct FreeDeleter {
 
 std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      size_t colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
-    }
+  std::string line, name = "unknown", family, model;
+  auto value = [&] { return line.substr(line.find_first_not_of(" \t", line.find(':') + 1)); };
+  while (std::getline(in, line) && line.find(':') != std::string::npos) {  // the first CPU only
+    if (line.rfind("model name", 0) == 0) name = value();
+    if (line.rfind("cpu family", 0) == 0) family = value();
+    if (line.rfind("model\t", 0) == 0) model = value();
   }
-  return "unknown";
+  // Virtual machines often name the CPU by its brand alone ("AMD EPYC"): the family and model tell the
+  // generation (AMD family 25 = Zen 3/4, 26 = Zen 5).
+  if (!family.empty() && !model.empty()) name += " (family " + family + ", model " + model + ")";
+  return name;
 }
 
 bool cpu_has_avx512f() {

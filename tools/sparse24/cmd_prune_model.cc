@@ -7,12 +7,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "cli_util.h"
+#include "machine.h"
 #include "commands.h"
 #include "sparse24/checkpoint.h"
 #include "sparse24/decoder.h"
@@ -22,6 +24,7 @@
 #include "sparse24/hf_dir.h"
 #include "sparse24/io.h"
 #include "sparse24/prune_model.h"
+#include "text/bpe.h"
 
 namespace sparse24::cli {
 namespace {
@@ -244,7 +247,7 @@ std::string self_dir() {
 struct ExperimentOpts {
   std::string model, out, corpora, methods = "magnitude,wanda,sparsegpt";
   int threads = 1;
-  int64_t calib_lines = 512, eval_lines = 1000, retrain_steps = 0;
+  int64_t calib_lines = 512, eval_lines = 1000, eval_tokens = 32768, retrain_steps = 0;
   bool no_retrain = false;
 };
 
@@ -304,16 +307,47 @@ void write_report_md(const std::string& dir, const json& j) {
   write_file_atomic(dir + "/report.md", md);
 }
 
-std::string cpu_name() {
-  std::ifstream in("/proc/cpuinfo");  // (a /proc file has no size to read by)
-  std::string line, name = "unknown CPU";
-  bool avx512 = false;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos && name == "unknown CPU")
-      name = line.substr(line.find(':') + 2);
-    if (line.rfind("flags", 0) == 0) avx512 = avx512 || line.find(" avx512f") != std::string::npos;
+// A decoder's table: perplexity on each held-out text per method (docs/accuracy.md).
+void write_decoder_report(const std::string& dir, const json& j) {
+  const json& rows = j.at("methods");
+  std::string data;
+  for (const json& r : rows)
+    data += "\"" + r.at("name").get<std::string>() + "\" " +
+            std::to_string(r.at("eval").at("kjv-heldout").at("perplexity").get<double>()) + " " +
+            std::to_string(r.at("eval").at("fortunes").at("perplexity").get<double>()) + "\n";
+  write_file_atomic(dir + "/report.dat", data);
+  write_file_atomic(
+      dir + "/report.gp",
+      "set terminal pngcairo size 1100,520 font ',10' noenhanced\nset output 'report.png'\n"
+      "set title 'Perplexity on held-out text (lower is better)'\n"
+      "set style data histogram\nset style histogram cluster gap 1\nset style fill solid 0.8 border -1\n"
+      "set logscale y\nset xtics rotate by -30\nset key outside right\nset grid ytics\n"
+      "plot 'report.dat' using 2:xtic(1) title 'KJV held-out', '' using 3 title 'fortunes'\n");
+  if (std::system("command -v gnuplot >/dev/null 2>&1") == 0 &&
+      std::system(("cd " + quote(dir) + " && gnuplot report.gp >/dev/null 2>&1").c_str()) != 0)
+    std::fprintf(stderr, "gnuplot failed: no report.png\n");
+  std::string md = "# One-shot 2:4 pruning of " + j.at("model").get<std::string>() + "\n\n";
+  md += "Reference: the dense model. Calibration: " + j.at("calibration").get<std::string>() +
+        ". Evaluation: perplexity over windows of " + std::to_string(j.at("ctx").get<int64_t>()) +
+        " tokens of the held-out KJV books (Ruth, Proverbs, Mark, Romans) and of prose fortunes "
+        "(`fortunes` package), " +
+        j.at("eval_tokens_note").get<std::string>() + ". CPU: " + j.at("cpu").get<std::string>() + ", " +
+        std::to_string(j.at("threads").get<int>()) + " thread(s).\n\n";
+  md += "| method | KJV held-out perplexity | fortunes perplexity | seconds |\n|---|---|---|---|\n";
+  char buf[256];
+  for (const json& r : rows) {
+    std::snprintf(buf, sizeof buf, "| %s | %.2f | %.2f | %.1f |\n", r.at("name").get<std::string>().c_str(),
+                  r.at("eval").at("kjv-heldout").at("perplexity").get<double>(),
+                  r.at("eval").at("fortunes").at("perplexity").get<double>(), r.at("seconds").get<double>());
+    md += buf;
   }
-  return name + (avx512 ? " (AVX-512)" : " (AVX2)");
+  md += "\nSeconds: pruning (calibration included), not evaluation.\n";
+  if (fs::exists(dir + "/report.png")) md += "\n![perplexity per method](report.png)\n";
+  write_file_atomic(dir + "/report.md", md);
+}
+
+std::string cpu_name() {
+  return bench::cpu_model() + (bench::cpu_has_avx512f() ? " (AVX-512)" : " (AVX2 only)");
 }
 
 void cmd_prune_experiment(const ExperimentOpts& o) {
@@ -329,26 +363,66 @@ void cmd_prune_experiment(const ExperimentOpts& o) {
   const std::string train = corpora + "/kjv-train.txt";
   std::vector<EvalSet> sets = {{"kjv-heldout", corpora + "/kjv-heldout.txt", {}, {}},
                                {"fortunes", corpora + "/fortunes.txt", {}, {}}};
-  int64_t dim = 0;
-  for (EvalSet& s : sets) {
-    s.texts = spread_lines(read_lines(s.path), s.name == "fortunes" ? o.eval_lines : 0);
-    s.reference = embed_texts(o.model, s.texts, o.threads, ("dense on " + s.name).c_str(), &dim);
-  }
+  const bool decoder = engine::is_hf_decoder(o.model);
   json rows = json::array();
-  // The dense row compares the reference embeddings with themselves (no second pass over the texts).
+  std::function<json(const std::string&)> measure;  // a model directory's "eval" object
+  // Encoders: embeddings against the dense model's. The dense row compares the reference embeddings
+  // with themselves (no second pass over the texts).
+  int64_t dim = 0;
+  // Decoders: perplexity over windows of 512 tokens of each text's first eval_tokens tokens.
+  const int64_t ctx = 512;
+  std::vector<std::vector<int32_t>> ids(sets.size());
+  if (decoder) {
+    const text::ByteBpe bpe = text::ByteBpe::from_dir(o.model);
+    for (size_t i = 0; i < sets.size(); ++i) {
+      const std::vector<uint8_t> b = read_file(sets[i].path);
+      ids[i] = bpe.encode(std::string_view(reinterpret_cast<const char*>(b.data()), b.size()));
+      if (o.eval_tokens > 0 && static_cast<int64_t>(ids[i].size()) > o.eval_tokens) ids[i].resize(o.eval_tokens);
+    }
+    measure = [&](const std::string& dir) {
+      engine::DecoderOptions d;
+      d.threads = o.threads;
+      d.max_context = ctx;
+      d.prefill_layout = true;
+      const engine::DecoderModel m = engine::load_hf_decoder(dir);
+      engine::Decoder dec(m, d);
+      json e;
+      for (size_t i = 0; i < sets.size(); ++i) {
+        std::optional<Progress> bar;
+        const engine::Perplexity p = engine::perplexity(dec, ids[i], ctx, [&](int64_t done, int64_t total) {
+          if (!bar) bar.emplace(("perplexity on " + sets[i].name + ": windows").c_str(), total);
+          bar->update(done);
+        });
+        std::printf("%s, %s: perplexity %.4f over %lld tokens\n", dir.c_str(), sets[i].name.c_str(), p.perplexity,
+                    static_cast<long long>(p.scored));
+        e[sets[i].name] = {{"perplexity", p.perplexity}, {"mean_nll", p.mean_nll}, {"tokens_scored", p.scored}};
+      }
+      return e;
+    };
+  } else {
+    for (EvalSet& s : sets) {
+      s.texts = spread_lines(read_lines(s.path), s.name == "fortunes" ? o.eval_lines : 0);
+      s.reference = embed_texts(o.model, s.texts, o.threads, ("dense on " + s.name).c_str(), &dim);
+    }
+    measure = [&](const std::string& dir) {
+      json e;
+      for (const EvalSet& s : sets) {
+        int64_t d = dim;
+        const std::vector<float> emb =
+            dir == o.model ? s.reference
+                           : embed_texts(dir, s.texts, o.threads, (dir + " on " + s.name).c_str(), &d);
+        const engine::EmbeddingAgreement a =
+            engine::compare_embeddings(emb, s.reference, static_cast<int64_t>(s.texts.size()), d);
+        print_agreement((dir + ", " + s.name).c_str(), a);
+        e[s.name] = agreement_json(a);
+      }
+      return e;
+    };
+  }
   auto evaluate = [&](const std::string& name, const std::string& dir, double seconds, json extra) {
     json r = {{"name", name}, {"dir", dir}, {"seconds", seconds}};
     r.update(extra);
-    for (const EvalSet& s : sets) {
-      int64_t d = dim;
-      const std::vector<float> e =
-          dir == o.model ? s.reference
-                         : embed_texts(dir, s.texts, o.threads, (name + " on " + s.name).c_str(), &d);
-      const engine::EmbeddingAgreement a =
-          engine::compare_embeddings(e, s.reference, static_cast<int64_t>(s.texts.size()), d);
-      print_agreement((name + ", " + s.name).c_str(), a);
-      r["eval"][s.name] = agreement_json(a);
-    }
+    r["eval"] = measure(dir);
     rows.push_back(r);
     return r;
   };
@@ -379,13 +453,16 @@ void cmd_prune_experiment(const ExperimentOpts& o) {
       const json r = evaluate(name, po.out, pr.at("seconds").at("total").get<double>(),
                               {{"calibration_tokens", pr.at("calibration_tokens")}});
       const json& k = r.at("eval").at("kjv-heldout");
-      const double score = k.at("recall_at_10").get<double>() + k.at("spearman").get<double>();
+      const double score = decoder ? -k.at("perplexity").get<double>()
+                                   : k.at("recall_at_10").get<double>() + k.at("spearman").get<double>();
       if (score > best_score) {
         best_score = score;
         best = name;
       }
     }
-  if (!o.no_retrain && !best.empty()) {
+  if (decoder && !o.no_retrain)
+    std::fprintf(stderr, "retrain: encoders only so far; the decoder's table is one-shot\n");
+  if (!decoder && !o.no_retrain && !best.empty()) {
     const std::string out = o.out + "/models/" + best + "+retrain";
     fs::remove_all(out);
     std::string cmd = quote(self_dir() + "/sparse24-train") + " retrain " + quote(o.model) + " " +
@@ -400,13 +477,22 @@ void cmd_prune_experiment(const ExperimentOpts& o) {
             {"cpu", cpu_name()},
             {"threads", o.threads},
             {"calibration", std::to_string(o.calib_lines) + " lines of " + train},
-            {"eval_texts", {{"kjv-heldout", sets[0].texts.size()}, {"fortunes", sets[1].texts.size()}}},
             {"best_one_shot", best},
             {"methods", rows},
             {"seconds", ms_since(t0) / 1000}};
-  write_file_atomic(o.out + "/report.json", j.dump(2) + "\n");
-  write_plot(o.out, rows);
-  write_report_md(o.out, j);
+  if (decoder) {
+    j["ctx"] = ctx;
+    j["eval_tokens"] = {{"kjv-heldout", ids[0].size()}, {"fortunes", ids[1].size()}};
+    j["eval_tokens_note"] = "the first " + std::to_string(ids[0].size()) + " and " +
+                            std::to_string(ids[1].size()) + " tokens";
+    write_file_atomic(o.out + "/report.json", j.dump(2) + "\n");
+    write_decoder_report(o.out, j);
+  } else {
+    j["eval_texts"] = {{"kjv-heldout", sets[0].texts.size()}, {"fortunes", sets[1].texts.size()}};
+    write_file_atomic(o.out + "/report.json", j.dump(2) + "\n");
+    write_plot(o.out, rows);
+    write_report_md(o.out, j);
+  }
   std::printf("wrote %s/report.md, report.json%s (%.0f s)\n", o.out.c_str(),
               fs::exists(o.out + "/report.png") ? ", report.png" : "", ms_since(t0) / 1000);
 }
@@ -415,14 +501,17 @@ void register_prune_experiment(CLI::App& app) {
   auto o = std::make_shared<ExperimentOpts>();
   CLI::App* cmd = app.add_subcommand(
       "prune-experiment",
-      "The one-shot methods (magnitude, Wanda, SparseGPT; with and without permutations) and the best one "
-      "retrained, on an encoder, measured on held-out text: DIR/report.md, report.json, report.png");
+      "The one-shot methods (magnitude, Wanda, SparseGPT; with and without permutations) and, for an encoder, "
+      "the best one retrained, measured on held-out text (encoders: agreement with the dense embeddings; "
+      "decoders: perplexity): DIR/report.md, report.json, report.png");
   cmd->add_option("model", o->model, "dense model directory")->required();
   cmd->add_option("--out", o->out, "output directory (pruned models, corpora, report)")->required();
   cmd->add_option("--corpora", o->corpora, "directory from scripts/make_corpora.sh (default: made in --out)");
   cmd->add_option("--methods", o->methods, "comma-separated one-shot methods");
   cmd->add_option("--calib-lines", o->calib_lines, "calibration lines from the KJV training books");
-  cmd->add_option("--eval-lines", o->eval_lines, "fortunes evaluated (spread over the file; 0: all)");
+  cmd->add_option("--eval-lines", o->eval_lines, "encoders: fortunes evaluated (spread over the file; 0: all)");
+  cmd->add_option("--eval-tokens", o->eval_tokens, "decoders: tokens of each text evaluated (0: all)")
+      ->capture_default_str();
   cmd->add_option("--threads", o->threads, "threads")->check(CLI::Range(1, 1024));
   cmd->add_option("--retrain-steps", o->retrain_steps, "steps of the retraining (default: retrain's own)");
   cmd->add_flag("--no-retrain", o->no_retrain, "one-shot methods only");
