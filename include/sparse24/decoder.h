@@ -21,6 +21,10 @@
 #include "sparse24/engine.h"
 #include "sparse24/hf_dir.h"
 
+namespace sparse24 {
+struct Gguf;
+}
+
 namespace sparse24::engine {
 
 // RoPE's frequencies: "default" (inv_freq[i] = theta^(-2i/d)) or "llama3" (Llama 3.1's wavelength-dependent
@@ -67,6 +71,14 @@ bool is_hf_decoder(const std::string& dir);
 // naming the file and the field or tensor.
 DecoderModel load_hf_decoder(const std::string& dir);
 DecoderModel load_hf_decoder(HfDir dir);
+// Loads a GGUF file (gguf.h) of general.architecture "llama": its llama.* metadata bounded as config.json's
+// fields are, llama.cpp's tensor names, every supported ggml type dequantized to fp32 (the weights carry
+// the file's rounding), Q's and K's rows put back into transformers' RoPE layout, the head tied when the
+// file has no output.weight. RoPE scaling (rope.scaling.type other than none, rope_freqs.weight) is refused.
+DecoderModel load_gguf_decoder(const std::string& path);
+DecoderModel load_gguf_decoder(const Gguf& gguf, const std::string& what);  // a parsed file (gguf.h)
+// A GGUF file or a Hugging Face decoder directory.
+DecoderModel load_decoder(const std::string& path);
 
 // The decoder's ops on feature-major tensors ([rows, n] row-major, one column per token).
 namespace detail {

@@ -123,6 +123,9 @@ struct Gguf {
   const std::vector<int64_t>& get_ints(const std::string& key) const;  // integer or BOOL elements
 };
 
+// True when `path` is a regular file that starts with the GGUF magic.
+bool is_gguf_file(const std::string& path);
+
 // Validates everything (see the top of this file); the tensors' byte spans point into `data`, which must
 // outlive the result.
 Gguf parse_gguf(const uint8_t* data, size_t size, const std::string& what);

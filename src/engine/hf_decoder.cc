@@ -1,12 +1,17 @@
-// Hugging Face Llama-family decoders (LlamaForCausalLM's checkpoint names) into a DecoderModel: the config
-// read and bounded once, then a name map from the checkpoint's tensors onto the decoder's Linears (Q, K
-// and V joined into one GEMM, gate and up into another, so a decoded token runs four GEMMs per layer).
+// Llama-family decoders into a DecoderModel, from a Hugging Face directory (LlamaForCausalLM's checkpoint
+// names) or a GGUF file (llama.cpp's names): the config read and bounded once (GGUF metadata is mapped onto
+// config.json's fields and bounded by the same code), then a name map from the checkpoint's tensors onto
+// the decoder's Linears (Q, K and V joined into one GEMM, gate and up into another, so a decoded token runs
+// four GEMMs per layer).
+#include <cmath>
 #include <filesystem>
+#include <set>
 
 #include "builder.h"
 #include "hf_weights.h"
 #include "sparse24/decoder.h"
 #include "sparse24/error.h"
+#include "sparse24/gguf.h"
 
 namespace sparse24::engine {
 namespace {
@@ -123,6 +128,143 @@ DecoderModel load_hf_decoder(HfDir d) {
   });
   m.fingerprint = w.fingerprint(d.config_json);
   return m;
+}
+
+namespace {
+
+// GGUF metadata (general.architecture "llama", llama.* keys) as the config.json fields read_decoder_config
+// bounds. An absent key is left out (the config's default applies, or its error names the field).
+json gguf_config(const Gguf& g, const std::string& what) {
+  const GgufValue* arch = g.find("general.architecture");
+  if (arch == nullptr || arch->is_array() || arch->type != GgufType::kString)
+    throw Error(what + ": metadata 'general.architecture' is missing or not a string");
+  const std::string a = arch->strings[0];
+  if (a != "llama") throw Error(what + ": architecture '" + a + "' is not a supported decoder (llama)");
+  json j = {{"model_type", "llama"}};
+  auto put = [&](const char* field, const std::string& key, bool real) {
+    const GgufValue* v = g.find(a + "." + key);
+    if (v == nullptr) return;
+    if (real)
+      j[field] = g.get_float(a + "." + key);
+    else
+      j[field] = g.get_int(a + "." + key);
+  };
+  put("hidden_size", "embedding_length", false);
+  put("num_hidden_layers", "block_count", false);
+  put("num_attention_heads", "attention.head_count", false);
+  put("num_key_value_heads", "attention.head_count_kv", false);
+  put("head_dim", "attention.key_length", false);
+  put("intermediate_size", "feed_forward_length", false);
+  put("max_position_embeddings", "context_length", false);
+  put("rms_norm_eps", "attention.layer_norm_rms_epsilon", true);
+  put("rope_theta", "rope.freq_base", true);
+  put("vocab_size", "vocab_size", false);
+  if (!j.contains("vocab_size")) {  // older files: the embedding table's rows
+    const GgufTensor* t = g.find_tensor("token_embd.weight");
+    if (t == nullptr || t->shape.size() != 2) throw Error(what + ": missing tensor 'token_embd.weight'");
+    j["vocab_size"] = t->shape[0];
+  }
+  const GgufValue* scaling = g.find(a + ".rope.scaling.type");
+  if (scaling != nullptr && (scaling->is_array() || scaling->type != GgufType::kString ||
+                             scaling->strings[0] != "none"))
+    throw Error(what + ": rope scaling '" + (scaling->strings.empty() ? "?" : scaling->strings[0]) +
+                "' is not supported");
+  if (g.find_tensor("rope_freqs.weight") != nullptr)
+    throw Error(what + ": rope frequency factors (rope_freqs.weight, Llama 3.1 scaling) are not supported");
+  j["tie_word_embeddings"] = g.find_tensor("output.weight") == nullptr;
+  return j;
+}
+
+// llama.cpp's converter reorders Q's and K's rows within each head for its RoPE, which rotates adjacent
+// pairs: file row 2i + s of a head is row s * d/2 + i of transformers' rotate_half layout. Undone here.
+std::vector<float> unpermute_rope_rows(const std::vector<float>& w, int64_t heads, int64_t d, int64_t cols) {
+  std::vector<float> out(w.size());
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < d / 2; ++i)
+      for (int64_t s = 0; s < 2; ++s) {
+        const float* src = w.data() + (h * d + 2 * i + s) * cols;
+        std::copy(src, src + cols, out.data() + (h * d + s * d / 2 + i) * cols);
+      }
+  return out;
+}
+
+}  // namespace
+
+DecoderModel load_gguf_decoder(const std::string& path) {
+  const MappedGguf f(path);
+  return load_gguf_decoder(f.gguf, path);
+}
+
+DecoderModel load_gguf_decoder(const Gguf& g, const std::string& path) {
+  DecoderModel m;
+  m.config = read_decoder_config(gguf_config(g, path), path + " (metadata)");
+  const DecoderConfig& c = m.config;
+  const GgufValue* rope_dims = g.find("llama.rope.dimension_count");
+  if (rope_dims != nullptr && g.get_int("llama.rope.dimension_count") != c.head_dim)
+    throw Error(path + ": RoPE over part of a head (llama.rope.dimension_count " +
+                std::to_string(g.get_int("llama.rope.dimension_count")) + ", head size " +
+                std::to_string(c.head_dim) + ") is not supported");
+  std::set<std::string> used;
+  uint64_t h = kFnvBasis;
+  auto tensor = [&](const std::string& name, std::vector<int64_t> shape) {
+    const GgufTensor* t = g.find_tensor(name);
+    if (t == nullptr) throw Error(path + ": missing tensor '" + name + "'");
+    if (t->shape != shape) {
+      std::string want, got;
+      for (int64_t d : shape) want += (want.empty() ? "" : ", ") + std::to_string(d);
+      for (int64_t d : t->shape) got += (got.empty() ? "" : ", ") + std::to_string(d);
+      throw Error(path + ": tensor '" + name + "' has shape [" + got + "], expected [" + want + "]");
+    }
+    used.insert(name);
+    std::vector<float> v = dequantize(*t).to_float();
+    for (float x : v)
+      if (!std::isfinite(x)) throw Error(path + ": tensor '" + name + "' holds a non-finite value");
+    h = fnv1a(h, reinterpret_cast<const uint8_t*>(name.data()), name.size());
+    h = fnv1a(h, t->bytes.data(), t->bytes.size());
+    return v;
+  };
+  auto linear = [&](const std::string& name, const std::string& layer, int64_t out, int64_t in) {
+    Gemm r;
+    r.name = layer;
+    r.m = out;
+    r.k = in;
+    r.dense = tensor(name, {out, in});
+    r.sources = {name};
+    return r;
+  };
+  m.embed = tensor("token_embd.weight", {c.vocab, c.hidden});
+  m.norm = tensor("output_norm.weight", {c.hidden});
+  if (!c.tied) m.head = linear("output.weight", "lm_head", c.vocab, c.hidden);
+  const int64_t q_rows = c.heads * c.head_dim, kv_rows = c.kv_heads * c.head_dim;
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".", name = "layer" + std::to_string(l) + ".";
+    DecoderLayer L;
+    L.attn_norm = tensor(p + "attn_norm.weight", {c.hidden});
+    L.ffn_norm = tensor(p + "ffn_norm.weight", {c.hidden});
+    Gemm q = linear(p + "attn_q.weight", name + "q", q_rows, c.hidden);
+    Gemm k = linear(p + "attn_k.weight", name + "k", kv_rows, c.hidden);
+    q.dense = unpermute_rope_rows(q.dense, c.heads, c.head_dim, c.hidden);
+    k.dense = unpermute_rope_rows(k.dense, c.kv_heads, c.head_dim, c.hidden);
+    const Gemm v = linear(p + "attn_v.weight", name + "v", kv_rows, c.hidden);
+    L.qkv = concat_rows(name + "qkv", {&q, &k, &v});
+    L.o = linear(p + "attn_output.weight", name + "o", c.hidden, q_rows);
+    const Gemm gate = linear(p + "ffn_gate.weight", name + "gate", c.ffn, c.hidden);
+    const Gemm up = linear(p + "ffn_up.weight", name + "up", c.ffn, c.hidden);
+    L.gate_up = concat_rows(name + "gate_up", {&gate, &up});
+    L.down = linear(p + "ffn_down.weight", name + "down", c.hidden, c.ffn);
+    m.layers.push_back(std::move(L));
+  }
+  for (const GgufTensor& t : g.tensors)
+    if (!used.count(t.name)) throw Error(path + ": tensor '" + t.name + "' is not used by the architecture");
+  m.fingerprint = hex(h);
+  return m;
+}
+
+DecoderModel load_decoder(const std::string& path) {
+  if (is_gguf_file(path)) return load_gguf_decoder(path);
+  if (!is_hf_decoder(path))
+    throw Error(path + ": neither a GGUF file nor a decoder model directory (config.json model_type llama)");
+  return load_hf_decoder(path);
 }
 
 }  // namespace sparse24::engine

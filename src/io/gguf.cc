@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <set>
 #include <string>
@@ -724,6 +726,17 @@ std::vector<uint8_t> encode_gguf(const Gguf& g) {
     out.insert(out.end(), g.tensors[i].bytes.begin(), g.tensors[i].bytes.end());
   }
   return out;
+}
+
+bool is_gguf_file(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return false;
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return false;
+  char magic[4] = {};
+  const bool yes = std::fread(magic, 1, 4, f) == 4 && std::memcmp(magic, "GGUF", 4) == 0;
+  std::fclose(f);
+  return yes;
 }
 
 }  // namespace sparse24

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -16,6 +17,7 @@
 #include "../common/seed.h"
 #include "sparse24/compressed.h"
 #include "sparse24/error.h"
+#include "sparse24/gguf.h"
 #include "sparse24/io.h"
 #include "sparse24/mask.h"
 #include "sparse24/prune.h"
@@ -741,6 +743,141 @@ TEST_F(PruneDecoder, BadRequestsAreErrors) {
   o.targets = "";
   prune_hf_decoder(d, o);
   EXPECT_NE(error_of(o).find("no weight matched"), std::string::npos) << error_of(o);
+}
+
+
+// ---- GGUF -----------------------------------------------------------------------------------------------
+
+// The tiny model as llama.cpp writes it: its tensor names, F32, Q's and K's rows in its RoPE order.
+struct GgufWriter {
+  std::vector<std::vector<uint8_t>> storage;
+  Gguf g;
+  void add(const std::string& name, const std::vector<float>& v, std::vector<int64_t> shape) {
+    storage.emplace_back(v.size() * sizeof(float));
+    std::memcpy(storage.back().data(), v.data(), storage.back().size());
+    GgufTensor t;
+    t.name = name;
+    t.shape = std::move(shape);
+    t.type = static_cast<uint32_t>(GgmlType::kF32);
+    t.bytes = storage.back();
+    g.tensors.push_back(t);
+  }
+};
+
+// transformers' rotate_half rows -> llama.cpp's: file row 2i + s of a head is row s * d/2 + i.
+std::vector<float> permute_for_gguf(const std::vector<float>& w, int64_t heads, int64_t d, int64_t cols) {
+  std::vector<float> out(w.size());
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < d / 2; ++i)
+      for (int64_t s = 0; s < 2; ++s)
+        for (int64_t c = 0; c < cols; ++c)
+          out[(h * d + 2 * i + s) * cols + c] = w[(h * d + s * d / 2 + i) * cols + c];
+  return out;
+}
+
+Gguf tiny_gguf(const DecoderModel& m, const Tiny& t, GgufWriter& w, bool untied = false) {
+  w.g.metadata = {{"general.architecture", GgufValue::of_string("llama")},
+                  {"llama.block_count", GgufValue::of_int(GgufType::kU32, t.layers)},
+                  {"llama.context_length", GgufValue::of_int(GgufType::kU32, 64)},
+                  {"llama.embedding_length", GgufValue::of_int(GgufType::kU32, t.hidden)},
+                  {"llama.feed_forward_length", GgufValue::of_int(GgufType::kU32, t.ffn)},
+                  {"llama.attention.head_count", GgufValue::of_int(GgufType::kU32, t.heads)},
+                  {"llama.attention.head_count_kv", GgufValue::of_int(GgufType::kU32, t.kv)},
+                  {"llama.attention.key_length", GgufValue::of_int(GgufType::kU32, t.d)},
+                  {"llama.rope.dimension_count", GgufValue::of_int(GgufType::kU32, t.d)},
+                  {"llama.rope.freq_base", GgufValue::of_float(GgufType::kF32, 100000.0)},
+                  {"llama.attention.layer_norm_rms_epsilon", GgufValue::of_float(GgufType::kF32, 1e-5)}};
+  const int64_t H = t.hidden, q = t.heads * t.d, kv = t.kv * t.d;
+  w.add("token_embd.weight", m.embed, {t.vocab, H});
+  w.add("output_norm.weight", m.norm, {H});
+  if (untied) w.add("output.weight", m.embed, {t.vocab, H});
+  for (int64_t l = 0; l < t.layers; ++l) {
+    const DecoderLayer& L = m.layers[l];
+    const std::string p = "blk." + std::to_string(l) + ".";
+    const std::vector<float> qkv = weights_of(L.qkv), gu = weights_of(L.gate_up);
+    auto rows = [&](const std::vector<float>& v, int64_t from, int64_t count) {
+      return std::vector<float>(v.begin() + from * H, v.begin() + (from + count) * H);
+    };
+    w.add(p + "attn_norm.weight", L.attn_norm, {H});
+    w.add(p + "ffn_norm.weight", L.ffn_norm, {H});
+    w.add(p + "attn_q.weight", permute_for_gguf(rows(qkv, 0, q), t.heads, t.d, H), {q, H});
+    w.add(p + "attn_k.weight", permute_for_gguf(rows(qkv, q, kv), t.kv, t.d, H), {kv, H});
+    w.add(p + "attn_v.weight", rows(qkv, q + kv, kv), {kv, H});
+    w.add(p + "attn_output.weight", weights_of(L.o), {H, q});
+    w.add(p + "ffn_gate.weight", rows(gu, 0, t.ffn), {t.ffn, H});
+    w.add(p + "ffn_up.weight", rows(gu, t.ffn, t.ffn), {t.ffn, H});
+    w.add(p + "ffn_down.weight", weights_of(L.down), {H, t.ffn});
+  }
+  return w.g;
+}
+
+TEST(GgufDecoder, LoadsWhatLlamaCppWrites) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(21);
+  const Tiny t;
+  const DecoderModel m = tiny_model(g, t);
+  const std::vector<int32_t> ids = random_ids(g, 9, t.vocab);
+  const std::vector<double> ref = ref_forward(m, ids);
+  for (bool untied : {false, true}) {
+    GgufWriter w;
+    const Gguf file = tiny_gguf(m, t, w, untied);
+    // Through the bytes, as from a file.
+    const std::vector<uint8_t> bytes = encode_gguf(file);
+    const DecoderModel back = load_gguf_decoder(parse_gguf(bytes.data(), bytes.size(), "tiny.gguf"), "tiny.gguf");
+    EXPECT_EQ(back.config.tied, !untied);
+    EXPECT_EQ(back.config.kv_heads, t.kv);
+    EXPECT_EQ(back.config.rope.theta, 100000.0);
+    EXPECT_EQ(weights_of(back.layers[1].qkv), weights_of(m.layers[1].qkv));  // the RoPE order undone
+    Decoder dec(back, {});
+    std::vector<float> all(ids.size() * t.vocab);
+    dec.forward(ids.data(), 9, all.data(), true);
+    for (size_t i = 0; i < all.size(); ++i) ASSERT_NEAR(all[i], ref[i], 2e-4);
+  }
+}
+
+TEST(GgufDecoder, OneLineErrors) {
+  auto g = rng(22);
+  const Tiny t;
+  const DecoderModel m = tiny_model(g, t);
+  auto error_of = [&](const std::function<void(Gguf&)>& edit) -> std::string {
+    GgufWriter w;
+    Gguf f = tiny_gguf(m, t, w);
+    edit(f);
+    try {
+      load_gguf_decoder(f, "tiny.gguf");
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
+      return e.what();
+    }
+    return "";
+  };
+  auto set = [](Gguf& f, const std::string& key, GgufValue v) {
+    for (auto& [k, old] : f.metadata)
+      if (k == key) {
+        old = std::move(v);
+        return;
+      }
+    f.metadata.emplace_back(key, std::move(v));
+  };
+  std::string e = error_of([&](Gguf& f) { set(f, "general.architecture", GgufValue::of_string("gpt2")); });
+  EXPECT_NE(e.find("architecture 'gpt2'"), std::string::npos) << e;
+  e = error_of([&](Gguf& f) { set(f, "llama.rope.scaling.type", GgufValue::of_string("yarn")); });
+  EXPECT_NE(e.find("rope scaling 'yarn'"), std::string::npos) << e;
+  e = error_of([&](Gguf& f) { set(f, "llama.attention.head_count_kv", GgufValue::of_int(GgufType::kU32, 4)); });
+  EXPECT_NE(e.find("num_key_value_heads"), std::string::npos) << e;
+  e = error_of([&](Gguf& f) { set(f, "llama.block_count", GgufValue::of_string("two")); });
+  EXPECT_NE(e.find("llama.block_count"), std::string::npos) << e;
+  e = error_of([&](Gguf& f) { set(f, "llama.rope.dimension_count", GgufValue::of_int(GgufType::kU32, 2)); });
+  EXPECT_NE(e.find("part of a head"), std::string::npos) << e;
+  e = error_of([&](Gguf& f) { f.tensors.erase(f.tensors.begin() + 1); });
+  EXPECT_NE(e.find("missing tensor 'output_norm.weight'"), std::string::npos) << e;
+  e = error_of([&](Gguf& f) { f.tensors.push_back(f.tensors[1]), f.tensors.back().name = "blk.9.extra"; });
+  EXPECT_NE(e.find("'blk.9.extra' is not used"), std::string::npos) << e;
+  e = error_of([&](Gguf& f) { f.tensors[1].shape = {t.hidden / 2, 2}; });
+  EXPECT_NE(e.find("'output_norm.weight' has shape [12, 2], expected [24]"), std::string::npos) << e;
+  std::vector<uint8_t> nan(t.hidden * sizeof(float), 0xff);
+  e = error_of([&](Gguf& f) { f.tensors[1].bytes = nan; });
+  EXPECT_NE(e.find("non-finite"), std::string::npos) << e;
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // Writes the seed corpora for the fuzz harnesses: small valid files made with the library, one directory per
 // harness under argv[1]. Run by run.sh before fuzzing.
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -259,6 +260,48 @@ int main(int argc, char** argv) {
     const std::vector<uint8_t> file = encode_gguf(g);
     b.insert(b.end(), file.begin(), file.end());
     put(out / "bpe", "gguf", b);
+  }
+
+  // gguf_decoder: a tiny llama (hidden 8, 2 heads / 1 KV head of 4, FFN 8, vocab 6, 1 layer), F32 and Q8_0
+  {
+    std::vector<std::vector<uint8_t>> storage;
+    Gguf g;
+    g.metadata = {{"general.architecture", GgufValue::of_string("llama")},
+                  {"llama.block_count", GgufValue::of_int(GgufType::kU32, 1)},
+                  {"llama.context_length", GgufValue::of_int(GgufType::kU32, 16)},
+                  {"llama.embedding_length", GgufValue::of_int(GgufType::kU32, 8)},
+                  {"llama.feed_forward_length", GgufValue::of_int(GgufType::kU32, 8)},
+                  {"llama.attention.head_count", GgufValue::of_int(GgufType::kU32, 2)},
+                  {"llama.attention.head_count_kv", GgufValue::of_int(GgufType::kU32, 1)},
+                  {"llama.rope.freq_base", GgufValue::of_float(GgufType::kF32, 10000.0)},
+                  {"llama.attention.layer_norm_rms_epsilon", GgufValue::of_float(GgufType::kF32, 1e-5)}};
+    auto add = [&](const std::string& name, std::vector<int64_t> shape) {
+      int64_t n = 1;
+      for (int64_t d : shape) n *= d;
+      std::vector<uint8_t> b(static_cast<size_t>(n) * 4);
+      for (int64_t i = 0; i < n; ++i) {
+        const float v = 0.01f * static_cast<float>(i % 17) - 0.05f;
+        std::memcpy(b.data() + i * 4, &v, 4);
+      }
+      storage.push_back(std::move(b));
+      GgufTensor t;
+      t.name = name;
+      t.shape = std::move(shape);
+      t.type = static_cast<uint32_t>(GgmlType::kF32);
+      t.bytes = storage.back();
+      g.tensors.push_back(t);
+    };
+    add("token_embd.weight", {6, 8});
+    add("output_norm.weight", {8});
+    for (const char* n : {"attn_norm", "ffn_norm"}) add(std::string("blk.0.") + n + ".weight", {8});
+    add("blk.0.attn_q.weight", {8, 8});
+    add("blk.0.attn_k.weight", {4, 8});
+    add("blk.0.attn_v.weight", {4, 8});
+    add("blk.0.attn_output.weight", {8, 8});
+    add("blk.0.ffn_gate.weight", {8, 8});
+    add("blk.0.ffn_up.weight", {8, 8});
+    add("blk.0.ffn_down.weight", {8, 8});
+    put(out / "gguf_decoder", "tiny_llama", encode_gguf(g));
   }
 
   // tokenizer: a small BERT-like tokenizer.json and an MPNet-like one (RobertaProcessing, lstrip <mask>)

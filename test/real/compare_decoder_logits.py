@@ -4,10 +4,11 @@
 sparse24 `logits` computes every position's logits once with the whole prompt in one pass and once with a
 3-token prefill followed by one token at a time against the KV cache. Both must be within 1e-3 (max abs) of
 LlamaForCausalLM's, and within 5e-4 of each other (the GEMMs at n = 1 and n = prompt length sum in different
-orders: measured 1.1e-4 on logits spanning -34 .. 42). Exit 1 naming the first failure.
+orders: measured 1.1e-4 on logits spanning -34 .. 42). With --gguf, the GGUF file the directory was made from
+(by transformers) must give identical logits. Exit 1 naming the first failure.
 
   .venv/bin/python test/real/compare_decoder_logits.py --sparse24 build/sparse24 \\
-      --model models/SmolLM2-135M-Instruct-hf --work DIR
+      --model models/SmolLM2-135M-Instruct-hf --gguf models/SmolLM2-135M-Instruct/model.gguf --work DIR
 """
 import argparse
 import os
@@ -58,6 +59,7 @@ def main():
     p.add_argument("--model", required=True)
     p.add_argument("--work", required=True)
     p.add_argument("--tolerance", type=float, default=1e-3)
+    p.add_argument("--gguf", help="the GGUF file the model directory was made from: its logits must be identical")
     a = p.parse_args()
     os.makedirs(a.work, exist_ok=True)
 
@@ -98,6 +100,15 @@ def main():
     print(f"one pass against KV-cache decoding: max abs difference {d:.2e}")
     if d > 5e-4:
         sys.exit(f"compare_decoder_logits: KV-cache decoding differs from one pass by {d:.2e}")
+    if a.gguf:
+        # The same weights read from llama.cpp's file (dequantized, Q/K rows back in transformers' order):
+        # the very same floats, so the very same logits.
+        out = os.path.join(a.work, "logits_gguf.npy")
+        run([a.sparse24, "logits", a.gguf, "--ids", ids_path, "-o", out, "--threads", "1"])
+        d = np.abs(np.load(out) - results["one pass"]).max()
+        print(f"GGUF file against the model directory: max abs difference {d:.2e}")
+        if d != 0:
+            sys.exit(f"compare_decoder_logits: the GGUF file's logits differ from the directory's by {d:.2e}")
     print("ok")
 
 

@@ -13,6 +13,7 @@
 #include "commands.h"
 #include "sparse24/decoder.h"
 #include "sparse24/error.h"
+#include "sparse24/gguf.h"
 #include "sparse24/io.h"
 #include "sparse24/spmm.h"
 #include "text/bpe.h"
@@ -53,10 +54,8 @@ std::vector<int32_t> read_ids_file(const std::string& path) {
 }
 
 DecoderModel load(const std::string& dir, bool prune) {
-  if (!engine::is_hf_decoder(dir))
-    throw Error(dir + ": not a decoder model directory (config.json model_type llama)");
   const auto t0 = Clock::now();
-  DecoderModel m = engine::load_hf_decoder(dir);
+  DecoderModel m = engine::load_decoder(dir);
   if (prune) m.prune_magnitude();
   std::fprintf(stderr, "loaded %s: %lld layers, hidden %lld, %lld/%lld heads, vocab %lld in %.1f s%s\n",
                dir.c_str(), static_cast<long long>(m.config.layers), static_cast<long long>(m.config.hidden),
@@ -64,6 +63,12 @@ DecoderModel load(const std::string& dir, bool prune) {
                static_cast<long long>(m.config.vocab), ms_since(t0) / 1000,
                prune ? " (2:4 by magnitude in memory)" : "");
   return m;
+}
+
+// The model's byte-level BPE: the GGUF file's own vocabulary, or DIR/tokenizer.json.
+text::ByteBpe tokenizer(const std::string& model) {
+  if (is_gguf_file(model)) return text::ByteBpe::from_gguf(MappedGguf(model).gguf, model);
+  return text::ByteBpe::from_dir(model);
 }
 
 bool model_is_pruned(const DecoderModel& m) {
@@ -86,7 +91,7 @@ struct GenerateOptions {
 void cmd_generate(const GenerateOptions& o) {
   if (o.prompt.empty() == o.prompt_ids.empty()) throw Error("give one of --prompt and --prompt-ids");
   std::optional<text::ByteBpe> bpe;
-  if (!o.prompt.empty()) bpe = text::ByteBpe::from_dir(o.model);  // MODEL/tokenizer.json
+  if (!o.prompt.empty()) bpe = tokenizer(o.model);
   const std::vector<int32_t> prompt = bpe ? bpe->encode(o.prompt) : parse_ids(o.prompt_ids, "--prompt-ids");
   if (prompt.empty()) throw Error("an empty prompt");
   if (o.max_tokens < 0 || o.threads < 1) throw Error("bad --max-tokens or --threads");
@@ -152,7 +157,7 @@ void cmd_perplexity(const PerplexityOptions& o) {
   std::vector<int32_t> ids;
   if (!o.input.empty()) {
     const std::vector<uint8_t> b = read_file(o.input);
-    ids = text::ByteBpe::from_dir(o.model).encode(
+    ids = tokenizer(o.model).encode(
         std::string_view(reinterpret_cast<const char*>(b.data()), b.size()));
   } else {
     ids = read_ids_file(o.input_ids);
@@ -417,7 +422,7 @@ void register_decode_commands(CLI::App& app) {
     auto o = std::make_shared<GenerateOptions>();
     CLI::App* cmd =
         app.add_subcommand("generate", "Generate text with a decoder LM (Hugging Face llama directory)");
-    cmd->add_option("model", o->model, "model directory")->required();
+    cmd->add_option("model", o->model, "model directory or GGUF file")->required();
     cmd->add_option("--prompt", o->prompt, "prompt text");
     cmd->add_option("--prompt-ids", o->prompt_ids, "prompt token ids, comma-separated");
     cmd->add_option("--max-tokens", o->max_tokens, "tokens to generate")->capture_default_str();
@@ -433,7 +438,7 @@ void register_decode_commands(CLI::App& app) {
   {
     auto o = std::make_shared<PerplexityOptions>();
     CLI::App* cmd = app.add_subcommand("perplexity", "Perplexity of a decoder LM on a text");
-    cmd->add_option("model", o->model, "model directory")->required();
+    cmd->add_option("model", o->model, "model directory or GGUF file")->required();
     cmd->add_option("--input", o->input, "text file (tokenized with MODEL/tokenizer.json)");
     cmd->add_option("--input-ids", o->input_ids, "or: token ids of the text (white-space separated)");
     cmd->add_option("--ctx", o->ctx, "tokens per window")->capture_default_str();
@@ -446,7 +451,7 @@ void register_decode_commands(CLI::App& app) {
     auto o = std::make_shared<LogitsOptions>();
     CLI::App* cmd =
         app.add_subcommand("logits", "A decoder LM's logits for token ids, as .npy [tokens, vocab]");
-    cmd->add_option("model", o->model, "model directory")->required();
+    cmd->add_option("model", o->model, "model directory or GGUF file")->required();
     cmd->add_option("--ids", o->ids, "file of token ids, one sequence per line")->required();
     cmd->add_option("-o,--output", o->out, ".npy file")->required();
     cmd->add_option("--prefill", o->prefill,
@@ -459,7 +464,7 @@ void register_decode_commands(CLI::App& app) {
     auto o = std::make_shared<BenchDecodeOptions>();
     CLI::App* cmd = app.add_subcommand(
         "bench-decode", "Batch-1 decoding speed: sparse24 dense fp32, 2:4 fp32, 2:4 bf16 and llama.cpp");
-    cmd->add_option("model", o->model, "model directory (dense: pruned 2:4 by magnitude in memory)")
+    cmd->add_option("model", o->model, "model directory or GGUF file (dense: pruned 2:4 by magnitude in memory)")
         ->required();
     cmd->add_option("--threads", o->threads)->capture_default_str();
     cmd->add_option("--json", o->json_out, "write the results as JSON");

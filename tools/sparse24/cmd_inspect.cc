@@ -37,15 +37,6 @@ nlohmann::json to_json(const SparsityReport& r) {
   return j;
 }
 
-bool is_gguf(const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) return false;
-  char magic[4] = {};
-  const bool yes = std::fread(magic, 1, 4, f) == 4 && std::memcmp(magic, "GGUF", 4) == 0;
-  std::fclose(f);
-  return yes;
-}
-
 // A metadata value for people: scalars as they are, strings quoted and cut, arrays as their type, length
 // and first elements.
 nlohmann::json gguf_value_json(const GgufValue& v, size_t max_items) {
@@ -135,7 +126,7 @@ void register_inspect(CLI::App& app) {
   cmd->add_flag("--json", o->json, "print one JSON object");
   cmd->add_option("--pattern", o->pattern, "pattern to check a dense matrix against")->capture_default_str();
   cmd->callback([o] {
-    if (is_gguf(o->file)) return inspect_gguf(o->file, o->json);
+    if (is_gguf_file(o->file)) return inspect_gguf(o->file, o->json);
     const std::vector<uint8_t> bytes = read_file(o->file);
     const SparsityReport r =
         is_npy(bytes)

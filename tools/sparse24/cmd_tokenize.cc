@@ -23,15 +23,6 @@ struct Tokenizer {
   std::function<std::vector<std::string>(std::string_view)> split;
 };
 
-bool has_gguf_magic(const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) return false;
-  char magic[4] = {};
-  const bool yes = std::fread(magic, 1, 4, f) == 4 && std::memcmp(magic, "GGUF", 4) == 0;
-  std::fclose(f);
-  return yes;
-}
-
 // The model type of DIR/tokenizer.json ("" when there is none or it cannot be read: WordPiece reports why).
 std::string model_type(const std::string& dir) {
   const std::string tj = dir + "/tokenizer.json";
@@ -46,7 +37,7 @@ std::string model_type(const std::string& dir) {
 
 Tokenizer load_tokenizer(const std::string& model) {
   if (std::filesystem::is_regular_file(model)) {
-    if (!has_gguf_magic(model))
+    if (!is_gguf_file(model))
       throw Error("tokenize: '" + model + "' is neither a directory nor a GGUF file");
     const MappedGguf m(model);
     auto bpe = std::make_shared<text::ByteBpe>(text::ByteBpe::from_gguf(m.gguf, model));
