@@ -41,19 +41,19 @@ inline std::vector<std::string> spread_lines(const std::vector<std::string>& lin
 // One line on a terminal, redrawn: done/total, rate and time left.
 class Progress {
  public:
-  Progress(const char* what, int64_t total) : what_(what), total_(total), t0_(Clock::now()) {}
+  Progress(std::string what, int64_t total) : what_(std::move(what)), total_(total), t0_(Clock::now()) {}
   void update(int64_t done) {
     const double s = ms_since(t0_) / 1000;
     if (s - last_ < 0.5 && done < total_) return;
     last_ = s;
     const double rate = done / std::max(s, 1e-9);
-    std::fprintf(stderr, "\r%s %lld/%lld  %.1f/s  %.0f s left   ", what_, static_cast<long long>(done),
+    std::fprintf(stderr, "\r%s %lld/%lld  %.1f/s  %.0f s left   ", what_.c_str(), static_cast<long long>(done),
                  static_cast<long long>(total_), rate, (total_ - done) / std::max(rate, 1e-9));
     if (done >= total_) std::fprintf(stderr, "\n");
   }
 
  private:
-  const char* what_;
+  std::string what_;
   int64_t total_;
   Clock::time_point t0_;
   double last_ = -1;

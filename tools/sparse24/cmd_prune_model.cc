@@ -390,7 +390,7 @@ void cmd_prune_experiment(const ExperimentOpts& o) {
       for (size_t i = 0; i < sets.size(); ++i) {
         std::optional<Progress> bar;
         const engine::Perplexity p = engine::perplexity(dec, ids[i], ctx, [&](int64_t done, int64_t total) {
-          if (!bar) bar.emplace(("perplexity on " + sets[i].name + ": windows").c_str(), total);
+          if (!bar) bar.emplace("perplexity on " + sets[i].name + ": windows", total);
           bar->update(done);
         });
         std::printf("%s, %s: perplexity %.4f over %lld tokens\n", dir.c_str(), sets[i].name.c_str(), p.perplexity,
