@@ -7,7 +7,9 @@
 #include <numeric>
 #include <optional>
 
+#include "kernels/gemv_bf16.h"
 #include "sparse24/compressed.h"
+#include "sparse24/dtype.h"
 #include "sparse24/error.h"
 #include "sparse24/spmm.h"
 
@@ -70,7 +72,9 @@ struct Decoder::Impl {
   int64_t capacity = 0, pos = 0;
   const std::vector<float>* embed = nullptr;  // the model's table (tied head too); the model outlives us
   std::vector<float> norm;
-  std::optional<Linear> head;  // untied
+  std::optional<Linear> head;      // untied, fp32
+  std::vector<uint16_t> head_bf16;  // bf16 weights: the head (tied or not) as bfloat16 [vocab, hidden]
+  std::vector<float> column;        // one token's final-norm output (the bf16 head's input)
   std::vector<LayerExec> layers;
   std::vector<float> cos_sin;
   int sparse = 0;
@@ -127,7 +131,16 @@ Decoder::Decoder(const DecoderModel& m, const DecoderOptions& o) : impl_(std::ma
   s.embed = &m.embed;
   s.norm = m.norm;
   const bool sparse = o.mode != Mode::kDense;
-  if (!s.c.tied) s.head.emplace(m.head, false, false);
+  if (o.bf16_weights) {
+    const std::vector<float> w = s.c.tied ? m.embed : m.head.pruned ? decompress(m.head.sparse).to_float()
+                                                                      : m.head.dense;
+    if (static_cast<int64_t>(w.size()) != s.c.vocab * s.c.hidden) throw Error("decoder: head size mismatch");
+    s.head_bf16.resize(w.size());
+    for (size_t i = 0; i < w.size(); ++i) s.head_bf16[i] = float_to_bf16(w[i]);
+    s.column.resize(static_cast<size_t>(s.c.hidden));
+  } else if (!s.c.tied) {
+    s.head.emplace(m.head, false, false);
+  }
   for (const DecoderLayer& l : m.layers) {
     const bool bf = o.bf16_weights, both = o.prefill_layout;
     s.layers.push_back({&l,
@@ -170,8 +183,11 @@ int Decoder::sparse_linears() const { return impl_->sparse; }
 
 size_t Decoder::weight_bytes() const {
   const Impl& s = *impl_;
-  size_t b = (s.embed->size() + s.norm.size()) * sizeof(float);
-  if (s.head) b += s.head->bytes();
+  size_t b = s.norm.size() * sizeof(float);
+  if (!s.head_bf16.empty())
+    b += s.head_bf16.size() * sizeof(uint16_t);  // (a decoded token reads one row of the fp32 embeddings)
+  else
+    b += s.embed->size() * sizeof(float) + (s.head ? s.head->bytes() : 0);
   for (const LayerExec& e : s.layers)
     b += e.qkv.bytes() + e.o.bytes() + e.gate_up.bytes() + e.down.bytes() +
          (e.src->attn_norm.size() + e.src->ffn_norm.size()) * sizeof(float);
@@ -207,6 +223,13 @@ void Decoder::forward(const int32_t* ids, int64_t n, float* logits, bool all) {
     in = s.last.data();
   }
   detail::rms_norm(in, H, m, s.norm.data(), c.eps, s.x.data());
+  if (!s.head_bf16.empty()) {
+    for (int64_t j = 0; j < m; ++j) {
+      for (int64_t r = 0; r < H; ++r) s.column[r] = s.x[r * m + j];
+      kernels::gemv_bf16(s.head_bf16.data(), c.vocab, H, s.column.data(), logits + j * c.vocab, s.threads);
+    }
+    return;
+  }
   if (s.head) {
     std::vector<float> y(static_cast<size_t>(c.vocab * m));
     s.head->run(s.x.data(), y.data(), m, s.threads);

@@ -16,6 +16,7 @@
 
 #include "../common/seed.h"
 #include "sparse24/compressed.h"
+#include "sparse24/dtype.h"
 #include "sparse24/error.h"
 #include "sparse24/gguf.h"
 #include "sparse24/io.h"
@@ -292,10 +293,11 @@ std::vector<double> ref_forward(const DecoderModel& m, const std::vector<int32_t
     ++layer;
   }
   std::vector<double> logits(n * c.vocab, 0.0);
+  const std::vector<float> head = c.tied ? m.embed : weights_of(m.head);
   for (int64_t j = 0; j < n; ++j) {
     const std::vector<double> x = ref_rms(h[j], m.norm, c.eps);
     for (int64_t v = 0; v < c.vocab; ++v)
-      for (int64_t r = 0; r < H; ++r) logits[j * c.vocab + v] += m.embed[v * H + r] * x[r];
+      for (int64_t r = 0; r < H; ++r) logits[j * c.vocab + v] += head[v * H + r] * x[r];
   }
   return logits;
 }
@@ -327,6 +329,48 @@ TEST(Decoder, ForwardMatchesReference) {
         dec.forward(ids.data(), static_cast<int64_t>(ids.size()), all.data(), /*all=*/true);
         for (size_t i = 0; i < all.size(); ++i) ASSERT_NEAR(all[i], ref[i], 2e-4) << "logit " << i;
       }
+  }
+}
+
+// bf16 weights (the 2:4 Linears and the output head, tied or not): on weights that bf16 holds exactly, the
+// same logits as the reference.
+TEST(Decoder, Bf16WeightsMatchReference) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(10);
+  const Tiny t;
+  for (bool tied : {true, false}) {
+    DecoderModel m = tiny_model(g, t);
+    auto round = [](std::vector<float>& v) {
+      for (float& x : v) x = bf16_to_float(float_to_bf16(x));
+    };
+    round(m.embed);
+    for (DecoderLayer& L : m.layers)
+      for (Gemm* G : {&L.qkv, &L.o, &L.gate_up, &L.down}) round(G->dense);
+    if (!tied) {
+      m.config.tied = false;
+      m.head = random_gemm(g, "lm_head", t.vocab, t.hidden);
+      round(m.head.dense);
+    }
+    m.prune_magnitude();
+    DecoderOptions o;
+    o.bf16_weights = true;
+    o.max_context = 32;
+    DecoderOptions f32 = o;
+    f32.bf16_weights = false;
+    Decoder dec(m, o), dec32(m, f32);  // (dec32: fp32 weights, for the byte count)
+    EXPECT_EQ(dec.sparse_linears(), 4 * t.layers);
+    // The head's bytes halve (the linears' values too).
+    EXPECT_LT(dec.weight_bytes(), dec32.weight_bytes() * 3 / 4);
+    const std::vector<int32_t> ids = random_ids(g, 10, t.vocab);
+    const std::vector<double> ref = ref_forward(m, ids);
+    std::vector<float> all(ids.size() * t.vocab);
+    dec.forward(ids.data(), 10, all.data(), true);
+    for (size_t i = 0; i < all.size(); ++i) ASSERT_NEAR(all[i], ref[i], 2e-4) << (tied ? "tied " : "untied ") << i;
+    // One token at a time (the GEMV path) gives the same last logits.
+    dec.reset();
+    std::vector<float> last(t.vocab);
+    for (int64_t p = 0; p < 10; ++p) dec.forward(&ids[p], 1, last.data());
+    for (int64_t v = 0; v < t.vocab; ++v) ASSERT_NEAR(last[v], ref[9 * t.vocab + v], 2e-4);
   }
 }
 

@@ -1,0 +1,36 @@
+// Dense bf16 GEMV: the reference and the dispatch (gemv_bf16.h).
+#include "gemv_bf16.h"
+
+#include <omp.h>
+
+#include <algorithm>
+
+#include "sparse24/dtype.h"
+
+namespace sparse24::kernels {
+
+void gemv_bf16_reference(const uint16_t* w, int64_t rows, int64_t cols, const float* x, float* y) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float s = 0;
+    for (int64_t c = 0; c < cols; ++c) s += bf16_to_float(w[r * cols + c]) * x[c];
+    y[r] = s;
+  }
+}
+
+void gemv_bf16(const uint16_t* w, int64_t rows, int64_t cols, const float* x, float* y, int threads) {
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (!avx2) {
+    gemv_bf16_reference(w, rows, cols, x, y);
+    return;
+  }
+  // Each thread a contiguous share of the rows, in blocks of 4 (the kernel's row tile).
+  const int t = static_cast<int>(std::clamp<int64_t>(threads, 1, std::max<int64_t>(1, rows / 64)));
+  const int64_t share = ((rows + 3) / 4 + t - 1) / t * 4;
+#pragma omp parallel for num_threads(t) schedule(static, 1) if (t > 1)
+  for (int i = 0; i < t; ++i) {
+    const int64_t r0 = std::min(rows, i * share), r1 = std::min(rows, r0 + share);
+    if (r0 < r1) gemv_bf16_avx2(w, r0, r1, cols, x, y);
+  }
+}
+
+}  // namespace sparse24::kernels
