@@ -344,6 +344,7 @@ void cmd_bench_decode(const BenchDecodeOptions& o) {
   std::string peer_note;
   if (!o.no_peers) {
     std::string gguf = o.gguf;
+    if (gguf.empty() && is_gguf_file(o.model)) gguf = o.model;
     if (gguf.empty()) {  // models/X-hf beside models/X/model.gguf (scripts/setup.sh)
       std::string base = fs::path(o.model).lexically_normal().string();
       while (!base.empty() && base.back() == '/') base.pop_back();
