@@ -16,6 +16,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -222,6 +223,14 @@ class Engine {
   // just before the GEMM runs; when it returns false the run stops there (calibration: prune_model.h).
   using GemmObserver = std::function<bool(int gemm, const float* x, int64_t k, int64_t n)>;
   void run_tokens_observed(const TokenBatch& input, const GemmObserver& observe);
+  // Calibration in steps: runs only ops [begin, end) of a token model on `input`. `state` holds the tensors
+  // written before `begin` that ops from `begin` on read (empty when begin is 0); they are loaded first,
+  // and afterwards `state` holds those live at `end` (tensor index -> [rows, tokens] values), so the next
+  // range can start there, on this engine or on another one built from the same graph. `observe` (may be
+  // empty) as above; if it stops the run, `state` is left unchanged.
+  using State = std::map<int, std::vector<float>>;
+  void run_tokens_range(const TokenBatch& input, size_t begin, size_t end, State& state,
+                        const GemmObserver& observe = {});
   // Output rows per sequence (pooled token models), sample or token.
   int64_t output_rows() const;
   // The same, per op: best of `reps` for each op (in a full run each time); returns one entry per op.

@@ -1,11 +1,12 @@
 // One-shot 2:4 pruning of a whole Hugging Face encoder (BERT, MPNet) with calibration through the engine:
 // magnitude, Wanda or SparseGPT (prune.h), optionally after input-channel permutations.
 //
-// Calibration is sequential, block by block, as SparseGPT and Wanda do it: the engine runs the calibration
-// text through the model whose earlier blocks (layerN.*) are already pruned and shows each GEMM of the
-// current block its input (Engine::run_tokens_observed); the block's Linears are pruned from those
-// statistics (Wanda: column norms; SparseGPT: H = 2/n X^T X), then the next block is calibrated on the
-// pruned model's activations. Inside a block every Linear sees the dense block's activations.
+// Calibration is sequential, block by block, as SparseGPT and Wanda do it: each block (layerN.*) is
+// calibrated on the activations the already-pruned earlier blocks give it. The engine runs the ops of one
+// block at a time on the states the previous block left (Engine::run_tokens_range): once dense, showing
+// each GEMM of the block its input (Wanda: column norms; SparseGPT: H = 2/n X^T X), then, after the block's
+// Linears are pruned, once more pruned to carry the states to the next block; every block costs two block
+// passes. Inside a block every Linear sees the dense block's activations.
 //
 // Permutations reorder a Linear's input channels together with what produces them, so the network computes
 // the same function and the checkpoint keeps its layout:

@@ -297,6 +297,52 @@ void Engine::run_tokens_observed(const TokenBatch& input, const GemmObserver& ob
   s.input = nullptr;
 }
 
+void Engine::run_tokens_range(const TokenBatch& input, size_t begin, size_t end, State& state,
+                              const GemmObserver& observe) {
+  Impl& s = *impl_;
+  if (begin > end || end > s.ops.size()) throw Error("engine: op range out of bounds");
+  s.set_tokens(input);
+  set_threads(s.threads);
+  // The tensors live across a boundary: written before it (or the input) and read at or after it.
+  auto live_at = [&](size_t at) {
+    std::vector<bool> written(s.tensors.size(), false), live(s.tensors.size(), false);
+    written[0] = true;
+    for (size_t i = 0; i < at; ++i) written[s.ops[i].out] = true;
+    for (size_t i = at; i < s.ops.size(); ++i)
+      for (int t : {s.ops[i].in, s.ops[i].in2})
+        if (t >= 0 && written[t]) live[t] = true;
+    if (written[s.output]) live[s.output] = true;
+    return live;
+  };
+  const std::vector<bool> in_live = live_at(begin);
+  for (size_t t = 0; t < in_live.size(); ++t) {
+    if (!in_live[t] || (t == 0 && begin == 0)) continue;
+    const auto it = state.find(static_cast<int>(t));
+    const size_t n = static_cast<size_t>(s.tensors[t].rows * s.cols(static_cast<int>(t)));
+    if (it == state.end() || it->second.size() != n)
+      throw Error("engine: the state lacks tensor " + std::to_string(t) + " for this call");
+    std::copy(it->second.begin(), it->second.end(), s.ptr(static_cast<int>(t)));
+  }
+  for (size_t i = begin; i < end; ++i) {
+    const Op& op = s.ops[i];
+    if (op.kind == OpKind::kGemm && observe &&
+        !observe(op.gemm, s.ptr(op.in), s.tensors[op.in].rows, s.cols(op.in))) {
+      s.input = nullptr;
+      return;
+    }
+    s.run_op(op);
+  }
+  const std::vector<bool> out_live = live_at(end);
+  State next;
+  for (size_t t = 0; t < out_live.size(); ++t) {
+    if (!out_live[t] || (t == 0 && end == 0)) continue;
+    const float* p = s.ptr(static_cast<int>(t));
+    next[static_cast<int>(t)].assign(p, p + s.tensors[t].rows * s.cols(static_cast<int>(t)));
+  }
+  state = std::move(next);
+  s.input = nullptr;
+}
+
 namespace {
 
 std::vector<OpTime> profile_ops(Engine::Impl& s, const std::function<void()>& load, int reps) {

@@ -389,12 +389,33 @@ PruneModelReport prune_hf_encoder(HfDir& dir, const PruneModelOptions& o) {
   int64_t capacity = 1;
   for (const TokenBatch& c : calls) capacity = std::max(capacity, c.tokens());
 
-  // Progress: one unit per calibration call of each block and per weight pruned.
-  const int64_t units = static_cast<int64_t>(blocks.size() * calls.size()) + pruner.total();
-  for (const std::string& name : block_order) {
-    const std::vector<int>& block = blocks[name];
-    // Statistics of the block's GEMM inputs on the model pruned so far (the engine stops after the
-    // block's last GEMM).
+  // Each target block starts at its first GEMM op; the calibration runs the ops from one block's start to
+  // the next's once per block, on the states the previous range left (Engine::run_tokens_range): once dense
+  // for the block's statistics, once pruned to carry the states on.
+  std::vector<size_t> begin;
+  for (const std::string& name : block_order)
+    for (size_t i = 0; i < first.ops.size(); ++i)
+      if (first.ops[i].kind == OpKind::kGemm &&
+          std::find(blocks[name].begin(), blocks[name].end(), first.ops[i].gemm) != blocks[name].end()) {
+        begin.push_back(i);
+        break;
+      }
+  std::vector<Engine::State> states(calls.size());
+  const int64_t nb = static_cast<int64_t>(block_order.size());
+  // Progress: per block one unit per calibration call (statistics) and one per call carrying the states on
+  // (all blocks but the last), one per weight pruned.
+  const int64_t units =
+      pruner.calibrated() ? (2 * nb - 1) * static_cast<int64_t>(calls.size()) + pruner.total() : pruner.total();
+  if (pruner.calibrated()) {
+    const auto t0 = Clock::now();
+    const Model m = load_hf_encoder(dir);
+    Engine e(m, capacity, o.threads, Mode::kDense);
+    for (size_t c = 0; c < calls.size(); ++c) e.run_tokens_range(calls[c], 0, begin[0], states[c]);
+    report.forward_s += seconds_since(t0);
+  }
+  for (int64_t bi = 0; bi < nb; ++bi) {
+    const std::vector<int>& block = blocks[block_order[bi]];
+    const size_t end = bi + 1 < nb ? begin[bi + 1] : first.ops.size();
     std::map<int, Stats> stats;
     if (pruner.calibrated()) {
       auto t0 = Clock::now();
@@ -404,17 +425,18 @@ PruneModelReport prune_hf_encoder(HfDir& dir, const PruneModelOptions& o) {
       report.forward_s += seconds_since(t0);
       const int last = block.back();
       std::vector<float> xt;
-      for (const TokenBatch& call : calls) {
+      for (size_t c = 0; c < calls.size(); ++c) {
         double stat_s = 0;
         t0 = Clock::now();
-        e.run_tokens_observed(call, [&](int g, const float* x, int64_t k, int64_t n) {
+        Engine::State st = states[c];
+        e.run_tokens_range(calls[c], begin[bi], end, st, [&](int g, const float* x, int64_t k, int64_t n) {
           const auto it = stats.find(g);
           if (it != stats.end()) {
             const auto s0 = Clock::now();
             it->second.add(x, k, n, xt);
             stat_s += seconds_since(s0);
           }
-          return g != last;
+          return g != last;  // the block's statistics are complete
         });
         report.statistics_s += stat_s;
         report.forward_s += seconds_since(t0) - stat_s;
@@ -425,6 +447,16 @@ PruneModelReport prune_hf_encoder(HfDir& dir, const PruneModelOptions& o) {
       const Producer p = o.permute ? find_producer(first, g) : Producer{};
       pruner.prune(first.gemms[g], targets[g], stats.count(g) ? &stats.at(g) : nullptr, p, units);
     }
+    if (!pruner.calibrated() || bi + 1 == nb) continue;
+    // The block as pruned (and permuted) carries the states to the next one.
+    const auto t0 = Clock::now();
+    const Model m = load_hf_encoder(dir);
+    Engine e(m, capacity, o.threads, Mode::kDense);
+    for (size_t c = 0; c < calls.size(); ++c) {
+      e.run_tokens_range(calls[c], begin[bi], end, states[c]);
+      pruner.step(units);
+    }
+    report.forward_s += seconds_since(t0);
   }
   return pruner.finish();
 }

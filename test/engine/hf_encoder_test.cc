@@ -68,6 +68,41 @@ TEST_F(HfEncoder, TinyBertAndMpnetMatchTheScalarReference) {
     }
 }
 
+// Running the ops in ranges, each starting from the state the previous one left (calibration's scheme,
+// prune_model.cc), gives exactly what one run gives; a range on another engine of the same graph too.
+TEST_F(HfEncoder, OpRangesComposeToTheWholeRun) {
+  auto g = rng();
+  for (const char* type : {"bert", "mpnet"}) {
+    Tiny t;
+    t.type = type;
+    t.layers = 3;
+    const std::filesystem::path dir = dir_ / type;
+    write_model(dir, t, weights_of(t, g), false, true);
+    const Model m = load_hf_encoder(dir.string());
+    const auto seqs = random_sequences(g, t, 4, m.max_sequence);
+    TokenBatch batch;
+    for (const auto& s : seqs) batch.add(s);
+    Engine a(m, batch.tokens(), 1, Mode::kDense), b(m, batch.tokens(), 2, Mode::kDense);
+    std::vector<float> whole(static_cast<size_t>(batch.sequences() * a.output_rows()));
+    a.run_tokens(batch, whole.data());
+    const size_t n = m.ops.size();
+    for (std::vector<size_t> cuts : {std::vector<size_t>{0, n}, {0, 1, n / 2, n}, {0, n / 3, n / 3, 2 * n / 3, n}}) {
+      Engine::State st;
+      for (size_t i = 0; i + 1 < cuts.size(); ++i) (i % 2 ? b : a).run_tokens_range(batch, cuts[i], cuts[i + 1], st);
+      ASSERT_TRUE(st.count(m.output)) << type;
+      const std::vector<float>& out = st.at(m.output);  // [rows, sequences], feature-major
+      ASSERT_EQ(out.size(), whole.size());
+      const int64_t rows = a.output_rows(), seqn = batch.sequences();
+      for (int64_t q = 0; q < seqn; ++q)
+        for (int64_t r = 0; r < rows; ++r)
+          ASSERT_NEAR(out[r * seqn + q], whole[q * rows + r], 1e-6f) << type << " cut " << cuts[1];
+    }
+    Engine::State empty;
+    EXPECT_THROW(a.run_tokens_range(batch, n / 2, n, empty), Error);  // the state it needs is missing
+    EXPECT_THROW(a.run_tokens_range(batch, 2, 1, empty), Error);
+  }
+}
+
 TEST_F(HfEncoder, PrunedCheckpointsRunSparseInEveryLayoutAndMode) {
   auto g = rng();
   for (const char* type : {"bert", "mpnet"}) {
