@@ -395,6 +395,7 @@ void cmd_prune_experiment(const ExperimentOpts& o) {
         });
         std::printf("%s, %s: perplexity %.4f over %lld tokens\n", dir.c_str(), sets[i].name.c_str(), p.perplexity,
                     static_cast<long long>(p.scored));
+        std::fflush(stdout);
         e[sets[i].name] = {{"perplexity", p.perplexity}, {"mean_nll", p.mean_nll}, {"tokens_scored", p.scored}};
       }
       return e;
