@@ -44,8 +44,9 @@ inline constexpr const char* kDecoderLinears = R"(model\.layers\.[0-9]+\.(self_a
 struct PruneModelOptions {
   PruneMethod method = PruneMethod::kMagnitude;
   bool permute = false;
-  std::string targets;  // regex searched in the checkpoint's weight names ("": kEncoderLinears or kDecoderLinears)
-  std::vector<std::string> calibration;   // texts (Wanda, SparseGPT); tokenized with the model's tokenizer
+  std::string
+      targets;  // regex searched in the checkpoint's weight names ("": kEncoderLinears or kDecoderLinears)
+  std::vector<std::string> calibration;  // texts (Wanda, SparseGPT); tokenized with the model's tokenizer
   std::vector<std::vector<int32_t>> calibration_ids;  // or sequences already tokenized (used when given)
   int threads = 1;
   int64_t tokens_per_call = 4096;  // encoders: calibration tokens per engine call (whole sequences)

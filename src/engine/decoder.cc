@@ -72,7 +72,7 @@ struct Decoder::Impl {
   int64_t capacity = 0, pos = 0;
   const std::vector<float>* embed = nullptr;  // the model's table (tied head too); the model outlives us
   std::vector<float> norm;
-  std::optional<Linear> head;      // untied, fp32
+  std::optional<Linear> head;       // untied, fp32
   std::vector<uint16_t> head_bf16;  // bf16 weights: the head (tied or not) as bfloat16 [vocab, hidden]
   std::vector<float> column;        // one token's final-norm output (the bf16 head's input)
   std::vector<LayerExec> layers;
@@ -132,8 +132,9 @@ Decoder::Decoder(const DecoderModel& m, const DecoderOptions& o) : impl_(std::ma
   s.norm = m.norm;
   const bool sparse = o.mode != Mode::kDense;
   if (o.bf16_weights) {
-    const std::vector<float> w = s.c.tied ? m.embed : m.head.pruned ? decompress(m.head.sparse).to_float()
-                                                                      : m.head.dense;
+    const std::vector<float> w = s.c.tied        ? m.embed
+                                 : m.head.pruned ? decompress(m.head.sparse).to_float()
+                                                 : m.head.dense;
     if (static_cast<int64_t>(w.size()) != s.c.vocab * s.c.hidden) throw Error("decoder: head size mismatch");
     s.head_bf16.resize(w.size());
     for (size_t i = 0; i < w.size(); ++i) s.head_bf16[i] = float_to_bf16(w[i]);
@@ -245,8 +246,8 @@ Perplexity perplexity(Decoder& d, const std::vector<int32_t>& ids, int64_t ctx,
                       const std::function<void(int64_t, int64_t)>& progress) {
   if (ctx < 2) throw Error("perplexity: a window must hold at least 2 tokens");
   if (ctx > d.capacity())
-    throw Error("perplexity: a window of " + std::to_string(ctx) + " tokens exceeds the decoder's context of " +
-                std::to_string(d.capacity()));
+    throw Error("perplexity: a window of " + std::to_string(ctx) +
+                " tokens exceeds the decoder's context of " + std::to_string(d.capacity()));
   Perplexity p;
   p.windows = static_cast<int64_t>(ids.size()) / ctx;
   if (p.windows == 0)

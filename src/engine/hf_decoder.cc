@@ -165,8 +165,8 @@ json gguf_config(const Gguf& g, const std::string& what) {
     j["vocab_size"] = t->shape[0];
   }
   const GgufValue* scaling = g.find(a + ".rope.scaling.type");
-  if (scaling != nullptr && (scaling->is_array() || scaling->type != GgufType::kString ||
-                             scaling->strings[0] != "none"))
+  if (scaling != nullptr &&
+      (scaling->is_array() || scaling->type != GgufType::kString || scaling->strings[0] != "none"))
     throw Error(what + ": rope scaling '" + (scaling->strings.empty() ? "?" : scaling->strings[0]) +
                 "' is not supported");
   if (g.find_tensor("rope_freqs.weight") != nullptr)

@@ -9,11 +9,11 @@
 #include <optional>
 #include <regex>
 
+#include "sparse24/decoder.h"
 #include "sparse24/engine.h"
 #include "sparse24/error.h"
 #include "sparse24/io.h"
 #include "sparse24/mask.h"
-#include "sparse24/decoder.h"
 #include "text/bpe.h"
 #include "text/wordpiece.h"
 
@@ -200,7 +200,6 @@ class Pruner {
   }
   Tensors& tensors() { return tensors_; }
   PruneModelReport& report() { return report_; }
-  const PruneModelOptions& options() const { return o_; }
 
   // Prunes the targets of GEMM g (their rows stacked), after permuting its input channels with `p`'s rows
   // when asked; `stats` holds its input statistics (calibrated methods).
@@ -293,7 +292,8 @@ class Pruner {
       rec.kept_permuted += pr.kept_permuted;
       for (int64_t h = 0; h < p.group; ++h)
         for (int64_t c = 0; c < d; ++c) perm[static_cast<size_t>(c0 + h * d + c)] = c0 + h * d + pr.perm[c];
-      for (int64_t c = 0; c < d; ++c) rows_perm[static_cast<size_t>(c0 / p.group + c)] = c0 / p.group + pr.perm[c];
+      for (int64_t c = 0; c < d; ++c)
+        rows_perm[static_cast<size_t>(c0 / p.group + c)] = c0 / p.group + pr.perm[c];
     }
     permute_columns(w.data(), rows, k, perm);
     rec.perm = perm;
@@ -315,6 +315,7 @@ class Pruner {
     }
     if (p.head_dim > 0) rec.permutation += " (within heads)";
   }
+
   const PruneModelOptions& o_;
   Tensors tensors_;
   std::string targets_;
@@ -322,6 +323,7 @@ class Pruner {
   PruneModelReport report_;
   int64_t total_ = 0, done_ = 0;
 };
+
 }  // namespace
 
 PruneMethod parse_prune_method(const std::string& name) {
@@ -404,8 +406,9 @@ PruneModelReport prune_hf_encoder(HfDir& dir, const PruneModelOptions& o) {
   const int64_t nb = static_cast<int64_t>(block_order.size());
   // Progress: per block one unit per calibration call (statistics) and one per call carrying the states on
   // (all blocks but the last), one per weight pruned.
-  const int64_t units =
-      pruner.calibrated() ? (2 * nb - 1) * static_cast<int64_t>(calls.size()) + pruner.total() : pruner.total();
+  const int64_t units = pruner.calibrated()
+                            ? (2 * nb - 1) * static_cast<int64_t>(calls.size()) + pruner.total()
+                            : pruner.total();
   if (pruner.calibrated()) {
     const auto t0 = Clock::now();
     const Model m = load_hf_encoder(dir);
@@ -536,7 +539,8 @@ PruneModelReport prune_hf_decoder(HfDir& dir, const PruneModelOptions& o) {
       DecoderModel one;
       Decoder d = layer_decoder(one, l);
       for (int which = 0; which < 4; ++which)
-        if (!targets[l][which].empty()) stats.emplace(which, Stats(o.method, gemm_of(work.layers[l], which).k));
+        if (!targets[l][which].empty())
+          stats.emplace(which, Stats(o.method, gemm_of(work.layers[l], which).k));
       report.forward_s += seconds_since(t0);
       for (const std::vector<float>& h : hidden) {
         double stat_s = 0;

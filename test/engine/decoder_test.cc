@@ -9,9 +9,9 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "../common/seed.h"
@@ -263,7 +263,13 @@ std::vector<double> ref_forward(const DecoderModel& m, const std::vector<int32_t
     for (int64_t r = 0; r < H; ++r) h[j][r] = m.embed[ids[j] * H + r];
   int64_t layer = 0;
   auto matvec = [&](const Gemm& g, const std::vector<double>& x) {
-    if (hook) hook(layer, &g == &m.layers[layer].qkv ? 0 : &g == &m.layers[layer].o ? 1 : &g == &m.layers[layer].gate_up ? 2 : 3, x);
+    if (hook)
+      hook(layer,
+           &g == &m.layers[layer].qkv       ? 0
+           : &g == &m.layers[layer].o       ? 1
+           : &g == &m.layers[layer].gate_up ? 2
+                                            : 3,
+           x);
     const std::vector<float> w = weights_of(g);
     std::vector<double> y(g.m, 0.0);
     for (int64_t r = 0; r < g.m; ++r)
@@ -365,7 +371,8 @@ TEST(Decoder, Bf16WeightsMatchReference) {
     const std::vector<double> ref = ref_forward(m, ids);
     std::vector<float> all(ids.size() * t.vocab);
     dec.forward(ids.data(), 10, all.data(), true);
-    for (size_t i = 0; i < all.size(); ++i) ASSERT_NEAR(all[i], ref[i], 2e-4) << (tied ? "tied " : "untied ") << i;
+    for (size_t i = 0; i < all.size(); ++i)
+      ASSERT_NEAR(all[i], ref[i], 2e-4) << (tied ? "tied " : "untied ") << i;
     // One token at a time (the GEMV path) gives the same last logits.
     dec.reset();
     std::vector<float> last(t.vocab);
@@ -558,7 +565,6 @@ TEST_F(HfDecoderDir, OneLineErrors) {
   for (const std::string& e : {load_error()}) EXPECT_EQ(e.find('\n'), std::string::npos);
 }
 
-
 // ---- one-shot pruning of a decoder (prune_model.h) -------------------------------------------------------
 
 class PruneDecoder : public HfDecoderDir {
@@ -680,7 +686,8 @@ TEST_F(PruneDecoder, PermutationsKeepTheFunction) {
       std::vector<float> qkv = weights_of(L.qkv);
       std::vector<int64_t> vinv(kv);
       for (int64_t v = 0; v < t_.kv; ++v)
-        for (int64_t c = 0; c < d_; ++c) vinv[v * d_ + c] = inverse[v * group * d_ + c] - v * group * d_ + v * d_;
+        for (int64_t c = 0; c < d_; ++c)
+          vinv[v * d_ + c] = inverse[v * group * d_ + c] - v * group * d_ + v * d_;
       permute_rows(qkv.data() + (q + kv) * H, kv, H, vinv);
       L.qkv.dense = qkv;
       L.qkv.pruned = false;
@@ -789,7 +796,6 @@ TEST_F(PruneDecoder, BadRequestsAreErrors) {
   EXPECT_NE(error_of(o).find("no weight matched"), std::string::npos) << error_of(o);
 }
 
-
 // ---- GGUF -----------------------------------------------------------------------------------------------
 
 // The tiny model as llama.cpp writes it: its tensor names, F32, Q's and K's rows in its RoPE order.
@@ -867,7 +873,8 @@ TEST(GgufDecoder, LoadsWhatLlamaCppWrites) {
     const Gguf file = tiny_gguf(m, t, w, untied);
     // Through the bytes, as from a file.
     const std::vector<uint8_t> bytes = encode_gguf(file);
-    const DecoderModel back = load_gguf_decoder(parse_gguf(bytes.data(), bytes.size(), "tiny.gguf"), "tiny.gguf");
+    const DecoderModel back =
+        load_gguf_decoder(parse_gguf(bytes.data(), bytes.size(), "tiny.gguf"), "tiny.gguf");
     EXPECT_EQ(back.config.tied, !untied);
     EXPECT_EQ(back.config.kv_heads, t.kv);
     EXPECT_EQ(back.config.rope.theta, 100000.0);
@@ -907,7 +914,8 @@ TEST(GgufDecoder, OneLineErrors) {
   EXPECT_NE(e.find("architecture 'gpt2'"), std::string::npos) << e;
   e = error_of([&](Gguf& f) { set(f, "llama.rope.scaling.type", GgufValue::of_string("yarn")); });
   EXPECT_NE(e.find("rope scaling 'yarn'"), std::string::npos) << e;
-  e = error_of([&](Gguf& f) { set(f, "llama.attention.head_count_kv", GgufValue::of_int(GgufType::kU32, 4)); });
+  e = error_of(
+      [&](Gguf& f) { set(f, "llama.attention.head_count_kv", GgufValue::of_int(GgufType::kU32, 4)); });
   EXPECT_NE(e.find("num_key_value_heads"), std::string::npos) << e;
   e = error_of([&](Gguf& f) { set(f, "llama.block_count", GgufValue::of_string("two")); });
   EXPECT_NE(e.find("llama.block_count"), std::string::npos) << e;

@@ -86,9 +86,11 @@ TEST_F(HfEncoder, OpRangesComposeToTheWholeRun) {
     std::vector<float> whole(static_cast<size_t>(batch.sequences() * a.output_rows()));
     a.run_tokens(batch, whole.data());
     const size_t n = m.ops.size();
-    for (std::vector<size_t> cuts : {std::vector<size_t>{0, n}, {0, 1, n / 2, n}, {0, n / 3, n / 3, 2 * n / 3, n}}) {
+    for (std::vector<size_t> cuts :
+         {std::vector<size_t>{0, n}, {0, 1, n / 2, n}, {0, n / 3, n / 3, 2 * n / 3, n}}) {
       Engine::State st;
-      for (size_t i = 0; i + 1 < cuts.size(); ++i) (i % 2 ? b : a).run_tokens_range(batch, cuts[i], cuts[i + 1], st);
+      for (size_t i = 0; i + 1 < cuts.size(); ++i)
+        (i % 2 ? b : a).run_tokens_range(batch, cuts[i], cuts[i + 1], st);
       ASSERT_TRUE(st.count(m.output)) << type;
       const std::vector<float>& out = st.at(m.output);  // [rows, sequences], feature-major
       ASSERT_EQ(out.size(), whole.size());

@@ -47,8 +47,9 @@ class Progress {
     if (s - last_ < 0.5 && done < total_) return;
     last_ = s;
     const double rate = done / std::max(s, 1e-9);
-    std::fprintf(stderr, "\r%s %lld/%lld  %.1f/s  %.0f s left   ", what_.c_str(), static_cast<long long>(done),
-                 static_cast<long long>(total_), rate, (total_ - done) / std::max(rate, 1e-9));
+    std::fprintf(stderr, "\r%s %lld/%lld  %.1f/s  %.0f s left   ", what_.c_str(),
+                 static_cast<long long>(done), static_cast<long long>(total_), rate,
+                 (total_ - done) / std::max(rate, 1e-9));
     if (done >= total_) std::fprintf(stderr, "\n");
   }
 

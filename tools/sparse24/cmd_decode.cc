@@ -157,8 +157,7 @@ void cmd_perplexity(const PerplexityOptions& o) {
   std::vector<int32_t> ids;
   if (!o.input.empty()) {
     const std::vector<uint8_t> b = read_file(o.input);
-    ids = tokenizer(o.model).encode(
-        std::string_view(reinterpret_cast<const char*>(b.data()), b.size()));
+    ids = tokenizer(o.model).encode(std::string_view(reinterpret_cast<const char*>(b.data()), b.size()));
   } else {
     ids = read_ids_file(o.input_ids);
   }
@@ -180,8 +179,8 @@ void cmd_perplexity(const PerplexityOptions& o) {
               static_cast<long long>(scored), static_cast<long long>(windows), static_cast<long long>(o.ctx),
               windows * o.ctx / (ms / 1000));
   if (!o.json_out.empty()) {
-    const nlohmann::json j = {{"model", o.model},         {"input", input},          {"ctx", o.ctx},
-                              {"windows", windows},       {"tokens_scored", scored}, {"perplexity", ppl},
+    const nlohmann::json j = {{"model", o.model},       {"input", input},          {"ctx", o.ctx},
+                              {"windows", windows},     {"tokens_scored", scored}, {"perplexity", ppl},
                               {"mean_nll", p.mean_nll}, {"mode", o.mode}};
     write_file_atomic(o.json_out, j.dump(2) + "\n");
   }
@@ -465,7 +464,8 @@ void register_decode_commands(CLI::App& app) {
     auto o = std::make_shared<BenchDecodeOptions>();
     CLI::App* cmd = app.add_subcommand(
         "bench-decode", "Batch-1 decoding speed: sparse24 dense fp32, 2:4 fp32, 2:4 bf16 and llama.cpp");
-    cmd->add_option("model", o->model, "model directory or GGUF file (dense: pruned 2:4 by magnitude in memory)")
+    cmd->add_option("model", o->model,
+                    "model directory or GGUF file (dense: pruned 2:4 by magnitude in memory)")
         ->required();
     cmd->add_option("--threads", o->threads)->capture_default_str();
     cmd->add_option("--json", o->json_out, "write the results as JSON");

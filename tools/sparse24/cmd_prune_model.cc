@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "cli_util.h"
-#include "machine.h"
 #include "commands.h"
+#include "machine.h"
 #include "sparse24/checkpoint.h"
 #include "sparse24/decoder.h"
 #include "sparse24/embed_eval.h"
@@ -83,7 +83,8 @@ json prune_model(const PruneModelOpts& o) {
       if (!bar) bar.emplace("calibrating and pruning: steps", total);
       bar->update(done);
     };
-  const engine::PruneModelReport r = decoder ? engine::prune_hf_decoder(d, po) : engine::prune_hf_encoder(d, po);
+  const engine::PruneModelReport r =
+      decoder ? engine::prune_hf_decoder(d, po) : engine::prune_hf_encoder(d, po);
   const auto t1 = Clock::now();
   write_hf_dir(d, d.weights, parse_checkpoint_format(o.format), o.out);
   const double write_s = ms_since(t1) / 1000, total_s = ms_since(t0) / 1000;
@@ -149,11 +150,11 @@ void print_agreement(const char* what, const engine::EmbeddingAgreement& a) {
 void register_prune_model_cmd(CLI::App& app) {
   auto o = std::make_shared<PruneModelOpts>();
   auto rep = std::make_shared<std::string>();
-  CLI::App* cmd =
-      app.add_subcommand("prune-model",
-                         "Prune a Hugging Face encoder's or Llama decoder's Linear weights to 2:4 (magnitude, "
-                         "Wanda or SparseGPT with calibration text run through the engine; optional channel "
-                         "permutations) into a new model directory");
+  CLI::App* cmd = app.add_subcommand(
+      "prune-model",
+      "Prune a Hugging Face encoder's or Llama decoder's Linear weights to 2:4 (magnitude, "
+      "Wanda or SparseGPT with calibration text run through the engine; optional channel "
+      "permutations) into a new model directory");
   cmd->add_option("model", o->model, "model directory")->required();
   cmd->add_option("-o,--output", o->out, "new model directory (must not exist)")->required();
   cmd->add_option("--method", o->method, "magnitude, wanda or sparsegpt")
@@ -377,7 +378,8 @@ void cmd_prune_experiment(const ExperimentOpts& o) {
     for (size_t i = 0; i < sets.size(); ++i) {
       const std::vector<uint8_t> b = read_file(sets[i].path);
       ids[i] = bpe.encode(std::string_view(reinterpret_cast<const char*>(b.data()), b.size()));
-      if (o.eval_tokens > 0 && static_cast<int64_t>(ids[i].size()) > o.eval_tokens) ids[i].resize(o.eval_tokens);
+      if (o.eval_tokens > 0 && static_cast<int64_t>(ids[i].size()) > o.eval_tokens)
+        ids[i].resize(o.eval_tokens);
     }
     measure = [&](const std::string& dir) {
       engine::DecoderOptions d;
@@ -393,10 +395,11 @@ void cmd_prune_experiment(const ExperimentOpts& o) {
           if (!bar) bar.emplace("perplexity on " + sets[i].name + ": windows", total);
           bar->update(done);
         });
-        std::printf("%s, %s: perplexity %.4f over %lld tokens\n", dir.c_str(), sets[i].name.c_str(), p.perplexity,
-                    static_cast<long long>(p.scored));
+        std::printf("%s, %s: perplexity %.4f over %lld tokens\n", dir.c_str(), sets[i].name.c_str(),
+                    p.perplexity, static_cast<long long>(p.scored));
         std::fflush(stdout);
-        e[sets[i].name] = {{"perplexity", p.perplexity}, {"mean_nll", p.mean_nll}, {"tokens_scored", p.scored}};
+        e[sets[i].name] = {
+            {"perplexity", p.perplexity}, {"mean_nll", p.mean_nll}, {"tokens_scored", p.scored}};
       }
       return e;
     };
@@ -484,8 +487,8 @@ void cmd_prune_experiment(const ExperimentOpts& o) {
   if (decoder) {
     j["ctx"] = ctx;
     j["eval_tokens"] = {{"kjv-heldout", ids[0].size()}, {"fortunes", ids[1].size()}};
-    j["eval_tokens_note"] = "the first " + std::to_string(ids[0].size()) + " and " +
-                            std::to_string(ids[1].size()) + " tokens";
+    j["eval_tokens_note"] =
+        "the first " + std::to_string(ids[0].size()) + " and " + std::to_string(ids[1].size()) + " tokens";
     write_file_atomic(o.out + "/report.json", j.dump(2) + "\n");
     write_decoder_report(o.out, j);
   } else {
@@ -502,7 +505,8 @@ void register_prune_experiment(CLI::App& app) {
   auto o = std::make_shared<ExperimentOpts>();
   CLI::App* cmd = app.add_subcommand(
       "prune-experiment",
-      "The one-shot methods (magnitude, Wanda, SparseGPT; with and without permutations) and, for an encoder, "
+      "The one-shot methods (magnitude, Wanda, SparseGPT; with and without permutations) and, for an "
+      "encoder, "
       "the best one retrained, measured on held-out text (encoders: agreement with the dense embeddings; "
       "decoders: perplexity): DIR/report.md, report.json, report.png");
   cmd->add_option("model", o->model, "dense model directory")->required();
@@ -510,7 +514,8 @@ void register_prune_experiment(CLI::App& app) {
   cmd->add_option("--corpora", o->corpora, "directory from scripts/make_corpora.sh (default: made in --out)");
   cmd->add_option("--methods", o->methods, "comma-separated one-shot methods");
   cmd->add_option("--calib-lines", o->calib_lines, "calibration lines from the KJV training books");
-  cmd->add_option("--eval-lines", o->eval_lines, "encoders: fortunes evaluated (spread over the file; 0: all)");
+  cmd->add_option("--eval-lines", o->eval_lines,
+                  "encoders: fortunes evaluated (spread over the file; 0: all)");
   cmd->add_option("--eval-tokens", o->eval_tokens, "decoders: tokens of each text evaluated (0: all)")
       ->capture_default_str();
   cmd->add_option("--threads", o->threads, "threads")->check(CLI::Range(1, 1024));
