@@ -7,7 +7,7 @@
 #include <numeric>
 #include <optional>
 
-#include "kernels/gemv_bf16.h"
+#include "kernels/gemv.h"
 #include "sparse24/compressed.h"
 #include "sparse24/dtype.h"
 #include "sparse24/error.h"

@@ -1,5 +1,5 @@
-// Dense bf16 GEMV: the reference and the dispatch (gemv_bf16.h).
-#include "gemv_bf16.h"
+// The dense bf16 GEMV: the reference and the dispatch (gemv.h).
+#include "gemv.h"
 
 #include <omp.h>
 
@@ -19,13 +19,10 @@ void gemv_bf16_reference(const uint16_t* w, int64_t rows, int64_t cols, const fl
 
 void gemv_bf16(const uint16_t* w, int64_t rows, int64_t cols, const float* x, float* y, int threads) {
   static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (!avx2) {
-    gemv_bf16_reference(w, rows, cols, x, y);
-    return;
-  }
-  // Each thread a contiguous share of the rows, in blocks of 4 (the kernel's row tile).
+  if (!avx2) return gemv_bf16_reference(w, rows, cols, x, y);
+  // Each thread a contiguous share of the rows, in blocks of 8 (the kernel's row tile).
   const int t = static_cast<int>(std::clamp<int64_t>(threads, 1, std::max<int64_t>(1, rows / 64)));
-  const int64_t share = ((rows + 3) / 4 + t - 1) / t * 4;
+  const int64_t share = ((rows + 7) / 8 + t - 1) / t * 8;
 #pragma omp parallel for num_threads(t) schedule(static, 1) if (t > 1)
   for (int i = 0; i < t; ++i) {
     const int64_t r0 = std::min(rows, i * share), r1 = std::min(rows, r0 + share);

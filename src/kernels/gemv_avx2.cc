@@ -1,0 +1,59 @@
+// The dense bf16 GEMV, AVX2 + FMA (gemv.h): eight rows at a time (eight streams in flight, one
+// accumulator each), eight columns per step; a bf16 value widens to fp32 by a 16-bit left shift of its
+// zero-extended bits. Eight rows streamed the SmolLM2 head (57 MB) at 9.5-9.7 GB/s, four at 6.1-6.3 (one
+// thread, AMD EPYC Zen 3, the other core busy; scratch program, best of 30).
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "gemv.h"
+
+namespace sparse24::kernels {
+namespace {
+
+// (Not dtype.h's inline bf16_to_float: an out-of-line copy built with AVX2 flags could be the one the
+// linker keeps for every caller.)
+inline float widen(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline __m256 load8(const uint16_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+inline float hsum(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+}
+
+template <int R, typename T>
+void gemv_block(const T* w, int64_t r, int64_t cols, const float* x, float* y) {
+  const int64_t c8 = cols & ~int64_t{7};
+  __m256 a[R];
+  for (int i = 0; i < R; ++i) a[i] = _mm256_setzero_ps();
+  for (int64_t c = 0; c < c8; c += 8) {
+    const __m256 xv = _mm256_loadu_ps(x + c);
+    for (int i = 0; i < R; ++i) a[i] = _mm256_fmadd_ps(load8(w + (r + i) * cols + c), xv, a[i]);
+  }
+  for (int i = 0; i < R; ++i) {
+    float s = hsum(a[i]);
+    for (int64_t c = c8; c < cols; ++c) s += widen(w[(r + i) * cols + c]) * x[c];
+    y[r + i] = s;
+  }
+}
+
+constexpr int kRows = 8;
+
+}  // namespace
+
+void gemv_bf16_avx2(const uint16_t* w, int64_t r0, int64_t r1, int64_t cols, const float* x, float* y) {
+  int64_t r = r0;
+  for (; r + kRows <= r1; r += kRows) gemv_block<kRows>(w, r, cols, x, y);
+  for (; r < r1; ++r) gemv_block<1>(w, r, cols, x, y);
+}
+
+}  // namespace sparse24::kernels

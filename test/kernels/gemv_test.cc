@@ -1,0 +1,67 @@
+// The dense bf16 GEMV (src/kernels/gemv.h): the AVX2 path and the threaded dispatch against the plain
+// loop, across row counts around its 8-row tile and column counts around its 8-column step; the plain loop
+// against double sums.
+#include "kernels/gemv.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "../common/seed.h"
+#include "sparse24/dtype.h"
+
+namespace sparse24::kernels {
+namespace {
+
+using sparse24::testing::random_floats;
+using sparse24::testing::rng;
+
+bool has_avx2() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+
+TEST(Gemv, Bf16MatchesReferenceAcrossEdgeSizes) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(1);
+  for (int64_t rows : {1, 3, 7, 8, 9, 16, 17, 64, 129, 1000})
+    for (int64_t cols : {1, 7, 8, 9, 31, 64, 576}) {
+      const std::vector<float> x = random_floats(g, cols, -3, 3);
+      std::vector<float> wf = random_floats(g, rows * cols, -2, 2);
+      std::vector<uint16_t> w(wf.size());
+      for (size_t i = 0; i < w.size(); ++i) {
+        w[i] = float_to_bf16(wf[i]);
+        wf[i] = bf16_to_float(w[i]);
+      }
+      std::vector<float> ref(rows), got(rows);
+      std::vector<double> mag(rows, 0.0);
+      gemv_bf16_reference(w.data(), rows, cols, x.data(), ref.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        double s = 0;
+        for (int64_t c = 0; c < cols; ++c) {
+          s += static_cast<double>(wf[r * cols + c]) * x[c];
+          mag[r] += std::fabs(static_cast<double>(wf[r * cols + c]) * x[c]);
+        }
+        ASSERT_NEAR(ref[r], s, 1e-6 * mag[r] + 1e-30) << rows << "x" << cols << " row " << r;
+      }
+      for (int threads : {1, 2}) {
+        std::fill(got.begin(), got.end(), NAN);
+        gemv_bf16(w.data(), rows, cols, x.data(), got.data(), threads);
+        for (int64_t r = 0; r < rows; ++r)
+          ASSERT_NEAR(got[r], ref[r], 1e-6 * mag[r] + 1e-30)
+              << rows << "x" << cols << " row " << r << " threads " << threads;
+      }
+      if (has_avx2()) {  // a row range inside the matrix: the rows outside it untouched
+        std::fill(got.begin(), got.end(), -7.0f);
+        const int64_t r0 = rows / 3, r1 = rows - rows / 4;
+        gemv_bf16_avx2(w.data(), r0, r1, cols, x.data(), got.data());
+        for (int64_t r = 0; r < rows; ++r) {
+          if (r < r0 || r >= r1) {
+            ASSERT_EQ(got[r], -7.0f) << r;
+          } else {
+            ASSERT_NEAR(got[r], ref[r], 1e-6 * mag[r] + 1e-30) << r;
+          }
+        }
+      }
+    }
+}
+
+}  // namespace
+}  // namespace sparse24::kernels
