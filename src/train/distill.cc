@@ -50,6 +50,19 @@ void group_by_length(std::vector<int64_t>& order, const std::vector<std::vector<
 
 }  // namespace
 
+torch::Tensor neighbour_loss(const torch::Tensor& student, const torch::Tensor& teacher, double temperature) {
+  // Row i: softmax over j != i of cos(e_i, e_j) / T; the teacher's distribution is the target.
+  const torch::Tensor diag = torch::eye(student.size(0), torch::kBool);
+  auto logits = [&](const torch::Tensor& e) {
+    const torch::Tensor u =
+        torch::nn::functional::normalize(e, torch::nn::functional::NormalizeFuncOptions().p(2).dim(1));
+    return (u.matmul(u.t()) / temperature).masked_fill(diag, -1e9);
+  };
+  const torch::Tensor q = torch::softmax(logits(teacher), 1).detach();
+  const torch::Tensor log_p = torch::log_softmax(logits(student), 1);
+  return (q * (torch::log(q.clamp_min(1e-12)) - log_p)).masked_fill(diag, 0).sum(1).mean();
+}
+
 std::vector<DistillStep> distill(HfEncoder& student, HfEncoder& teacher, MaskSet& masks,
                                  const std::vector<std::vector<int32_t>>& sentences, int32_t pad_id,
                                  const DistillOptions& o,
@@ -127,6 +140,9 @@ std::vector<DistillStep> distill(HfEncoder& student, HfEncoder& teacher, MaskSet
       }
       loss = loss + o.hidden_weight * hidden / static_cast<double>(out.states.size());
     }
+    if (o.similarity_weight > 0 && out.embedding.size(0) > 1)
+      loss = loss +
+             o.similarity_weight * neighbour_loss(out.embedding, target.embedding, o.similarity_temperature);
     opt.zero_grad();
     loss.backward();
     masks.mask_gradients();

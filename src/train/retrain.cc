@@ -187,6 +187,7 @@ void run_retrain(const RetrainOptions& o) {
   d.batch = o.batch;
   d.lr = o.lr;
   d.hidden_weight = o.hidden_weight;
+  d.similarity_weight = o.similarity_weight;
   d.train_embeddings = o.train_embeddings;
   d.seed = o.seed;
   const auto t2 = Clock::now();

