@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -439,7 +440,7 @@ void cmd_prune_experiment(const ExperimentOpts& o) {
     p = e + 1;
   }
   std::string best;
-  double best_score = -1;
+  double best_score = -std::numeric_limits<double>::infinity();
   for (const std::string& m : methods)
     for (bool permute : {false, true}) {
       PruneModelOpts po;
