@@ -12,6 +12,8 @@
 #include <fstream>
 #include <memory>
 
+#include "sparse24/spmm.h"
+
 namespace sparse24::bench {
 namespace {
 
@@ -131,20 +133,7 @@ struct FreeDeleter {
 
 }  // namespace
 
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line, name = "unknown", family, model;
-  auto value = [&] { return line.substr(line.find_first_not_of(" \t", line.find(':') + 1)); };
-  while (std::getline(in, line) && line.find(':') != std::string::npos) {  // the first CPU only
-    if (line.rfind("model name", 0) == 0) name = value();
-    if (line.rfind("cpu family", 0) == 0) family = value();
-    if (line.rfind("model\t", 0) == 0) model = value();
-  }
-  // Virtual machines often name the CPU by its brand alone ("AMD EPYC"): the family and model tell the
-  // generation (AMD family 25 = Zen 3/4, 26 = Zen 5).
-  if (!family.empty() && !model.empty()) name += " (family " + family + ", model " + model + ")";
-  return name;
-}
+std::string cpu_model() { return cpu_name(); }
 
 bool cpu_has_avx512f() {
   static const bool has = __builtin_cpu_supports("avx512f");

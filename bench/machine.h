@@ -6,7 +6,7 @@
 
 namespace sparse24::bench {
 
-// "model name" from /proc/cpuinfo (or "unknown") with the CPU family and model.
+// sparse24::cpu_name() (spmm.h): "model name" from /proc/cpuinfo with the CPU family and model.
 std::string cpu_model();
 bool cpu_has_avx512f();
 bool cpu_has_avx2_fma();

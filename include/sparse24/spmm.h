@@ -28,6 +28,9 @@ Isa parse_isa(const char* name);
 bool isa_supported(Isa isa);
 // The ISA in use: SPARSE24_ISA if set (validated), else the best supported. Decided once per process.
 Isa active_isa();
+// The CPU, for reports: "model name" of /proc/cpuinfo with its family and model ("AMD EPYC (family 25,
+// model 1)": virtual machines often name only the brand), or "unknown".
+std::string cpu_name();
 
 // Which packed layouts to prepare. Both: spmm picks the memory-bound layout for small N and the
 // compute-bound one otherwise. One: half the bytes; spmm runs every N on it (correct at any N, slower

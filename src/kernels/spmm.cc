@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 
 #include "kernel_list.h"
@@ -98,6 +99,19 @@ bool isa_supported(Isa isa) {
   if (isa == Isa::kRef) return true;
   const kernels::IsaRow* s = kernels::isa_row(isa);
   return s && s->cpu_has();
+}
+
+std::string cpu_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, name = "unknown", family, model;
+  auto value = [&] { return line.substr(line.find_first_not_of(" \t", line.find(':') + 1)); };
+  while (std::getline(in, line) && line.find(':') != std::string::npos) {  // the first CPU only
+    if (line.rfind("model name", 0) == 0) name = value();
+    if (line.rfind("cpu family", 0) == 0) family = value();
+    if (line.rfind("model\t", 0) == 0) model = value();
+  }
+  if (!family.empty() && !model.empty()) name += " (family " + family + ", model " + model + ")";
+  return name;
 }
 
 Isa active_isa() {

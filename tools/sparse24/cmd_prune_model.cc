@@ -16,7 +16,6 @@
 
 #include "cli_util.h"
 #include "commands.h"
-#include "machine.h"
 #include "sparse24/checkpoint.h"
 #include "sparse24/decoder.h"
 #include "sparse24/embed_eval.h"
@@ -25,6 +24,7 @@
 #include "sparse24/hf_dir.h"
 #include "sparse24/io.h"
 #include "sparse24/prune_model.h"
+#include "sparse24/spmm.h"
 #include "text/bpe.h"
 
 namespace sparse24::cli {
@@ -349,7 +349,7 @@ void write_decoder_report(const std::string& dir, const json& j) {
 }
 
 std::string cpu_name() {
-  return bench::cpu_model() + (bench::cpu_has_avx512f() ? " (AVX-512)" : " (AVX2 only)");
+  return sparse24::cpu_name() + (isa_supported(Isa::kAvx512) ? " (AVX-512)" : " (AVX2 only)");
 }
 
 void cmd_prune_experiment(const ExperimentOpts& o) {
