@@ -1,0 +1,249 @@
+// One-shot pruning of a decoder (prune_model.h: prune_hf_decoder) on a tiny random Llama (tiny_decoder.h):
+// layer-by-layer Wanda against a direct computation with the reference forward pass, permutations undone,
+// SparseGPT against magnitude on its objective, bad requests.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+
+#include "sparse24/mask.h"
+#include "sparse24/prune.h"
+#include "sparse24/prune_model.h"
+#include "tiny_decoder.h"
+
+namespace sparse24::engine {
+namespace {
+
+// ---- one-shot pruning of a decoder (prune_model.h) -------------------------------------------------------
+
+class PruneDecoder : public HfDecoderDir {
+ protected:
+  // The checkpoint's weight of `g` (a DecoderLayer GEMM) as the loader joins it, from a pruned directory.
+  static std::vector<float> joined(const DecoderModel& m, int64_t l, int which) {
+    const DecoderLayer& L = m.layers[l];
+    return weights_of(which == 0 ? L.qkv : which == 1 ? L.o : which == 2 ? L.gate_up : L.down);
+  }
+  static Gemm& gemm(DecoderModel& m, int64_t l, int which) {
+    DecoderLayer& L = m.layers[l];
+    return which == 0 ? L.qkv : which == 1 ? L.o : which == 2 ? L.gate_up : L.down;
+  }
+  std::vector<std::vector<int32_t>> sequences(std::mt19937_64& g, int count) {
+    std::vector<std::vector<int32_t>> s;
+    for (int i = 0; i < count; ++i) s.push_back(random_ids(g, 5 + i * 3, t_.vocab));
+    return s;
+  }
+};
+
+// Wanda, layer by layer: each layer's Linears see the inputs the earlier layers, already pruned, give them.
+// The direct computation: the double reference collects the inputs on the weights pruned so far, Wanda
+// prunes that layer, and on to the next.
+TEST_F(PruneDecoder, WandaCalibratesLayerByLayerOnThePrunedModel) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(11);
+  t_.layers = 3;
+  DecoderModel m = tiny_model(g, t_);
+  write(m, config());
+  const auto seqs = sequences(g, 5);
+  HfDir d = read_hf_dir(dir_.string());
+  PruneModelOptions o;
+  o.method = PruneMethod::kWanda;
+  o.calibration_ids = seqs;
+  const PruneModelReport r = prune_hf_decoder(d, o);
+  EXPECT_EQ(r.weights.size(), static_cast<size_t>(7 * t_.layers));
+  EXPECT_EQ(r.calibration_sequences, 5);
+  const DecoderModel got = load_hf_decoder(d);
+  for (int64_t l = 0; l < t_.layers; ++l) {
+    std::map<int, std::vector<double>> sumsq;
+    for (const auto& s : seqs)
+      ref_forward(m, s, [&](int64_t layer, int which, const std::vector<double>& x) {
+        if (layer != l) return;
+        auto& v = sumsq[which];
+        v.resize(x.size(), 0.0);
+        for (size_t c = 0; c < x.size(); ++c) v[c] += x[c] * x[c];
+      });
+    for (int which = 0; which < 4; ++which) {
+      Gemm& G = gemm(m, l, which);
+      std::vector<float> norms(static_cast<size_t>(G.k));
+      for (int64_t c = 0; c < G.k; ++c) norms[c] = static_cast<float>(std::sqrt(sumsq.at(which)[c]));
+      const std::vector<float> before = G.dense;
+      apply_mask(G.dense.data(), wanda_mask(G.dense.data(), G.m, G.k, norms));
+      const std::vector<float> w = joined(got, l, which);
+      int decided = 0;
+      for (int64_t row = 0; row < G.m; ++row)
+        for (int64_t c0 = 0; c0 < G.k; c0 += 4) {
+          std::vector<double> score;
+          for (int64_t c = c0; c < c0 + 4; ++c) score.push_back(std::fabs(before[row * G.k + c]) * norms[c]);
+          std::sort(score.begin(), score.end());
+          if (score[2] - score[1] < 1e-4 * score[2]) continue;  // a near tie: float and double may differ
+          ++decided;
+          for (int64_t c = c0; c < c0 + 4; ++c)
+            ASSERT_EQ(w[row * G.k + c], G.dense[row * G.k + c]) << "layer " << l << " linear " << which;
+        }
+      EXPECT_GT(decided, G.m * G.k / 4 * 9 / 10);
+    }
+  }
+}
+
+// Permutations: the O Linear's columns with V's rows (within heads, one permutation per V head for the
+// query heads that share it), down's columns with gate's and up's rows. Undone, the weights are the
+// originals pruned; the permuted model computes what the undone one does.
+TEST_F(PruneDecoder, PermutationsKeepTheFunction) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(12);
+  t_.hidden = 32;
+  t_.heads = 4;
+  t_.kv = 2;
+  t_.d = 8;
+  t_.ffn = 48;
+  const DecoderModel m = tiny_model(g, t_);
+  write(m, config());
+  HfDir d = read_hf_dir(dir_.string());
+  PruneModelOptions o;
+  o.method = PruneMethod::kWanda;
+  o.permute = true;
+  o.permute_seconds = 0.2;
+  o.calibration_ids = sequences(g, 4);
+  const PruneModelReport r = prune_hf_decoder(d, o);
+  DecoderModel u = load_hf_decoder(d);  // becomes the undone model
+  const DecoderModel pruned = load_hf_decoder(d);
+  const int64_t H = t_.hidden, d_ = t_.d, group = t_.heads / t_.kv, q = t_.heads * d_, kv = t_.kv * d_;
+  int permuted = 0;
+  for (const PrunedWeight& pw : r.weights) {
+    const bool o_proj = pw.name.find("o_proj") != std::string::npos,
+               down = pw.name.find("down_proj") != std::string::npos;
+    ASSERT_EQ(!pw.perm.empty(), o_proj || down) << pw.name << ": " << pw.permutation;
+    if (pw.perm.empty()) continue;
+    ++permuted;
+    EXPECT_GE(pw.kept_permuted, pw.kept_identity - 1e-9) << pw.name;
+    const int64_t l = std::stoll(pw.name.substr(std::string("model.layers.").size()));
+    const int64_t k = static_cast<int64_t>(pw.perm.size());
+    std::vector<int64_t> inverse(k);
+    for (int64_t c = 0; c < k; ++c) inverse[pw.perm[c]] = c;
+    DecoderLayer& L = u.layers[l];
+    if (o_proj) {
+      EXPECT_NE(pw.permutation.find("v_proj"), std::string::npos) << pw.permutation;
+      // Within heads, and the same inside each group of query heads.
+      for (int64_t c = 0; c < k; ++c) {
+        ASSERT_EQ(pw.perm[c] / d_, c / d_) << "left its head";
+        ASSERT_EQ(pw.perm[c] % d_, pw.perm[(c / (d_ * group)) * d_ * group + c % d_] % d_) << "group differs";
+      }
+      std::vector<float> ow = weights_of(L.o);
+      permute_columns(ow.data(), H, k, inverse);
+      L.o.dense = ow;
+      L.o.pruned = false;
+      // V's rows: kv head v took the permutation of its query heads.
+      std::vector<float> qkv = weights_of(L.qkv);
+      std::vector<int64_t> vinv(kv);
+      for (int64_t v = 0; v < t_.kv; ++v)
+        for (int64_t c = 0; c < d_; ++c)
+          vinv[v * d_ + c] = inverse[v * group * d_ + c] - v * group * d_ + v * d_;
+      permute_rows(qkv.data() + (q + kv) * H, kv, H, vinv);
+      L.qkv.dense = qkv;
+      L.qkv.pruned = false;
+    } else {
+      EXPECT_NE(pw.permutation.find("gate_proj"), std::string::npos) << pw.permutation;
+      EXPECT_NE(pw.permutation.find("up_proj"), std::string::npos) << pw.permutation;
+      std::vector<float> dw = weights_of(L.down), gu = weights_of(L.gate_up);
+      permute_columns(dw.data(), H, k, inverse);
+      permute_rows(gu.data(), k, H, inverse);
+      permute_rows(gu.data() + k * H, k, H, inverse);
+      L.down.dense = dw;
+      L.down.pruned = false;
+      L.gate_up.dense = gu;
+      L.gate_up.pruned = false;
+    }
+  }
+  EXPECT_EQ(permuted, 2 * t_.layers);
+  // Undone, every kept weight is an original one at its original place.
+  for (int64_t l = 0; l < t_.layers; ++l)
+    for (int which = 0; which < 4; ++which) {
+      const std::vector<float> orig = joined(m, l, which), undone = joined(u, l, which);
+      for (size_t i = 0; i < orig.size(); ++i)
+        if (undone[i] != 0) {
+          ASSERT_EQ(undone[i], orig[i]) << "layer " << l << " linear " << which;
+        }
+    }
+  const std::vector<int32_t> ids = random_ids(g, 12, t_.vocab);
+  const std::vector<double> want = ref_forward(u, ids);
+  for (Mode mode : {Mode::kDense, Mode::kSparse}) {
+    DecoderOptions dopt;
+    dopt.mode = mode;
+    Decoder dec(pruned, dopt);
+    EXPECT_EQ(dec.sparse_linears(), mode == Mode::kSparse ? 4 * t_.layers : 0);
+    std::vector<float> all(ids.size() * t_.vocab);
+    dec.forward(ids.data(), 12, all.data(), true);
+    for (size_t i = 0; i < all.size(); ++i) ASSERT_NEAR(all[i], want[i], 2e-4) << "logit " << i;
+  }
+}
+
+// SparseGPT minimizes each Linear's output error on its calibration inputs: below magnitude's on the
+// first layer, whose inputs both methods see alike.
+TEST_F(PruneDecoder, SparseGptBeatsMagnitudeOnItsObjective) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(13);
+  const DecoderModel m = tiny_model(g, t_);
+  write(m, config());
+  const auto seqs = sequences(g, 6);
+  HfDir sg = read_hf_dir(dir_.string());
+  HfDir mag = sg;
+  PruneModelOptions o;
+  o.method = PruneMethod::kSparseGpt;
+  o.calibration_ids = seqs;
+  prune_hf_decoder(sg, o);
+  o.method = PruneMethod::kMagnitude;
+  prune_hf_decoder(mag, o);
+  const DecoderModel a = load_hf_decoder(sg), b = load_hf_decoder(mag);
+  std::map<int, std::vector<std::vector<double>>> inputs;
+  for (const auto& s : seqs)
+    ref_forward(m, s, [&](int64_t layer, int which, const std::vector<double>& x) {
+      if (layer == 0) inputs[which].push_back(x);
+    });
+  for (int which = 0; which < 4; ++which) {
+    const std::vector<float> W = joined(m, 0, which), A = joined(a, 0, which), B = joined(b, 0, which);
+    const size_t in = inputs.at(which)[0].size(), out = W.size() / in;
+    double ea = 0, eb = 0;
+    for (const auto& x : inputs.at(which))
+      for (size_t r = 0; r < out; ++r) {
+        double da = 0, db = 0;
+        for (size_t c = 0; c < in; ++c) {
+          da += (static_cast<double>(W[r * in + c]) - A[r * in + c]) * x[c];
+          db += (static_cast<double>(W[r * in + c]) - B[r * in + c]) * x[c];
+        }
+        ea += da * da;
+        eb += db * db;
+      }
+    EXPECT_LT(ea, eb) << "linear " << which;
+  }
+}
+
+TEST_F(PruneDecoder, BadRequestsAreErrors) {
+  auto g = rng(14);
+  write(tiny_model(g, t_), config());
+  HfDir d = read_hf_dir(dir_.string());
+  auto error_of = [&](const PruneModelOptions& o) -> std::string {
+    HfDir copy = d;
+    try {
+      prune_hf_decoder(copy, o);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  PruneModelOptions o;
+  o.method = PruneMethod::kSparseGpt;
+  EXPECT_NE(error_of(o).find("calibration"), std::string::npos) << error_of(o);
+  o.calibration_ids = {random_ids(g, 65, t_.vocab)};  // longer than max_position_embeddings (64)
+  EXPECT_NE(error_of(o).find("64 positions"), std::string::npos) << error_of(o);
+  o.calibration_ids = {{0, 1, static_cast<int32_t>(t_.vocab)}};
+  EXPECT_NE(error_of(o).find("outside the vocabulary"), std::string::npos) << error_of(o);
+  o.method = PruneMethod::kMagnitude;
+  o.targets = "nothing-like-this";
+  EXPECT_NE(error_of(o).find("no weight matched"), std::string::npos) << error_of(o);
+  // Pruned once, nothing is left to prune.
+  o.targets = "";
+  prune_hf_decoder(d, o);
+  EXPECT_NE(error_of(o).find("no weight matched"), std::string::npos) << error_of(o);
+}
+
+}  // namespace
+}  // namespace sparse24::engine

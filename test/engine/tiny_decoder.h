@@ -1,0 +1,267 @@
+// A tiny random Llama for the decoder tests (decoder_test.cc, decoder_prune_test.cc): the model, a
+// double-precision reference forward pass written from transformers' modeling_llama.py (with a hook that
+// sees each Linear's input), and a fixture that writes the model as a Hugging Face llama directory.
+#pragma once
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../common/seed.h"
+#include "sparse24/compressed.h"
+#include "sparse24/decoder.h"
+#include "sparse24/error.h"
+#include "sparse24/io.h"
+
+namespace sparse24::engine {
+
+using sparse24::testing::random_floats;
+using sparse24::testing::rng;
+using json = nlohmann::json;
+
+// ---- references (double, token-major, straight from the definitions) ----------------------------------
+
+inline std::vector<double> ref_rms(const std::vector<double>& x, const std::vector<float>& w, double eps) {
+  double ss = 0;
+  for (double v : x) ss += v * v;
+  const double r = 1.0 / std::sqrt(ss / static_cast<double>(x.size()) + eps);
+  std::vector<double> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * r * w[i];
+  return y;
+}
+
+// rotate_half: x' = x * cos + rotate_half(x) * sin, rotate_half(x) = (-x2, x1).
+inline void ref_rope(double* v, int64_t d, int64_t pos, const std::vector<float>& inv) {
+  const int64_t half = d / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    const double a = static_cast<double>(pos) * inv[i], c = std::cos(a), s = std::sin(a);
+    const double x1 = v[i], x2 = v[i + half];
+    v[i] = x1 * c - x2 * s;
+    v[i + half] = x2 * c + x1 * s;
+  }
+}
+
+// Naive causal GQA over all tokens at once (token-major q [n][heads][d], k, v [n][kv][d]).
+inline std::vector<double> ref_attention(const std::vector<float>& qkv, int64_t heads, int64_t kvh, int64_t d,
+                                         int64_t n) {
+  auto at = [&](int64_t row, int64_t j) { return static_cast<double>(qkv[row * n + j]); };
+  std::vector<double> out(heads * d * n);
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t g = h / (heads / kvh);
+      std::vector<double> s(i + 1);
+      double mx = -1e300, sum = 0;
+      for (int64_t t = 0; t <= i; ++t) {
+        double dot = 0;
+        for (int64_t c = 0; c < d; ++c) dot += at(h * d + c, i) * at(heads * d + g * d + c, t);
+        s[t] = dot / std::sqrt(static_cast<double>(d));
+        mx = std::max(mx, s[t]);
+      }
+      for (double& v : s) sum += (v = std::exp(v - mx));
+      for (int64_t c = 0; c < d; ++c) {
+        double acc = 0;
+        for (int64_t t = 0; t <= i; ++t) acc += s[t] * at((heads + kvh) * d + g * d + c, t);
+        out[(h * d + c) * n + i] = acc / sum;
+      }
+    }
+  return out;
+}
+
+// ---- a tiny random Llama --------------------------------------------------------------------------------
+
+struct Tiny {
+  int64_t vocab = 37, hidden = 24, layers = 2, heads = 6, kv = 2, d = 4, ffn = 40;
+};
+
+inline Gemm random_gemm(std::mt19937_64& g, const std::string& name, int64_t m, int64_t k) {
+  Gemm r;
+  r.name = name;
+  r.m = m;
+  r.k = k;
+  r.dense = random_floats(g, m * k, -0.3f, 0.3f);
+  return r;
+}
+
+inline DecoderModel tiny_model(std::mt19937_64& g, const Tiny& t) {
+  DecoderModel m;
+  DecoderConfig& c = m.config;
+  c.model_type = "llama";
+  c.vocab = t.vocab;
+  c.hidden = t.hidden;
+  c.layers = t.layers;
+  c.heads = t.heads;
+  c.kv_heads = t.kv;
+  c.head_dim = t.d;
+  c.ffn = t.ffn;
+  c.max_positions = 64;
+  c.eps = 1e-5f;
+  c.rope.theta = 100000;
+  m.embed = random_floats(g, t.vocab * t.hidden);
+  m.norm = random_floats(g, t.hidden, 0.5f, 1.5f);
+  for (int64_t l = 0; l < t.layers; ++l) {
+    DecoderLayer L;
+    L.attn_norm = random_floats(g, t.hidden, 0.5f, 1.5f);
+    L.ffn_norm = random_floats(g, t.hidden, 0.5f, 1.5f);
+    L.qkv = random_gemm(g, "qkv", (t.heads + 2 * t.kv) * t.d, t.hidden);
+    L.o = random_gemm(g, "o", t.hidden, t.heads * t.d);
+    L.gate_up = random_gemm(g, "gate_up", 2 * t.ffn, t.hidden);
+    L.down = random_gemm(g, "down", t.hidden, t.ffn);
+    m.layers.push_back(std::move(L));
+  }
+  return m;
+}
+
+inline std::vector<float> weights_of(const Gemm& g) {
+  return g.pruned ? decompress(g.sparse).to_float() : g.dense;
+}
+
+// Shown each Linear's input (layer, 0 QKV / 1 O / 2 gate-up / 3 down, one token's input).
+using RefHook = std::function<void(int64_t layer, int which, const std::vector<double>& x)>;
+
+// The whole forward pass in double, token-major, every token's logits.
+inline std::vector<double> ref_forward(const DecoderModel& m, const std::vector<int32_t>& ids,
+                                       const RefHook& hook = {}) {
+  const DecoderConfig& c = m.config;
+  const int64_t n = static_cast<int64_t>(ids.size()), H = c.hidden, d = c.head_dim;
+  const std::vector<float> inv = detail::rope_inv_freq(c.rope, d);
+  std::vector<std::vector<double>> h(n, std::vector<double>(H));
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t r = 0; r < H; ++r) h[j][r] = m.embed[ids[j] * H + r];
+  int64_t layer = 0;
+  auto matvec = [&](const Gemm& g, const std::vector<double>& x) {
+    if (hook)
+      hook(layer,
+           &g == &m.layers[layer].qkv       ? 0
+           : &g == &m.layers[layer].o       ? 1
+           : &g == &m.layers[layer].gate_up ? 2
+                                            : 3,
+           x);
+    const std::vector<float> w = weights_of(g);
+    std::vector<double> y(g.m, 0.0);
+    for (int64_t r = 0; r < g.m; ++r)
+      for (int64_t k = 0; k < g.k; ++k) y[r] += w[r * g.k + k] * x[k];
+    return y;
+  };
+  for (const DecoderLayer& L : m.layers) {
+    const int64_t rows = (c.heads + 2 * c.kv_heads) * d;
+    std::vector<float> qkv(rows * n);  // feature-major, for ref_attention
+    for (int64_t j = 0; j < n; ++j) {
+      std::vector<double> y = matvec(L.qkv, ref_rms(h[j], L.attn_norm, c.eps));
+      for (int64_t hd = 0; hd < c.heads + c.kv_heads; ++hd) ref_rope(y.data() + hd * d, d, j, inv);
+      for (int64_t r = 0; r < rows; ++r) qkv[r * n + j] = static_cast<float>(y[r]);
+    }
+    const std::vector<double> ctx = ref_attention(qkv, c.heads, c.kv_heads, d, n);
+    for (int64_t j = 0; j < n; ++j) {
+      std::vector<double> a(c.heads * d);
+      for (int64_t r = 0; r < c.heads * d; ++r) a[r] = ctx[r * n + j];
+      const std::vector<double> o = matvec(L.o, a);
+      for (int64_t r = 0; r < H; ++r) h[j][r] += o[r];
+      const std::vector<double> gu = matvec(L.gate_up, ref_rms(h[j], L.ffn_norm, c.eps));
+      std::vector<double> act(c.ffn);
+      for (int64_t i = 0; i < c.ffn; ++i) act[i] = gu[i] / (1 + std::exp(-gu[i])) * gu[c.ffn + i];
+      const std::vector<double> dn = matvec(L.down, act);
+      for (int64_t r = 0; r < H; ++r) h[j][r] += dn[r];
+    }
+    ++layer;
+  }
+  std::vector<double> logits(n * c.vocab, 0.0);
+  const std::vector<float> head = c.tied ? m.embed : weights_of(m.head);
+  for (int64_t j = 0; j < n; ++j) {
+    const std::vector<double> x = ref_rms(h[j], m.norm, c.eps);
+    for (int64_t v = 0; v < c.vocab; ++v)
+      for (int64_t r = 0; r < H; ++r) logits[j * c.vocab + v] += head[v * H + r] * x[r];
+  }
+  return logits;
+}
+
+inline std::vector<int32_t> random_ids(std::mt19937_64& g, int64_t n, int64_t vocab) {
+  std::vector<int32_t> ids(n);
+  for (int32_t& id : ids) id = static_cast<int32_t>(g() % static_cast<uint64_t>(vocab));
+  return ids;
+}
+
+// The decoder's logits at every position of `ids` against the reference's (2e-4).
+inline void expect_logits_match(const DecoderModel& m, const std::vector<int32_t>& ids,
+                                const std::vector<double>& ref, const DecoderOptions& o = {}) {
+  Decoder dec(m, o);
+  std::vector<float> all(ids.size() * static_cast<size_t>(m.config.vocab));
+  dec.forward(ids.data(), static_cast<int64_t>(ids.size()), all.data(), true);
+  for (size_t i = 0; i < all.size(); ++i) ASSERT_NEAR(all[i], ref[i], 2e-4) << "logit " << i;
+}
+
+// ---- the loader ------------------------------------------------------------------------------------------
+
+class HfDecoderDir : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("sparse24_decoder_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  json config() const {
+    return {{"model_type", "llama"},
+            {"vocab_size", t_.vocab},
+            {"hidden_size", t_.hidden},
+            {"num_hidden_layers", t_.layers},
+            {"num_attention_heads", t_.heads},
+            {"num_key_value_heads", t_.kv},
+            {"head_dim", t_.d},
+            {"intermediate_size", t_.ffn},
+            {"rms_norm_eps", 1e-5},
+            {"max_position_embeddings", 64},
+            {"tie_word_embeddings", true},
+            {"rope_parameters", {{"rope_theta", 100000.0}, {"rope_type", "default"}}}};
+  }
+  // Writes the model's weights under transformers' names (Q, K, V and gate, up split again).
+  void write(const DecoderModel& m, const json& cfg, bool drop_one = false, bool extra = false) {
+    SafeTensors st;
+    auto add = [&](const std::string& name, const std::vector<float>& v, std::vector<int64_t> shape) {
+      st.add(name, to_st(Tensor::from_float(v, shape)));
+    };
+    add("model.embed_tokens.weight", m.embed, {t_.vocab, t_.hidden});
+    if (!drop_one) add("model.norm.weight", m.norm, {t_.hidden});
+    if (extra) add("model.unexpected.weight", m.norm, {t_.hidden});
+    for (int64_t l = 0; l < t_.layers; ++l) {
+      const DecoderLayer& L = m.layers[l];
+      const std::string p = "model.layers." + std::to_string(l) + ".";
+      add(p + "input_layernorm.weight", L.attn_norm, {t_.hidden});
+      add(p + "post_attention_layernorm.weight", L.ffn_norm, {t_.hidden});
+      const std::vector<float> qkv = weights_of(L.qkv), gu = weights_of(L.gate_up);
+      const int64_t H = t_.hidden, q = t_.heads * t_.d, kv = t_.kv * t_.d;
+      auto rows = [&](const std::vector<float>& w, int64_t from, int64_t count) {
+        return std::vector<float>(w.begin() + from * H, w.begin() + (from + count) * H);
+      };
+      add(p + "self_attn.q_proj.weight", rows(qkv, 0, q), {q, H});
+      add(p + "self_attn.k_proj.weight", rows(qkv, q, kv), {kv, H});
+      add(p + "self_attn.v_proj.weight", rows(qkv, q + kv, kv), {kv, H});
+      add(p + "self_attn.o_proj.weight", weights_of(L.o), {H, q});
+      add(p + "mlp.gate_proj.weight", rows(gu, 0, t_.ffn), {t_.ffn, H});
+      add(p + "mlp.up_proj.weight", rows(gu, t_.ffn, t_.ffn), {t_.ffn, H});
+      add(p + "mlp.down_proj.weight", weights_of(L.down), {H, t_.ffn});
+    }
+    write_safetensors((dir_ / "model.safetensors").string(), st);
+    std::ofstream(dir_ / "config.json") << cfg.dump(2);
+  }
+  std::string load_error() {
+    try {
+      load_hf_decoder(dir_.string());
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  }
+  std::filesystem::path dir_;
+  Tiny t_;
+};
+
+}  // namespace sparse24::engine
