@@ -85,27 +85,41 @@ std::vector<Shape> quick_shapes() {
   return {{768, 768, 128, false}, {3072, 768, 1, false}, {4096, 1024, 8, true}};
 }
 
-bool shape_matches(const Shape& s, const std::string& token) {
-  std::string dims_text = token;
-  int want_cold = -1;  // -1 either, 0 hot, 1 cold
-  size_t colon = token.find(':');
-  if (colon != std::string::npos) {
-    std::string mode = token.substr(colon + 1);
-    dims_text = token.substr(0, colon);
-    if (mode == "cold") {
-      want_cold = 1;
-    } else if (mode == "hot") {
-      want_cold = 0;
-    } else {
-      throw Error("bad shape filter '" + token + "': the suffix must be :cold or :hot");
+std::vector<Shape> select_shapes(const std::vector<Shape>& predefined, const std::vector<std::string>& tokens) {
+  if (tokens.empty()) return predefined;
+  std::vector<bool> keep(predefined.size(), false);
+  std::vector<Shape> custom;
+  for (const std::string& token : tokens) {
+    std::string dims_text = token;
+    int want_cold = -1;  // -1 either, 0 hot, 1 cold
+    const size_t colon = token.find(':');
+    if (colon != std::string::npos) {
+      const std::string mode = token.substr(colon + 1);
+      dims_text = token.substr(0, colon);
+      if (mode != "cold" && mode != "hot")
+        throw Error("bad shape '" + token + "': the suffix must be :cold or :hot");
+      want_cold = mode == "cold";
     }
+    std::vector<int64_t> dims;
+    if (!parse_dims(dims_text, dims) || std::count(dims.begin(), dims.end(), 0) > 0)
+      throw Error("bad shape '" + token + "': expected MxK or MxKxN (positive), optionally with :cold or :hot");
+    bool matched = false;
+    for (size_t i = 0; i < predefined.size(); ++i) {
+      const Shape& s = predefined[i];
+      if (dims[0] != s.m || dims[1] != s.k || (dims.size() == 3 && dims[2] != s.n)) continue;
+      if (want_cold >= 0 && (want_cold == 1) != s.cold) continue;
+      keep[i] = matched = true;
+    }
+    if (matched || dims.size() != 3) continue;
+    for (bool cold : {false, true})
+      if (want_cold < 0 || (want_cold == 1) == cold) custom.push_back({dims[0], dims[1], dims[2], cold});
   }
-  std::vector<int64_t> dims;
-  if (!parse_dims(dims_text, dims))
-    throw Error("bad shape filter '" + token + "': expected MxK or MxKxN, optionally with :cold or :hot");
-  if (dims[0] != s.m || dims[1] != s.k) return false;
-  if (dims.size() == 3 && dims[2] != s.n) return false;
-  return want_cold < 0 || (want_cold == 1) == s.cold;
+  std::vector<Shape> out;
+  for (size_t i = 0; i < predefined.size(); ++i)
+    if (keep[i]) out.push_back(predefined[i]);
+  out.insert(out.end(), custom.begin(), custom.end());
+  if (out.empty()) throw Error("no benchmark shape matches --shapes (an MxK filter selects predefined rows only)");
+  return out;
 }
 
 Buffer::Buffer(size_t n) : n_(n) {

@@ -30,8 +30,11 @@ std::string shape_label(const Shape& s);
 std::vector<Shape> full_shapes();
 // A few rows covering every code path (hot GEMM, hot GEMV, cold small-N) for a smoke test.
 std::vector<Shape> quick_shapes();
-// A filter token: "MxK", "MxKxN", optionally followed by ":cold" or ":hot". Throws Error on a bad token.
-bool shape_matches(const Shape& s, const std::string& token);
+// The rows `tokens` ask for (all of `predefined` when there are none). A token is "MxK" or "MxKxN",
+// optionally followed by ":cold" or ":hot": it selects the predefined rows it matches, and an MxKxN token
+// that matches none becomes a row of its own (cold, hot, or both without a suffix; e.g. a decoder's
+// 576x1536x1). Throws Error on a bad token or when nothing is selected.
+std::vector<Shape> select_shapes(const std::vector<Shape>& predefined, const std::vector<std::string>& tokens);
 
 // 64-byte aligned floats.
 class Buffer {

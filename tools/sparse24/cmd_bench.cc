@@ -57,13 +57,7 @@ void run_bench(const BenchOptions& o) {
   // First of all: OpenBLAS must load with OPENBLAS_CORETYPE set (see bench/openblas.h).
   const b::OpenBlas& ob = b::OpenBlas::get();
   (void)ob;
-  std::vector<b::Shape> shapes;
-  for (const b::Shape& s : o.quick ? b::quick_shapes() : b::full_shapes()) {
-    bool keep = o.shapes.empty();
-    for (const std::string& t : o.shapes) keep = keep || b::shape_matches(s, t);
-    if (keep) shapes.push_back(s);
-  }
-  if (shapes.empty()) throw Error("no benchmark shape matches --shapes");
+  const std::vector<b::Shape> shapes = b::select_shapes(o.quick ? b::quick_shapes() : b::full_shapes(), o.shapes);
 
   b::RunOptions ro;
   ro.threads = o.threads;
@@ -135,7 +129,8 @@ void register_bench(CLI::App& app) {
   cmd->add_flag("--quick", o->quick, "A few small rows and short timing: a smoke test that runs in seconds");
   cmd->add_option(
       "--shapes", o->shapes,
-      "Only rows matching any of: MxK, MxKxN, optionally with :cold or :hot (e.g. 4096x4096x1:cold)");
+      "Only rows matching any of: MxK, MxKxN, optionally with :cold or :hot (e.g. 4096x4096x1:cold); an "
+      "MxKxN no row has is run as well (e.g. 576x1536x1:cold)");
   cmd->add_option("--reps", o->reps, "Interleaved rounds per row; each method's best counts (default 5)")
       ->check(CLI::Range(1, 1000));
   cmd->add_option("--min-time", o->min_time, "Seconds per measurement (default 0.05)")
