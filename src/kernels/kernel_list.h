@@ -10,7 +10,7 @@ namespace sparse24::kernels {
 
 using SpmmFn = void (*)(const PackedMatrix::Impl&, const SpmmArgs&);
 
-enum class Layout : uint8_t { kGemm, kGemv, kLanes, kLanesI8 };
+enum class Layout : uint8_t { kGemm, kGemv, kLanes };
 // The packed weight types a variant reads (a bit set). The compute-bound layout holds fp32 (bf16-rounded
 // for kBf16, dequantised for kI8), so its rows read kAny.
 enum class Weights : uint8_t { kF32 = 1, kBf16 = 2, kF32Bf16 = 3, kI8 = 4, kAny = 7 };
@@ -149,8 +149,8 @@ static_assert(list_is_consistent(), "kernel_list.inc: see the rules at its top")
 // Pack steps (pack.cc).
 GemmLayout pack_gemm(const Compressed& w, int mr, int kc, int chunk, bool round_bf16);
 GemvLayout pack_gemv(const Compressed& w, int rb, int kb, bool bf16);
-LanesLayout pack_lanes(const Compressed& w, int kb);
-LanesI8Layout pack_lanes_i8(const Compressed& w, int kb);  // w: int8 (scaled or not)
+// w: fp32 (held as bf16 when bf16) or int8 (scaled or not).
+LanesLayout pack_lanes(const Compressed& w, int kb, bool bf16);
 
 // GELU support (gelu.cc): gelu(y) = y * Phi(y); the kernels evaluate Q(t) = Phi(-t) = phi(t) * R(t) for
 // t = |y| < 8, with R (the Mills ratio) as a degree-11 Taylor polynomial around the centre of each unit

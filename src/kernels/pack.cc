@@ -1,4 +1,5 @@
 // The pack step: from the compressed format to the layouts the kernels stream (see packed.h).
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -90,76 +91,57 @@ GemvLayout pack_gemv(const Compressed& w, int rb, int kb, bool bf16) {
   return p;
 }
 
-LanesLayout pack_lanes(const Compressed& w, int kb) {
-  LanesLayout p;
-  p.kb = kb;
-  p.m_blocks = (w.rows + LanesLayout::kRows - 1) / LanesLayout::kRows;
-  p.supers = (w.cols + LanesLayout::kSuper - 1) / LanesLayout::kSuper;
-  p.k_blocks = (w.cols + kb - 1) / kb;
-  p.data = AlignedArray<float>(static_cast<size_t>(p.m_blocks * p.supers * LanesLayout::kEntryFloats));
-  const int64_t groups = w.groups_per_row();
-  const int64_t per_block = kb / LanesLayout::kSuper;
-  for (int64_t r = 0; r < w.rows; ++r) {
-    const int64_t mb = r / LanesLayout::kRows;
-    const int lane = static_cast<int>(r % LanesLayout::kRows);
-    for (int64_t g = 0; g < groups; ++g) {
-      const int64_t s = g / 16, kblk = s / per_block;
-      const int q = static_cast<int>(g % 16);
-      float* e = p.data.data() + p.entry(kblk, mb) +
-                 static_cast<size_t>((s - kblk * per_block) * LanesLayout::kEntryFloats);
-      uint32_t* codes = reinterpret_cast<uint32_t*>(e + 256);
-      const uint8_t code = w.code(r, g);
-      for (int t = 0; t < 2; ++t) {
-        const int slot = 2 * q + t;
-        const int idx = (code >> (2 * t)) & 3;
-        if (4 * g + idx >= w.cols) continue;  // the last group's padding: value 0, code 0
-        e[slot * 8 + lane] = w.value(r, 2 * g + t);
-        codes[(slot / 16) * 8 + lane] |= static_cast<uint32_t>(idx) << (2 * (slot % 16));
-      }
-    }
-  }
-  return p;
-}
-
-LanesI8Layout pack_lanes_i8(const Compressed& w, int kb) {
-  using L = LanesI8Layout;
-  if (w.dtype != DType::kI8) throw Error("internal: pack_lanes_i8 needs int8 weights");
-  const int64_t sg = w.scale_group;
+LanesLayout pack_lanes(const Compressed& w, int kb, bool bf16) {
+  using L = LanesLayout;
+  const bool i8 = w.dtype == DType::kI8;
+  if (i8 && bf16) throw Error("internal: pack_lanes with int8 and bf16 weights");
+  const int64_t sg = i8 ? w.scale_group : 0;
   if (sg > 0 && sg % L::kSuper != 0 && sg < w.cols)
     throw Error("pack: int8 scale groups of " + std::to_string(sg) +
                 " positions; the kernels take a multiple of 64 positions or one scale per row");
-  LanesI8Layout p;
+  L p;
+  p.weights = i8 ? LanesWeights::kI8 : (bf16 ? LanesWeights::kBf16 : LanesWeights::kF32);
   p.kb = kb;
   p.m_blocks = (w.rows + L::kRows - 1) / L::kRows;
   p.supers = (w.cols + L::kSuper - 1) / L::kSuper;
   p.k_blocks = (w.cols + kb - 1) / kb;
-  p.data = AlignedArray<uint8_t>(static_cast<size_t>(p.m_blocks * p.supers * L::kEntryBytes));
+  const int eb = L::entry_bytes(p.weights), sb = lanes_slot_bytes(p.weights);
+  const int code_at = L::code_offset(p.weights), scale_at = L::scale_offset(p.weights);
+  p.data = AlignedArray<uint8_t>(static_cast<size_t>(p.m_blocks * p.supers * eb));
   const int64_t groups = w.groups_per_row();
   const int64_t per_block = kb / L::kSuper;
   auto at = [&](int64_t mb, int64_t s) {
     const int64_t kblk = s / per_block;
-    return p.data.data() + p.entry(kblk, mb) + static_cast<size_t>((s - kblk * per_block) * L::kEntryBytes);
+    return p.data.data() + p.entry(kblk, mb) + static_cast<size_t>((s - kblk * per_block) * eb);
   };
   for (int64_t r = 0; r < w.rows; ++r) {
     const int64_t mb = r / L::kRows;
     const int lane = static_cast<int>(r % L::kRows);
-    for (int64_t s = 0; s < p.supers; ++s) {
+    for (int64_t s = 0; i8 && s < p.supers; ++s) {
       const float scale =
           sg > 0 ? w.scales[static_cast<size_t>(r * w.scales_per_row() + s * L::kSuper / sg)] : 1.f;
-      std::memcpy(at(mb, s) + L::kScaleOffset + 4 * lane, &scale, 4);
+      std::memcpy(at(mb, s) + scale_at + 4 * lane, &scale, 4);
     }
     for (int64_t g = 0; g < groups; ++g) {
-      const int64_t s = g / 16;
+      uint8_t* e = at(mb, g / 16);
       const int q = static_cast<int>(g % 16);
-      uint8_t* e = at(mb, s);
       const uint8_t code = w.code(r, g);
       for (int t = 0; t < 2; ++t) {
         const int slot = 2 * q + t;
         const int idx = (code >> (2 * t)) & 3;
         if (4 * g + idx >= w.cols) continue;  // the last group's padding: value 0, code 0
-        e[slot * 8 + lane] = w.values[static_cast<size_t>(r * w.values_per_row() + 2 * g + t)];
+        uint8_t* v = e + (slot * L::kRows + lane) * sb;
+        if (i8) {
+          *v = w.values[static_cast<size_t>(r * w.values_per_row() + 2 * g + t)];
+        } else if (bf16) {
+          const uint16_t b = float_to_bf16(w.value(r, 2 * g + t));
+          std::memcpy(v, &b, 2);
+        } else {
+          const float f = w.value(r, 2 * g + t);
+          std::memcpy(v, &f, 4);
+        }
         uint32_t c;
-        uint8_t* cp = e + L::kCodeOffset + 4 * ((slot / 16) * 8 + lane);
+        uint8_t* cp = e + code_at + 4 * ((slot / 16) * L::kRows + lane);
         std::memcpy(&c, cp, 4);
         c |= static_cast<uint32_t>(idx) << (2 * (slot % 16));
         std::memcpy(cp, &c, 4);

@@ -109,44 +109,31 @@ struct GemvLayout {
   }
 };
 
-// LanesLayout, the AVX2 memory-bound path for fp32 weights ("rows in lanes"). Rows in blocks of 8 (one
-// per lane of a 256-bit vector), K in blocks of `kb` (a multiple of 64) and, inside a K block, in super
-// chunks of 64 positions (16 groups, 32 slots). Storage order [K block][row block][super chunk], one
-// sequential stream; per (row block, super chunk) 272 floats (1088 B, 17 lines): 32 slot vectors
-// (slot 2q + t of group q: the 8 rows' t-th kept value of that group, in position order) and then two
-// code vectors of 8 x 32 bits: lane r of code vector h holds row r's 2-bit positions (0..3 within the
-// group) of slots 16h..16h+15, slot s in bits 2(s % 16). Same 2.125 bytes per weight as GemvLayout.
-// A slot's value is 0 where the format has no kept position there (positions >= K, padding rows).
+// LanesLayout, the memory-bound path of the rows-in-lanes kernels (spmm_lanes.h): fp32 and bf16 weights on
+// AVX2, int8 weights (2:4 kept values as int8 with fp32 scales) on both ISAs. Rows in blocks of 8 (one per
+// lane of a 256-bit vector), K in blocks of `kb` (a multiple of 64) and, inside a K block, in super chunks
+// of 64 positions (16 groups, 32 slots). Storage order [K block][row block][super chunk], one sequential
+// stream. Per (row block, super chunk) one entry: 32 slot vectors (slot 2q + t: the 8 rows' t-th kept value
+// of group q, in position order; 8 x 4, 2 or 1 bytes), two code vectors of 8 x 32 bits (lane r of code
+// vector h holds row r's 2-bit positions, 0..3 within the group, of slots 16h..16h+15, slot s in bits
+// 2(s % 16)) and, for int8, one scale vector (the 8 rows' fp32 scale of these 64 positions). Entry bytes:
+// fp32 1088 (2.125 per weight, as the compressed format), bf16 576 (1.125), int8 352 (0.6875: a super chunk
+// lies under one scale of each row, so the matrix's scale group must be a multiple of 64 positions or the
+// whole row). Every vector load is 32-byte aligned. A slot's value is 0 where the format has no kept
+// position there (positions >= K, padding rows).
+enum class LanesWeights : uint8_t { kF32, kBf16, kI8 };
+constexpr int lanes_slot_bytes(LanesWeights w) {
+  return w == LanesWeights::kF32 ? 4 : (w == LanesWeights::kBf16 ? 2 : 1);
+}
+
 struct LanesLayout {
   static constexpr int kRows = 8;
-  static constexpr int kSuper = 64;                // positions per super chunk
-  static constexpr int kEntryFloats = 272;         // 32 slots x 8 rows + 2 code vectors
-  int kb = 0;                                      // K per block (multiple of kSuper)
-  int64_t m_blocks = 0, k_blocks = 0, supers = 0;  // supers = ceil(K / 64)
-  AlignedArray<float> data;
-  int64_t supers_in(int64_t kblk) const {
-    const int64_t s0 = kblk * (kb / kSuper);
-    return supers - s0 < kb / kSuper ? supers - s0 : kb / kSuper;
-  }
-  // Float offset of the first super chunk of K block kblk, row block mb.
-  size_t entry(int64_t kblk, int64_t mb) const {
-    const int64_t s0 = kblk * (kb / kSuper);
-    return static_cast<size_t>((m_blocks * s0 + mb * supers_in(kblk)) * kEntryFloats);
-  }
-};
-
-// LanesI8Layout, the memory-bound path for int8 weights (2:4 kept values as int8, fp32 scales): the rows in
-// lanes of LanesLayout with 1-byte slots. Per (row block, super chunk) 352 bytes (11 x 32, so every vector
-// load is 32-byte aligned): 32 slot vectors of 8 int8 (slot-major, lane = row), the two code vectors (as in
-// LanesLayout) and one scale vector (the 8 rows' fp32 scale of these 64 positions): 0.6875 bytes per weight
-// against 2.125 for fp32 (0.625 values and codes + 0.0625 scales). A super chunk lies under one scale of
-// each row, so the compressed matrix's scale group must be a multiple of 64 positions or the whole row
-// (unscaled int8: scale 1).
-struct LanesI8Layout {
-  static constexpr int kRows = 8;
-  static constexpr int kSuper = 64;
-  static constexpr int kEntryBytes = 352;  // 32 x 8 int8 + 2 x 32 B codes + 32 B scales
-  static constexpr int kCodeOffset = 256, kScaleOffset = 320;
+  static constexpr int kSuper = 64;  // positions per super chunk
+  static constexpr int kSlots = 32;  // kept-value slots per super chunk
+  static constexpr int code_offset(LanesWeights w) { return kSlots * kRows * lanes_slot_bytes(w); }
+  static constexpr int scale_offset(LanesWeights w) { return code_offset(w) + 64; }
+  static constexpr int entry_bytes(LanesWeights w) { return scale_offset(w) + (w == LanesWeights::kI8 ? 32 : 0); }
+  LanesWeights weights = LanesWeights::kF32;
   int kb = 0;                                      // K per block (multiple of kSuper)
   int64_t m_blocks = 0, k_blocks = 0, supers = 0;  // supers = ceil(K / 64)
   AlignedArray<uint8_t> data;
@@ -157,7 +144,7 @@ struct LanesI8Layout {
   // Byte offset of the first super chunk of K block kblk, row block mb.
   size_t entry(int64_t kblk, int64_t mb) const {
     const int64_t s0 = kblk * (kb / kSuper);
-    return static_cast<size_t>((m_blocks * s0 + mb * supers_in(kblk)) * kEntryBytes);
+    return static_cast<size_t>((m_blocks * s0 + mb * supers_in(kblk)) * entry_bytes(weights));
   }
 };
 
@@ -180,14 +167,13 @@ struct PackedMatrix::Impl {
   Isa isa = Isa::kRef;
   int64_t m = 0, k = 0;
   bool bf16 = false;
-  bool i8 = false;      // int8 weights (the small-N layout lanes_i8; the compute-bound one dequantised)
+  bool i8 = false;      // int8 weights (the small-N layout lanes; the compute-bound one dequantised)
   int small_n_max = 0;  // N <= this takes the memory-bound path (when both layouts are packed)
   bool has_gemm = false, has_gemv = false;
   Compressed ref;  // the ref ISA: the (possibly bf16-rounded) compressed matrix
   kernels::GemmLayout gemm;
-  kernels::GemvLayout gemv;         // the small-N layout, except:
-  kernels::LanesLayout lanes;       // AVX2 fp32: the small-N layout (has_gemv, lanes.data non-empty)
-  kernels::LanesI8Layout lanes_i8;  // int8 weights: the small-N layout
+  kernels::GemvLayout gemv;    // the small-N layout, or:
+  kernels::LanesLayout lanes;  // the small-N layout of the rows-in-lanes kernels (kernel_list.inc)
 };
 
 }  // namespace sparse24

@@ -150,7 +150,7 @@ size_t PackedMatrix::bytes() const {
   const Impl& p = *impl_;
   return p.ref.values.size() + p.ref.metadata.size() + p.gemm.vals.bytes() + p.gemm.codes.bytes() +
          p.gemv.vals.bytes() + p.gemv.vals16.bytes() + p.gemv.masks.bytes() + p.lanes.data.bytes() +
-         p.lanes_i8.data.bytes() + p.ref.scales.size() * sizeof(float);
+         p.ref.scales.size() * sizeof(float);
 }
 
 PackedMatrix pack(const Compressed& w, const PackOptions& options) {
@@ -189,10 +189,8 @@ PackedMatrix pack(const Compressed& w, const PackOptions& options) {
   if (p.has_gemv) {
     // The layout of this ISA's small-N rows for this weight type (kernel_list.inc).
     const kernels::Layout sl = kernels::small_layout(isa, wt);
-    if (sl == kernels::Layout::kLanesI8)
-      p.lanes_i8 = kernels::pack_lanes_i8(w, s->gemv_kb);
-    else if (sl == kernels::Layout::kLanes)
-      p.lanes = kernels::pack_lanes(w, s->gemv_kb);
+    if (sl == kernels::Layout::kLanes)
+      p.lanes = kernels::pack_lanes(w, s->gemv_kb, p.bf16);
     else
       p.gemv = kernels::pack_gemv(w, s->gemv_rb, s->gemv_kb, p.bf16);
   }

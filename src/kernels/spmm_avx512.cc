@@ -8,7 +8,7 @@
 
 #include "kernel_list.h"
 #include "spmm_driver.h"
-#include "spmm_lanes_i8.h"
+#include "spmm_lanes.h"
 
 namespace sparse24::kernels {
 
@@ -173,11 +173,11 @@ void avx512_gemv_bf16(const PackedMatrix::Impl& p, const SpmmArgs& a) {
 void avx512_pair8(const PackedMatrix::Impl& p, const SpmmArgs& a) { pair_run<Avx512, 1>(p, a); }
 void avx512_pair16(const PackedMatrix::Impl& p, const SpmmArgs& a) { pair_run<Avx512, 2>(p, a); }
 
-// int8 weights, rows in lanes (spmm_lanes_i8.h) with the 32 registers: up to 16 columns in one pass.
+// int8 weights, rows in lanes (spmm_lanes.h) with the 32 registers: up to 16 columns in one pass.
 // Compiled and tested against the reference only where AVX-512 runs; written on an AVX2-only machine and
 // not yet run on AVX-512 hardware.
 void avx512_lanes_i8(const PackedMatrix::Impl& p, const SpmmArgs& a) {
-  lanes_i8_dispatch<Avx512, variant("avx512_lanes_i8")->n_max, 16, 32>(p, a);
+  lanes_dispatch<Avx512, LanesWeights::kI8, variant("avx512_lanes_i8")->n_max, 16, 32>(p, a);
 }
 
 }  // namespace sparse24::kernels

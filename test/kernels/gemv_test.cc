@@ -1,5 +1,5 @@
 // The dense bf16 GEMV (src/kernels/gemv.h): the AVX2 path and the threaded dispatch against the plain
-// loop, across row counts around its 8-row tile and column counts around its 8-column step; the plain loop
+// loop, across row counts around its 8 row regions and column counts around its 8-column step; the plain loop
 // against double sums.
 #include "kernels/gemv.h"
 

@@ -322,6 +322,27 @@ TEST(Spmm, EveryVariantByName) {
   }
 }
 
+// The small-N path reads a thread's row blocks as several regions at once (spmm_lanes.h: 4 at N = 1, 2 up
+// to N = 4) and the blocks left over one at a time: every count of 8-row blocks from 1 to 13 (so every
+// remainder, and fewer blocks than streams) on 1 and 2 threads, with a partial last block, K over two K
+// blocks with a short tail, each weight type, N = 1..5.
+TEST(Spmm, SmallNRowRegions) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(312);
+  for (Isa isa : isas_here())
+    for (int64_t blocks = 1; blocks <= 13; ++blocks)
+      for (int64_t n = 1; n <= 5; ++n) {
+        Case t{8 * blocks - (blocks % 3 == 0 ? 3 : 0), 1024 + 64 + 4 * (blocks % 4) + 1, n};
+        t.threads = 1 + (blocks + n) % 2;
+        t.bias = n % 2 == 1;
+        t.bf16 = (blocks + n) % 3 == 1;
+        t.int8_group = (blocks + n) % 3 == 2 ? 64 : 0;
+        t.layouts = PackLayouts::kSmallN;
+        check(isa, t, g);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+}
+
 // int8 weights: raw integers (no scales) and scaled ones on every path; a scale group the int8 layout
 // cannot hold (32 positions, a super chunk under two scales) is a one-line error at pack.
 TEST(Spmm, Int8Weights) {

@@ -1,0 +1,211 @@
+// Rows in lanes (LanesLayout, packed.h), N <= 16, for fp32, bf16 and int8 weights: one kernel written once,
+// compiled in spmm_avx2.cc (16 vector registers) and spmm_avx512.cc (32; the same 256-bit code,
+// EVEX-encoded there). Templates over the file's own traits class T only, so each ISA's instantiation
+// stays in its file (the rule of spmm_driver.h).
+//
+// Lane r of every vector is row r of an 8-row block, so no lane holds a dropped position and no lane sum is
+// needed. Per group q of a super chunk (64 positions) and column n: the group's 4 activations broadcast to
+// both 128-bit halves, one in-lane `vpermilps` with the code vector picks each row's position (the low 2
+// bits of its lane; the code vector is shifted 4 bits per group), and one FMA per slot with the 8 rows'
+// weights. Per 8 kept weights: one load (widened from bf16 by a zero extension and a shift, from int8 by a
+// sign extension and a conversion), one permute, one FMA and half a shift. int8: the super chunk's scale
+// vector (the 8 rows' scales) multiplies the partial sums once per super chunk when the registers hold a
+// partial sum per stream and column (small N), else each converted slot vector once (shared by the N
+// columns). fp32 activations and accumulation throughout.
+//
+// Streams: small N reads several row blocks at once (4 at N = 1) that lie in separate regions of the
+// thread's rows, each a long sequential stream with its own FMA chains (docs/kernels.md: one Zen 3 core
+// streams from DRAM at the rate of the streams in flight, and the prefetcher needs each to be long).
+#pragma once
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "spmm_driver.h"
+
+namespace sparse24::kernels {
+
+// The weight type of a LanesLayout's slots, at compile time: entry offsets and the slot load.
+template <LanesWeights WT>
+struct LanesSlots {
+  static constexpr int kSlotBytes = lanes_slot_bytes(WT);
+  static constexpr int kCodeOffset = LanesLayout::code_offset(WT);
+  static constexpr int kScaleOffset = LanesLayout::scale_offset(WT);
+  static constexpr int kEntryBytes = LanesLayout::entry_bytes(WT);
+  static constexpr bool kScaled = WT == LanesWeights::kI8;
+  // The 8 rows' values of one slot (at p) as fp32.
+  static __m256 load(const uint8_t* p) {
+    if constexpr (WT == LanesWeights::kF32) {
+      return _mm256_load_ps(reinterpret_cast<const float*>(p));
+    } else if constexpr (WT == LanesWeights::kBf16) {
+      return _mm256_castsi256_ps(
+          _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(p))), 16));
+    } else {
+      return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+    }
+  }
+};
+
+// NS streams (stream i: the entry estride bytes after stream 0's, the same K positions) over ns super
+// chunks; NC columns of Xt (rows ldxt apart). out[i][n]: stream i's 8 rows' sums for column n. VREGS: the
+// vector registers the ISA has (16 or 32).
+template <class T, LanesWeights WT, int NC, int NS, int VREGS>
+void lanes_tile(const uint8_t* __restrict e, size_t estride, int64_t ns, const float* __restrict xt,
+                int64_t ldxt, __m256 (&out)[NS][NC]) {
+  using S = LanesSlots<WT>;
+  // int8: partial sums per super chunk when they fit beside the sums (2 NS NC + 8 temporaries).
+  constexpr bool kPart = S::kScaled && 2 * NS * NC + 8 <= VREGS;
+  // fp32: two FMA chains per column where they fit (short chains at small N: N = 2..4 +2-7%). bf16 with two
+  // chains ran at half the speed at N = 2 (its widening needs the registers).
+  constexpr int A = WT == LanesWeights::kF32 && NC >= 2 && 2 * NS * NC <= 8 ? 2 : 1;
+  __m256 acc[NS][NC][A];
+  __m256 part[NS][NC];
+#pragma GCC unroll 4
+  for (int i = 0; i < NS; ++i)
+#pragma GCC unroll 16
+    for (int n = 0; n < NC; ++n)
+#pragma GCC unroll 2
+      for (int c = 0; c < A; ++c) acc[i][n][c] = _mm256_setzero_ps();
+  for (int64_t s = 0; s < ns; ++s) {
+    const float* xs = xt + s * LanesLayout::kSuper;
+    const uint8_t* es = e + static_cast<size_t>(s) * S::kEntryBytes;
+    __m256 sc[NS];
+    if constexpr (S::kScaled)
+#pragma GCC unroll 4
+      for (int i = 0; i < NS; ++i) {
+        sc[i] = _mm256_load_ps(reinterpret_cast<const float*>(es + i * estride + S::kScaleOffset));
+        if constexpr (kPart)
+#pragma GCC unroll 16
+          for (int n = 0; n < NC; ++n) part[i][n] = _mm256_setzero_ps();
+      }
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      __m256i c[NS];
+#pragma GCC unroll 4
+      for (int i = 0; i < NS; ++i)
+        c[i] = _mm256_load_si256(reinterpret_cast<const __m256i*>(es + i * estride + S::kCodeOffset) + h);
+        // Streams innermost: the group's activations are loaded once for all NS streams (with the streams
+        // outermost, g++ hoisted all 16 groups' broadcasts and spilled the accumulators).
+#pragma GCC unroll 8
+      for (int q = 0; q < 8; ++q) {
+#pragma GCC unroll 4
+        for (int i = 0; i < NS; ++i) {
+          const uint8_t* ei = es + i * estride;
+          __m256 w0 = S::load(ei + (16 * h + 2 * q) * 8 * S::kSlotBytes);
+          __m256 w1 = S::load(ei + (16 * h + 2 * q + 1) * 8 * S::kSlotBytes);
+          if constexpr (S::kScaled && !kPart) {
+            w0 = _mm256_mul_ps(w0, sc[i]);
+            w1 = _mm256_mul_ps(w1, sc[i]);
+          }
+          const __m256i c1 = _mm256_srli_epi32(c[i], 2);
+#pragma GCC unroll 16
+          for (int n = 0; n < NC; ++n) {
+            const __m256 xq =
+                _mm256_broadcast_ps(reinterpret_cast<const __m128*>(xs + n * ldxt + 32 * h + 4 * q));
+            __m256& a0 = kPart ? part[i][n] : acc[i][n][0];
+            __m256& a1 = kPart ? part[i][n] : acc[i][n][A - 1];
+            a0 = _mm256_fmadd_ps(w0, _mm256_permutevar_ps(xq, c[i]), a0);
+            a1 = _mm256_fmadd_ps(w1, _mm256_permutevar_ps(xq, c1), a1);
+          }
+          c[i] = _mm256_srli_epi32(c[i], 4);
+        }
+      }
+    }
+    if constexpr (kPart)
+#pragma GCC unroll 4
+      for (int i = 0; i < NS; ++i)
+#pragma GCC unroll 16
+        for (int n = 0; n < NC; ++n) acc[i][n][0] = _mm256_fmadd_ps(part[i][n], sc[i], acc[i][n][0]);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < NS; ++i)
+#pragma GCC unroll 16
+    for (int n = 0; n < NC; ++n)
+      out[i][n] = A == 1 ? acc[i][n][0] : _mm256_add_ps(acc[i][n][0], acc[i][n][A - 1]);
+}
+
+// NS streams of N columns, in passes of up to CMAX columns: v[i][n], stream i's sums for column n. Passes
+// after the first read the same weights again (one K block of a row block: at most 17 KB, from L1/L2).
+template <class T, LanesWeights WT, int N, int NS, int CMAX, int VREGS, int C0 = 0>
+void lanes_passes(const uint8_t* e, size_t estride, int64_t ns, const float* xb, int64_t ldxt,
+                  __m256 (&v)[NS][N]) {
+  constexpr int NC = N - C0 < CMAX ? N - C0 : CMAX;
+  __m256 out[NS][NC];
+  lanes_tile<T, WT, NC, NS, VREGS>(e, estride, ns, xb + C0 * ldxt, ldxt, out);
+  for (int i = 0; i < NS; ++i)
+    for (int j = 0; j < NC; ++j) v[i][C0 + j] = out[i][j];
+  if constexpr (C0 + NC < N) lanes_passes<T, WT, N, NS, CMAX, VREGS, C0 + NC>(e, estride, ns, xb, ldxt, v);
+}
+
+// Streams (row regions read at once) for N columns: 4 at N = 1, 2 up to N = 4, except where two would cost
+// int8 its per-super-chunk partial sums (N = 3, 4 with 16 registers: 0.9x of one stream), 1 from N = 5.
+// Measured against one stream (docs/kernels.md): N = 1 and 2 +40-100%, N = 3 and 4 +15-30% (fp32).
+template <LanesWeights WT, int N, int VREGS>
+constexpr int lanes_streams =
+    N == 1 ? 4 : (N == 2 || (N <= 4 && (WT != LanesWeights::kI8 || 4 * N + 8 <= VREGS)) ? 2 : 1);
+
+// N columns; CMAX: the most columns one pass keeps in registers (8 with 16 registers, 16 with 32).
+template <class T, LanesWeights WT, int N, int CMAX, int VREGS>
+void lanes_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
+  constexpr int NS = lanes_streams<WT, N, VREGS>;
+  constexpr int R = LanesLayout::kRows;
+  const LanesLayout& lay = p.lanes;
+  const int64_t m = p.m, k = p.k;
+  const int64_t ldxt = lay.supers * LanesLayout::kSuper + 16;  // + 16: rows of Xt not 4 KiB apart
+  float* xt = transposed_x<T, N>(a, k, ldxt);
+  const int nt = static_cast<int>(std::min<int64_t>(a.threads, lay.m_blocks));
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    const int tid = omp_get_thread_num();
+    const int nth = omp_get_num_threads();
+    const int64_t b0 = lay.m_blocks * tid / nth, b1 = lay.m_blocks * (tid + 1) / nth;
+    // NS regions of `per` row blocks, then the rest one block at a time.
+    const int64_t per = (b1 - b0) / NS;
+    for (int64_t kb = 0; kb < lay.k_blocks; ++kb) {
+      const int64_t ns = lay.supers_in(kb);
+      const size_t bstride = static_cast<size_t>(ns * LanesSlots<WT>::kEntryBytes);  // next row block
+      const float* xb = xt + kb * lay.kb;
+      const bool first = kb == 0, last = kb + 1 == lay.k_blocks;
+      auto emit = [&](int64_t mb, const __m256(&v)[N]) {
+        alignas(32) float t[N][R];
+        for (int j = 0; j < N; ++j) _mm256_store_ps(t[j], v[j]);
+        for (int r = 0; r < R && mb * R + r < m; ++r) {
+          const int64_t row = mb * R + r;
+          float* y = a.y + row * a.ldy;
+          for (int j = 0; j < N; ++j) {
+            float sum = first ? t[j][r] : y[j] + t[j][r];
+            if (last && a.bias) sum += a.bias[row];
+            y[j] = sum;
+          }
+          if (last && a.ep != Epilogue::kNone) epilogue_row<T>(y, N, a.ep);
+        }
+      };
+      if constexpr (NS > 1) {
+        for (int64_t t = 0; t < per; ++t) {
+          __m256 v[NS][N];
+          lanes_passes<T, WT, N, NS, CMAX, VREGS>(lay.data.data() + lay.entry(kb, b0 + t), bstride * per, ns,
+                                                  xb, ldxt, v);
+          for (int i = 0; i < NS; ++i) emit(b0 + t + i * per, v[i]);
+        }
+      }
+      for (int64_t mb = NS > 1 ? b0 + NS * per : b0; mb < b1; ++mb) {
+        __m256 v[1][N];
+        lanes_passes<T, WT, N, 1, CMAX, VREGS>(lay.data.data() + lay.entry(kb, mb), 0, ns, xb, ldxt, v);
+        emit(mb, v[0]);
+      }
+    }
+  }
+}
+
+template <class T, LanesWeights WT, int NMax, int CMAX, int VREGS, int N = 1>
+void lanes_dispatch(const PackedMatrix::Impl& p, const SpmmArgs& a) {
+  if constexpr (N <= NMax) {
+    if (a.n == N) return lanes_run<T, WT, N, CMAX, VREGS>(p, a);
+    return lanes_dispatch<T, WT, NMax, CMAX, VREGS, N + 1>(p, a);
+  } else {
+    throw Error("internal: a rows-in-lanes kernel got more columns than its n_max");
+  }
+}
+
+}  // namespace sparse24::kernels
