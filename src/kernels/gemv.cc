@@ -1,4 +1,4 @@
-// The dense bf16 GEMV: the reference and the dispatch (gemv.h).
+// The dense GEMV: the references and the dispatch (gemv.h).
 #include "gemv.h"
 
 #include <omp.h>
@@ -9,25 +9,48 @@
 
 namespace sparse24::kernels {
 
-void gemv_bf16_reference(const uint16_t* w, int64_t rows, int64_t cols, const float* x, float* y) {
+namespace {
+
+float widen(uint16_t v) { return bf16_to_float(v); }
+float widen(float v) { return v; }
+
+template <typename T>
+void reference(const T* w, int64_t rows, int64_t cols, const float* x, float* y) {
   for (int64_t r = 0; r < rows; ++r) {
     float s = 0;
-    for (int64_t c = 0; c < cols; ++c) s += bf16_to_float(w[r * cols + c]) * x[c];
+    for (int64_t c = 0; c < cols; ++c) s += widen(w[r * cols + c]) * x[c];
     y[r] = s;
   }
 }
 
-void gemv_bf16(const uint16_t* w, int64_t rows, int64_t cols, const float* x, float* y, int threads) {
+template <typename T>
+void dispatch(const T* w, int64_t rows, int64_t cols, const float* x, float* y, int threads,
+              void (*avx2_rows)(const T*, int64_t, int64_t, int64_t, const float*, float*)) {
   static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (!avx2) return gemv_bf16_reference(w, rows, cols, x, y);
-  // Each thread a contiguous share of the rows, in blocks of 8 (the kernel's row tile).
+  if (!avx2) return reference(w, rows, cols, x, y);
+  // Each thread a contiguous share of the rows (in multiples of 8).
   const int t = static_cast<int>(std::clamp<int64_t>(threads, 1, std::max<int64_t>(1, rows / 64)));
   const int64_t share = ((rows + 7) / 8 + t - 1) / t * 8;
 #pragma omp parallel for num_threads(t) schedule(static, 1) if (t > 1)
   for (int i = 0; i < t; ++i) {
     const int64_t r0 = std::min(rows, i * share), r1 = std::min(rows, r0 + share);
-    if (r0 < r1) gemv_bf16_avx2(w, r0, r1, cols, x, y);
+    if (r0 < r1) avx2_rows(w, r0, r1, cols, x, y);
   }
+}
+
+}  // namespace
+
+void gemv_bf16_reference(const uint16_t* w, int64_t rows, int64_t cols, const float* x, float* y) {
+  reference(w, rows, cols, x, y);
+}
+void gemv_f32_reference(const float* w, int64_t rows, int64_t cols, const float* x, float* y) {
+  reference(w, rows, cols, x, y);
+}
+void gemv_bf16(const uint16_t* w, int64_t rows, int64_t cols, const float* x, float* y, int threads) {
+  dispatch(w, rows, cols, x, y, threads, gemv_bf16_avx2);
+}
+void gemv_f32(const float* w, int64_t rows, int64_t cols, const float* x, float* y, int threads) {
+  dispatch(w, rows, cols, x, y, threads, gemv_f32_avx2);
 }
 
 }  // namespace sparse24::kernels

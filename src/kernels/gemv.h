@@ -1,8 +1,8 @@
-// A dense matrix-vector product with bfloat16 weights (fp32 activations and accumulation), for the
-// decoder's output head at batch 1 when its weights are held as bf16: y[r] = sum_c W[r, c] * x[c] for
-// r < rows, W row-major [rows, cols]. A decoded token's head is a GEMV over the whole vocabulary (49,152 x
-// 576 for SmolLM2): its time is its bytes over the memory bandwidth, read as eight row streams at once.
-// (An fp32 version of the same kernel streamed no faster than oneDNN's sgemm, which the fp32 head keeps.)
+// A dense matrix-vector product with bfloat16 or fp32 weights (fp32 activations and accumulation), for the
+// decoder's output head at batch 1: y[r] = sum_c W[r, c] * x[c] for r < rows, W row-major [rows, cols]. A
+// decoded token's head is a GEMV over the whole vocabulary (49,152 x 576 for SmolLM2): its time is its
+// bytes over the memory bandwidth, read as eight long row streams at once (gemv_avx2.cc). fp32, SmolLM2's
+// tied head, one thread, quiet Zen 3: see gemv_avx2.cc for the rates against oneDNN's sgemm.
 #pragma once
 #include <cstdint>
 
@@ -15,5 +15,10 @@ void gemv_bf16(const uint16_t* w, int64_t rows, int64_t cols, const float* x, fl
 void gemv_bf16_reference(const uint16_t* w, int64_t rows, int64_t cols, const float* x, float* y);
 // The AVX2 path on rows [r0, r1) (gemv_avx2.cc; call only where AVX2 and FMA exist).
 void gemv_bf16_avx2(const uint16_t* w, int64_t r0, int64_t r1, int64_t cols, const float* x, float* y);
+
+// The same with fp32 weights.
+void gemv_f32(const float* w, int64_t rows, int64_t cols, const float* x, float* y, int threads);
+void gemv_f32_reference(const float* w, int64_t rows, int64_t cols, const float* x, float* y);
+void gemv_f32_avx2(const float* w, int64_t r0, int64_t r1, int64_t cols, const float* x, float* y);
 
 }  // namespace sparse24::kernels

@@ -21,6 +21,8 @@ inline float widen(uint16_t b) {
   std::memcpy(&f, &u, 4);
   return f;
 }
+inline float widen(float v) { return v; }
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 load8(const uint16_t* p) {
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
@@ -52,12 +54,20 @@ void gemv_rows(const T* w, int64_t r, int64_t stride, int64_t cols, const float*
 
 constexpr int kStreams = 8;
 
-}  // namespace
-
-void gemv_bf16_avx2(const uint16_t* w, int64_t r0, int64_t r1, int64_t cols, const float* x, float* y) {
+template <typename T>
+void gemv_regions(const T* w, int64_t r0, int64_t r1, int64_t cols, const float* x, float* y) {
   const int64_t per = (r1 - r0) / kStreams;
   for (int64_t t = 0; t < per; ++t) gemv_rows<kStreams>(w, r0 + t, per, cols, x, y);
   for (int64_t r = r0 + kStreams * per; r < r1; ++r) gemv_rows<1>(w, r, 0, cols, x, y);
+}
+
+}  // namespace
+
+void gemv_bf16_avx2(const uint16_t* w, int64_t r0, int64_t r1, int64_t cols, const float* x, float* y) {
+  gemv_regions(w, r0, r1, cols, x, y);
+}
+void gemv_f32_avx2(const float* w, int64_t r0, int64_t r1, int64_t cols, const float* x, float* y) {
+  gemv_regions(w, r0, r1, cols, x, y);
 }
 
 }  // namespace sparse24::kernels

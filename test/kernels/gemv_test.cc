@@ -1,4 +1,4 @@
-// The dense bf16 GEMV (src/kernels/gemv.h): the AVX2 path and the threaded dispatch against the plain
+// The dense bf16 and fp32 GEMV (src/kernels/gemv.h): the AVX2 path and the threaded dispatch against the plain
 // loop, across row counts around its 8 row regions and column counts around its 8-column step; the plain loop
 // against double sums.
 #include "kernels/gemv.h"
@@ -18,21 +18,39 @@ using sparse24::testing::rng;
 
 bool has_avx2() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
 
-TEST(Gemv, Bf16MatchesReferenceAcrossEdgeSizes) {
-  SPARSE24_SEED_TRACE();
-  auto g = rng(1);
+// The bf16 or fp32 functions of gemv.h.
+struct Bf16 {
+  using T = uint16_t;
+  static T to(float v) { return float_to_bf16(v); }
+  static float from(T v) { return bf16_to_float(v); }
+  static constexpr auto reference = gemv_bf16_reference;
+  static constexpr auto threaded = gemv_bf16;
+  static constexpr auto avx2 = gemv_bf16_avx2;
+};
+struct F32 {
+  using T = float;
+  static T to(float v) { return v; }
+  static float from(T v) { return v; }
+  static constexpr auto reference = gemv_f32_reference;
+  static constexpr auto threaded = gemv_f32;
+  static constexpr auto avx2 = gemv_f32_avx2;
+};
+
+template <class K>
+void matches_reference_across_edge_sizes(uint64_t seed) {
+  auto g = rng(seed);
   for (int64_t rows : {1, 3, 7, 8, 9, 16, 17, 64, 129, 1000})
     for (int64_t cols : {1, 7, 8, 9, 31, 64, 576}) {
       const std::vector<float> x = random_floats(g, cols, -3, 3);
       std::vector<float> wf = random_floats(g, rows * cols, -2, 2);
-      std::vector<uint16_t> w(wf.size());
+      std::vector<typename K::T> w(wf.size());
       for (size_t i = 0; i < w.size(); ++i) {
-        w[i] = float_to_bf16(wf[i]);
-        wf[i] = bf16_to_float(w[i]);
+        w[i] = K::to(wf[i]);
+        wf[i] = K::from(w[i]);
       }
       std::vector<float> ref(rows), got(rows);
       std::vector<double> mag(rows, 0.0);
-      gemv_bf16_reference(w.data(), rows, cols, x.data(), ref.data());
+      K::reference(w.data(), rows, cols, x.data(), ref.data());
       for (int64_t r = 0; r < rows; ++r) {
         double s = 0;
         for (int64_t c = 0; c < cols; ++c) {
@@ -43,7 +61,7 @@ TEST(Gemv, Bf16MatchesReferenceAcrossEdgeSizes) {
       }
       for (int threads : {1, 2}) {
         std::fill(got.begin(), got.end(), NAN);
-        gemv_bf16(w.data(), rows, cols, x.data(), got.data(), threads);
+        K::threaded(w.data(), rows, cols, x.data(), got.data(), threads);
         for (int64_t r = 0; r < rows; ++r)
           ASSERT_NEAR(got[r], ref[r], 1e-6 * mag[r] + 1e-30)
               << rows << "x" << cols << " row " << r << " threads " << threads;
@@ -51,7 +69,7 @@ TEST(Gemv, Bf16MatchesReferenceAcrossEdgeSizes) {
       if (has_avx2()) {  // a row range inside the matrix: the rows outside it untouched
         std::fill(got.begin(), got.end(), -7.0f);
         const int64_t r0 = rows / 3, r1 = rows - rows / 4;
-        gemv_bf16_avx2(w.data(), r0, r1, cols, x.data(), got.data());
+        K::avx2(w.data(), r0, r1, cols, x.data(), got.data());
         for (int64_t r = 0; r < rows; ++r) {
           if (r < r0 || r >= r1) {
             ASSERT_EQ(got[r], -7.0f) << r;
@@ -61,6 +79,16 @@ TEST(Gemv, Bf16MatchesReferenceAcrossEdgeSizes) {
         }
       }
     }
+}
+
+TEST(Gemv, Bf16MatchesReferenceAcrossEdgeSizes) {
+  SPARSE24_SEED_TRACE();
+  matches_reference_across_edge_sizes<Bf16>(1);
+}
+
+TEST(Gemv, F32MatchesReferenceAcrossEdgeSizes) {
+  SPARSE24_SEED_TRACE();
+  matches_reference_across_edge_sizes<F32>(2);
 }
 
 }  // namespace
