@@ -85,7 +85,8 @@ std::vector<Shape> quick_shapes() {
   return {{768, 768, 128, false}, {3072, 768, 1, false}, {4096, 1024, 8, true}};
 }
 
-std::vector<Shape> select_shapes(const std::vector<Shape>& predefined, const std::vector<std::string>& tokens) {
+std::vector<Shape> select_shapes(const std::vector<Shape>& predefined,
+                                 const std::vector<std::string>& tokens) {
   if (tokens.empty()) return predefined;
   std::vector<bool> keep(predefined.size(), false);
   std::vector<Shape> custom;
@@ -102,7 +103,8 @@ std::vector<Shape> select_shapes(const std::vector<Shape>& predefined, const std
     }
     std::vector<int64_t> dims;
     if (!parse_dims(dims_text, dims) || std::count(dims.begin(), dims.end(), 0) > 0)
-      throw Error("bad shape '" + token + "': expected MxK or MxKxN (positive), optionally with :cold or :hot");
+      throw Error("bad shape '" + token +
+                  "': expected MxK or MxKxN (positive), optionally with :cold or :hot");
     bool matched = false;
     for (size_t i = 0; i < predefined.size(); ++i) {
       const Shape& s = predefined[i];
@@ -118,7 +120,8 @@ std::vector<Shape> select_shapes(const std::vector<Shape>& predefined, const std
   for (size_t i = 0; i < predefined.size(); ++i)
     if (keep[i]) out.push_back(predefined[i]);
   out.insert(out.end(), custom.begin(), custom.end());
-  if (out.empty()) throw Error("no benchmark shape matches --shapes (an MxK filter selects predefined rows only)");
+  if (out.empty())
+    throw Error("no benchmark shape matches --shapes (an MxK filter selects predefined rows only)");
   return out;
 }
 

@@ -34,7 +34,8 @@ std::vector<Shape> quick_shapes();
 // optionally followed by ":cold" or ":hot": it selects the predefined rows it matches, and an MxKxN token
 // that matches none becomes a row of its own (cold, hot, or both without a suffix; e.g. a decoder's
 // 576x1536x1). Throws Error on a bad token or when nothing is selected.
-std::vector<Shape> select_shapes(const std::vector<Shape>& predefined, const std::vector<std::string>& tokens);
+std::vector<Shape> select_shapes(const std::vector<Shape>& predefined,
+                                 const std::vector<std::string>& tokens);
 
 // 64-byte aligned floats.
 class Buffer {

@@ -132,7 +132,9 @@ struct LanesLayout {
   static constexpr int kSlots = 32;  // kept-value slots per super chunk
   static constexpr int code_offset(LanesWeights w) { return kSlots * kRows * lanes_slot_bytes(w); }
   static constexpr int scale_offset(LanesWeights w) { return code_offset(w) + 64; }
-  static constexpr int entry_bytes(LanesWeights w) { return scale_offset(w) + (w == LanesWeights::kI8 ? 32 : 0); }
+  static constexpr int entry_bytes(LanesWeights w) {
+    return scale_offset(w) + (w == LanesWeights::kI8 ? 32 : 0);
+  }
   LanesWeights weights = LanesWeights::kF32;
   int kb = 0;                                      // K per block (multiple of kSuper)
   int64_t m_blocks = 0, k_blocks = 0, supers = 0;  // supers = ceil(K / 64)

@@ -1,6 +1,6 @@
-// The dense bf16 and fp32 GEMV (src/kernels/gemv.h): the AVX2 path and the threaded dispatch against the plain
-// loop, across row counts around its 8 row regions and column counts around its 8-column step; the plain loop
-// against double sums.
+// The dense bf16 and fp32 GEMV (src/kernels/gemv.h): the AVX2 path and the threaded dispatch against the
+// plain loop, across row counts around its 8 row regions and column counts around its 8-column step; the
+// plain loop against double sums.
 #include "kernels/gemv.h"
 
 #include <gtest/gtest.h>

@@ -57,7 +57,8 @@ void run_bench(const BenchOptions& o) {
   // First of all: OpenBLAS must load with OPENBLAS_CORETYPE set (see bench/openblas.h).
   const b::OpenBlas& ob = b::OpenBlas::get();
   (void)ob;
-  const std::vector<b::Shape> shapes = b::select_shapes(o.quick ? b::quick_shapes() : b::full_shapes(), o.shapes);
+  const std::vector<b::Shape> shapes =
+      b::select_shapes(o.quick ? b::quick_shapes() : b::full_shapes(), o.shapes);
 
   b::RunOptions ro;
   ro.threads = o.threads;
