@@ -77,6 +77,11 @@ DecoderModel load_hf_decoder(HfDir dir);
 // file has no output.weight. RoPE scaling (rope.scaling.type other than none, rope_freqs.weight) is refused.
 DecoderModel load_gguf_decoder(const std::string& path);
 DecoderModel load_gguf_decoder(const Gguf& gguf, const std::string& what);  // a parsed file (gguf.h)
+// A GGUF decoder (checked as load_gguf_decoder checks it) as a new Hugging Face llama directory OUT_DIR:
+// config.json (the mapped metadata, LlamaForCausalLM), model.safetensors (fp32, transformers' tensor names,
+// Q and K rows in transformers' RoPE order), tokenizer.json and tokenizer_config.json (the GGUF tokenizer,
+// text/bpe.h). Written atomically (hf_dir.h). What `prune-model` and `convert` work on for a GGUF input.
+void gguf_to_hf_dir(const std::string& gguf_path, const std::string& out_dir);
 // A GGUF file or a Hugging Face decoder directory.
 DecoderModel load_decoder(const std::string& path);
 

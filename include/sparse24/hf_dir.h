@@ -4,6 +4,7 @@
 // (pytorch_model.bin) is refused, never unpickled. Everything else in the directory (tokenizer files,
 // sentence-transformers modules) is carried along by writers as it is.
 #pragma once
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,10 +35,11 @@ std::optional<std::string> config_for_layout(const std::optional<std::string>& c
                                              const std::string& what);
 
 // Writes OUT_DIR (which must not exist) with the weights in layout `to` as one model.safetensors, config.json
-// with the sparsity config compressed-tensors wants (sparse-24-bitmask) or without it, and every other
-// regular file and folder of `src.dir` except the old weights and shard index, copied. Built in a temporary
+// with the sparsity config compressed-tensors wants (sparse-24-bitmask) or without it, every other
+// regular file and folder of `src.dir` (when not empty) except the old weights and shard index, copied,
+// and the `files` given (name -> contents; e.g. a tokenizer made from a GGUF file). Built in a temporary
 // sibling directory and renamed into place, so a failure leaves nothing behind.
 void write_hf_dir(const HfDir& src, const Checkpoint& weights, CheckpointFormat to,
-                  const std::string& out_dir);
+                  const std::string& out_dir, const std::map<std::string, std::string>& files = {});
 
 }  // namespace sparse24

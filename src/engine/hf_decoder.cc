@@ -12,6 +12,8 @@
 #include "sparse24/decoder.h"
 #include "sparse24/error.h"
 #include "sparse24/gguf.h"
+#include "sparse24/hf_dir.h"
+#include "text/bpe.h"
 
 namespace sparse24::engine {
 namespace {
@@ -258,6 +260,49 @@ DecoderModel load_gguf_decoder(const Gguf& g, const std::string& path) {
     if (!used.count(t.name)) throw Error(path + ": tensor '" + t.name + "' is not used by the architecture");
   m.fingerprint = hex(h);
   return m;
+}
+
+void gguf_to_hf_dir(const std::string& path, const std::string& out_dir) {
+  const MappedGguf f(path);
+  const DecoderModel m = load_gguf_decoder(f.gguf, path);
+  const text::ByteBpe tok = text::ByteBpe::from_gguf(f.gguf, path);
+  const DecoderConfig& c = m.config;
+  json config = gguf_config(f.gguf, path);
+  config["architectures"] = json::array({"LlamaForCausalLM"});
+  config["torch_dtype"] = "float32";
+  config["hidden_act"] = "silu";
+  if (tok.bos_id() >= 0) config["bos_token_id"] = tok.bos_id();
+  if (tok.eos_id() >= 0) config["eos_token_id"] = tok.eos_id();
+  HfDir d;
+  d.config_json = config.dump(2);
+  auto put = [&](const std::string& name, const float* v, std::vector<int64_t> shape) {
+    size_t n = 1;
+    for (int64_t x : shape) n *= static_cast<size_t>(x);
+    d.weights.tensors.push_back({name, to_st(Tensor::from_float(std::vector<float>(v, v + n), shape)), {}});
+  };
+  // Rows [r0, r0 + rows) of a fused GEMM (QKV, gate/up) as one tensor.
+  auto rows_of = [&](const std::string& name, const Gemm& g, int64_t r0, int64_t rows) {
+    put(name, g.dense.data() + r0 * g.k, {rows, g.k});
+  };
+  put("model.embed_tokens.weight", m.embed.data(), {c.vocab, c.hidden});
+  put("model.norm.weight", m.norm.data(), {c.hidden});
+  if (!c.tied) rows_of("lm_head.weight", m.head, 0, c.vocab);
+  const int64_t q_rows = c.heads * c.head_dim, kv_rows = c.kv_heads * c.head_dim;
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const DecoderLayer& L = m.layers[static_cast<size_t>(l)];
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    put(p + "input_layernorm.weight", L.attn_norm.data(), {c.hidden});
+    put(p + "post_attention_layernorm.weight", L.ffn_norm.data(), {c.hidden});
+    rows_of(p + "self_attn.q_proj.weight", L.qkv, 0, q_rows);
+    rows_of(p + "self_attn.k_proj.weight", L.qkv, q_rows, kv_rows);
+    rows_of(p + "self_attn.v_proj.weight", L.qkv, q_rows + kv_rows, kv_rows);
+    rows_of(p + "self_attn.o_proj.weight", L.o, 0, c.hidden);
+    rows_of(p + "mlp.gate_proj.weight", L.gate_up, 0, c.ffn);
+    rows_of(p + "mlp.up_proj.weight", L.gate_up, c.ffn, c.ffn);
+    rows_of(p + "mlp.down_proj.weight", L.down, 0, c.hidden);
+  }
+  write_hf_dir(d, d.weights, CheckpointFormat::kDense, out_dir,
+               {{"tokenizer.json", tok.to_json()}, {"tokenizer_config.json", tok.config_json()}});
 }
 
 DecoderModel load_decoder(const std::string& path) {

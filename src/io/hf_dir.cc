@@ -113,7 +113,7 @@ std::optional<std::string> config_for_layout(const std::optional<std::string>& c
 }
 
 void write_hf_dir(const HfDir& src, const Checkpoint& weights, CheckpointFormat to,
-                  const std::string& out_dir) {
+                  const std::string& out_dir, const std::map<std::string, std::string>& files) {
   std::error_code ec;
   if (fs::exists(out_dir, ec)) fail(out_dir, "already exists (give a new directory)");
   const fs::path out = fs::path(out_dir);
@@ -123,14 +123,17 @@ void write_hf_dir(const HfDir& src, const Checkpoint& weights, CheckpointFormat 
     fs::create_directories(tmp);
     std::set<std::string> skip = {"config.json", kWeights, kIndex};
     for (const std::string& s : src.shards) skip.insert(fs::path(s).filename().string());
-    for (const fs::directory_entry& e : fs::directory_iterator(src.dir)) {
-      const std::string name = e.path().filename().string();
-      if (skip.count(name) || name == "plan.json") continue;
-      if (e.is_directory())
-        fs::copy(e.path(), tmp / name, fs::copy_options::recursive);
-      else if (e.is_regular_file())
-        fs::copy_file(e.path(), tmp / name);
-    }
+    for (const auto& [name, text] : files) skip.insert(name);
+    if (!src.dir.empty())
+      for (const fs::directory_entry& e : fs::directory_iterator(src.dir)) {
+        const std::string name = e.path().filename().string();
+        if (skip.count(name) || name == "plan.json") continue;
+        if (e.is_directory())
+          fs::copy(e.path(), tmp / name, fs::copy_options::recursive);
+        else if (e.is_regular_file())
+          fs::copy_file(e.path(), tmp / name);
+      }
+    for (const auto& [name, text] : files) write_file_atomic((tmp / name).string(), text);
     write_safetensors((tmp / kWeights).string(), encode_checkpoint(weights, to));
     const auto config = config_for_layout(src.config_json, weights, to, src.dir + "/config.json");
     write_file_atomic((tmp / "config.json").string(), *config);

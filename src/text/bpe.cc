@@ -679,6 +679,85 @@ std::vector<std::string> ByteBpe::split(std::string_view s) const {
   return out;
 }
 
+std::string ByteBpe::to_json() const {
+  const Impl& m = *impl_;
+  json vocab = json::object();
+  for (size_t id = 0; id < m.tokens.size(); ++id) {
+    if (!m.has_token[id]) continue;
+    const std::string& t = m.tokens[id];
+    if (vocab.contains(t))
+      fail(m.what, "token '" + printable(t) + "' has ids " + std::to_string(vocab[t].get<int32_t>()) +
+                       " and " + std::to_string(id) + ": a tokenizer.json vocabulary cannot hold both");
+    vocab[t] = static_cast<int32_t>(id);
+  }
+  std::vector<std::pair<int32_t, uint64_t>> ranked;  // (rank, pair key)
+  ranked.reserve(m.merges.size());
+  for (const auto& [key, rank_id] : m.merges) ranked.emplace_back(rank_id.first, key);
+  std::sort(ranked.begin(), ranked.end());
+  json merges = json::array();
+  for (const auto& [rank, key] : ranked)
+    merges.push_back(m.tokens[static_cast<size_t>(key >> 32)] + " " +
+                     m.tokens[static_cast<size_t>(key & 0xFFFFFFFFu)]);
+  json added = json::array();
+  for (const AddedToken& a : m.added)
+    added.push_back({{"id", a.id},
+                     {"content", a.content},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"special", a.special}});
+  const json byte_level = {{"type", "ByteLevel"},
+                           {"add_prefix_space", m.add_prefix_space},
+                           {"trim_offsets", true},
+                           {"use_regex", true}};
+  json pre = byte_level;
+  if (m.digits)
+    pre = {{"type", "Sequence"},
+           {"pretokenizers", json::array({{{"type", "Digits"}, {"individual_digits", true}}, byte_level})}};
+  json post = byte_level;
+  if (!m.prefix.empty() || !m.suffix.empty()) {
+    json single = json::array(), pair = json::array(), specials = json::object();
+    auto special = [&](int32_t id, json& out, int type_id) {
+      const std::string& t = m.tokens[static_cast<size_t>(id)];
+      out.push_back({{"SpecialToken", {{"id", t}, {"type_id", type_id}}}});
+      specials[t] = {{"id", t}, {"ids", json::array({id})}, {"tokens", json::array({t})}};
+    };
+    for (int32_t id : m.prefix) special(id, single, 0);
+    single.push_back({{"Sequence", {{"id", "A"}, {"type_id", 0}}}});
+    for (int32_t id : m.suffix) special(id, single, 0);
+    pair = single;
+    for (int32_t id : m.prefix) special(id, pair, 1);
+    pair.push_back({{"Sequence", {{"id", "B"}, {"type_id", 1}}}});
+    for (int32_t id : m.suffix) special(id, pair, 1);
+    post = {{"type", "TemplateProcessing"}, {"single", single}, {"pair", pair}, {"special_tokens", specials}};
+  }
+  const json j = {{"version", "1.0"},
+                  {"truncation", nullptr},
+                  {"padding", nullptr},
+                  {"added_tokens", added},
+                  {"normalizer", nullptr},
+                  {"pre_tokenizer", pre},
+                  {"post_processor", post},
+                  {"decoder", byte_level},
+                  {"model",
+                   {{"type", "BPE"},
+                    {"fuse_unk", false},
+                    {"byte_fallback", false},
+                    {"ignore_merges", m.ignore_merges},
+                    {"vocab", vocab},
+                    {"merges", merges}}}};
+  return j.dump(1);
+}
+
+std::string ByteBpe::config_json() const {
+  const Impl& m = *impl_;
+  json j = {{"tokenizer_class", "PreTrainedTokenizerFast"}};
+  if (m.bos >= 0) j["bos_token"] = m.tokens[static_cast<size_t>(m.bos)];
+  if (m.eos >= 0) j["eos_token"] = m.tokens[static_cast<size_t>(m.eos)];
+  return j.dump(1);
+}
+
 std::string ByteBpe::decode(const std::vector<int32_t>& ids, bool skip_special) const {
   const Impl& m = *impl_;
   const ByteMap& bm = byte_map();

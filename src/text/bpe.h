@@ -49,6 +49,13 @@ class ByteBpe {
   // marked special (GGUF: CONTROL). Error on an id outside the vocabulary.
   std::string decode(const std::vector<int32_t>& ids, bool skip_special = false) const;
 
+  // The tokenizer as a Hugging Face tokenizer.json text (model BPE with the vocabulary and the merges in rank
+  // order, the added tokens, the pre-tokenizer, the post-processor's specials, the ByteLevel decoder), which
+  // from_json and Hugging Face `tokenizers` read back to the same ids; and the tokenizer_config.json that
+  // names its BOS and EOS tokens. Error when two ids share one token (a JSON vocabulary cannot hold both).
+  std::string to_json() const;
+  std::string config_json() const;
+
   int64_t vocab_size() const;                      // 1 + the largest id
   const std::string& token(int32_t id) const;      // Error if no token has this id
   int32_t token_id(std::string_view token) const;  // -1 when absent

@@ -23,6 +23,7 @@
 #include "sparse24/mask.h"
 #include "sparse24/prune.h"
 #include "sparse24/prune_model.h"
+#include "text/bpe.h"
 #include "tiny_decoder.h"
 
 namespace sparse24::engine {
@@ -416,6 +417,64 @@ TEST(GgufDecoder, LoadsWhatLlamaCppWrites) {
     EXPECT_EQ(back.config.rope.theta, 100000.0);
     EXPECT_EQ(weights_of(back.layers[1].qkv), weights_of(m.layers[1].qkv));  // the RoPE order undone
     expect_logits_match(back, ids, ref);
+  }
+}
+
+// A tokenizer in the GGUF metadata: byte-level BPE over single letters with one merge, a CONTROL token that
+// the post-processor puts first.
+void add_tiny_tokenizer(Gguf& f, int64_t vocab) {
+  std::vector<std::string> tokens = {"<|s|>"};
+  std::vector<int64_t> types = {3};
+  for (int64_t i = 1; i + 1 < vocab; ++i) {
+    tokens.push_back(std::string(1, static_cast<char>('A' + i - 1)));
+    types.push_back(1);
+  }
+  tokens.push_back("AB");
+  types.push_back(1);
+  f.metadata.emplace_back("tokenizer.ggml.model", GgufValue::of_string("gpt2"));
+  f.metadata.emplace_back("tokenizer.ggml.pre", GgufValue::of_string("smollm"));
+  f.metadata.emplace_back("tokenizer.ggml.tokens", GgufValue::of_strings(tokens));
+  f.metadata.emplace_back("tokenizer.ggml.token_type", GgufValue::of_ints(GgufType::kI32, types));
+  f.metadata.emplace_back("tokenizer.ggml.merges", GgufValue::of_strings({"A B"}));
+  f.metadata.emplace_back("tokenizer.ggml.bos_token_id", GgufValue::of_int(GgufType::kU32, 0));
+  f.metadata.emplace_back("tokenizer.ggml.eos_token_id", GgufValue::of_int(GgufType::kU32, 1));
+  f.metadata.emplace_back("tokenizer.ggml.add_bos_token", GgufValue::of_int(GgufType::kBool, 1));
+}
+
+// `convert MODEL.gguf DIR` and prune-model on a GGUF: the directory loads to the same model (logits) and its
+// tokenizer.json to the same tokenizer (ids, specials); an existing output is refused.
+TEST_F(HfDecoderDir, GgufConvertsToAHuggingFaceDirectory) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(23);
+  const DecoderModel m = tiny_model(g, t_);
+  const std::vector<int32_t> ids = random_ids(g, 9, t_.vocab);
+  const std::vector<double> ref = ref_forward(m, ids);
+  for (bool untied : {false, true}) {
+    GgufWriter w;
+    Gguf file = tiny_gguf(m, t_, w, untied);
+    add_tiny_tokenizer(file, t_.vocab);
+    const std::string gguf = (dir_ / "tiny.gguf").string(),
+                      out = (dir_ / (untied ? "untied" : "tied")).string();
+    write_file_atomic(gguf, encode_gguf(file));
+    gguf_to_hf_dir(gguf, out);
+    const DecoderModel back = load_hf_decoder(out);
+    EXPECT_EQ(back.config.tied, !untied);
+    EXPECT_EQ(weights_of(back.layers[1].qkv), weights_of(m.layers[1].qkv));
+    expect_logits_match(back, ids, ref);
+    const text::ByteBpe want = text::ByteBpe::from_gguf(file, "tiny.gguf"),
+                        got = text::ByteBpe::from_dir(out);
+    for (const char* s : {"ABBA", "<|s|>AB CAB 12", "A\nB\tAAB", ""})
+      EXPECT_EQ(got.encode(s), want.encode(s)) << s;
+    EXPECT_EQ(got.encode("AB").front(), 0);  // the post-processor's BOS
+    EXPECT_EQ(got.bos_id(), 0);
+    EXPECT_EQ(got.eos_id(), 1);
+    EXPECT_EQ(got.vocab_size(), want.vocab_size());
+    try {
+      gguf_to_hf_dir(gguf, out);
+      ADD_FAILURE() << "an existing directory was overwritten";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("already exists"), std::string::npos) << e.what();
+    }
   }
 }
 

@@ -5,7 +5,9 @@ sparse24 `logits` computes every position's logits once with the whole prompt in
 3-token prefill followed by one token at a time against the KV cache. Both must be within 1e-3 (max abs) of
 LlamaForCausalLM's, and within 5e-4 of each other (the GEMMs at n = 1 and n = prompt length sum in different
 orders: measured 1.1e-4 on logits spanning -34 .. 42). With --gguf, the GGUF file the directory was made from
-(by transformers) must give identical logits. Exit 1 naming the first failure.
+(by transformers) must give identical logits, and `sparse24 convert MODEL.gguf DIR` must write the directory
+transformers made from it: every tensor equal, a tokenizer.json giving `tokenizers` the same ids, the same
+BOS/EOS, identical logits in transformers. Exit 1 naming the first failure.
 
   .venv/bin/python test/real/compare_decoder_logits.py --sparse24 build/sparse24 \\
       --model models/SmolLM2-135M-Instruct-hf --gguf models/SmolLM2-135M-Instruct/model.gguf --work DIR
@@ -109,7 +111,47 @@ def main():
         print(f"GGUF file against the model directory: max abs difference {d:.2e}")
         if d != 0:
             sys.exit(f"compare_decoder_logits: the GGUF file's logits differ from the directory's by {d:.2e}")
+        check_gguf_conversion(a, tok, ids, ref)
     print("ok")
+
+
+def check_gguf_conversion(a, tok, ids, ref):
+    """`sparse24 convert MODEL.gguf DIR`: the directory transformers made from the same file, tensor for tensor;
+    its tokenizer.json gives Hugging Face `tokenizers` the same ids; transformers runs it to the same logits."""
+    import shutil
+
+    import torch
+    from safetensors.numpy import load_file
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer, LlamaForCausalLM
+
+    out = os.path.join(a.work, "from-gguf")
+    shutil.rmtree(out, ignore_errors=True)
+    run([a.sparse24, "convert", a.gguf, out, "--to", "dense"])
+    ours, want = load_file(os.path.join(out, "model.safetensors")), load_file(os.path.join(a.model, "model.safetensors"))
+    want = {k: v for k, v in want.items() if k != "lm_head.weight"}  # the tied head, saved by transformers
+    if sorted(ours) != sorted(want):
+        sys.exit(f"compare_decoder_logits: converted tensors {sorted(set(ours) ^ set(want))} differ in name")
+    for k in want:
+        if ours[k].shape != want[k].shape or not np.array_equal(ours[k], want[k].astype(np.float32)):
+            sys.exit(f"compare_decoder_logits: converted tensor {k} differs from transformers' conversion")
+    converted = Tokenizer.from_file(os.path.join(out, "tokenizer.json"))
+    for text, row in zip(PROMPTS, ids):
+        got = converted.encode(text, add_special_tokens=False).ids
+        if got != row:
+            sys.exit(f"compare_decoder_logits: converted tokenizer: {text!r} -> {got}, transformers {row}")
+    auto = AutoTokenizer.from_pretrained(out)
+    if (auto.bos_token, auto.eos_token) != (tok.bos_token, tok.eos_token):
+        sys.exit(f"compare_decoder_logits: converted BOS/EOS {auto.bos_token, auto.eos_token}, "
+                 f"transformers {tok.bos_token, tok.eos_token}")
+    model = LlamaForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    with torch.inference_mode():
+        got = np.concatenate([model(torch.tensor([row])).logits[0].float().numpy() for row in ids])
+    d = np.abs(got - ref).max()
+    print(f"convert MODEL.gguf: {len(want)} tensors equal to transformers' conversion, tokenizer ids equal on "
+          f"{len(PROMPTS)} prompts, transformers' logits of the converted directory: max abs difference {d:.2e}")
+    if d != 0:
+        sys.exit(f"compare_decoder_logits: the converted directory's logits differ by {d:.2e} in transformers")
 
 
 if __name__ == "__main__":

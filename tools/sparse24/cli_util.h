@@ -1,12 +1,17 @@
 // Small helpers shared by the text-model commands (embed, prune-model, eval-embed, prune-experiment).
 #pragma once
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "commands.h"
+#include "sparse24/decoder.h"
 #include "sparse24/io.h"
 
 namespace sparse24::cli {
@@ -37,6 +42,28 @@ inline std::vector<std::string> spread_lines(const std::vector<std::string>& lin
   for (int64_t i = 0; i < n; ++i) out.push_back(lines[static_cast<size_t>(i * total / n)]);
   return out;
 }
+
+// A GGUF decoder as a Hugging Face directory beside `near` (engine::gguf_to_hf_dir), removed when this goes
+// away: what the directory commands (convert, prune-model) read for a .gguf input.
+class GgufAsHfDir {
+ public:
+  GgufAsHfDir(const std::string& gguf, const std::string& near)
+      : dir_(near + ".from-gguf." + std::to_string(::getpid())) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+    engine::gguf_to_hf_dir(gguf, dir_);
+  }
+  ~GgufAsHfDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  GgufAsHfDir(const GgufAsHfDir&) = delete;
+  GgufAsHfDir& operator=(const GgufAsHfDir&) = delete;
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+};
 
 // One line on a terminal, redrawn: done/total, rate and time left.
 class Progress {

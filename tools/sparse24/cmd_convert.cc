@@ -1,15 +1,18 @@
 // sparse24 convert IN.safetensors OUT.safetensors --to sparse24|sparse-24-bitmask|dense
 //   [--prune] [--targets REGEX] [--config IN_CONFIG] [--config-out OUT_CONFIG]
+// sparse24 convert MODEL_DIR|MODEL.gguf OUT_DIR --to ... (a GGUF decoder becomes a Hugging Face directory)
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
 
+#include "cli_util.h"
 #include "commands.h"
 #include "sparse24/bitmask24.h"
 #include "sparse24/checkpoint.h"
 #include "sparse24/error.h"
+#include "sparse24/gguf.h"
 #include "sparse24/hf_dir.h"
 #include "sparse24/io.h"
 
@@ -48,13 +51,14 @@ void print_report(const SparsifyReport& report) {
 }
 
 // A Hugging Face directory (config.json + model.safetensors or shards) into a new directory.
+// `shown`: the input as the user named it (a GGUF file's converted directory is a temporary one).
 void convert_dir(const std::string& in, const std::string& out, CheckpointFormat to, bool prune,
-                 const std::string& targets) {
+                 const std::string& targets, const std::string& shown) {
   HfDir d = read_hf_dir(in);
   const int64_t sparse_in = d.weights.sparse_count();
   print_report(convert_weights(d.weights, to, prune, targets));
   write_hf_dir(d, d.weights, to, out);
-  std::printf("read %s: %zu shard(s), %zu tensors, %lld compressed 2:4\n", in.c_str(), d.shards.size(),
+  std::printf("read %s: %zu shard(s), %zu tensors, %lld compressed 2:4\n", shown.c_str(), d.shards.size(),
               d.weights.tensors.size(), static_cast<long long>(sparse_in));
   std::printf("wrote %s (%s, one model.safetensors)\n", out.c_str(), checkpoint_format_name(to));
 }
@@ -71,12 +75,14 @@ void register_convert(CLI::App& app) {
       "convert",
       "Convert a safetensors checkpoint between dense, sparse24 and compressed-tensors sparse-24-bitmask "
       "(every 2:4 weight converted, everything else copied unchanged)");
-  cmd->add_option("input", o->in,
-                  "checkpoint (.safetensors) in any of the three layouts, or a Hugging Face model directory "
-                  "(config.json + model.safetensors or shards)")
+  cmd->add_option(
+         "input", o->in,
+         "checkpoint (.safetensors) in any of the three layouts, a Hugging Face model directory "
+         "(config.json + model.safetensors or shards), or a GGUF decoder (.gguf: written as a Hugging "
+         "Face llama directory with its tokenizer)")
       ->required();
   cmd->add_option("output", o->out,
-                  "converted checkpoint (.safetensors), or a new directory for a directory input")
+                  "converted checkpoint (.safetensors), or a new directory for a directory or GGUF input")
       ->required();
   cmd->add_option("--to", o->to, "output layout")
       ->required()
@@ -92,7 +98,13 @@ void register_convert(CLI::App& app) {
   cmd->callback([o] {
     const CheckpointFormat to = parse_checkpoint_format(o->to);
     if (fs::is_directory(o->in)) {
-      convert_dir(o->in, o->out, to, o->prune, o->targets);
+      convert_dir(o->in, o->out, to, o->prune, o->targets, o->in);
+      return;
+    }
+    if (is_gguf_file(o->in)) {  // a GGUF decoder: a Hugging Face directory in the chosen layout
+      if (fs::exists(o->out)) throw Error(o->out + ": already exists (give a new directory)");
+      const GgufAsHfDir hf(o->in, o->out);
+      convert_dir(hf.dir(), o->out, to, o->prune, o->targets, o->in);
       return;
     }
 

@@ -21,6 +21,7 @@
 #include "sparse24/embed_eval.h"
 #include "sparse24/engine.h"
 #include "sparse24/error.h"
+#include "sparse24/gguf.h"
 #include "sparse24/hf_dir.h"
 #include "sparse24/io.h"
 #include "sparse24/prune_model.h"
@@ -73,10 +74,14 @@ json prune_model(const PruneModelOpts& o) {
     if (po.calibration.empty()) throw Error(o.calib + ": no lines");
   }
   if (fs::exists(o.out)) throw Error(o.out + " already exists");
-  const bool decoder = engine::is_hf_decoder(o.model);
+  // A GGUF decoder is pruned as the Hugging Face directory it converts to (the output is one).
+  std::optional<GgufAsHfDir> from_gguf;
+  if (is_gguf_file(o.model)) from_gguf.emplace(o.model, o.out);
+  const std::string model = from_gguf ? from_gguf->dir() : o.model;
+  const bool decoder = engine::is_hf_decoder(model);
   po.targets = o.targets;
   po.sequence_tokens = o.calib_ctx;
-  HfDir d = read_hf_dir(o.model);
+  HfDir d = read_hf_dir(model);
   const double read_s = ms_since(t0) / 1000;
   std::optional<Progress> bar;
   if (!o.quiet)
