@@ -161,7 +161,7 @@ void register_prune_model_cmd(CLI::App& app) {
       "Prune a Hugging Face encoder's or Llama decoder's Linear weights to 2:4 (magnitude, "
       "Wanda or SparseGPT with calibration text run through the engine; optional channel "
       "permutations) into a new model directory");
-  cmd->add_option("model", o->model, "model directory")->required();
+  cmd->add_option("model", o->model, "model directory, or a GGUF decoder (.gguf)")->required();
   cmd->add_option("-o,--output", o->out, "new model directory (must not exist)")->required();
   cmd->add_option("--method", o->method, "magnitude, wanda or sparsegpt")
       ->check(CLI::IsMember({"magnitude", "wanda", "sparsegpt"}));
@@ -360,6 +360,12 @@ std::string cpu_name() {
 void cmd_prune_experiment(const ExperimentOpts& o) {
   const auto t0 = Clock::now();
   fs::create_directories(o.out + "/models");
+  // A GGUF decoder: the experiment runs on its Hugging Face directory (DIR/models/dense-from-gguf).
+  std::string model = o.model;
+  if (is_gguf_file(o.model)) {
+    model = o.out + "/models/dense-from-gguf";
+    if (!fs::exists(model)) engine::gguf_to_hf_dir(o.model, model);
+  }
   std::string corpora = o.corpora;
   if (corpora.empty()) {
     corpora = o.out + "/corpora";
@@ -370,7 +376,7 @@ void cmd_prune_experiment(const ExperimentOpts& o) {
   const std::string train = corpora + "/kjv-train.txt";
   std::vector<EvalSet> sets = {{"kjv-heldout", corpora + "/kjv-heldout.txt", {}, {}},
                                {"fortunes", corpora + "/fortunes.txt", {}, {}}};
-  const bool decoder = engine::is_hf_decoder(o.model);
+  const bool decoder = engine::is_hf_decoder(model);
   json rows = json::array();
   std::function<json(const std::string&)> measure;  // a model directory's "eval" object
   // Encoders: embeddings against the dense model's. The dense row compares the reference embeddings
@@ -380,7 +386,7 @@ void cmd_prune_experiment(const ExperimentOpts& o) {
   const int64_t ctx = 512;
   std::vector<std::vector<int32_t>> ids(sets.size());
   if (decoder) {
-    const text::ByteBpe bpe = text::ByteBpe::from_dir(o.model);
+    const text::ByteBpe bpe = text::ByteBpe::from_dir(model);
     for (size_t i = 0; i < sets.size(); ++i) {
       const std::vector<uint8_t> b = read_file(sets[i].path);
       ids[i] = bpe.encode(std::string_view(reinterpret_cast<const char*>(b.data()), b.size()));
@@ -412,15 +418,15 @@ void cmd_prune_experiment(const ExperimentOpts& o) {
   } else {
     for (EvalSet& s : sets) {
       s.texts = spread_lines(read_lines(s.path), s.name == "fortunes" ? o.eval_lines : 0);
-      s.reference = embed_texts(o.model, s.texts, o.threads, ("dense on " + s.name).c_str(), &dim);
+      s.reference = embed_texts(model, s.texts, o.threads, ("dense on " + s.name).c_str(), &dim);
     }
     measure = [&](const std::string& dir) {
       json e;
       for (const EvalSet& s : sets) {
         int64_t d = dim;
         const std::vector<float> emb =
-            dir == o.model ? s.reference
-                           : embed_texts(dir, s.texts, o.threads, (dir + " on " + s.name).c_str(), &d);
+            dir == model ? s.reference
+                         : embed_texts(dir, s.texts, o.threads, (dir + " on " + s.name).c_str(), &d);
         const engine::EmbeddingAgreement a =
             engine::compare_embeddings(emb, s.reference, static_cast<int64_t>(s.texts.size()), d);
         print_agreement((dir + ", " + s.name).c_str(), a);
@@ -436,7 +442,7 @@ void cmd_prune_experiment(const ExperimentOpts& o) {
     rows.push_back(r);
     return r;
   };
-  evaluate("dense", o.model, 0, json::object());
+  evaluate("dense", model, 0, json::object());
 
   std::vector<std::string> methods;
   for (size_t p = 0; p <= o.methods.size();) {
@@ -449,7 +455,7 @@ void cmd_prune_experiment(const ExperimentOpts& o) {
   for (const std::string& m : methods)
     for (bool permute : {false, true}) {
       PruneModelOpts po;
-      po.model = o.model;
+      po.model = model;
       po.method = m;
       po.permute = permute;
       po.calib = train;
@@ -475,7 +481,7 @@ void cmd_prune_experiment(const ExperimentOpts& o) {
   if (!decoder && !o.no_retrain && !best.empty()) {
     const std::string out = o.out + "/models/" + best + "+retrain";
     fs::remove_all(out);
-    std::string cmd = quote(self_dir() + "/sparse24-train") + " retrain " + quote(o.model) + " " +
+    std::string cmd = quote(self_dir() + "/sparse24-train") + " retrain " + quote(model) + " " +
                       quote(o.out + "/models/" + best) + " -o " + quote(out) + " --corpus " + quote(train) +
                       " --threads " + std::to_string(o.threads);
     if (o.retrain_steps > 0) cmd += " --steps " + std::to_string(o.retrain_steps);
@@ -515,7 +521,7 @@ void register_prune_experiment(CLI::App& app) {
       "encoder, "
       "the best one retrained, measured on held-out text (encoders: agreement with the dense embeddings; "
       "decoders: perplexity): DIR/report.md, report.json, report.png");
-  cmd->add_option("model", o->model, "dense model directory")->required();
+  cmd->add_option("model", o->model, "dense model directory, or a GGUF decoder (.gguf)")->required();
   cmd->add_option("--out", o->out, "output directory (pruned models, corpora, report)")->required();
   cmd->add_option("--corpora", o->corpora, "directory from scripts/make_corpora.sh (default: made in --out)");
   cmd->add_option("--methods", o->methods, "comma-separated one-shot methods");
