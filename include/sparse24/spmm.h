@@ -83,6 +83,14 @@ PackedMatrix pack(const Compressed& w, const PackOptions& options = {});
 void spmm(const PackedMatrix& w, const float* x, int64_t n, int64_t ldx, float* y, int64_t ldy,
           const float* bias = nullptr, Epilogue ep = Epilogue::kNone, int threads = 1);
 
+// The token-major form, as a Linear layer holds its activations (PyTorch's [T, K] in, [T, M] out): x [N, K]
+// row-major with ldx >= K, y [N, M] with ldy >= M; y[n, :] = epilogue(W x[n, :] + bias). The same result as
+// spmm on the transposes (up to fp32 summation order, which is the same: the same kernels run). The
+// compute-bound path reads X and writes Y in this layout itself (the transposes fused into its packing and
+// its stores); the memory-bound path (small N) goes through a transposed copy.
+void spmm_tokens(const PackedMatrix& w, const float* x, int64_t n, int64_t ldx, float* y, int64_t ldy,
+                 const float* bias = nullptr, Epilogue ep = Epilogue::kNone, int threads = 1);
+
 // The kernel variants of this build, one per row of src/kernels/kernel_list.inc (for tests and
 // benchmarks). spmm picks among them; the environment variable SPARSE24_KERNEL=<name> makes spmm use
 // that variant wherever it can run (its ISA, layout, weight type and N) and the usual choice elsewhere.

@@ -18,7 +18,6 @@
 #include "sparse24/pattern.h"
 #include "sparse24/report.h"
 #include "sparse24/spmm.h"
-#include "transpose.h"
 
 namespace sparse24::py {
 namespace {
@@ -149,28 +148,8 @@ nb::object spmm_numpy(const PackedMatrix& w, const AnyArray& x, const std::optio
   return float_array(std::move(y), {static_cast<size_t>(w.rows()), static_cast<size_t>(n)});
 }
 
-// Per-thread scratch of at least n floats, 64-byte aligned (the kernel takes any alignment; whole cache
-// lines are cheaper), kept between calls.
-float* scratch(int which, size_t n) {
-  struct Buffer {
-    float* p = nullptr;
-    size_t n = 0;
-    ~Buffer() { std::free(p); }
-  };
-  thread_local Buffer buffers[2];
-  Buffer& b = buffers[which];
-  if (b.n < n) {
-    std::free(b.p);
-    b.n = 0;
-    b.p = static_cast<float*>(std::aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64));
-    if (b.p == nullptr) throw std::bad_alloc();
-    b.n = n;
-  }
-  return b.p;
-}
-
-// The torch layout: out[T, M] = x[T, K] W^T + bias (x and out row-major; torch's Linear convention). The
-// kernel multiplies W [M, K] by X [K, N], so x is transposed in and the result transposed out.
+// The torch layout: out[T, M] = x[T, K] W^T + bias (x and out row-major; torch's Linear convention): the
+// kernels' token-major entry (spmm_tokens), which reads x and writes out in this layout itself.
 void linear_rows(const PackedMatrix& w, const AnyArray& x, const nb::ndarray<nb::device::cpu>& out_array,
                  const std::optional<AnyArray>& bias, int threads) {
   const AnyArray out(out_array);
@@ -186,17 +165,8 @@ void linear_rows(const PackedMatrix& w, const AnyArray& x, const nb::ndarray<nb:
   if (threads < 1 || threads > 1024) throw Error("threads: expected 1 to 1024");
   if (t == 0) return;
   nb::gil_scoped_release unlocked;
-  const float* xp = static_cast<const float*>(x.data());
-  float* op = static_cast<float*>(out_array.data());
-  if (t == 1) {  // a single row is already the column the kernel wants
-    spmm(w, xp, 1, 1, op, 1, b, Epilogue::kNone, threads);
-    return;
-  }
-  float* xt = scratch(0, static_cast<size_t>(w.cols() * t));
-  float* yt = scratch(1, static_cast<size_t>(w.rows() * t));
-  transpose(xp, t, w.cols(), ldx, xt, t, threads);
-  spmm(w, xt, t, t, yt, t, b, Epilogue::kNone, threads);
-  transpose(yt, w.rows(), t, t, op, ldo, threads);
+  spmm_tokens(w, static_cast<const float*>(x.data()), t, t == 1 ? w.cols() : ldx,
+              static_cast<float*>(out_array.data()), t == 1 ? w.rows() : ldo, b, Epilogue::kNone, threads);
 }
 
 }  // namespace

@@ -128,7 +128,7 @@ def test_export_runs_in_the_engine(tmp_path):
 
 @pytest.mark.parametrize("t,k,m", [(37, 20, 13), (64, 64, 64), (9, 128, 40), (130, 36, 17)])
 def test_sparse_linear_sizes(t, k, m):
-    # the transposes in and out of the kernel: full 8x8 blocks and every remainder
+    # the kernel's token-major entry: small and compute-bound token counts, 4 x 4 blocks and remainders
     torch.manual_seed(t)
     lin = torch.nn.Linear(k, m)
     for threads in (1, 2):

@@ -159,6 +159,9 @@ struct SpmmArgs {
   const float* bias;
   Epilogue ep;
   int threads;
+  // Token-major (spmm_tokens): x is [N, K] (row n at x + n * ldx), y is [N, M]. Only the compute-bound
+  // kernels take it.
+  bool tokens = false;
 };
 
 }  // namespace sparse24::kernels

@@ -241,6 +241,27 @@ void spmm(const PackedMatrix& w, const float* x, int64_t n, int64_t ldx, float* 
   }
 }
 
+void spmm_tokens(const PackedMatrix& w, const float* x, int64_t n, int64_t ldx, float* y, int64_t ldy,
+                 const float* bias, Epilogue ep, int threads) {
+  const PackedMatrix::Impl& p = w.impl();
+  if (n < 0 || ldx < p.k || ldy < p.m) throw Error("spmm_tokens: need n >= 0, ldx >= K, ldy >= M");
+  if (threads < 1) throw Error("spmm_tokens: threads must be >= 1");
+  if (n == 0 || p.m == 0) return;
+  if (kernels::isa_row(p.isa) && p.k > 0 && p.has_gemm && !(p.has_gemv && n <= p.small_n_max)) {
+    kernels::SpmmArgs a{x, n, ldx, y, ldy, bias, ep, threads};
+    a.tokens = true;
+    kernels::choose(p, kernels::Layout::kGemm, n).fn(p, a);
+    return;
+  }
+  // Small N (the memory-bound kernels transpose X anyway), the ref ISA, K = 0: spmm on transposed copies.
+  std::vector<float> xt(static_cast<size_t>(p.k * n)), yt(static_cast<size_t>(p.m * n));
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t kk = 0; kk < p.k; ++kk) xt[static_cast<size_t>(kk * n + j)] = x[j * ldx + kk];
+  spmm(w, xt.data(), n, n, yt.data(), n, bias, ep, threads);
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t r = 0; r < p.m; ++r) y[j * ldy + r] = yt[static_cast<size_t>(r * n + j)];
+}
+
 std::vector<KernelVariantInfo> kernel_variants() {
   std::vector<KernelVariantInfo> out;
   for (const kernels::Variant& v : kernels::kVariants)

@@ -17,6 +17,7 @@
 // Y; the last K block adds the bias and applies the epilogue. Threads split the row blocks. From N ~ 7 on
 // the pair path (below) reads the same layout with full-width FMAs.
 #pragma once
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -100,11 +101,12 @@ void gelu_rows(float* y, int64_t ldy, int rows, const typename T::Mask* cm) {
   }
 }
 
-template <class T, int MR, int NV, bool FULL>
+// TOK (spmm_tokens): y is token-major, Y[n][row] at y + n * ldy + row; nc of the NR columns are real.
+template <class T, int MR, int NV, bool FULL, bool TOK = false>
 void gemm_tile(const float* __restrict v, const uint16_t* __restrict codes, int kh,
                const float* __restrict xb, float* __restrict part, float* __restrict y, int64_t ldy, int rows,
                const typename T::Mask* cm, bool first, bool last, const float* bias, int64_t row0,
-               Epilogue ep) {
+               Epilogue ep, int nc = 0) {
   using V = typename T::V;
   constexpr int W = T::W;
   constexpr int NR = NV * W;
@@ -156,6 +158,32 @@ void gemm_tile(const float* __restrict v, const uint16_t* __restrict codes, int 
       for (int c = 0; c < NV; ++c) T::store(part + (r * NV + c) * W, acc[r][c]);
     return;
   }
+  if constexpr (TOK) {
+    // The tile (epilogue in registers) to a buffer, then out 4 x 4 at a time transposed: Y's rows are
+    // tokens, each tile row's 4 values of one token adjacent.
+    static_assert(MR == 4);
+    alignas(64) float t[MR][NR];
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+      for (int c = 0; c < NV; ++c)
+        T::store(t[r] + c * W,
+                 T::epilogue(r < rows && bias ? T::add(acc[r][c], T::set1(bias[row0 + r])) : acc[r][c], ep));
+    int n = 0;
+    if (rows == MR)
+      for (; n + 4 <= nc; n += 4) {
+        __m128 a0 = _mm_load_ps(t[0] + n), a1 = _mm_load_ps(t[1] + n), a2 = _mm_load_ps(t[2] + n),
+               a3 = _mm_load_ps(t[3] + n);
+        _MM_TRANSPOSE4_PS(a0, a1, a2, a3);
+        _mm_storeu_ps(y + (n + 0) * ldy, a0);
+        _mm_storeu_ps(y + (n + 1) * ldy, a1);
+        _mm_storeu_ps(y + (n + 2) * ldy, a2);
+        _mm_storeu_ps(y + (n + 3) * ldy, a3);
+      }
+    for (; n < nc; ++n)
+      for (int r = 0; r < rows; ++r) y[n * ldy + r] = t[r][n];
+    return;
+  }
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r) {
     if (r >= rows) break;
@@ -205,6 +233,28 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   auto pack_panel = [&](int64_t pan, float* xp) {
     const int64_t n0 = pan * NR;
     const int nc = static_cast<int>(std::min<int64_t>(NR, n - n0));
+    if (a.tokens) {  // X [N, K]: the panel is its transpose, 4 x 4 blocks at a time
+      for (int64_t kk = 0; kk < kp; kk += 4) {
+        float* dst = xp + kk * NR;
+        int c = 0;
+        if (kk + 4 <= k)
+          for (; c + 4 <= nc; c += 4) {
+            const float* src = a.x + (n0 + c) * a.ldx + kk;
+            __m128 r0 = _mm_loadu_ps(src), r1 = _mm_loadu_ps(src + a.ldx), r2 = _mm_loadu_ps(src + 2 * a.ldx),
+                   r3 = _mm_loadu_ps(src + 3 * a.ldx);
+            _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+            _mm_store_ps(dst + c, r0);
+            _mm_store_ps(dst + NR + c, r1);
+            _mm_store_ps(dst + 2 * NR + c, r2);
+            _mm_store_ps(dst + 3 * NR + c, r3);
+          }
+        for (; c < nc; ++c)
+          for (int j = 0; j < 4; ++j) dst[j * NR + c] = kk + j < k ? a.x[(n0 + c) * a.ldx + kk + j] : 0.f;
+        for (int j = 0; j < 4; ++j)
+          if (nc < NR) std::memset(dst + j * NR + nc, 0, sizeof(float) * static_cast<size_t>(NR - nc));
+      }
+      return;
+    }
     for (int64_t kk = 0; kk < kp; ++kk) {
       float* dst = xp + kk * NR;
       int c0 = 0;
@@ -230,9 +280,12 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
       for (int64_t mb = mc; mb < mce; ++mb) {
         const size_t off = L.block_offset(mb, kb);
         const int rows = static_cast<int>(std::min<int64_t>(MR, m - mb * MR));
-        float* y = a.y + mb * MR * a.ldy + n0;
+        float* y = a.tokens ? a.y + n0 * a.ldy + mb * MR : a.y + mb * MR * a.ldy + n0;
         float* pt = part + (mb - mb0) * MR * NR;
-        if (nc == NR)
+        if (a.tokens)
+          gemm_tile<T, MR, NV, false, true>(L.vals.data() + off, L.codes.data() + off / (2 * MR), kh, xb, pt,
+                                            y, a.ldy, rows, cm, first, last, a.bias, mb * MR, a.ep, nc);
+        else if (nc == NR)
           gemm_tile<T, MR, NV, true>(L.vals.data() + off, L.codes.data() + off / (2 * MR), kh, xb, pt, y,
                                      a.ldy, rows, cm, first, last, a.bias, mb * MR, a.ep);
         else

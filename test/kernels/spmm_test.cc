@@ -343,6 +343,56 @@ TEST(Spmm, SmallNRowRegions) {
       }
 }
 
+// spmm_tokens (X [N, K], Y [N, M]) against spmm on the transposes: the compute-bound path (its own packing
+// and stores) and the small-N one, edge sizes around the 4 x 4 blocks and the panels, padded ldx and ldy
+// (the padding never written), bias and every epilogue, 1 and 2 threads, fp32 and bf16 weights.
+TEST(Spmm, TokensMatchTransposedSpmm) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(314);
+  std::uniform_int_distribution<size_t> pick(0, std::size(kEdges) - 1);
+  for (Isa isa : isas_here())
+    for (int rep = 0; rep < 60; ++rep) {
+      const int64_t m = kEdges[pick(g)], k = kEdges[pick(g)];
+      const int64_t n = rep % 3 == 0 ? 1 + rep % 9 : std::array<int64_t, 6>{17, 24, 31, 33, 65, 130}[rep % 6];
+      const int64_t ldx = k + rep % 5, ldy = m + rep % 3;
+      const Epilogue ep = std::array<Epilogue, 3>{Epilogue::kNone, Epilogue::kRelu, Epilogue::kGelu}[rep % 3];
+      const int threads = 1 + rep % 2;
+      const bool bf16 = rep % 7 == 3;
+      SCOPED_TRACE(std::string(isa_name(isa)) + " " + std::to_string(m) + "x" + std::to_string(k) + "x" +
+                   std::to_string(n) + " ldx " + std::to_string(ldx) + " ldy " + std::to_string(ldy) + " " +
+                   epilogue_name(ep) + " threads " + std::to_string(threads) + (bf16 ? " bf16" : ""));
+      const Compressed c = random_24(g, m, k);
+      PackOptions o;
+      o.isa_set = true;
+      o.isa = isa;
+      o.bf16_weights = bf16;
+      const PackedMatrix p = pack(c, o);
+      const std::vector<float> x = random_floats(g, static_cast<size_t>(n * ldx), -2.f, 2.f);
+      const std::vector<float> bias = random_floats(g, static_cast<size_t>(m));
+      const float* b = rep % 4 == 1 ? nullptr : bias.data();
+      std::vector<float> xt(static_cast<size_t>(k * n)), want(static_cast<size_t>(m * n));
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t kk = 0; kk < k; ++kk) xt[kk * n + j] = x[j * ldx + kk];
+      spmm(p, xt.data(), n, n, want.data(), n, b, ep, threads);
+      const float sentinel = -777.f;
+      std::vector<float> y(static_cast<size_t>(n * ldy), sentinel);
+      spmm_tokens(p, x.data(), n, ldx, y.data(), ldy, b, ep, threads);
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t r = 0; r < ldy; ++r) {
+          if (r >= m) {
+            ASSERT_EQ(y[j * ldy + r], sentinel) << "wrote into the ldy padding at token " << j;
+            continue;
+          }
+          const float w = want[r * n + j];
+          ASSERT_NEAR(y[j * ldy + r], w, 1e-5f * (1.f + std::fabs(w))) << "token " << j << " row " << r;
+        }
+    }
+  std::vector<float> x(8), y(8);
+  const PackedMatrix p = pack(random_24(g, 4, 8));
+  EXPECT_THROW(spmm_tokens(p, x.data(), 1, 7, y.data(), 4), Error);  // ldx < K
+  EXPECT_THROW(spmm_tokens(p, x.data(), 1, 8, y.data(), 3), Error);  // ldy < M
+}
+
 // int8 weights: raw integers (no scales) and scaled ones on every path; a scale group the int8 layout
 // cannot hold (32 positions, a super chunk under two scales) is a one-line error at pack.
 TEST(Spmm, Int8Weights) {
