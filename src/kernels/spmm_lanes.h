@@ -140,7 +140,8 @@ void lanes_passes(const uint8_t* e, size_t estride, int64_t ns, const float* xb,
 
 // Streams (row regions read at once) for N columns: 4 at N = 1, 2 up to N = 4, except where two would cost
 // int8 its per-super-chunk partial sums (N = 3, 4 with 16 registers: 0.9x of one stream), 1 from N = 5.
-// Measured against one stream (docs/kernels.md): N = 1 and 2 +40-100%, N = 3 and 4 +15-30% (fp32).
+// Measured (docs/kernels.md, session 9): N = 1 and 2 against the K split or adjacent blocks +20-40% on the
+// decoder's shapes; N = 3 and 4 against one stream +15-30% (fp32), +0-20% (bf16).
 template <LanesWeights WT, int N, int VREGS>
 constexpr int lanes_streams =
     N == 1 ? 4 : (N == 2 || (N <= 4 && (WT != LanesWeights::kI8 || 4 * N + 8 <= VREGS)) ? 2 : 1);
