@@ -34,12 +34,20 @@ inline std::string printable(std::string_view s, size_t max_len = 120) {
 }
 
 // Product of `shape` in *numel; false if a dimension is negative or the product overflows int64.
+// The product of the non-zero dimensions must fit too, so the answer does not depend on the order of the
+// dimensions (with a 0 among them the count is 0 in any order, but [2^40, 2^40, 0] would pass only when the 0
+// came first, and strides computed from its other dimensions would overflow; found by the gguf fuzzer).
 inline bool checked_numel(const std::vector<int64_t>& shape, int64_t* numel) {
   int64_t n = 1;
+  bool zero = false;
   for (int64_t d : shape) {
-    if (d < 0 || __builtin_mul_overflow(n, d, &n)) return false;
+    if (d < 0) return false;
+    if (d == 0)
+      zero = true;
+    else if (__builtin_mul_overflow(n, d, &n))
+      return false;
   }
-  *numel = n;
+  *numel = zero ? 0 : n;
   return true;
 }
 

@@ -360,6 +360,9 @@ TEST(Gguf, RefusesHostileFiles) {
   EXPECT_ERROR(parse(tensors({{"a", {4}, 0, 8}}, 64)), "offset 8 is not a multiple of the alignment 32");
   EXPECT_ERROR(parse(tensors({{"a", {1ull << 62, 1ull << 62}, 0, 0}}, 64)), "is too large");
   EXPECT_ERROR(parse(tensors({{"a", {1ull << 63}, 0, 0}}, 64)), "dimension 9223372036854775808 is too large");
+  // A zero dimension does not excuse the others (the fuzzer's find: the 0 first in the file, last in shape).
+  EXPECT_ERROR(parse(tensors({{"a", {0, 1ull << 40, 1ull << 40}, 0, 0}}, 64)), "is too large");
+  EXPECT_NO_THROW(parse(tensors({{"a", {0, 1ull << 20, 1ull << 20}, 0, 0}}, 64)));
   EXPECT_ERROR(parse(tensors({{"a", {1ull << 60}, 0, 0}}, 64)), "run past the end of the data section");
   EXPECT_ERROR(parse(tensors({{"a", {4}, 0, UINT64_MAX - 31}}, 64)), "run past the end");
   EXPECT_ERROR(parse(tensors({{"a", {16}, 0, 0}, {"b", {4}, 0, 32}}, 96)), "tensors 'a' and 'b' overlap");
