@@ -117,11 +117,12 @@ LanesLayout pack_lanes(const Compressed& w, int kb, bool bf16) {
   for (int64_t r = 0; r < w.rows; ++r) {
     const int64_t mb = r / L::kRows;
     const int lane = static_cast<int>(r % L::kRows);
-    for (int64_t s = 0; i8 && s < p.supers; ++s) {
-      const float scale =
-          sg > 0 ? w.scales[static_cast<size_t>(r * w.scales_per_row() + s * L::kSuper / sg)] : 1.f;
-      std::memcpy(at(mb, s) + scale_at + 4 * lane, &scale, 4);
-    }
+    if (i8)
+      for (int64_t s = 0; s < p.supers; ++s) {
+        const float scale =
+            sg > 0 ? w.scales[static_cast<size_t>(r * w.scales_per_row() + s * L::kSuper / sg)] : 1.f;
+        std::memcpy(at(mb, s) + scale_at + 4 * lane, &scale, 4);
+      }
     for (int64_t g = 0; g < groups; ++g) {
       uint8_t* e = at(mb, g / 16);
       const int q = static_cast<int>(g % 16);

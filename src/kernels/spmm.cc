@@ -247,6 +247,7 @@ void spmm_tokens(const PackedMatrix& w, const float* x, int64_t n, int64_t ldx, 
   if (n < 0 || ldx < p.k || ldy < p.m) throw Error("spmm_tokens: need n >= 0, ldx >= K, ldy >= M");
   if (threads < 1) throw Error("spmm_tokens: threads must be >= 1");
   if (n == 0 || p.m == 0) return;
+  if (n == 1) return spmm(w, x, 1, 1, y, 1, bias, ep, threads);  // one token is one column already
   if (kernels::isa_row(p.isa) && p.k > 0 && p.has_gemm && !(p.has_gemv && n <= p.small_n_max)) {
     kernels::SpmmArgs a{x, n, ldx, y, ldy, bias, ep, threads};
     a.tokens = true;
