@@ -17,7 +17,8 @@ namespace sparse24::engine {
 namespace {
 
 // One Linear, Y[m, n] = W X (X [k, n], feature-major): the 2:4 kernel on packed weights (the memory-bound
-// layout only: decoding runs at n = 1, and that is what its bytes are counted for) or dense oneDNN.
+// layout only: decoding runs at n = 1, and that is what its bytes are counted for) or dense weights (one
+// token: gemv_f32; more: oneDNN's sgemm).
 struct Linear {
   int64_t m = 0, k = 0;
   std::optional<PackedMatrix> packed;
@@ -40,6 +41,9 @@ struct Linear {
       spmm(*packed, x, n, n, y, n, nullptr, Epilogue::kNone, threads);
       return;
     }
+    // One token: eight long row streams at once, as the head (oneDNN's sgemm streamed the decoder's short
+    // rows at ~13 GB/s on one Zen 3 core, docs/performance.md).
+    if (n == 1) return kernels::gemv_f32(w.data(), m, k, x, y, threads);
     dnnl_sgemm('N', 'N', m, n, k, 1.0f, w.data(), k, x, n, 0.0f, y, n);
   }
   size_t bytes() const { return packed ? packed->bytes() : w.size() * sizeof(float); }
