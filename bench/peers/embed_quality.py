@@ -18,6 +18,36 @@ import json
 import common
 
 
+def unit_embeddings(model, lines, batch=32):
+    """A sentence-transformers model's embeddings of the lines, float64, each row scaled to unit norm."""
+    import numpy as np
+    import torch
+
+    with torch.inference_mode():
+        e = model.encode(lines, batch_size=batch, convert_to_numpy=True, show_progress_bar=False)
+    e = e.astype(np.float64)
+    return e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-12)
+
+
+def quality(x, r, k=10):
+    """The three metrics of x's rows against r's (unit-norm embeddings of the same lines, one per row)."""
+    import numpy as np
+    from scipy.stats import spearmanr
+
+    n = len(x)
+    mean_cosine = float(np.mean(np.sum(x * r, axis=1)))
+    sx, sr = x @ x.T, r @ r.T
+    iu = np.triu_indices(n, k=1)
+    spearman = float(spearmanr(sx[iu], sr[iu]).statistic)
+    np.fill_diagonal(sx, -np.inf)
+    np.fill_diagonal(sr, -np.inf)
+    top_x = np.argpartition(-sx, k, axis=1)[:, :k]
+    top_r = np.argpartition(-sr, k, axis=1)[:, :k]
+    recall = float(np.mean([len(set(top_x[i]) & set(top_r[i])) / k for i in range(n)]))
+    return {"mean_cosine": mean_cosine, "spearman": spearman, "recall_at_10": recall,
+            "lines": n, "pairs": int(len(iu[0]))}
+
+
 def main():
     p = common.Parser(description=__doc__.splitlines()[0])
     p.add_argument("model_dir")
@@ -37,18 +67,13 @@ def main():
 
     import numpy as np
     import torch
-    from scipy.stats import spearmanr
     from sentence_transformers import SentenceTransformer
 
     if a.threads:
         torch.set_num_threads(a.threads)
 
     def embed(d):
-        m = SentenceTransformer(d, device="cpu")
-        with torch.inference_mode():
-            e = m.encode(lines, batch_size=a.batch, convert_to_numpy=True, show_progress_bar=False)
-        e = e.astype(np.float64)
-        return e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-12)
+        return unit_embeddings(SentenceTransformer(d, device="cpu"), lines, a.batch)
 
     x = embed(model_dir)
     r = None
@@ -62,19 +87,7 @@ def main():
         r = embed(ref_dir)
         if a.reference_cache:
             common.save_npy(a.reference_cache, r)
-    n = len(lines)
-    mean_cosine = float(np.mean(np.sum(x * r, axis=1)))
-    sx, sr = x @ x.T, r @ r.T
-    iu = np.triu_indices(n, k=1)
-    spearman = float(spearmanr(sx[iu], sr[iu]).statistic)
-    np.fill_diagonal(sx, -np.inf)
-    np.fill_diagonal(sr, -np.inf)
-    k = 10
-    top_x = np.argpartition(-sx, k, axis=1)[:, :k]
-    top_r = np.argpartition(-sr, k, axis=1)[:, :k]
-    recall = float(np.mean([len(set(top_x[i]) & set(top_r[i])) / k for i in range(n)]))
-    out = {"mean_cosine": mean_cosine, "spearman": spearman, "recall_at_10": recall,
-           "lines": n, "pairs": int(len(iu[0]))}
+    out = quality(x, r)
     print(json.dumps(out))
     if a.json:
         def write(tmp):
