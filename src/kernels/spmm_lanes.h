@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "spmm_driver.h"
 
@@ -125,17 +126,111 @@ void lanes_tile(const uint8_t* __restrict e, size_t estride, int64_t ns, const f
       out[i][n] = A == 1 ? acc[i][n][0] : _mm256_add_ps(acc[i][n][0], acc[i][n][A - 1]);
 }
 
+// int8, one stream, 8 columns: the mixed form. Rows in lanes spends two FP-pipe operations per FMA (the
+// permute and the FMA), which caps it at one FMA per cycle on Zen 3 (the two share two pipes), while
+// columns in lanes (a broadcast weight times an activation row of 8 columns) spends one FP operation but
+// two loads per FMA, so it is capped by the two load ports at one FMA per cycle too. Groups 0..7 of a super
+// chunk run rows in lanes, groups 8..15 columns in lanes, and the two are interleaved instruction by
+// instruction so that both kinds of work are in flight at once: per group of the first kind, its 8
+// columns' FMAs (16, with 16 permutes) beside row q's 16 FMAs of the second kind. The step is inline asm
+// because g++ neither kept that order nor the 16 registers it needs (it hoisted the addresses and spilled).
+// xm: this pass's 8 columns of X (zero-padded), per super chunk [group][column][4 positions] (2 KB, rows in
+// lanes broadcasts one column's group) then [position][8 columns] (2 KB, a row of columns in lanes).
+
+// One unit of each kind: column n of rows in lanes (group q's broadcast, two permutes, two FMAs), and the
+// FMA of row q's kept weight `slot` (of slots 16..31) with the activation row of its position, whose byte
+// offset (32 per position) is the slot's 2 code bits rotated to bits 5..6 (`rorx`) and masked.
+// clang-format off
+#define S24_MIX_P(n)                                                      \
+  "vbroadcastf128 " #n "*16(%[xg]), %[xq]\n\t"                            \
+  "vpermilps %[c0], %[xq], %[tm]\n\t"                                     \
+  "vfmadd231ps %[tm], %[w0], %[p" #n "]\n\t"                              \
+  "vpermilps %[c1], %[xq], %[tm]\n\t"                                     \
+  "vfmadd231ps %[tm], %[w1], %[p" #n "]\n\t"
+#define S24_MIX_C(slot, acc)                                              \
+  "rorx $(((" #slot ") * 2 + 27) & 31), %k[code], %k[off]\n\t"            \
+  "and $0x60, %k[off]\n\t"                                                \
+  "vbroadcastss (" #slot ")*32(%[wb]), %[tm]\n\t"                         \
+  "vfmadd231ps ((" #slot ")/2+8)*128(%[xc],%[off]), %[tm], %[" acc "]\n\t"
+// Slots 2g, 2g + 1 of the 16, into one FMA chain each.
+#define S24_MIX_C2(g) S24_MIX_C(2 * g, "a0") S24_MIX_C(2 * g + 1, "a1")
+// clang-format on
+
+template <class T>
+void lanes_mix_tile(const uint8_t* __restrict e, int64_t ns, const float* __restrict xm, __m256 (&out)[8]) {
+  using S = LanesSlots<LanesWeights::kI8>;
+  constexpr int R = LanesLayout::kRows;
+  alignas(32) float acc[8][R] = {};   // rows in lanes: column n's 8 rows
+  alignas(32) float cacc[R][8] = {};  // columns in lanes: row r's 8 columns
+  alignas(32) float wbuf[16][R];      // slots 16..31 as fp32 (unscaled)
+  for (int64_t s = 0; s < ns; ++s) {
+    const float* xg = xm + s * 2 * LanesLayout::kSuper * 8;
+    const float* xc = xg + LanesLayout::kSuper * 8;
+    const uint8_t* es = e + static_cast<size_t>(s) * S::kEntryBytes;
+    const float* scale = reinterpret_cast<const float*>(es + S::kScaleOffset);
+    const uint32_t* code1 = reinterpret_cast<const uint32_t*>(es + S::kCodeOffset + 32);
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; ++j) _mm256_store_ps(wbuf[j], S::load(es + (16 + j) * 8));
+    __m256 p0 = _mm256_setzero_ps(), p1 = p0, p2 = p0, p3 = p0, p4 = p0, p5 = p0, p6 = p0, p7 = p0;
+    __m256i c = _mm256_load_si256(reinterpret_cast<const __m256i*>(es + S::kCodeOffset));
+#pragma GCC unroll 8
+    for (int q = 0; q < 8; ++q) {
+      const __m256 w0 = S::load(es + 2 * q * 8), w1 = S::load(es + (2 * q + 1) * 8);
+      const __m256i c1 = _mm256_srli_epi32(c, 2);
+      __m256 a0, a1, xq, tm;
+      uint64_t off;
+      asm("vxorps %[a0], %[a0], %[a0]\n\t"
+          "vxorps %[a1], %[a1], %[a1]\n\t"  //
+          S24_MIX_P(0) S24_MIX_C2(0) S24_MIX_P(1) S24_MIX_C2(1) S24_MIX_P(2) S24_MIX_C2(2) S24_MIX_P(3)
+              S24_MIX_C2(3) S24_MIX_P(4) S24_MIX_C2(4) S24_MIX_P(5) S24_MIX_C2(5) S24_MIX_P(6) S24_MIX_C2(6)
+                  S24_MIX_P(7) S24_MIX_C2(7)
+          : [p0] "+x"(p0), [p1] "+x"(p1), [p2] "+x"(p2), [p3] "+x"(p3), [p4] "+x"(p4), [p5] "+x"(p5),
+            [p6] "+x"(p6), [p7] "+x"(p7), [a0] "=&x"(a0), [a1] "=&x"(a1), [xq] "=&x"(xq), [tm] "=&x"(tm),
+            [off] "=&r"(off)
+          : [c0] "x"(c), [c1] "x"(c1), [w0] "x"(w0), [w1] "x"(w1), [xg] "r"(xg + 32 * q),
+            [wb] "r"(&wbuf[0][q]), [xc] "r"(xc), [code] "r"(code1[q])
+          : "memory");
+      c = _mm256_srli_epi32(c, 4);
+      _mm256_store_ps(cacc[q], _mm256_fmadd_ps(_mm256_add_ps(a0, a1), _mm256_broadcast_ss(scale + q),
+                                               _mm256_load_ps(cacc[q])));
+    }
+    const __m256 sc = _mm256_load_ps(scale);
+    const __m256 p[8] = {p0, p1, p2, p3, p4, p5, p6, p7};
+#pragma GCC unroll 8
+    for (int n = 0; n < 8; ++n) _mm256_store_ps(acc[n], _mm256_fmadd_ps(p[n], sc, _mm256_load_ps(acc[n])));
+  }
+  for (int n = 0; n < 8; ++n) {
+    alignas(32) float t[R];
+    for (int r = 0; r < R; ++r) t[r] = acc[n][r] + cacc[r][n];
+    out[n] = _mm256_load_ps(t);
+  }
+}
+#undef S24_MIX_C2
+#undef S24_MIX_C
+#undef S24_MIX_P
+
 // NS streams of N columns, in passes of up to CMAX columns: v[i][n], stream i's sums for column n. Passes
 // after the first read the same weights again (one K block of a row block: at most 17 KB, from L1/L2).
-template <class T, LanesWeights WT, int N, int NS, int CMAX, int VREGS, int C0 = 0>
+// MIX: the mixed int8 tile (one stream, CMAX = 8); xc: this K block's part of the first pass's X in the
+// tile's two orders, the next pass's xc_pass floats further.
+template <class T, LanesWeights WT, int N, int NS, int CMAX, int VREGS, bool MIX, int C0 = 0>
 void lanes_passes(const uint8_t* e, size_t estride, int64_t ns, const float* xb, int64_t ldxt,
-                  __m256 (&v)[NS][N]) {
+                  const float* xc, size_t xc_pass, __m256 (&v)[NS][N]) {
   constexpr int NC = N - C0 < CMAX ? N - C0 : CMAX;
   __m256 out[NS][NC];
-  lanes_tile<T, WT, NC, NS, VREGS>(e, estride, ns, xb + C0 * ldxt, ldxt, out);
+  if constexpr (MIX) {
+    // Fewer than 8 columns run the 8-column tile on zero-padded columns.
+    static_assert(NS == 1 && CMAX == 8 && WT == LanesWeights::kI8);
+    __m256 o8[8];
+    lanes_mix_tile<T>(e, ns, xc + C0 / 8 * xc_pass, o8);
+    for (int j = 0; j < NC; ++j) out[0][j] = o8[j];
+  } else {
+    lanes_tile<T, WT, NC, NS, VREGS>(e, estride, ns, xb + C0 * ldxt, ldxt, out);
+  }
   for (int i = 0; i < NS; ++i)
     for (int j = 0; j < NC; ++j) v[i][C0 + j] = out[i][j];
-  if constexpr (C0 + NC < N) lanes_passes<T, WT, N, NS, CMAX, VREGS, C0 + NC>(e, estride, ns, xb, ldxt, v);
+  if constexpr (C0 + NC < N)
+    lanes_passes<T, WT, N, NS, CMAX, VREGS, MIX, C0 + NC>(e, estride, ns, xb, ldxt, xc, xc_pass, v);
 }
 
 // Streams (row regions read at once) for N columns: 4 at N = 1, 2 up to N = 4, except where two would cost
@@ -147,14 +242,32 @@ constexpr int lanes_streams =
     N == 1 ? 4 : (N == 2 || (N <= 4 && (WT != LanesWeights::kI8 || 4 * N + 8 <= VREGS)) ? 2 : 1);
 
 // N columns; CMAX: the most columns one pass keeps in registers (8 with 16 registers, 16 with 32).
-template <class T, LanesWeights WT, int N, int CMAX, int VREGS>
+template <class T, LanesWeights WT, int N, int CMAX, int VREGS, bool MIX>
 void lanes_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
-  constexpr int NS = lanes_streams<WT, N, VREGS>;
+  constexpr int NS = MIX ? 1 : lanes_streams<WT, N, VREGS>;
   constexpr int R = LanesLayout::kRows;
   const LanesLayout& lay = p.lanes;
   const int64_t m = p.m, k = p.k;
   const int64_t ldxt = lay.supers * LanesLayout::kSuper + 16;  // + 16: rows of Xt not 4 KiB apart
-  float* xt = transposed_x<T, N>(a, k, ldxt);
+  float* xt = MIX ? nullptr : transposed_x<T, N>(a, k, ldxt);
+  // The mixed tile's X: per pass of 8 columns and super chunk, [group][column][4] then [position][column]
+  // (lanes_mix_tile), zero past k and N.
+  const size_t xc_pass = static_cast<size_t>(lay.supers * 2 * LanesLayout::kSuper * 8);
+  float* xc = nullptr;
+  if constexpr (MIX) {
+    constexpr int passes = (N + 7) / 8;
+    xc = scratch<T, 2>(passes * xc_pass);
+    std::memset(xc, 0, sizeof(float) * passes * xc_pass);
+    for (int64_t kk = 0; kk < k; ++kk) {
+      const int64_t su = kk / LanesLayout::kSuper, pos = kk % LanesLayout::kSuper;
+      for (int j = 0; j < N; ++j) {
+        float* xs = xc + j / 8 * xc_pass + su * 2 * LanesLayout::kSuper * 8;
+        const float v = a.x[kk * a.ldx + j];
+        xs[(pos / 4 * 8 + j % 8) * 4 + pos % 4] = v;
+        xs[LanesLayout::kSuper * 8 + pos * 8 + j % 8] = v;
+      }
+    }
+  }
   const int nt = static_cast<int>(std::min<int64_t>(a.threads, lay.m_blocks));
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
@@ -166,7 +279,8 @@ void lanes_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
     for (int64_t kb = 0; kb < lay.k_blocks; ++kb) {
       const int64_t ns = lay.supers_in(kb);
       const size_t bstride = static_cast<size_t>(ns * LanesSlots<WT>::kEntryBytes);  // next row block
-      const float* xb = xt + kb * lay.kb;
+      const float* xb = MIX ? nullptr : xt + kb * lay.kb;
+      const float* xcb = MIX ? xc + kb * lay.kb * 2 * 8 : nullptr;
       const bool first = kb == 0, last = kb + 1 == lay.k_blocks;
       auto emit = [&](int64_t mb, const __m256(&v)[N]) {
         alignas(32) float t[N][R];
@@ -185,25 +299,26 @@ void lanes_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
       if constexpr (NS > 1) {
         for (int64_t t = 0; t < per; ++t) {
           __m256 v[NS][N];
-          lanes_passes<T, WT, N, NS, CMAX, VREGS>(lay.data.data() + lay.entry(kb, b0 + t), bstride * per, ns,
-                                                  xb, ldxt, v);
+          lanes_passes<T, WT, N, NS, CMAX, VREGS, MIX>(lay.data.data() + lay.entry(kb, b0 + t), bstride * per,
+                                                       ns, xb, ldxt, xcb, xc_pass, v);
           for (int i = 0; i < NS; ++i) emit(b0 + t + i * per, v[i]);
         }
       }
       for (int64_t mb = NS > 1 ? b0 + NS * per : b0; mb < b1; ++mb) {
         __m256 v[1][N];
-        lanes_passes<T, WT, N, 1, CMAX, VREGS>(lay.data.data() + lay.entry(kb, mb), 0, ns, xb, ldxt, v);
+        lanes_passes<T, WT, N, 1, CMAX, VREGS, MIX>(lay.data.data() + lay.entry(kb, mb), 0, ns, xb, ldxt, xcb,
+                                                    xc_pass, v);
         emit(mb, v[0]);
       }
     }
   }
 }
 
-template <class T, LanesWeights WT, int NMax, int CMAX, int VREGS, int N = 1>
+template <class T, LanesWeights WT, int NMax, int CMAX, int VREGS, bool MIX = false, int N = 1>
 void lanes_dispatch(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   if constexpr (N <= NMax) {
-    if (a.n == N) return lanes_run<T, WT, N, CMAX, VREGS>(p, a);
-    return lanes_dispatch<T, WT, NMax, CMAX, VREGS, N + 1>(p, a);
+    if (a.n == N) return lanes_run<T, WT, N, CMAX, VREGS, MIX>(p, a);
+    return lanes_dispatch<T, WT, NMax, CMAX, VREGS, MIX, N + 1>(p, a);
   } else {
     throw Error("internal: a rows-in-lanes kernel got more columns than its n_max");
   }

@@ -322,6 +322,32 @@ TEST(Spmm, EveryVariantByName) {
   }
 }
 
+// Every small-N variant by name with K over three K blocks (1024 positions each) and a tail that is not a
+// whole super chunk (the per-K-block offsets into the packed weights and into each kernel's copy of X),
+// a partial last row block, 1 and 2 threads, at the N where tiles and passes change (1, 7, 8, 9, 15, 16).
+TEST(Spmm, EveryVariantByNameLongK) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(316);
+  for (const KernelVariantInfo& v : kernel_variants()) {
+    if (!isa_supported(v.isa) || v.large_n) continue;
+    for (int wt = 0; wt < 3; ++wt) {  // fp32, bf16, int8
+      if (!(wt == 0 ? v.fp32 : wt == 1 ? v.bf16 : v.int8)) continue;
+      for (int64_t n : {1, 7, 8, 9, 15, 16}) {
+        if (v.n_max != 0 && n > v.n_max) continue;
+        Case t{8 * 3 - 3, 2 * 1024 + 64 + 5, n};
+        t.threads = 1 + static_cast<int>(n % 2);
+        t.bias = true;
+        t.bf16 = wt == 1;
+        t.int8_group = wt == 2 ? (n % 2 ? 64 : 128) : 0;
+        t.layouts = PackLayouts::kSmallN;
+        t.variant = v.name;
+        check(v.isa, t, g);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
 // The small-N path reads a thread's row blocks as several regions at once (spmm_lanes.h: 4 at N = 1, 2 up
 // to N = 4) and the blocks left over one at a time: every count of 8-row blocks from 1 to 13 (so every
 // remainder, and fewer blocks than streams) on 1 and 2 threads, with a partial last block, K over two K
