@@ -11,7 +11,8 @@
 // sign extension and a conversion), one permute, one FMA and half a shift. int8: the super chunk's scale
 // vector (the 8 rows' scales) multiplies the partial sums once per super chunk when the registers hold a
 // partial sum per stream and column (small N), else each converted slot vector once (shared by the N
-// columns). fp32 activations and accumulation throughout.
+// columns). fp32 activations and accumulation throughout. int8 from N = 8 on AVX2 also has a mixed tile
+// (lanes_mix_tile: half of each super chunk in columns in lanes, no permutes), the variant avx2_lanes_i8_mix.
 //
 // Streams: small N reads several row blocks at once (4 at N = 1) that lie in separate regions of the
 // thread's rows, each a long sequential stream with its own FMA chains (docs/kernels.md: one Zen 3 core
