@@ -103,6 +103,16 @@ constexpr int64_t small_n_max(Isa isa, Weights w) {
   return n;
 }
 
+// The most columns one call of the ISA's dispatchable small-N rows for that weight type takes (their largest
+// n_max): a pack without the compute-bound layout runs a larger N in chunks of this many columns, each
+// chunk on the fastest of these rows that takes it (also past their pick ranges).
+constexpr int64_t small_n_take(Isa isa, Weights w) {
+  int64_t n = 0;
+  for (const Variant& v : kVariants)
+    if (v.isa == isa && v.layout != Layout::kGemm && v.reads(w) && v.pick_min > 0 && v.n_max > n) n = v.n_max;
+  return n;
+}
+
 // The small-N layout pack makes for this ISA and weight type (every small-N row of the pair shares it).
 constexpr Layout small_layout(Isa isa, Weights w) {
   for (const Variant& v : kVariants)
@@ -141,6 +151,7 @@ constexpr bool list_is_consistent() {
         }
         if ((n <= lim && !small) || !large) return false;
       }
+      if (small_n_take(r.isa, w) < lim) return false;
     }
   return true;
 }

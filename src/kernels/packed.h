@@ -172,8 +172,9 @@ struct PackedMatrix::Impl {
   Isa isa = Isa::kRef;
   int64_t m = 0, k = 0;
   bool bf16 = false;
-  bool i8 = false;      // int8 weights (the small-N layout lanes; the compute-bound one dequantised)
-  int small_n_max = 0;  // N <= this takes the memory-bound path (when both layouts are packed)
+  bool i8 = false;       // int8 weights (the small-N layout lanes; the compute-bound one dequantised)
+  int small_n_max = 0;   // N <= this takes the memory-bound path (when both layouts are packed)
+  int small_n_take = 0;  // the memory-bound path's largest chunk of columns (kernels::small_n_take)
   bool has_gemm = false, has_gemv = false;
   Compressed ref;  // the ref ISA: the (possibly bf16-rounded) compressed matrix
   kernels::GemmLayout gemm;

@@ -52,19 +52,23 @@ bool can_run(const Variant& v, const PackedMatrix::Impl& p, Layout layout, int64
   return v.isa == p.isa && v.layout == layout && v.reads(weights_of(p.bf16, p.i8)) && v.takes(n);
 }
 
-// The variant for n columns on this layout: the forced one if it can run, else the list's pick.
+// The variant for n columns on this layout: the forced one if it can run, else the list's pick; past every
+// row's pick range (a chunk of a pack without the compute-bound layout), the same rule over the
+// dispatchable rows that take n.
 const Variant& choose(const PackedMatrix::Impl& p, Layout layout, int64_t n) {
   const Variant* f = forced_variant();
   if (f && can_run(*f, p, layout, n)) return *f;
-  const Variant* best = nullptr;
-  for (const Variant& v : kVariants) {
-    if (!can_run(v, p, layout, n) || !v.picks(n)) continue;
-    // Faster for the padded columns: roundup(n, nr) / rate smaller (ties: the later row).
-    auto cols = [n](const Variant& u) { return u.nr ? (n + u.nr - 1) / u.nr * u.nr : n; };
-    if (!best || cols(v) * best->rate <= cols(*best) * v.rate) best = &v;
+  for (bool by_pick : {true, false}) {
+    const Variant* best = nullptr;
+    for (const Variant& v : kVariants) {
+      if (!can_run(v, p, layout, n) || v.pick_min == 0 || (by_pick && !v.picks(n))) continue;
+      // Faster for the padded columns: roundup(n, nr) / rate smaller (ties: the later row).
+      auto cols = [n](const Variant& u) { return u.nr ? (n + u.nr - 1) / u.nr * u.nr : n; };
+      if (!best || cols(v) * best->rate <= cols(*best) * v.rate) best = &v;
+    }
+    if (best) return *best;
   }
-  if (!best) throw Error("internal: no kernel variant for this layout and N");  // list_is_consistent()
-  return *best;
+  throw Error("internal: no kernel variant for this layout and N");  // list_is_consistent()
 }
 
 Layout packed_small_layout(const PackedMatrix::Impl& p) {
@@ -182,6 +186,7 @@ PackedMatrix pack(const Compressed& w, const PackOptions& options) {
   }
   const kernels::Weights wt = kernels::weights_of(p.bf16, p.i8);
   p.small_n_max = static_cast<int>(kernels::small_n_max(isa, wt));
+  p.small_n_take = static_cast<int>(kernels::small_n_take(isa, wt));
   p.has_gemm = options.layouts != PackLayouts::kSmallN;
   p.has_gemv = options.layouts != PackLayouts::kLargeN;
   // int8: the compute-bound layout holds the dequantised values (Compressed::value applies the scales).
@@ -230,10 +235,11 @@ void spmm(const PackedMatrix& w, const float* x, int64_t n, int64_t ldx, float* 
   const PackedMatrix::Impl& p = w.impl();
   if (!prologue(p, x, n, ldx, y, ldy, bias, ep, threads)) return;
   if (p.has_gemv && (n <= p.small_n_max || !p.has_gemm)) {
-    // The memory-bound kernels take up to small_n_max columns at a time.
+    // The memory-bound kernels take up to small_n_take columns at a time (a single chunk where the
+    // compute-bound layout is packed too: n <= small_n_max <= small_n_take).
     const kernels::Layout layout = kernels::packed_small_layout(p);
-    for (int64_t c0 = 0; c0 < n; c0 += p.small_n_max) {
-      const int64_t nc = std::min<int64_t>(p.small_n_max, n - c0);
+    for (int64_t c0 = 0; c0 < n; c0 += p.small_n_take) {
+      const int64_t nc = std::min<int64_t>(p.small_n_take, n - c0);
       kernels::choose(p, layout, nc).fn(p, {x + c0, nc, ldx, y + c0, ldy, bias, ep, threads});
     }
   } else {

@@ -248,7 +248,7 @@ TEST(Spmm, LargerShapes) {
 }
 
 // A pack with one layout runs every N on it: the compute-bound layout at small N, the memory-bound one in
-// column chunks at large N. One layout takes less memory than both.
+// column chunks at large N (int8 too). One layout takes less memory than both.
 TEST(Spmm, SingleLayoutAnyN) {
   SPARSE24_SEED_TRACE();
   auto g = rng(307);
@@ -268,6 +268,19 @@ TEST(Spmm, SingleLayoutAnyN) {
           check(isa, t, g);
           if (::testing::Test::HasFatalFailure()) return;
         }
+    // int8 weights: the small-N rows pick fewer N than they take (AVX2: up to 9, taking 16), so a pack
+    // with only the memory-bound layout runs chunks of up to 16 columns past the pick ranges, and a pack
+    // with both layouts moves to the compute-bound one past the small-N limit.
+    for (PackLayouts l : {PackLayouts::kSmallN, PackLayouts::kBoth})
+      for (int64_t n : {8, 9, 10, 15, 16, 17, 33}) {
+        Case t{37, 131, n};
+        t.layouts = l;
+        t.threads = 1 + static_cast<int>(n % 2);
+        t.bias = true;
+        t.int8_group = 64;
+        check(isa, t, g);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
     const Compressed c = random_24(g, 64, 256);
     PackOptions o;
     o.isa_set = true;
