@@ -93,25 +93,22 @@ constexpr const Variant* variant(std::string_view name) {
   return nullptr;
 }
 
-// N <= small_n_max(isa, w) takes the memory-bound path: the largest pick_max of the ISA's small-N rows
-// for that weight type (0: the ISA has none).
-constexpr int64_t small_n_max(Isa isa, Weights w) {
+// The largest value of `field` among the ISA's dispatchable small-N rows for weight type w (0: none).
+constexpr int64_t small_rows_max(Isa isa, Weights w, int64_t Variant::*field) {
   int64_t n = 0;
   for (const Variant& v : kVariants)
-    if (v.isa == isa && v.layout != Layout::kGemm && v.reads(w) && v.pick_min > 0 && v.pick_max > n)
-      n = v.pick_max;
+    if (v.isa == isa && v.layout != Layout::kGemm && v.reads(w) && v.pick_min > 0 && v.*field > n)
+      n = v.*field;
   return n;
 }
 
-// The most columns one call of the ISA's dispatchable small-N rows for that weight type takes (their largest
-// n_max): a pack without the compute-bound layout runs a larger N in chunks of this many columns, each
-// chunk on the fastest of these rows that takes it (also past their pick ranges).
-constexpr int64_t small_n_take(Isa isa, Weights w) {
-  int64_t n = 0;
-  for (const Variant& v : kVariants)
-    if (v.isa == isa && v.layout != Layout::kGemm && v.reads(w) && v.pick_min > 0 && v.n_max > n) n = v.n_max;
-  return n;
-}
+// N <= small_n_max(isa, w) takes the memory-bound path: the largest pick_max of those rows.
+constexpr int64_t small_n_max(Isa isa, Weights w) { return small_rows_max(isa, w, &Variant::pick_max); }
+
+// The most columns one call of those rows takes (their largest n_max): a pack without the compute-bound
+// layout runs a larger N in chunks of this many columns, each chunk on the fastest of these rows that takes
+// it (also past their pick ranges).
+constexpr int64_t small_n_take(Isa isa, Weights w) { return small_rows_max(isa, w, &Variant::n_max); }
 
 // The small-N layout pack makes for this ISA and weight type (every small-N row of the pair shares it).
 constexpr Layout small_layout(Isa isa, Weights w) {

@@ -210,6 +210,25 @@ void lanes_mix_tile(const uint8_t* __restrict e, int64_t ns, const float* __rest
 #undef S24_MIX_C
 #undef S24_MIX_P
 
+// The mixed tile's X in the thread's scratch: per pass of 8 columns (xc_pass floats apart) and super chunk,
+// [group][column][4 positions] then [position][8 columns], zero past k and N.
+template <class T, int N>
+float* lanes_mix_x(const SpmmArgs& a, int64_t k, size_t xc_pass) {
+  constexpr int passes = (N + 7) / 8;
+  float* xc = scratch<T, 2>(passes * xc_pass);
+  std::memset(xc, 0, sizeof(float) * passes * xc_pass);
+  for (int64_t kk = 0; kk < k; ++kk) {
+    const int64_t su = kk / LanesLayout::kSuper, pos = kk % LanesLayout::kSuper;
+    for (int j = 0; j < N; ++j) {
+      float* xs = xc + j / 8 * xc_pass + su * 2 * LanesLayout::kSuper * 8;
+      const float v = a.x[kk * a.ldx + j];
+      xs[(pos / 4 * 8 + j % 8) * 4 + pos % 4] = v;
+      xs[LanesLayout::kSuper * 8 + pos * 8 + j % 8] = v;
+    }
+  }
+  return xc;
+}
+
 // NS streams of N columns, in passes of up to CMAX columns: v[i][n], stream i's sums for column n. Passes
 // after the first read the same weights again (one K block of a row block: at most 17 KB, from L1/L2).
 // MIX: the mixed int8 tile (one stream, CMAX = 8); xc: this K block's part of the first pass's X in the
@@ -251,24 +270,8 @@ void lanes_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   const int64_t m = p.m, k = p.k;
   const int64_t ldxt = lay.supers * LanesLayout::kSuper + 16;  // + 16: rows of Xt not 4 KiB apart
   float* xt = MIX ? nullptr : transposed_x<T, N>(a, k, ldxt);
-  // The mixed tile's X: per pass of 8 columns and super chunk, [group][column][4] then [position][column]
-  // (lanes_mix_tile), zero past k and N.
   const size_t xc_pass = static_cast<size_t>(lay.supers * 2 * LanesLayout::kSuper * 8);
-  float* xc = nullptr;
-  if constexpr (MIX) {
-    constexpr int passes = (N + 7) / 8;
-    xc = scratch<T, 2>(passes * xc_pass);
-    std::memset(xc, 0, sizeof(float) * passes * xc_pass);
-    for (int64_t kk = 0; kk < k; ++kk) {
-      const int64_t su = kk / LanesLayout::kSuper, pos = kk % LanesLayout::kSuper;
-      for (int j = 0; j < N; ++j) {
-        float* xs = xc + j / 8 * xc_pass + su * 2 * LanesLayout::kSuper * 8;
-        const float v = a.x[kk * a.ldx + j];
-        xs[(pos / 4 * 8 + j % 8) * 4 + pos % 4] = v;
-        xs[LanesLayout::kSuper * 8 + pos * 8 + j % 8] = v;
-      }
-    }
-  }
+  const float* xc = MIX ? lanes_mix_x<T, N>(a, k, xc_pass) : nullptr;
   const int nt = static_cast<int>(std::min<int64_t>(a.threads, lay.m_blocks));
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
