@@ -113,10 +113,12 @@ struct GemvLayout {
 // AVX2, int8 weights (2:4 kept values as int8 with fp32 scales) on both ISAs. Rows in blocks of 8 (one per
 // lane of a 256-bit vector), K in blocks of `kb` (a multiple of 64) and, inside a K block, in super chunks
 // of 64 positions (16 groups, 32 slots). Storage order [K block][row block][super chunk], one sequential
-// stream. Per (row block, super chunk) one entry: 32 slot vectors (slot 2q + t: the 8 rows' t-th kept value
-// of group q, in position order; 8 x 4, 2 or 1 bytes), two code vectors of 8 x 32 bits (lane r of code
-// vector h holds row r's 2-bit positions, 0..3 within the group, of slots 16h..16h+15, slot s in bits
-// 2(s % 16)) and, for int8, one scale vector (the 8 rows' fp32 scale of these 64 positions). Entry bytes:
+// stream. Per (row block, super chunk) one entry: two code vectors of 8 x 32 bits (lane r of code vector h
+// holds row r's 2-bit positions, 0..3 within the group, of slots 16h..16h+15, slot s in bits 2(s % 16)),
+// for int8 one scale vector (the 8 rows' fp32 scale of these 64 positions), then 32 slot vectors (slot
+// 2q + t: the 8 rows' t-th kept value of group q, in position order; 8 x 4, 2 or 1 bytes). The codes come
+// first because every permute of the entry waits for them: with them last, a core streaming from DRAM
+// held the whole entry's work until its last line arrived (docs/kernels.md, session 12). Entry bytes:
 // fp32 1088 (2.125 per weight, as the compressed format), bf16 576 (1.125), int8 352 (0.6875: a super chunk
 // lies under one scale of each row, so the matrix's scale group must be a multiple of 64 positions or the
 // whole row). Every vector load is 32-byte aligned. A slot's value is 0 where the format has no kept
@@ -130,10 +132,12 @@ struct LanesLayout {
   static constexpr int kRows = 8;
   static constexpr int kSuper = 64;  // positions per super chunk
   static constexpr int kSlots = 32;  // kept-value slots per super chunk
-  static constexpr int code_offset(LanesWeights w) { return kSlots * kRows * lanes_slot_bytes(w); }
-  static constexpr int scale_offset(LanesWeights w) { return code_offset(w) + 64; }
+  // The codes first, then (int8) the scales, then the slots: what every operation of the entry needs first.
+  static constexpr int code_offset(LanesWeights) { return 0; }
+  static constexpr int scale_offset(LanesWeights) { return 64; }
+  static constexpr int slot_offset(LanesWeights w) { return w == LanesWeights::kI8 ? 96 : 64; }
   static constexpr int entry_bytes(LanesWeights w) {
-    return scale_offset(w) + (w == LanesWeights::kI8 ? 32 : 0);
+    return slot_offset(w) + kSlots * kRows * lanes_slot_bytes(w);
   }
   LanesWeights weights = LanesWeights::kF32;
   int kb = 0;                                      // K per block (multiple of kSuper)
