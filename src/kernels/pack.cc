@@ -131,7 +131,7 @@ LanesLayout pack_lanes(const Compressed& w, int kb, bool bf16) {
         const int slot = 2 * q + t;
         const int idx = (code >> (2 * t)) & 3;
         if (4 * g + idx >= w.cols) continue;  // the last group's padding: value 0, code 0
-        uint8_t* v = e + L::slot_offset(p.weights) + (slot * L::kRows + lane) * sb;
+        uint8_t* v = e + L::slot_at(p.weights, slot) + lane * sb;
         if (i8) {
           *v = w.values[static_cast<size_t>(r * w.values_per_row() + 2 * g + t)];
         } else if (bf16) {

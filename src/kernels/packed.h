@@ -136,9 +136,11 @@ struct LanesLayout {
   static constexpr int code_offset(LanesWeights) { return 0; }
   static constexpr int scale_offset(LanesWeights) { return 64; }
   static constexpr int slot_offset(LanesWeights w) { return w == LanesWeights::kI8 ? 96 : 64; }
-  static constexpr int entry_bytes(LanesWeights w) {
-    return slot_offset(w) + kSlots * kRows * lanes_slot_bytes(w);
+  // Byte offset of slot s (its 8 rows' values) in an entry.
+  static constexpr int slot_at(LanesWeights w, int s) {
+    return slot_offset(w) + s * kRows * lanes_slot_bytes(w);
   }
+  static constexpr int entry_bytes(LanesWeights w) { return slot_at(w, kSlots); }
   LanesWeights weights = LanesWeights::kF32;
   int kb = 0;                                      // K per block (multiple of kSuper)
   int64_t m_blocks = 0, k_blocks = 0, supers = 0;  // supers = ceil(K / 64)

@@ -31,14 +31,13 @@ namespace sparse24::kernels {
 // The weight type of a LanesLayout's slots, at compile time: entry offsets and the slot load.
 template <LanesWeights WT>
 struct LanesSlots {
-  static constexpr int kSlotBytes = lanes_slot_bytes(WT);
   static constexpr int kCodeOffset = LanesLayout::code_offset(WT);
-  static constexpr int kSlotOffset = LanesLayout::slot_offset(WT);
   static constexpr int kScaleOffset = LanesLayout::scale_offset(WT);
   static constexpr int kEntryBytes = LanesLayout::entry_bytes(WT);
   static constexpr bool kScaled = WT == LanesWeights::kI8;
-  // The 8 rows' values of one slot (at p) as fp32.
-  static __m256 load(const uint8_t* p) {
+  // The 8 rows' values of slot s of the entry at e, as fp32.
+  static __m256 load(const uint8_t* e, int s) {
+    const uint8_t* p = e + LanesLayout::slot_at(WT, s);
     if constexpr (WT == LanesWeights::kF32) {
       return _mm256_load_ps(reinterpret_cast<const float*>(p));
     } else if constexpr (WT == LanesWeights::kBf16) {
@@ -95,8 +94,8 @@ void lanes_tile(const uint8_t* __restrict e, size_t estride, int64_t ns, const f
 #pragma GCC unroll 4
         for (int i = 0; i < NS; ++i) {
           const uint8_t* ei = es + i * estride;
-          __m256 w0 = S::load(ei + S::kSlotOffset + (16 * h + 2 * q) * 8 * S::kSlotBytes);
-          __m256 w1 = S::load(ei + S::kSlotOffset + (16 * h + 2 * q + 1) * 8 * S::kSlotBytes);
+          __m256 w0 = S::load(ei, 16 * h + 2 * q);
+          __m256 w1 = S::load(ei, 16 * h + 2 * q + 1);
           if constexpr (S::kScaled && !kPart) {
             w0 = _mm256_mul_ps(w0, sc[i]);
             w1 = _mm256_mul_ps(w1, sc[i]);
@@ -172,13 +171,12 @@ void lanes_mix_tile(const uint8_t* __restrict e, int64_t ns, const float* __rest
     const float* scale = reinterpret_cast<const float*>(es + S::kScaleOffset);
     const uint32_t* code1 = reinterpret_cast<const uint32_t*>(es + S::kCodeOffset + 32);
 #pragma GCC unroll 16
-    for (int j = 0; j < 16; ++j) _mm256_store_ps(wbuf[j], S::load(es + S::kSlotOffset + (16 + j) * 8));
+    for (int j = 0; j < 16; ++j) _mm256_store_ps(wbuf[j], S::load(es, 16 + j));
     __m256 p0 = _mm256_setzero_ps(), p1 = p0, p2 = p0, p3 = p0, p4 = p0, p5 = p0, p6 = p0, p7 = p0;
     __m256i c = _mm256_load_si256(reinterpret_cast<const __m256i*>(es + S::kCodeOffset));
 #pragma GCC unroll 8
     for (int q = 0; q < 8; ++q) {
-      const __m256 w0 = S::load(es + S::kSlotOffset + 2 * q * 8),
-                   w1 = S::load(es + S::kSlotOffset + (2 * q + 1) * 8);
+      const __m256 w0 = S::load(es, 2 * q), w1 = S::load(es, 2 * q + 1);
       const __m256i c1 = _mm256_srli_epi32(c, 2);
       __m256 a0, a1, xq, tm;
       uint64_t off;
