@@ -89,6 +89,19 @@ TEST(EngineOps, SoftmaxAndLayerNormMatchNaive) {
     detail::softmax_rows(p.data(), 3, cols);
     expect_close(p, want, 2e-6f, "softmax");
   }
+  {
+    // exp itself, at every fraction of x log2 e: the ratio to the row's maximum cancels the normalisation,
+    // leaving exp's error plus float's rounding of x log2 e (6e-8 |x|). A degree-6 polynomial on [0, 1)
+    // instead of [-1/2, 1/2] is 8e-6 off near the top of its range and fails here on every run.
+    std::vector<float> p(256);
+    for (size_t j = 0; j < p.size(); ++j) p[j] = -0.039f * static_cast<float>(j);
+    const std::vector<float> x = p;
+    detail::softmax_rows(p.data(), 1, static_cast<int64_t>(p.size()));
+    for (size_t j = 0; j < p.size(); ++j) {
+      const double want = std::exp(double(x[j])), tol = (6e-7 + 1e-7 * std::fabs(x[j])) * want;
+      ASSERT_NEAR(double(p[j]) / p[0], want, tol) << "softmax's exp at x = " << x[j];
+    }
+  }
   for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {4, 3}, {7, 17}, {64, 33}}) {
     const std::vector<float> x = random_floats(g, rows * cols, -3, 3), res = random_floats(g, rows * cols),
                              gamma = random_floats(g, rows), beta = random_floats(g, rows);
