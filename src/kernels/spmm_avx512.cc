@@ -161,8 +161,9 @@ void avx512_gemm_4x16(const PackedMatrix::Impl& p, const SpmmArgs& a) { gemm_run
 void avx512_gemm_4x32(const PackedMatrix::Impl& p, const SpmmArgs& a) { gemm_run<Avx512, 4, 2>(p, a); }
 void avx512_gemm_4x64(const PackedMatrix::Impl& p, const SpmmArgs& a) { gemm_run<Avx512, 4, 4>(p, a); }
 
-void avx512_gemv_f32(const PackedMatrix::Impl& p, const SpmmArgs& a) {
-  gemv_dispatch<Avx512, false, variant("avx512_gemv_f32")->n_max>(p, a);
+// Rows in lanes (spmm_lanes.h) with the 32 registers: up to 16 columns in one pass.
+void avx512_lanes_f32(const PackedMatrix::Impl& p, const SpmmArgs& a) {
+  lanes_dispatch<Avx512, LanesWeights::kF32, variant("avx512_lanes_f32")->n_max, 16, 32>(p, a);
 }
 void avx512_gemv_bf16(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   gemv_dispatch<Avx512, true, variant("avx512_gemv_bf16")->n_max>(p, a);
@@ -174,8 +175,6 @@ void avx512_pair8(const PackedMatrix::Impl& p, const SpmmArgs& a) { pair_run<Avx
 void avx512_pair16(const PackedMatrix::Impl& p, const SpmmArgs& a) { pair_run<Avx512, 2>(p, a); }
 
 // int8 weights, rows in lanes (spmm_lanes.h) with the 32 registers: up to 16 columns in one pass.
-// Compiled and tested against the reference only where AVX-512 runs; written on an AVX2-only machine and
-// not yet run on AVX-512 hardware.
 void avx512_lanes_i8(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   lanes_dispatch<Avx512, LanesWeights::kI8, variant("avx512_lanes_i8")->n_max, 16, 32>(p, a);
 }
