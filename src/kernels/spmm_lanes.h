@@ -235,16 +235,15 @@ float* lanes_mix_x(const SpmmArgs& a, int64_t k, size_t xc_pass) {
 // come as [column j's 4, again, column j + 1's 4, again] (lanes_pair_x), so one in-lane `vpermilps` and one
 // FMA do 16 multiply-adds where the 256-bit tile does 8: half the permutes per multiply-add, which bound the
 // 256-bit tile at one FMA per cycle where shuffles have one port (Intel: port 5). Odd N pads a column.
+// The pair tile's slot load: the 8 rows in both halves, by broadcasts from memory (load-port operations,
+// not shuffles). fp32 and int8 only: no bf16 row reads this tile.
 template <LanesWeights WT>
 struct LanesSlots512 {
+  static_assert(WT != LanesWeights::kBf16);
   static __m512 load(const uint8_t* e, int s) {
     const uint8_t* p = e + LanesLayout::slot_at(WT, s);
     if constexpr (WT == LanesWeights::kF32) {
       return _mm512_broadcast_f32x8(_mm256_load_ps(reinterpret_cast<const float*>(p)));
-    } else if constexpr (WT == LanesWeights::kBf16) {
-      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_broadcastsi128_si256(
-                                                       _mm_load_si128(reinterpret_cast<const __m128i*>(p)))),
-                                                   16));
     } else {
       int64_t v;
       std::memcpy(&v, p, sizeof v);
