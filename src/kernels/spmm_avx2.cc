@@ -147,7 +147,7 @@ void avx2_lanes_i8_c4(const PackedMatrix::Impl& p, const SpmmArgs& a) {
 // int8 in the mixed form (spmm_lanes.h, lanes_mix_tile): half the groups rows in lanes, half columns in
 // lanes, passes of 8 columns.
 void avx2_lanes_i8_mix(const PackedMatrix::Impl& p, const SpmmArgs& a) {
-  lanes_dispatch<Avx2, LanesWeights::kI8, variant("avx2_lanes_i8_mix")->n_max, 8, 16, true>(p, a);
+  lanes_dispatch<Avx2, LanesWeights::kI8, variant("avx2_lanes_i8_mix")->n_max, 8, 16, LanesTile::kMix>(p, a);
 }
 
 }  // namespace sparse24::kernels

@@ -179,12 +179,14 @@ void avx512_lanes_i8(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   lanes_dispatch<Avx512, LanesWeights::kI8, variant("avx512_lanes_i8")->n_max, 16, 32>(p, a);
 }
 
-// Two columns per 512-bit vector (spmm_lanes.h, lanes_pair_tile).
-void avx512_lanes2_f32(const PackedMatrix::Impl& p, const SpmmArgs& a) {
-  lanes_dispatch<Avx512, LanesWeights::kF32, variant("avx512_lanes2_f32")->n_max, 16, 32, false, true>(p, a);
+// The two slots of a group per 512-bit vector (spmm_lanes.h, lanes_slots_tile).
+void avx512_lanes16_f32(const PackedMatrix::Impl& p, const SpmmArgs& a) {
+  lanes_dispatch<Avx512, LanesWeights::kF32, variant("avx512_lanes16_f32")->n_max, 16, 32, LanesTile::kSlots>(
+      p, a);
 }
-void avx512_lanes2_i8(const PackedMatrix::Impl& p, const SpmmArgs& a) {
-  lanes_dispatch<Avx512, LanesWeights::kI8, variant("avx512_lanes2_i8")->n_max, 16, 32, false, true>(p, a);
+void avx512_lanes16_i8(const PackedMatrix::Impl& p, const SpmmArgs& a) {
+  lanes_dispatch<Avx512, LanesWeights::kI8, variant("avx512_lanes16_i8")->n_max, 16, 32, LanesTile::kSlots>(
+      p, a);
 }
 
 }  // namespace sparse24::kernels

@@ -8,10 +8,10 @@
 // both 128-bit halves, one in-lane `vpermilps` with the code vector picks each row's position (the low 2
 // bits of its lane; the code vector is shifted 4 bits per group), and one FMA per slot with the 8 rows'
 // weights. Per 8 kept weights: one load (widened from bf16 by a zero extension and a shift, from int8 by a
-// sign extension and a conversion), one permute, one FMA and half a shift (AVX-512 also has a tile of two
-// columns per 512-bit vector, lanes_pair_tile: one permute per 16). int8: the super chunk's scale
-// vector (the 8 rows' scales) multiplies the partial sums once per super chunk when the registers hold a
-// partial sum per stream and column (small N), else each converted slot vector once (shared by the N
+// sign extension and a conversion), one permute, one FMA and half a shift (AVX-512 has a 512-bit tile
+// with both slots of a group in one vector, lanes_slots_tile: one permute per 16). int8: the super chunk's
+// scale vector (the 8 rows' scales) multiplies the partial sums once per super chunk when the registers hold
+// a partial sum per stream and column (small N), else each converted slot vector once (shared by the N
 // columns). fp32 activations and accumulation throughout. int8 from N = 8 on AVX2 also has a mixed tile
 // (lanes_mix_tile: half of each super chunk in columns in lanes, no permutes), the variant avx2_lanes_i8_mix.
 //
@@ -28,6 +28,10 @@
 #include "spmm_driver.h"
 
 namespace sparse24::kernels {
+
+// The tile a rows-in-lanes kernel runs: kRows (lanes_tile, 256-bit), kMix (lanes_mix_tile, AVX2 int8),
+// kSlots (lanes_slots_tile, AVX-512: the two slots of a group in one 512-bit vector).
+enum class LanesTile { kRows, kMix, kSlots };
 
 // The weight type of a LanesLayout's slots, at compile time: entry offsets and the slot load.
 template <LanesWeights WT>
@@ -230,46 +234,62 @@ float* lanes_mix_x(const SpmmArgs& a, int64_t k, size_t xc_pass) {
   return xc;
 }
 
-// AVX-512 only (instantiated in spmm_avx512.cc alone): two columns per 512-bit vector. The slot vector,
-// the code vector and (int8) the scales hold the 8 rows in both 256-bit halves; the activations of group q
-// come as [column j's 4, again, column j + 1's 4, again] (lanes_pair_x), so one in-lane `vpermilps` and one
-// FMA do 16 multiply-adds where the 256-bit tile does 8: half the permutes per multiply-add, which bound the
-// 256-bit tile at one FMA per cycle where shuffles have one port (Intel: port 5). Odd N pads a column.
-// The pair tile's slot load: the 8 rows in both halves, by broadcasts from memory (load-port operations,
-// not shuffles). fp32 and int8 only: no bf16 row reads this tile.
+// AVX-512 only: the two slots of group q in the two 256-bit halves of one vector (the 8 rows' slot 2q, then
+// slot 2q + 1, which the layout stores next to each other), so one load (and for int8 one widening and one
+// conversion) gives both; the group's 4 activations of column n broadcast to the four 128-bit lanes, one
+// in-lane `vpermilps` with the code vector [codes, codes >> 2] picks each row's position of each slot, and
+// one FMA does 16 multiply-adds. Per group and column: one permute and one FMA (half of lanes_tile's, which
+// bound it at one FMA per cycle where shuffles have one port: Intel's port 5); the per-group work shared
+// by the columns is one load, one code shift (and int8 one widening and one conversion). Session 13's tile
+// of two columns per vector had the same per-column work but twice the shared work and a padded column for
+// odd N; this one replaced it (docs/kernels.md, session 14). The halves are slot 0's and slot 1's partial
+// sums, added at the end. X comes group by group (lanes_group_x: every column's 4 activations of a group
+// side by side), so each broadcast is one pointer plus a constant (from the transposed X, g++ kept a pointer
+// per column and group and spilled them).
 template <LanesWeights WT>
-struct LanesSlots512 {
+struct LanesSlotPair {
   static_assert(WT != LanesWeights::kBf16);
-  static __m512 load(const uint8_t* e, int s) {
-    const uint8_t* p = e + LanesLayout::slot_at(WT, s);
+  // Slots 2q and 2q + 1 of the entry at e as [slot 2q's 8 rows, slot 2q + 1's 8 rows].
+  static __m512 load(const uint8_t* e, int q) {
+    const uint8_t* p = e + LanesLayout::slot_at(WT, 2 * q);
     if constexpr (WT == LanesWeights::kF32) {
-      return _mm512_broadcast_f32x8(_mm256_load_ps(reinterpret_cast<const float*>(p)));
+      return _mm512_loadu_ps(reinterpret_cast<const float*>(p));
     } else {
-      int64_t v;
-      std::memcpy(&v, p, sizeof v);
-      return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_set1_epi64x(v)));
+      return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
     }
   }
 };
 
-// NS streams over ns super chunks; NC columns from xp (pairs of columns pstride floats apart, per super chunk
-// 16 groups x 16 floats). out[i][n] as lanes_tile's.
-template <class T, LanesWeights WT, int NC, int NS>
-void lanes_pair_tile(const uint8_t* __restrict e, size_t estride, int64_t ns, const float* __restrict xp,
-                     size_t pstride, __m256 (&out)[NS][NC]) {
+// NS streams over ns super chunks; NC columns of xg, whose groups hold NX columns (lanes_group_x). out[i][n]
+// as lanes_tile's.
+template <class T, LanesWeights WT, int NC, int NS, int NX>
+void lanes_slots_tile(const uint8_t* __restrict e, size_t estride, int64_t ns, const float* __restrict xg,
+                      __m256 (&out)[NS][NC]) {
   using S = LanesSlots<WT>;
-  using S5 = LanesSlots512<WT>;
-  constexpr int NP = (NC + 1) / 2;
+  using W = LanesSlotPair<WT>;
   // int8: partial sums per super chunk (times the scales once) when they fit beside the sums.
-  constexpr bool kPart = S::kScaled && 3 * NS * NP + 8 <= 32;
-  __m512 acc[NS][NP], p0[NS][NP], p1[NS][NP];
+  constexpr bool kPart = S::kScaled && 2 * NS * NC + 6 <= 32;
+  // Software prefetch distance. Intel Xeon (session 14), 4096x4096 cold, GFLOP/s without -> with: int8
+  // N = 8 132 -> 167-173, N = 4 106 -> 142-145, N = 1 47 -> 53-54; fp32 N = 1 14.5 -> 15.7-17, N = 8 86-93
+  // -> 91-118. 1 KB and 4 KB ahead within a few per cent of 2 KB; every second line only (the pair line
+  // left to the hardware) lost the fp32 gain. Cost: hot fp32 N = 1 (576x1536 in L2) 75-79 -> 61-63.
+  constexpr int kPrefetch = 2048;
+  __m512 acc[NS][NC], part[NS][NC];
 #pragma GCC unroll 4
   for (int i = 0; i < NS; ++i)
-#pragma GCC unroll 8
-    for (int j = 0; j < NP; ++j) acc[i][j] = p0[i][j] = p1[i][j] = _mm512_setzero_ps();
+#pragma GCC unroll 16
+    for (int n = 0; n < NC; ++n) acc[i][n] = part[i][n] = _mm512_setzero_ps();
+  // Slot 2q's code in bits 0..1 of the lane's 4 bits of group q, slot 2q + 1's in bits 2..3.
+  const __m512i half_shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi32(2), 1);
   for (int64_t s = 0; s < ns; ++s) {
-    const float* xs = xp + s * LanesLayout::kSuper * 4;
+    const float* xs = xg + s * LanesLayout::kSuper * NX;
     const uint8_t* es = e + static_cast<size_t>(s) * S::kEntryBytes;
+    // Every line of each stream kPrefetch bytes ahead (the entries are read in address order).
+#pragma GCC unroll 4
+    for (int i = 0; i < NS; ++i)
+#pragma GCC unroll 32
+      for (int l = 0; l < S::kEntryBytes; l += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(es + i * estride + kPrefetch + l), _MM_HINT_T0);
     __m512 sc[NS];
     if constexpr (S::kScaled)
 #pragma GCC unroll 4
@@ -281,25 +301,21 @@ void lanes_pair_tile(const uint8_t* __restrict e, size_t estride, int64_t ns, co
       __m512i c[NS];
 #pragma GCC unroll 4
       for (int i = 0; i < NS; ++i)
-        c[i] = _mm512_broadcast_i32x8(
-            _mm256_load_si256(reinterpret_cast<const __m256i*>(es + i * estride + S::kCodeOffset) + h));
+        c[i] = _mm512_srlv_epi32(
+            _mm512_broadcast_i32x8(
+                _mm256_load_si256(reinterpret_cast<const __m256i*>(es + i * estride + S::kCodeOffset) + h)),
+            half_shift);
 #pragma GCC unroll 8
       for (int q = 0; q < 8; ++q) {
 #pragma GCC unroll 4
         for (int i = 0; i < NS; ++i) {
-          const uint8_t* ei = es + i * estride;
-          __m512 w0 = S5::load(ei, 16 * h + 2 * q);
-          __m512 w1 = S5::load(ei, 16 * h + 2 * q + 1);
-          if constexpr (S::kScaled && !kPart) {
-            w0 = _mm512_mul_ps(w0, sc[i]);
-            w1 = _mm512_mul_ps(w1, sc[i]);
-          }
-          const __m512i c1 = _mm512_srli_epi32(c[i], 2);
-#pragma GCC unroll 8
-          for (int j = 0; j < NP; ++j) {
-            const __m512 xq = _mm512_load_ps(xs + j * pstride + (8 * h + q) * 16);
-            p0[i][j] = _mm512_fmadd_ps(w0, _mm512_permutevar_ps(xq, c[i]), p0[i][j]);
-            p1[i][j] = _mm512_fmadd_ps(w1, _mm512_permutevar_ps(xq, c1), p1[i][j]);
+          __m512 w = W::load(es + i * estride, 8 * h + q);
+          if constexpr (S::kScaled && !kPart) w = _mm512_mul_ps(w, sc[i]);
+#pragma GCC unroll 16
+          for (int n = 0; n < NC; ++n) {
+            const __m512 xq = _mm512_broadcast_f32x4(_mm_load_ps(xs + ((8 * h + q) * NX + n) * 4));
+            __m512& a = kPart ? part[i][n] : acc[i][n];
+            a = _mm512_fmadd_ps(w, _mm512_permutevar_ps(xq, c[i]), a);
           }
           c[i] = _mm512_srli_epi32(c[i], 4);
         }
@@ -308,50 +324,44 @@ void lanes_pair_tile(const uint8_t* __restrict e, size_t estride, int64_t ns, co
     if constexpr (kPart)
 #pragma GCC unroll 4
       for (int i = 0; i < NS; ++i)
-#pragma GCC unroll 8
-        for (int j = 0; j < NP; ++j) {
-          acc[i][j] = _mm512_fmadd_ps(_mm512_add_ps(p0[i][j], p1[i][j]), sc[i], acc[i][j]);
-          p0[i][j] = p1[i][j] = _mm512_setzero_ps();
+#pragma GCC unroll 16
+        for (int n = 0; n < NC; ++n) {
+          acc[i][n] = _mm512_fmadd_ps(part[i][n], sc[i], acc[i][n]);
+          part[i][n] = _mm512_setzero_ps();
         }
   }
 #pragma GCC unroll 4
   for (int i = 0; i < NS; ++i)
-#pragma GCC unroll 8
-    for (int j = 0; j < NP; ++j) {
-      const __m512 v = kPart ? acc[i][j] : _mm512_add_ps(p0[i][j], p1[i][j]);
-      out[i][2 * j] = _mm512_castps512_ps256(v);
-      if (2 * j + 1 < NC) out[i][2 * j + 1] = _mm512_extractf32x8_ps(v, 1);
-    }
+#pragma GCC unroll 16
+    for (int n = 0; n < NC; ++n)
+      out[i][n] = _mm256_add_ps(_mm512_castps512_ps256(acc[i][n]), _mm512_extractf32x8_ps(acc[i][n], 1));
 }
 
-// The pair tile's X in the thread's scratch: per pair of columns (pstride floats apart), per group of 4
-// positions, [column 2p's 4, again, column 2p + 1's 4, again]; zero past k and N.
+// The slots tile's X in the thread's scratch: per group of 4 positions, the N columns' 4 activations in
+// turn ([group][column][4]); zero past k.
 template <class T, int N>
-float* lanes_pair_x(const SpmmArgs& a, int64_t k, size_t pstride) {
-  constexpr int NP = (N + 1) / 2;
-  float* x2 = scratch<T, 2>(NP * pstride);
-  std::memset(x2, 0, sizeof(float) * NP * pstride);
+float* lanes_group_x(const SpmmArgs& a, int64_t k, int64_t supers) {
+  const size_t size = static_cast<size_t>(supers * LanesLayout::kSuper * N);
+  float* xg = scratch<T, 2>(size);
+  std::memset(xg + k * N, 0, sizeof(float) * (size - static_cast<size_t>(k * N)));
   for (int64_t kk = 0; kk < k; ++kk)
-    for (int j = 0; j < N; ++j) {
-      float* d = x2 + j / 2 * pstride + kk / 4 * 16 + j % 2 * 8 + kk % 4;
-      d[0] = d[4] = a.x[kk * a.ldx + j];
-    }
-  return x2;
+    for (int j = 0; j < N; ++j) xg[(kk / 4 * N + j) * 4 + kk % 4] = a.x[kk * a.ldx + j];
+  return xg;
 }
 
 // NS streams of N columns, in passes of up to CMAX columns: v[i][n], stream i's sums for column n. Passes
 // after the first read the same weights again (one K block of a row block: at most 17 KB, from L1/L2).
-// MIX: the mixed int8 tile (one stream, CMAX = 8); xc: this K block's part of the first pass's X in the
-// tile's two orders, the next pass's xc_pass floats further.
-template <class T, LanesWeights WT, int N, int NS, int CMAX, int VREGS, bool MIX, bool PAIRS, int C0 = 0>
+// TILE kMix: the mixed int8 tile (one stream, CMAX = 8); xc: this K block's part of the first pass's X in
+// the tile's two orders, the next pass's xc_pass floats further. kSlots: xc is this K block's part of
+// lanes_group_x's X (every column in one pass, CMAX = 16).
+template <class T, LanesWeights WT, int N, int NS, int CMAX, int VREGS, LanesTile TILE, int C0 = 0>
 void lanes_passes(const uint8_t* e, size_t estride, int64_t ns, const float* xb, int64_t ldxt,
                   const float* xc, size_t xc_pass, __m256 (&v)[NS][N]) {
   constexpr int NC = N - C0 < CMAX ? N - C0 : CMAX;
   __m256 out[NS][NC];
-  if constexpr (PAIRS) {
-    static_assert(C0 % 2 == 0);
-    lanes_pair_tile<T, WT, NC, NS>(e, estride, ns, xc + C0 / 2 * xc_pass, xc_pass, out);
-  } else if constexpr (MIX) {
+  if constexpr (TILE == LanesTile::kSlots) {
+    lanes_slots_tile<T, WT, NC, NS, N>(e, estride, ns, xc + C0 * 4, out);
+  } else if constexpr (TILE == LanesTile::kMix) {
     // Fewer than 8 columns run the 8-column tile on zero-padded columns.
     static_assert(NS == 1 && CMAX == 8 && WT == LanesWeights::kI8);
     __m256 o8[8];
@@ -363,7 +373,7 @@ void lanes_passes(const uint8_t* e, size_t estride, int64_t ns, const float* xb,
   for (int i = 0; i < NS; ++i)
     for (int j = 0; j < NC; ++j) v[i][C0 + j] = out[i][j];
   if constexpr (C0 + NC < N)
-    lanes_passes<T, WT, N, NS, CMAX, VREGS, MIX, PAIRS, C0 + NC>(e, estride, ns, xb, ldxt, xc, xc_pass, v);
+    lanes_passes<T, WT, N, NS, CMAX, VREGS, TILE, C0 + NC>(e, estride, ns, xb, ldxt, xc, xc_pass, v);
 }
 
 // Streams (row regions read at once) for N columns: 4 at N = 1, 2 up to N = 4, except where two would cost
@@ -375,17 +385,18 @@ constexpr int lanes_streams =
     N == 1 ? 4 : (N == 2 || (N <= 4 && (WT != LanesWeights::kI8 || 4 * N + 8 <= VREGS)) ? 2 : 1);
 
 // N columns; CMAX: the most columns one pass keeps in registers (8 with 16 registers, 16 with 32).
-template <class T, LanesWeights WT, int N, int CMAX, int VREGS, bool MIX, bool PAIRS>
+template <class T, LanesWeights WT, int N, int CMAX, int VREGS, LanesTile TILE>
 void lanes_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
+  constexpr bool MIX = TILE == LanesTile::kMix, SLOTS = TILE == LanesTile::kSlots;
   constexpr int NS = MIX ? 1 : lanes_streams<WT, N, VREGS>;
   constexpr int R = LanesLayout::kRows;
   const LanesLayout& lay = p.lanes;
   const int64_t m = p.m, k = p.k;
   const int64_t ldxt = lay.supers * LanesLayout::kSuper + 16;  // + 16: rows of Xt not 4 KiB apart
-  float* xt = MIX || PAIRS ? nullptr : transposed_x<T, N>(a, k, ldxt);
-  const size_t xc_pass = static_cast<size_t>(lay.supers * LanesLayout::kSuper * (PAIRS ? 4 : 2 * 8));
+  float* xt = MIX || SLOTS ? nullptr : transposed_x<T, N>(a, k, ldxt);
+  const size_t xc_pass = static_cast<size_t>(lay.supers * LanesLayout::kSuper * 2 * 8);
   const float* xc = MIX     ? lanes_mix_x<T, N>(a, k, xc_pass)
-                    : PAIRS ? lanes_pair_x<T, N>(a, k, xc_pass)
+                    : SLOTS ? lanes_group_x<T, N>(a, k, lay.supers)
                             : nullptr;
   const int nt = static_cast<int>(std::min<int64_t>(a.threads, lay.m_blocks));
 #pragma omp parallel num_threads(nt) if (nt > 1)
@@ -398,8 +409,8 @@ void lanes_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
     for (int64_t kb = 0; kb < lay.k_blocks; ++kb) {
       const int64_t ns = lay.supers_in(kb);
       const size_t bstride = static_cast<size_t>(ns * LanesSlots<WT>::kEntryBytes);  // next row block
-      const float* xb = MIX || PAIRS ? nullptr : xt + kb * lay.kb;
-      const float* xcb = MIX ? xc + kb * lay.kb * 2 * 8 : PAIRS ? xc + kb * lay.kb * 4 : nullptr;
+      const float* xb = MIX || SLOTS ? nullptr : xt + kb * lay.kb;
+      const float* xcb = MIX ? xc + kb * lay.kb * 2 * 8 : SLOTS ? xc + kb * lay.kb * N : nullptr;
       const bool first = kb == 0, last = kb + 1 == lay.k_blocks;
       auto emit = [&](int64_t mb, const __m256(&v)[N]) {
         alignas(32) float t[N][R];
@@ -418,27 +429,27 @@ void lanes_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
       if constexpr (NS > 1) {
         for (int64_t t = 0; t < per; ++t) {
           __m256 v[NS][N];
-          lanes_passes<T, WT, N, NS, CMAX, VREGS, MIX, PAIRS>(lay.data.data() + lay.entry(kb, b0 + t),
-                                                              bstride * per, ns, xb, ldxt, xcb, xc_pass, v);
+          lanes_passes<T, WT, N, NS, CMAX, VREGS, TILE>(lay.data.data() + lay.entry(kb, b0 + t),
+                                                        bstride * per, ns, xb, ldxt, xcb, xc_pass, v);
           for (int i = 0; i < NS; ++i) emit(b0 + t + i * per, v[i]);
         }
       }
       for (int64_t mb = NS > 1 ? b0 + NS * per : b0; mb < b1; ++mb) {
         __m256 v[1][N];
-        lanes_passes<T, WT, N, 1, CMAX, VREGS, MIX, PAIRS>(lay.data.data() + lay.entry(kb, mb), 0, ns, xb,
-                                                           ldxt, xcb, xc_pass, v);
+        lanes_passes<T, WT, N, 1, CMAX, VREGS, TILE>(lay.data.data() + lay.entry(kb, mb), 0, ns, xb, ldxt,
+                                                     xcb, xc_pass, v);
         emit(mb, v[0]);
       }
     }
   }
 }
 
-template <class T, LanesWeights WT, int NMax, int CMAX, int VREGS, bool MIX = false, bool PAIRS = false,
+template <class T, LanesWeights WT, int NMax, int CMAX, int VREGS, LanesTile TILE = LanesTile::kRows,
           int N = 1>
 void lanes_dispatch(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   if constexpr (N <= NMax) {
-    if (a.n == N) return lanes_run<T, WT, N, CMAX, VREGS, MIX, PAIRS>(p, a);
-    return lanes_dispatch<T, WT, NMax, CMAX, VREGS, MIX, PAIRS, N + 1>(p, a);
+    if (a.n == N) return lanes_run<T, WT, N, CMAX, VREGS, TILE>(p, a);
+    return lanes_dispatch<T, WT, NMax, CMAX, VREGS, TILE, N + 1>(p, a);
   } else {
     throw Error("internal: a rows-in-lanes kernel got more columns than its n_max");
   }
