@@ -10,7 +10,7 @@ namespace sparse24::kernels {
 
 using SpmmFn = void (*)(const PackedMatrix::Impl&, const SpmmArgs&);
 
-enum class Layout : uint8_t { kGemm, kGemv, kLanes };
+enum class Layout : uint8_t { kGemm, kLanes };
 // The packed weight types a variant reads (a bit set). The compute-bound layout holds fp32 (bf16-rounded
 // for kBf16, dequantised for kI8), so its rows read kAny.
 enum class Weights : uint8_t { kF32 = 1, kBf16 = 2, kF32Bf16 = 3, kI8 = 4, kAny = 7 };
@@ -66,12 +66,11 @@ struct IsaRow {
   int gemm_mr;        // compute-bound layout: rows per block
   int gemm_kc;        // compute-bound layout: K per block (multiple of 4)
   int gemm_chunk;     // compute-bound layout: row blocks per chunk
-  int gemv_rb;        // GemvLayout: rows per block
-  int gemv_kb;        // GemvLayout and LanesLayout: K per block (multiple of 64)
+  int lanes_kb;       // LanesLayout: K per block (multiple of 64)
 };
 
 inline constexpr IsaRow kIsas[] = {
-#define SPARSE24_ISA(isa, cpu_has, mr, kc, chunk, rb, kb) {Isa::isa, cpu_has, mr, kc, chunk, rb, kb},
+#define SPARSE24_ISA(isa, cpu_has, mr, kc, chunk, kb) {Isa::isa, cpu_has, mr, kc, chunk, kb},
 #define SPARSE24_KERNEL(...)
 #include "kernel_list.inc"
 #undef SPARSE24_KERNEL
@@ -110,15 +109,8 @@ constexpr int64_t small_n_max(Isa isa, Weights w) { return small_rows_max(isa, w
 // it (also past their pick ranges).
 constexpr int64_t small_n_take(Isa isa, Weights w) { return small_rows_max(isa, w, &Variant::n_max); }
 
-// The small-N layout pack makes for this ISA and weight type (every small-N row of the pair shares it).
-constexpr Layout small_layout(Isa isa, Weights w) {
-  for (const Variant& v : kVariants)
-    if (v.isa == isa && v.layout != Layout::kGemm && v.reads(w)) return v.layout;
-  return Layout::kGemv;
-}
-
-// The checks that used to be conventions: one small-N layout per ISA and weight type, every N up to the
-// small-N limit picked by a row that takes it, every compute-bound N picked, names unique.
+// The checks that used to be conventions: every N up to the small-N limit picked by a row that takes it,
+// every compute-bound N picked, names unique.
 // (Indices and values only, no pointer comparisons: under -fsanitize=undefined GCC does not evaluate
 // those in a constant expression.)
 constexpr bool list_is_consistent() {
@@ -141,8 +133,6 @@ constexpr bool list_is_consistent() {
           if (v.isa != r.isa || !v.reads(w) || !v.picks(n) || !v.takes(n)) continue;
           if (v.layout == Layout::kGemm)
             large = true;
-          else if (v.layout != small_layout(r.isa, w))
-            return false;
           else
             small = true;
         }
@@ -156,7 +146,6 @@ static_assert(list_is_consistent(), "kernel_list.inc: see the rules at its top")
 
 // Pack steps (pack.cc).
 GemmLayout pack_gemm(const Compressed& w, int mr, int kc, int chunk, bool round_bf16);
-GemvLayout pack_gemv(const Compressed& w, int rb, int kb, bool bf16);
 // w: fp32 (held as bf16 when bf16) or int8 (scaled or not).
 LanesLayout pack_lanes(const Compressed& w, int kb, bool bf16);
 

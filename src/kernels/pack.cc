@@ -48,49 +48,6 @@ GemmLayout pack_gemm(const Compressed& w, int mr, int kc, int chunk, bool round_
   return p;
 }
 
-GemvLayout pack_gemv(const Compressed& w, int rb, int kb, bool bf16) {
-  GemvLayout p;
-  p.rb = rb;
-  p.kb = kb;
-  p.bf16 = bf16;
-  p.m_blocks = (w.rows + rb - 1) / rb;
-  p.chunks = (w.cols + 15) / 16;
-  p.k_blocks = (w.cols + kb - 1) / kb;
-  const size_t entries = static_cast<size_t>(p.m_blocks * rb * p.chunks);
-  if (bf16)
-    p.vals16 = AlignedArray<uint16_t>(entries * 8);
-  else
-    p.vals = AlignedArray<float>(entries * 8);
-  p.masks = AlignedArray<uint16_t>(entries);
-  const int64_t groups = w.groups_per_row();
-  for (int64_t r = 0; r < w.rows; ++r) {
-    const int64_t mb = r / rb;
-    const int rr = static_cast<int>(r % rb);
-    for (int64_t c = 0; c < p.chunks; ++c) {
-      const int64_t kblk = c / (kb / 16);
-      const size_t e = p.entry(kblk, mb) + static_cast<size_t>((c - kblk * (kb / 16)) * rb + rr);
-      uint16_t mask = 0;
-      for (int64_t g = 4 * c; g < 4 * c + 4 && g < groups; ++g) {
-        const uint8_t code = w.code(r, g);
-        for (int j = 0; j < 2; ++j) {
-          const int idx = (code >> (2 * j)) & 3;
-          const int64_t pos = 4 * g + idx;
-          if (pos >= w.cols) continue;  // the last group's padding: never multiplied
-          mask = static_cast<uint16_t>(mask | (1u << (pos - 16 * c)));
-          const float v = w.value(r, 2 * g + j);
-          const size_t slot = e * 8 + static_cast<size_t>(2 * (g - 4 * c) + j);
-          if (bf16)
-            p.vals16.data()[slot] = float_to_bf16(v);
-          else
-            p.vals.data()[slot] = v;
-        }
-      }
-      p.masks.data()[e] = mask;
-    }
-  }
-  return p;
-}
-
 LanesLayout pack_lanes(const Compressed& w, int kb, bool bf16) {
   using L = LanesLayout;
   const bool i8 = w.dtype == DType::kI8;

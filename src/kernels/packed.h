@@ -12,13 +12,7 @@
 // zeros; the last group's padding positions (>= K) hold value 0 and index a zero row of the packed
 // activation panel, so X rows >= K are never read.
 //
-// GemvLayout, the memory-bound path (N <= small_n_max). K in blocks of `kb` (a multiple of 16), rows in
-// blocks of `rb`; storage order [K block][row block][16-wide chunk][row], one sequential stream. Each
-// (row, chunk) has 8 value slots (fp32 or bf16) and a 16-bit keep mask: bit i set if position 16c + i is
-// kept (positions >= K are never kept). Group q of the chunk owns slots 2q and 2q+1, in position order
-// (so a value's slot is 2q + [a kept position of its group lies below it]). The kernel spreads them to a
-// dense 16-wide vector with one permute and multiply-adds with the transposed activations; from N ~ 7 on
-// the pair kernel (spmm_driver.h) reads the same layout a group at a time instead.
+// LanesLayout, the memory-bound path (N <= small_n_max): below.
 #pragma once
 #include <sys/mman.h>
 
@@ -89,30 +83,11 @@ struct GemmLayout {
   }
 };
 
-struct GemvLayout {
-  int rb = 0;  // rows per row block
-  int kb = 0;  // K per block (multiple of 16)
-  bool bf16 = false;
-  int64_t m_blocks = 0, k_blocks = 0, chunks = 0;  // chunks = ceil(K / 16)
-  AlignedArray<float> vals;                        // fp32 values (when !bf16)
-  AlignedArray<uint16_t> vals16;                   // bf16 values (when bf16)
-  AlignedArray<uint16_t> masks;
-  // Index of the first (chunk, row) entry of K block kblk, row block mb (times 8 for values).
-  size_t entry(int64_t kblk, int64_t mb) const {
-    int64_t c0 = kblk * (kb / 16);
-    int64_t nc = chunks - c0 < kb / 16 ? chunks - c0 : kb / 16;
-    return static_cast<size_t>((m_blocks * c0 + mb * nc) * rb);
-  }
-  int64_t chunks_in(int64_t kblk) const {
-    int64_t c0 = kblk * (kb / 16);
-    return chunks - c0 < kb / 16 ? chunks - c0 : kb / 16;
-  }
-};
-
-// LanesLayout, the memory-bound path of the rows-in-lanes kernels (spmm_lanes.h): fp32 and bf16 weights on
-// AVX2, int8 weights (2:4 kept values as int8 with fp32 scales) on both ISAs. Rows in blocks of 8 (one per
-// lane of a 256-bit vector), K in blocks of `kb` (a multiple of 64) and, inside a K block, in super chunks
-// of 64 positions (16 groups, 32 slots). Storage order [K block][row block][super chunk], one sequential
+// LanesLayout, the memory-bound path of the rows-in-lanes kernels (spmm_lanes.h): fp32, bf16 and int8
+// weights (2:4 kept values as int8 with fp32 scales) on both ISAs. Rows in blocks of 8 (one per lane of a
+// 256-bit vector; the AVX-512 tile reads slots 2q and 2q + 1 as the two halves of one 512-bit vector), K
+// in blocks of `kb` (a multiple of 64) and, inside a K block, in super chunks of 64 positions (16 groups,
+// 32 slots). Storage order [K block][row block][super chunk], one sequential
 // stream. Per (row block, super chunk) one entry: two code vectors of 8 x 32 bits (lane r of code vector h
 // holds row r's 2-bit positions, 0..3 within the group, of slots 16h..16h+15, slot s in bits 2(s % 16)),
 // for int8 one scale vector (the 8 rows' fp32 scale of these 64 positions), then 32 slot vectors (slot
@@ -181,11 +156,10 @@ struct PackedMatrix::Impl {
   bool i8 = false;       // int8 weights (the small-N layout lanes; the compute-bound one dequantised)
   int small_n_max = 0;   // N <= this takes the memory-bound path (when both layouts are packed)
   int small_n_take = 0;  // the memory-bound path's largest chunk of columns (kernels::small_n_take)
-  bool has_gemm = false, has_gemv = false;
+  bool has_gemm = false, has_lanes = false;
   Compressed ref;  // the ref ISA: the (possibly bf16-rounded) compressed matrix
   kernels::GemmLayout gemm;
-  kernels::GemvLayout gemv;    // the small-N layout, or:
-  kernels::LanesLayout lanes;  // the small-N layout of the rows-in-lanes kernels (kernel_list.inc)
+  kernels::LanesLayout lanes;  // the small-N layout (the rows-in-lanes kernels, spmm_lanes.h)
 };
 
 }  // namespace sparse24

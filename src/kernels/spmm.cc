@@ -71,10 +71,6 @@ const Variant& choose(const PackedMatrix::Impl& p, Layout layout, int64_t n) {
   throw Error("internal: no kernel variant for this layout and N");  // list_is_consistent()
 }
 
-Layout packed_small_layout(const PackedMatrix::Impl& p) {
-  return small_layout(p.isa, weights_of(p.bf16, p.i8));
-}
-
 }  // namespace
 
 }  // namespace kernels
@@ -153,8 +149,7 @@ size_t PackedMatrix::bytes() const {
   if (!impl_) return 0;
   const Impl& p = *impl_;
   return p.ref.values.size() + p.ref.metadata.size() + p.gemm.vals.bytes() + p.gemm.codes.bytes() +
-         p.gemv.vals.bytes() + p.gemv.vals16.bytes() + p.gemv.masks.bytes() + p.lanes.data.bytes() +
-         p.ref.scales.size() * sizeof(float);
+         p.lanes.data.bytes() + p.ref.scales.size() * sizeof(float);
 }
 
 PackedMatrix pack(const Compressed& w, const PackOptions& options) {
@@ -188,17 +183,10 @@ PackedMatrix pack(const Compressed& w, const PackOptions& options) {
   p.small_n_max = static_cast<int>(kernels::small_n_max(isa, wt));
   p.small_n_take = static_cast<int>(kernels::small_n_take(isa, wt));
   p.has_gemm = options.layouts != PackLayouts::kSmallN;
-  p.has_gemv = options.layouts != PackLayouts::kLargeN;
+  p.has_lanes = options.layouts != PackLayouts::kLargeN;
   // int8: the compute-bound layout holds the dequantised values (Compressed::value applies the scales).
   if (p.has_gemm) p.gemm = kernels::pack_gemm(w, s->gemm_mr, s->gemm_kc, s->gemm_chunk, p.bf16);
-  if (p.has_gemv) {
-    // The layout of this ISA's small-N rows for this weight type (kernel_list.inc).
-    const kernels::Layout sl = kernels::small_layout(isa, wt);
-    if (sl == kernels::Layout::kLanes)
-      p.lanes = kernels::pack_lanes(w, s->gemv_kb, p.bf16);
-    else
-      p.gemv = kernels::pack_gemv(w, s->gemv_rb, s->gemv_kb, p.bf16);
-  }
+  if (p.has_lanes) p.lanes = kernels::pack_lanes(w, s->lanes_kb, p.bf16);
   return out;
 }
 
@@ -234,13 +222,13 @@ void spmm(const PackedMatrix& w, const float* x, int64_t n, int64_t ldx, float* 
           const float* bias, Epilogue ep, int threads) {
   const PackedMatrix::Impl& p = w.impl();
   if (!prologue(p, x, n, ldx, y, ldy, bias, ep, threads)) return;
-  if (p.has_gemv && (n <= p.small_n_max || !p.has_gemm)) {
+  if (p.has_lanes && (n <= p.small_n_max || !p.has_gemm)) {
     // The memory-bound kernels take up to small_n_take columns at a time (a single chunk where the
     // compute-bound layout is packed too: n <= small_n_max <= small_n_take).
-    const kernels::Layout layout = kernels::packed_small_layout(p);
     for (int64_t c0 = 0; c0 < n; c0 += p.small_n_take) {
       const int64_t nc = std::min<int64_t>(p.small_n_take, n - c0);
-      kernels::choose(p, layout, nc).fn(p, {x + c0, nc, ldx, y + c0, ldy, bias, ep, threads});
+      kernels::choose(p, kernels::Layout::kLanes, nc)
+          .fn(p, {x + c0, nc, ldx, y + c0, ldy, bias, ep, threads});
     }
   } else {
     kernels::choose(p, kernels::Layout::kGemm, n).fn(p, {x, n, ldx, y, ldy, bias, ep, threads});
@@ -254,7 +242,7 @@ void spmm_tokens(const PackedMatrix& w, const float* x, int64_t n, int64_t ldx, 
   if (threads < 1) throw Error("spmm_tokens: threads must be >= 1");
   if (n == 0 || p.m == 0) return;
   if (n == 1) return spmm(w, x, 1, 1, y, 1, bias, ep, threads);  // one token is one column already
-  if (kernels::isa_row(p.isa) && p.k > 0 && p.has_gemm && !(p.has_gemv && n <= p.small_n_max)) {
+  if (kernels::isa_row(p.isa) && p.k > 0 && p.has_gemm && !(p.has_lanes && n <= p.small_n_max)) {
     kernels::SpmmArgs a{x, n, ldx, y, ldy, bias, ep, threads};
     a.tokens = true;
     kernels::choose(p, kernels::Layout::kGemm, n).fn(p, a);
@@ -285,7 +273,7 @@ void spmm_variant(const std::string& name, const PackedMatrix& w, const float* x
   const PackedMatrix::Impl& p = w.impl();
   const bool large = v->layout == kernels::Layout::kGemm;
   if (v->isa != p.isa || !v->reads(kernels::weights_of(p.bf16, p.i8)) || !v->takes(n) ||
-      (large ? !p.has_gemm : !p.has_gemv) || (!large && v->layout != kernels::packed_small_layout(p)))
+      (large ? !p.has_gemm : !p.has_lanes))
     throw Error("spmm_variant: " + name + " cannot run these packed weights with n = " + std::to_string(n));
   if (!prologue(p, x, n, ldx, y, ldy, bias, ep, threads)) return;
   v->fn(p, {x, n, ldx, y, ldy, bias, ep, threads});

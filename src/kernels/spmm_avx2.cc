@@ -14,7 +14,6 @@ struct Avx2 {
   using V = __m256;
   using Mask = __m256i;
   static constexpr int W = 8;
-  static constexpr int kPrefetchChunks = 48;
 
   static V zero() { return _mm256_setzero_ps(); }
   static V set1(float v) { return _mm256_set1_ps(v); }
@@ -33,20 +32,6 @@ struct Avx2 {
   }
   static V load(const float* p) { return _mm256_load_ps(p); }
   static void store(float* p, V v) { _mm256_store_ps(p, v); }
-  static V interleave_lo(V a, V b) {
-    return _mm256_permute2f128_ps(_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b), 0x20);
-  }
-  static V interleave_hi(V a, V b) {
-    return _mm256_permute2f128_ps(_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b), 0x31);
-  }
-  static V load8(const float* p) { return _mm256_load_ps(p); }
-  static V load8(const uint16_t* p) {
-    return _mm256_castsi256_ps(
-        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(p))), 16));
-  }
-  static V pair(V w, int q) {
-    return _mm256_permutevar8x32_ps(w, _mm256_set1_epi64x((int64_t{2 * q + 1} << 32) | (2 * q)));
-  }
   static V loadu(const float* p) { return _mm256_loadu_ps(p); }
   static void storeu(float* p, V v) { _mm256_storeu_ps(p, v); }
   static Mask mask_first(int n) {
@@ -56,12 +41,6 @@ struct Avx2 {
   static void storeu_m(float* p, V v, Mask m) { _mm256_maskstore_ps(p, m, v); }
   static V add(V a, V b) { return _mm256_add_ps(a, b); }
   static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
-  static float reduce(V v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-  }
   static void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
   static __m256i row(const int32_t (&t)[8]) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(t)); }
 

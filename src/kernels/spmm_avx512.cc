@@ -18,10 +18,6 @@ struct Avx512 {
   using V = __m512;
   using Mask = __mmask16;
   static constexpr int W = 16;
-  static constexpr int kPrefetchChunks = 48;
-  // Rows per pass of the memory-bound kernel: S x N accumulators within the 32 registers.
-  template <int N>
-  static constexpr int gemv_rows_per_pass = N <= 5 ? 4 : (N <= 12 ? 2 : 1);
 
   static V zero() { return _mm512_setzero_ps(); }
   static V set1(float v) { return _mm512_set1_ps(v); }
@@ -41,25 +37,6 @@ struct Avx512 {
   }
   static V load(const float* p) { return _mm512_load_ps(p); }
   static void store(float* p, V v) { _mm512_store_ps(p, v); }
-  // [a0, b0, a1, b1, ...] from the low halves of a and b; _hi from the high halves.
-  static V interleave_lo(V a, V b) {
-    return _mm512_permutex2var_ps(
-        a, _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23), b);
-  }
-  static V interleave_hi(V a, V b) {
-    return _mm512_permutex2var_ps(
-        a, _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31), b);
-  }
-  // The 8 floats at p in the low half (aligned).
-  static V load8(const float* p) { return _mm512_castps256_ps512(_mm256_load_ps(p)); }
-  static V load8(const uint16_t* p) {  // 8 bf16 widened to fp32
-    return _mm512_castps256_ps512(_mm256_castsi256_ps(
-        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(p))), 16)));
-  }
-  // [w[2q], w[2q + 1]] in every pair of lanes.
-  static V pair(V w, int q) {
-    return _mm512_permutexvar_ps(_mm512_set1_epi64((int64_t{2 * q + 1} << 32) | (2 * q)), w);
-  }
   static V loadu(const float* p) { return _mm512_loadu_ps(p); }
   static void storeu(float* p, V v) { _mm512_storeu_ps(p, v); }
   static Mask mask_first(int n) { return static_cast<Mask>((1u << n) - 1); }
@@ -67,37 +44,7 @@ struct Avx512 {
   static void storeu_m(float* p, V v, Mask m) { _mm512_mask_storeu_ps(p, m, v); }
   static V add(V a, V b) { return _mm512_add_ps(a, b); }
   static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
-  static float reduce(V v) { return _mm512_reduce_add_ps(v); }
   static void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
-
-  // The 8 slots of one 16-wide chunk spread to their positions: lane i of group q takes slot 2q, or 2q+1 if
-  // a kept position of its group lies below i. (One
-  // permute: vexpandps does the same but costs ~5 cycles on this CPU, docs/kernels.md.) Lanes not kept
-  // hold junk: the multiply-add is masked, so they never touch acc (an inf activation there stays out).
-  static V spread(V slots, uint16_t mask) {
-    const __m512i below = _mm512_setr_epi32(0, 1, 3, 7, 0, 1 << 4, 3 << 4, 7 << 4, 0, 1 << 8, 3 << 8, 7 << 8,
-                                            0, 1 << 12, 3 << 12, 7 << 12);
-    const __m512i base = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
-    const __m512i base1 = _mm512_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3, 5, 5, 5, 5, 7, 7, 7, 7);
-    const Mask t = _mm512_test_epi32_mask(_mm512_set1_epi32(mask), below);
-    return _mm512_permutexvar_ps(_mm512_mask_blend_epi32(t, base, base1), slots);
-  }
-  template <int N>
-  static void chunk_fma(const float* vals, uint16_t mask, const float* xt, int64_t ldxt, V* acc) {
-    const V w = spread(_mm512_castps256_ps512(_mm256_load_ps(vals)), mask);
-#pragma GCC unroll 16
-    for (int j = 0; j < N; ++j)
-      acc[j] = _mm512_mask3_fmadd_ps(w, _mm512_load_ps(xt + j * ldxt), acc[j], mask);
-  }
-  template <int N>
-  static void chunk_fma_bf16(const uint16_t* vals, uint16_t mask, const float* xt, int64_t ldxt, V* acc) {
-    const __m256i wide =
-        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(vals))), 16);
-    const V w = spread(_mm512_castps256_ps512(_mm256_castsi256_ps(wide)), mask);
-#pragma GCC unroll 16
-    for (int j = 0; j < N; ++j)
-      acc[j] = _mm512_mask3_fmadd_ps(w, _mm512_load_ps(xt + j * ldxt), acc[j], mask);
-  }
 
   // exp(x) for x in [-33, 0]: 2^n e^r, |r| <= ln2 / 2, degree-7 Taylor (relative error < 1e-8).
   static V exp_neg(V x) {
@@ -161,20 +108,10 @@ void avx512_gemm_4x16(const PackedMatrix::Impl& p, const SpmmArgs& a) { gemm_run
 void avx512_gemm_4x32(const PackedMatrix::Impl& p, const SpmmArgs& a) { gemm_run<Avx512, 4, 2>(p, a); }
 void avx512_gemm_4x64(const PackedMatrix::Impl& p, const SpmmArgs& a) { gemm_run<Avx512, 4, 4>(p, a); }
 
-// Rows in lanes (spmm_lanes.h) with the 32 registers: up to 16 columns in one pass.
+// Rows in lanes (spmm_lanes.h), the 256-bit tile with the 32 registers: up to 16 columns in one pass.
 void avx512_lanes_f32(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   lanes_dispatch<Avx512, LanesWeights::kF32, variant("avx512_lanes_f32")->n_max, 16, 32>(p, a);
 }
-void avx512_gemv_bf16(const PackedMatrix::Impl& p, const SpmmArgs& a) {
-  gemv_dispatch<Avx512, true, variant("avx512_gemv_bf16")->n_max>(p, a);
-}
-
-// The pair kernel (spmm_driver.h) from N = 7 on. Measured 2048x2048 (GFLOP/s, spreading kernel -> pair):
-// N=6 89 -> 89, N=7 93 -> 110, N=9 117 -> 123, N=12 93 -> 162, N=16 68 -> 217.
-void avx512_pair8(const PackedMatrix::Impl& p, const SpmmArgs& a) { pair_run<Avx512, 1>(p, a); }
-void avx512_pair16(const PackedMatrix::Impl& p, const SpmmArgs& a) { pair_run<Avx512, 2>(p, a); }
-
-// int8 weights, rows in lanes (spmm_lanes.h) with the 32 registers: up to 16 columns in one pass.
 void avx512_lanes_i8(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   lanes_dispatch<Avx512, LanesWeights::kI8, variant("avx512_lanes_i8")->n_max, 16, 32>(p, a);
 }
@@ -183,6 +120,10 @@ void avx512_lanes_i8(const PackedMatrix::Impl& p, const SpmmArgs& a) {
 void avx512_lanes16_f32(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   lanes_dispatch<Avx512, LanesWeights::kF32, variant("avx512_lanes16_f32")->n_max, 16, 32, LanesTile::kSlots>(
       p, a);
+}
+void avx512_lanes16_bf16(const PackedMatrix::Impl& p, const SpmmArgs& a) {
+  lanes_dispatch<Avx512, LanesWeights::kBf16, variant("avx512_lanes16_bf16")->n_max, 16, 32,
+                 LanesTile::kSlots>(p, a);
 }
 void avx512_lanes16_i8(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   lanes_dispatch<Avx512, LanesWeights::kI8, variant("avx512_lanes16_i8")->n_max, 16, 32, LanesTile::kSlots>(

@@ -11,11 +11,8 @@
 // applies the epilogue and stores to Y. Two threads split the row blocks, or the N panels when the rows
 // are few and the panels many.
 //
-// Memory-bound path: the activations are transposed once into Xt [N][K] (zero-padded to whole 16-wide
-// chunks); per K block, per row block, S rows at a time, each 16-wide chunk of weights is expanded to a
-// dense vector and multiply-added with the N activation vectors. Per K block the lane sums are added into
-// Y; the last K block adds the bias and applies the epilogue. Threads split the row blocks. From N ~ 7 on
-// the pair path (below) reads the same layout with full-width FMAs.
+// Memory-bound path (N <= small_n_max): the rows-in-lanes kernels, spmm_lanes.h (their X transpose,
+// transposed_x, is here).
 #pragma once
 #include <immintrin.h>
 #include <omp.h>
@@ -32,33 +29,24 @@ namespace sparse24::kernels {
 
 // What the loops below ask of an ISA's traits class T: a vector V of W floats, a column mask, loads and
 // stores (aligned, unaligned, masked), arithmetic, the weight spreading of the compute-bound tile
-// (bcast4 + lane), the pair kernel's interleaves and permute, the weight-stream prefetch and the vector
-// epilogue. The spreading memory-bound kernel (gemv_run) also needs T::gemv_rows_per_pass<N> and
-// T::chunk_fma<N> / chunk_fma_bf16<N> for the weight types it is instantiated with.
+// (bcast4 + lane), the weight-stream prefetch and the vector epilogue. (The rows-in-lanes kernels of
+// spmm_lanes.h are written in 256- and 512-bit intrinsics directly and ask nothing of T.)
 template <class T>
-concept KernelTraits = requires(const float* cp, float* p, const uint16_t* hp, typename T::V v,
-                                typename T::Mask m, int i) {
+concept KernelTraits = requires(const float* cp, float* p, typename T::V v, typename T::Mask m, int i) {
   requires std::same_as<decltype(T::W), const int>;
-  { T::kPrefetchChunks } -> std::convertible_to<int>;
   { T::zero() } -> std::same_as<typename T::V>;
   { T::set1(1.f) } -> std::same_as<typename T::V>;
   { T::load(cp) } -> std::same_as<typename T::V>;
   { T::loadu(cp) } -> std::same_as<typename T::V>;
   { T::loadu_m(cp, m) } -> std::same_as<typename T::V>;
-  { T::load8(cp) } -> std::same_as<typename T::V>;
-  { T::load8(hp) } -> std::same_as<typename T::V>;
   T::store(p, v);
   T::storeu(p, v);
   T::storeu_m(p, v, m);
   { T::mask_first(i) } -> std::same_as<typename T::Mask>;
   { T::add(v, v) } -> std::same_as<typename T::V>;
   { T::fma(v, v, v) } -> std::same_as<typename T::V>;
-  { T::reduce(v) } -> std::same_as<float>;
   { T::bcast4(cp) } -> std::same_as<typename T::V>;
   { T::lane(v, i) } -> std::same_as<typename T::V>;
-  { T::interleave_lo(v, v) } -> std::same_as<typename T::V>;
-  { T::interleave_hi(v, v) } -> std::same_as<typename T::V>;
-  { T::pair(v, i) } -> std::same_as<typename T::V>;
   T::prefetch(cp);
   { T::epilogue(v, Epilogue::kNone) } -> std::same_as<typename T::V>;
 };
@@ -344,44 +332,6 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   }
 }
 
-// S rows of one row block over one K block: out[r][n] = sum over the block of W[r, k] Xt[n][k].
-template <class T, int S, int N, bool BF16>
-void gemv_rows(const GemvLayout& L, size_t e0, int64_t nc, const float* __restrict xt, int64_t ldxt,
-               float (&out)[S][N]) {
-  using V = typename T::V;
-  V acc[S][N];
-#pragma GCC unroll 16
-  for (int r = 0; r < S; ++r)
-#pragma GCC unroll 16
-    for (int j = 0; j < N; ++j) acc[r][j] = T::zero();
-  const uint16_t* masks = L.masks.data() + e0;
-  const int rb = L.rb;
-  for (int64_t c = 0; c < nc; ++c) {
-#pragma GCC unroll 16
-    for (int r = 0; r < S; ++r) {
-      const size_t e = static_cast<size_t>(c * rb + r);
-      if constexpr (BF16)
-        T::template chunk_fma_bf16<N>(L.vals16.data() + (e0 + e) * 8, masks[e], xt + c * 16, ldxt, acc[r]);
-      else
-        T::template chunk_fma<N>(L.vals.data() + (e0 + e) * 8, masks[e], xt + c * 16, ldxt, acc[r]);
-    }
-    // The weights stream from memory: prefetch every line this step will need kPrefetchChunks steps on.
-    if constexpr (BF16) {
-      const uint16_t* pf = L.vals16.data() + (e0 + static_cast<size_t>((c + T::kPrefetchChunks) * rb)) * 8;
-#pragma GCC unroll 4
-      for (int r = 0; r < S; r += 4) T::prefetch(pf + r * 8);
-    } else {
-      const float* pf = L.vals.data() + (e0 + static_cast<size_t>((c + T::kPrefetchChunks) * rb)) * 8;
-#pragma GCC unroll 4
-      for (int r = 0; r < S; r += 2) T::prefetch(pf + r * 8);
-    }
-  }
-#pragma GCC unroll 16
-  for (int r = 0; r < S; ++r)
-#pragma GCC unroll 16
-    for (int j = 0; j < N; ++j) out[r][j] = T::reduce(acc[r][j]);
-}
-
 // X [k, N] transposed into the thread's scratch as N rows of ldxt floats, zero past k: the memory-bound
 // kernels read each column of X as one contiguous stream.
 template <class T, int N>
@@ -392,210 +342,6 @@ float* transposed_x(const SpmmArgs& a, int64_t k, int64_t ldxt) {
   for (int64_t kk = 0; kk < k; ++kk)
     for (int j = 0; j < N; ++j) xt[j * ldxt + kk] = a.x[kk * a.ldx + j];
   return xt;
-}
-
-template <class T, int N, bool BF16>
-void gemv_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
-  constexpr int S = T::template gemv_rows_per_pass<N>;
-  const GemvLayout& L = p.gemv;
-  const int64_t m = p.m, k = p.k;
-  const int64_t ldxt = L.chunks * 16 + 16;  // + 16: rows of Xt not 4 KiB apart
-  float* xt = transposed_x<T, N>(a, k, ldxt);
-  const int nt = static_cast<int>(std::min<int64_t>(a.threads, L.m_blocks));
-#pragma omp parallel num_threads(nt) if (nt > 1)
-  {
-    const int tid = omp_get_thread_num();
-    const int nth = omp_get_num_threads();
-    const int64_t b0 = L.m_blocks * tid / nth, b1 = L.m_blocks * (tid + 1) / nth;
-    for (int64_t kb = 0; kb < L.k_blocks; ++kb) {
-      const int64_t nc = L.chunks_in(kb);
-      const float* xb = xt + kb * L.kb;
-      const bool first = kb == 0, last = kb == L.k_blocks - 1;
-      for (int64_t mb = b0; mb < b1; ++mb) {
-        const size_t e = L.entry(kb, mb);
-        const int rows = static_cast<int>(std::min<int64_t>(L.rb, m - mb * L.rb));
-        for (int r0 = 0; r0 < rows; r0 += S) {
-          float out[S][N];
-          gemv_rows<T, S, N, BF16>(L, e + static_cast<size_t>(r0), nc, xb, ldxt, out);
-          for (int r = 0; r < S && r0 + r < rows; ++r) {
-            const int64_t row = mb * L.rb + r0 + r;
-            float* y = a.y + row * a.ldy;
-            for (int j = 0; j < N; ++j) {
-              float s = first ? out[r][j] : y[j] + out[r][j];
-              if (last && a.bias) s += a.bias[row];
-              y[j] = s;
-            }
-            if (last && a.ep != Epilogue::kNone) epilogue_row<T>(y, N, a.ep);
-          }
-        }
-      }
-    }
-  }
-}
-
-// Pair path: the memory-bound layout at N from about 7 up (fp32 or bf16 weights). The memory-bound
-// kernel spreads a 16-wide chunk of weights and multiply-adds it with each of the N transposed activation
-// rows: half the lanes of every FMA are dropped positions, so from small N on it is compute-bound at half
-// rate.
-// Here the roles turn: a row's two kept weights of a group are adjacent in the layout (slots 2q, 2q+1 in
-// position order), so one permute of the row's 8 weights of a chunk gives [wa, wb, wa, wb, ...]; a
-// table built once per call holds, per group of 4 activation rows and per 4-bit keep mask m, the entry
-// whose lanes 2n, 2n+1 are X[a][n], X[b][n] (a < b the kept positions of m; zero where m has fewer, and in
-// lanes >= 2N). One FMA with the entry the row's mask selects does a useful multiply-add in every lane;
-// lanes 2n and 2n+1 of the accumulator sum to Y[r][n]. Per FMA: the entry load, a quarter of a weight
-// load and one permute (N <= W / 2), or half a permute. In L1 (scratch microbenchmark, N = 8): 3.8 G
-// FMA/s, against 3.2 with a 64-bit broadcast load per pair (2 loads per FMA).
-//
-// Table: K in sub-blocks of G groups, G entries of NV vectors = 4 KB per mask ("plane"), 16 planes per
-// sub-block: the entry of (group g, mask m) is m planes + g entries on, so the mask nibble shifted to
-// bit 12 is the byte offset (rorx + and). A row reads only the 6 two-bit planes (the K tail also fewer
-// bits): 24 KB that stay in L1 while every row block of the thread passes, each plane spread over all L1
-// sets (entries of one group 64 B apart put the 6 used lines of 64 groups in 24 sets: 16 per 12-way set,
-// and every FMA missed L1). Between sub-blocks, the partial sums go to a buffer of NV vectors per row.
-template <class T, int NV>
-struct PairGeometry {
-  static constexpr int kEntryFloats = NV * T::W;
-  static constexpr int kPlaneShift = 12;
-  static constexpr int64_t kGroups = (int64_t{1} << kPlaneShift) / (kEntryFloats * sizeof(float));
-  static constexpr int64_t kSubFloats = 16 * kGroups * kEntryFloats;  // one sub-block's table
-};
-
-// Row blocks of 4 rows, RB of them, over nch chunks of one sub-block. vals/masks: the first row block's
-// entry for the sub-block's first chunk; the next row block's is estride entries on. tab: the table at
-// the sub-block's first group. acc_io: the row blocks' partial sums (4 * RB rows of NV vectors).
-template <class T, int NV, int RB, class Wt>
-void pair_tile(const Wt* __restrict vals, const uint16_t* __restrict masks, size_t estride, int64_t nch,
-               const float* __restrict tab, float* __restrict acc_io, bool first, size_t prefetch_entries) {
-  using V = typename T::V;
-  using G = PairGeometry<T, NV>;
-  constexpr int W = T::W;
-  constexpr int EW = G::kEntryFloats;
-  constexpr int S = G::kPlaneShift;
-  V acc[4 * RB][NV];
-#pragma GCC unroll 8
-  for (int r = 0; r < 4 * RB; ++r)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) acc[r][v] = first ? T::zero() : T::load(acc_io + (r * NV + v) * W);
-  for (int64_t c = 0; c < nch; ++c) {
-    const char* tc = reinterpret_cast<const char*>(tab + c * 4 * EW);
-#pragma GCC unroll 2
-    for (int h = 0; h < RB; ++h) {
-      const size_t e = h * estride + static_cast<size_t>(c * 4);
-      uint64_t m4;  // the 4 rows' 16-bit keep masks
-      std::memcpy(&m4, masks + e, sizeof m4);
-      const Wt* vv = vals + e * 8;
-      // The weights stream from memory, one row block's run at a time: prefetch the run 4 tiles on.
-#pragma GCC unroll 2
-      for (size_t b = 0; b < 4 * 8 * sizeof(Wt); b += 64)
-        T::prefetch(reinterpret_cast<const char*>(vv + prefetch_entries * 8) + b);
-      if (c % 8 == 0) T::prefetch(masks + e + prefetch_entries);
-#pragma GCC unroll 4
-      for (int r = 0; r < 4; ++r) {
-        const V w8 = T::load8(vv + r * 8);  // the row's 8 kept weights of the chunk (fp32 or bf16)
-#pragma GCC unroll 4
-        for (int q = 0; q < 4; ++q) {
-          const unsigned field = 16 * r + 4 * q;  // mask nibble of row r, group q
-          const size_t off = std::rotr(m4, static_cast<int>((field - S) & 63)) & (uint64_t{15} << S);
-          const float* xe = reinterpret_cast<const float*>(tc + off) + q * EW;
-          const V w = T::pair(w8, q);
-#pragma GCC unroll 4
-          for (int v = 0; v < NV; ++v) acc[h * 4 + r][v] = T::fma(w, T::load(xe + v * W), acc[h * 4 + r][v]);
-        }
-      }
-    }
-  }
-#pragma GCC unroll 8
-  for (int r = 0; r < 4 * RB; ++r)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) T::store(acc_io + (r * NV + v) * W, acc[r][v]);
-}
-
-template <class T, int NV>
-void pair_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
-  using G = PairGeometry<T, NV>;
-  constexpr int W = T::W;
-  constexpr int EW = G::kEntryFloats;
-  const GemvLayout& L = p.gemv;
-  const int64_t sub = G::kGroups / 4;  // chunks per sub-block
-  if (L.rb != 4 || 2 * a.n > EW || a.n > W || (L.kb / 16) % sub != 0)
-    throw Error("internal: the pair kernel does not take this layout");
-  const int64_t m = p.m, k = p.k, n = a.n;
-  const int64_t subs = (L.chunks + sub - 1) / sub;
-  float* tab = scratch<T, 2>(static_cast<size_t>(subs * G::kSubFloats));
-  float* accbuf = scratch<T, 3>(static_cast<size_t>(L.m_blocks * 4 * EW));
-  const typename T::Mask nmask = T::mask_first(static_cast<int>(n));
-  const int nt = static_cast<int>(std::min<int64_t>(a.threads, L.m_blocks));
-#pragma omp parallel num_threads(nt) if (nt > 1)
-  {
-    const int tid = omp_get_thread_num();
-    const int nth = omp_get_num_threads();
-#pragma omp for schedule(static)
-    for (int64_t g = 0; g < L.chunks * 4; ++g) {
-      typename T::V x[5];  // activation rows 4g..4g+3 (zero past K), and x[4] = 0
-      for (int i = 0; i < 4; ++i)
-        x[i] = 4 * g + i < k ? T::loadu_m(a.x + (4 * g + i) * a.ldx, nmask) : T::zero();
-      x[4] = T::zero();
-      float* ent0 = tab + g / G::kGroups * G::kSubFloats + g % G::kGroups * EW;
-      // Every group's rows read its 6 two-bit masks; the K tail's group and the padding groups fewer bits.
-      const bool tail = 4 * g + 4 > k;
-      for (unsigned mk = 0; mk < 16; ++mk) {
-        const int bits = std::popcount(mk);
-        if (bits > 2 || (bits < 2 && !tail)) continue;
-        const int pa = mk ? std::countr_zero(mk) : 4;
-        const int pb = bits == 2 ? std::countr_zero(mk & (mk - 1)) : 4;
-        float* ent = ent0 + mk * G::kGroups * EW;
-        T::store(ent, T::interleave_lo(x[pa], x[pb]));
-        if constexpr (NV == 2) T::store(ent + W, T::interleave_hi(x[pa], x[pb]));
-      }
-    }
-    const int64_t b0 = L.m_blocks * tid / nth, b1 = L.m_blocks * (tid + 1) / nth;
-    for (int64_t kb = 0; kb < L.k_blocks; ++kb) {
-      const int64_t nc = L.chunks_in(kb);
-      const size_t estride = static_cast<size_t>(nc * 4);
-      for (int64_t c0 = 0; c0 < nc; c0 += sub) {
-        const int64_t nch = std::min(sub, nc - c0);
-        const float* tb = tab + (kb * (L.kb / 16) + c0) / sub * G::kSubFloats;
-        const bool first = kb == 0 && c0 == 0;
-        const size_t pf = 8 * estride;  // 4 two-block tiles on
-        auto tiles = [&](const auto* vals) {
-          int64_t mb = b0;
-          for (; mb + 2 <= b1; mb += 2) {
-            const size_t e = L.entry(kb, mb) + static_cast<size_t>(c0 * 4);
-            pair_tile<T, NV, 2>(vals + e * 8, L.masks.data() + e, estride, nch, tb, accbuf + mb * 4 * EW,
-                                first, pf);
-          }
-          if (mb < b1) {
-            const size_t e = L.entry(kb, mb) + static_cast<size_t>(c0 * 4);
-            pair_tile<T, NV, 1>(vals + e * 8, L.masks.data() + e, estride, nch, tb, accbuf + mb * 4 * EW,
-                                first, pf);
-          }
-        };
-        if (L.bf16)
-          tiles(L.vals16.data());
-        else
-          tiles(L.vals.data());
-      }
-    }
-    // Lanes 2j and 2j + 1 of a row's sums are Y[row][j].
-    for (int64_t row = b0 * 4; row < std::min(m, b1 * 4); ++row) {
-      const float* s = accbuf + row * EW;
-      float* y = a.y + row * a.ldy;
-      const float b = a.bias ? a.bias[row] : 0.f;
-      for (int64_t j = 0; j < n; ++j) y[j] = s[2 * j] + s[2 * j + 1] + b;
-      if (a.ep != Epilogue::kNone) epilogue_row<T>(y, static_cast<int>(n), a.ep);
-    }
-  }
-}
-
-// Runtime N (1..NMax, the variant's n_max in kernel_list.inc) to the template instantiation.
-template <class T, bool BF16, int64_t NMax, int N = 1>
-void gemv_dispatch(const PackedMatrix::Impl& p, const SpmmArgs& a) {
-  if constexpr (N <= NMax) {
-    if (a.n == N) return gemv_run<T, N, BF16>(p, a);
-    return gemv_dispatch<T, BF16, NMax, N + 1>(p, a);
-  } else {
-    throw Error("internal: the memory-bound kernel got more columns than its row's n_max");
-  }
 }
 
 }  // namespace sparse24::kernels

@@ -248,12 +248,14 @@ float* lanes_mix_x(const SpmmArgs& a, int64_t k, size_t xc_pass) {
 // per column and group and spilled them).
 template <LanesWeights WT>
 struct LanesSlotPair {
-  static_assert(WT != LanesWeights::kBf16);
   // Slots 2q and 2q + 1 of the entry at e as [slot 2q's 8 rows, slot 2q + 1's 8 rows].
   static __m512 load(const uint8_t* e, int q) {
     const uint8_t* p = e + LanesLayout::slot_at(WT, 2 * q);
     if constexpr (WT == LanesWeights::kF32) {
       return _mm512_loadu_ps(reinterpret_cast<const float*>(p));
+    } else if constexpr (WT == LanesWeights::kBf16) {
+      return _mm512_castsi512_ps(_mm512_slli_epi32(
+          _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
     } else {
       return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
     }

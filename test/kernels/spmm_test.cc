@@ -223,7 +223,7 @@ TEST(Spmm, LargerShapes) {
         t.ep = n % 2 ? Epilogue::kGelu : Epilogue::kRelu;
         t.ldx_pad = 3;
         t.x_off = 1;
-        t.bf16 = n == 3 || n == 13;  // the spreading and the pair kernels
+        t.bf16 = n == 3 || n == 13;  // bf16 weights at an odd N below and above 8
         check(isa, t, g);
         if (::testing::Test::HasFatalFailure()) return;
         t.bf16 = false;
