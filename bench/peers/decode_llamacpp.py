@@ -8,6 +8,11 @@ cached in --cache. Each is timed like sparse24: the given prompt ids in one batc
 --generate tokens one at a time; best of two passes. Writes JSON {"llama.cpp F32": {tokens_per_s,
 prompt_tokens_per_s, weight_bytes}, ...}.
 
+Each file is timed in a child process. If llama.cpp crashes there, the file is timed again without its extra
+buffer types (`use_extra_bufts = false`: no weight repacking, no AMX) and the entry says so ("note"): on an
+Intel Xeon with AMX under KVM (session 14) its AMX matmul segfaults on Q8_0 (ggml_backend_amx_mul_mat, as in
+llama.cpp issue #20824), which a native build of llama-cpp-python enables there.
+
   .venv/bin/python bench/peers/decode_llamacpp.py --gguf models/SmolLM2-135M-Instruct/model.gguf \\
       --prompt-ids ids.txt --generate 128 --threads 1 --json out.json
 """
@@ -61,8 +66,19 @@ def tensor_bytes(path):
     return int(sum(int(t.n_bytes) for t in gguf.GGUFReader(path).tensors))
 
 
-def time_llamacpp(path, prompt, generate, threads):
+def time_llamacpp(path, prompt, generate, threads, extra_bufts=True):
+    import llama_cpp.llama_cpp as lc
     from llama_cpp import Llama
+
+    if not extra_bufts:  # Llama() takes no such argument: its default model parameters, amended
+        default_params = lc.llama_model_default_params
+
+        def without_extra_bufts():
+            mp = default_params()
+            mp.use_extra_bufts = False
+            return mp
+
+        lc.llama_model_default_params = without_extra_bufts
 
     n_ctx = len(prompt) + generate + 8  # n_batch = n_ctx: without logits_all, scores has n_batch rows
     llm = Llama(model_path=path, n_ctx=n_ctx, n_batch=n_ctx,
@@ -80,6 +96,26 @@ def time_llamacpp(path, prompt, generate, threads):
         best_g = min(best_g, time.perf_counter() - t0)
     del llm
     return len(prompt) / best_p, generate / best_g
+
+
+def _child(queue, *args):
+    queue.put(time_llamacpp(*args))
+
+
+def time_in_child(path, prompt, generate, threads, extra_bufts):
+    """time_llamacpp in a child process: (prompt tokens/s, tokens/s), or None if the child died."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_child, args=(queue, path, prompt, generate, threads, extra_bufts))
+    child.start()
+    child.join()
+    if child.exitcode != 0:
+        print(f"decode_llamacpp: llama.cpp exited with {child.exitcode} on {os.path.basename(path)}"
+              f"{'' if extra_bufts else ' without extra buffer types'}", file=sys.stderr, flush=True)
+        return None
+    return queue.get(timeout=60)
 
 
 def main():
@@ -103,11 +139,20 @@ def main():
         if not os.path.exists(path) or os.path.getmtime(path) < os.path.getmtime(a.gguf):
             print(f"decode_llamacpp: making {path}", file=sys.stderr, flush=True)
             make_gguf(a.gguf, path, kind)
-        ptps, gtps = time_llamacpp(path, prompt, a.generate, a.threads)
+        note = ""
+        rates = time_in_child(path, prompt, a.generate, a.threads, True)
+        if rates is None:
+            note = "crashed with its extra buffer types (repacking, AMX); timed without them"
+            rates = time_in_child(path, prompt, a.generate, a.threads, False)
+        if rates is None:
+            sys.exit(f"decode_llamacpp: llama.cpp crashed on {path}")
+        ptps, gtps = rates
         out[f"llama.cpp {kind}"] = {"tokens_per_s": gtps, "prompt_tokens_per_s": ptps,
                                     "weight_bytes": tensor_bytes(path), "file": path}
-        print(f"  llama.cpp {kind:5s}          prompt {ptps:8.1f} tokens/s, generation {gtps:7.2f} tokens/s",
-              file=sys.stderr, flush=True)
+        if note:
+            out[f"llama.cpp {kind}"]["note"] = note
+        print(f"  llama.cpp {kind:5s}          prompt {ptps:8.1f} tokens/s, generation {gtps:7.2f} tokens/s"
+              f"{' (' + note + ')' if note else ''}", file=sys.stderr, flush=True)
     with open(a.json, "w") as f:
         json.dump(out, f, indent=2)
 

@@ -397,9 +397,11 @@ void cmd_bench_decode(const BenchDecodeOptions& o) {
   }
   for (auto it = peers.begin(); it != peers.end(); ++it) {
     rt[it.key()] = it.value();
-    std::printf("%-24s %12.1f %14.2f %12.1f\n", it.key().c_str(),
+    const std::string note = it.value().value("note", std::string());
+    std::printf("%-24s %12.1f %14.2f %12.1f%s\n", it.key().c_str(),
                 it.value().value("prompt_tokens_per_s", 0.0), it.value().value("tokens_per_s", 0.0),
-                it.value().value("weight_bytes", 0.0) / 1e6);
+                it.value().value("weight_bytes", 0.0) / 1e6,
+                note.empty() ? "" : ("  (" + note + ")").c_str());
   }
   out["runtimes"] = rt;
   if (!peer_note.empty()) out["note"] = peer_note;
@@ -411,6 +413,9 @@ void cmd_bench_decode(const BenchDecodeOptions& o) {
   if (peers.contains("llama.cpp F16"))
     std::printf("; 2:4 bf16 / llama.cpp F16: %.2fx",
                 bf / peers["llama.cpp F16"]["tokens_per_s"].get<double>());
+  if (peers.contains("llama.cpp Q8_0"))
+    std::printf("; 2:4 bf16 / llama.cpp Q8_0: %.2fx",
+                bf / peers["llama.cpp Q8_0"]["tokens_per_s"].get<double>());
   std::printf(" (load %s)\n", load_average().c_str());
   if (!o.json_out.empty()) write_file_atomic(o.json_out, out.dump(2) + "\n");
 }
