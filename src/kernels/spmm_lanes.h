@@ -274,7 +274,8 @@ void lanes_slots_tile(const uint8_t* __restrict e, size_t estride, int64_t ns, c
   // Software prefetch distance. Intel Xeon (session 14), 4096x4096 cold, GFLOP/s without -> with: int8
   // N = 8 132 -> 167-173, N = 4 106 -> 142-145, N = 1 47 -> 53-54; fp32 N = 1 14.5 -> 15.7-17, N = 8 86-93
   // -> 91-118. 1 KB and 4 KB ahead within a few per cent of 2 KB; every second line only (the pair line
-  // left to the hardware) lost the fp32 gain. Cost: hot fp32 N = 1 (576x1536 in L2) 75-79 -> 61-63.
+  // left to the hardware) lost the fp32 gain. In L2, fp32 N = 1 runs 3-9% below the 256-bit tile (which
+  // has no prefetch) in the same run (docs/kernels.md, session 14).
   constexpr int kPrefetch = 2048;
   __m512 acc[NS][NC], part[NS][NC];
 #pragma GCC unroll 4
@@ -340,12 +341,16 @@ void lanes_slots_tile(const uint8_t* __restrict e, size_t estride, int64_t ns, c
 }
 
 // The slots tile's X in the thread's scratch: per group of 4 positions, the N columns' 4 activations in
-// turn ([group][column][4]); zero past k.
+// turn ([group][column][4]); zero past k, from the group that holds position k on. (The scratch keeps
+// earlier calls' X, and a padding slot, weight 0, times a stale inf or NaN is NaN. pack_lanes points padding
+// slots at their group's first position, so only the groups wholly past k are read; the partial group is
+// zeroed as well so that this does not have to hold.)
 template <class T, int N>
 float* lanes_group_x(const SpmmArgs& a, int64_t k, int64_t supers) {
   const size_t size = static_cast<size_t>(supers * LanesLayout::kSuper * N);
+  const size_t tail = static_cast<size_t>(k / 4 * 4 * N);
   float* xg = scratch<T, 2>(size);
-  std::memset(xg + k * N, 0, sizeof(float) * (size - static_cast<size_t>(k * N)));
+  std::memset(xg + tail, 0, sizeof(float) * (size - tail));
   for (int64_t kk = 0; kk < k; ++kk)
     for (int j = 0; j < N; ++j) xg[(kk / 4 * N + j) * 4 + kk % 4] = a.x[kk * a.ldx + j];
   return xg;

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -504,6 +505,43 @@ TEST(Spmm, AllZeroWeights) {
         for (int64_t j = 0; j < n; ++j)
           ASSERT_EQ(y[static_cast<size_t>(r * n + j)], bias[r] > 0 ? bias[r] : 0.f);
     }
+}
+
+// The memory-bound kernels' X copies live in per-thread scratch that keeps earlier calls' values; the
+// padding slots past K (weight 0) must read zeros there, not a stale NaN. Every small-N variant, by name:
+// a call with X all NaN over a long K, then K = 4t + 1 (a super chunk mostly past K) with finite X.
+TEST(Spmm, MemoryBoundScratchIsClearedPastK) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(309);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (const KernelVariantInfo& v : kernel_variants()) {
+    if (!isa_supported(v.isa) || v.large_n) continue;
+    for (int wt = 0; wt < 3; ++wt) {  // fp32, bf16, int8
+      if (!(wt == 0 ? v.fp32 : wt == 1 ? v.bf16 : v.int8)) continue;
+      for (int64_t n : {2, 3, 9, 16}) {
+        if (n > v.n_max) continue;
+        SCOPED_TRACE(v.name + " weights " + std::to_string(wt) + " n " + std::to_string(n));
+        PackOptions o;
+        o.isa_set = true;
+        o.isa = v.isa;
+        o.bf16_weights = wt == 1;
+        o.layouts = PackLayouts::kSmallN;
+        auto packed = [&](const Compressed& c) { return pack(wt == 2 ? quantize_int8(c, 64) : c, o); };
+        const Compressed big = random_24(g, 16, 300, 0, 0);
+        const std::vector<float> xnan(static_cast<size_t>(300 * n), nan);
+        std::vector<float> y(static_cast<size_t>(16 * n));
+        spmm_variant(v.name, packed(big), xnan.data(), n, n, y.data(), n);
+        const Compressed c = random_24(g, 16, 21, 0, 0);
+        const Compressed cr = wt == 2 ? quantize_int8(c, 64) : wt == 1 ? with_bf16_values(c) : c;
+        const std::vector<float> x = random_floats(g, static_cast<size_t>(21 * n), -2.f, 2.f);
+        std::vector<float> want(static_cast<size_t>(16 * n));
+        spmm_reference(cr, x.data(), n, n, want.data(), n);
+        spmm_variant(v.name, packed(c), x.data(), n, n, y.data(), n);
+        for (size_t i = 0; i < y.size(); ++i)
+          ASSERT_NEAR(y[i], want[i], 1e-4f * (1.f + std::fabs(want[i]))) << i;
+      }
+    }
+  }
 }
 
 // The vectorised GELU against the exact form evaluated in double: within 1e-6 relative.
