@@ -112,7 +112,10 @@ struct DecoderOptions {
   int threads = 1;
   // kDense: every Linear dense oneDNN; kSparse (or kPlan): 2:4 Linears sparse, the others dense.
   Mode mode = Mode::kSparse;
-  bool bf16_weights = false;   // sparse Linears and the output head hold bfloat16 weights
+  bool bf16_weights = false;  // sparse Linears and the output head hold bfloat16 weights
+  // Sparse Linears hold their 2:4 values as int8 with an fp32 scale per 64 positions of a row
+  // (quantize_int8, docs/accuracy.md), the output head bfloat16 (as bf16_weights). Not with bf16_weights.
+  bool int8_weights = false;
   int64_t max_context = 2048;  // the KV cache's capacity in tokens (at most max_positions)
   // Sparse Linears also pack the compute-bound layout, for long prefills (perplexity); weight_bytes then
   // counts both layouts. Off: only the memory-bound layout a decoded token reads (any n runs on it).

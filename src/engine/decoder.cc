@@ -16,6 +16,10 @@
 namespace sparse24::engine {
 namespace {
 
+// int8 weights: one fp32 scale per this many positions of a row (one per super chunk of the int8 kernels'
+// layout; docs/accuracy.md measured 64 against whole rows and 32).
+constexpr int64_t kInt8ScaleGroup = 64;
+
 // One Linear, Y[m, n] = W X (X [k, n], feature-major): the 2:4 kernel on packed weights (the memory-bound
 // layout only: decoding runs at n = 1, and that is what its bytes are counted for) or dense weights (one
 // token: gemv_f32; more: oneDNN's sgemm).
@@ -24,13 +28,13 @@ struct Linear {
   std::optional<PackedMatrix> packed;
   std::vector<float> w;
 
-  Linear(const Gemm& g, bool sparse, bool bf16, bool both = false) : m(g.m), k(g.k) {
+  Linear(const Gemm& g, bool sparse, const DecoderOptions& d, bool both = false) : m(g.m), k(g.k) {
     if (!g.bias.empty()) throw Error("layer '" + g.name + "': a decoder Linear has no bias");
     if (sparse && g.pruned) {
       PackOptions o;
-      o.bf16_weights = bf16;
+      o.bf16_weights = d.bf16_weights;
       o.layouts = both ? PackLayouts::kBoth : PackLayouts::kSmallN;
-      packed = pack(g.sparse, o);
+      packed = pack(d.int8_weights ? quantize_int8(g.sparse, kInt8ScaleGroup) : g.sparse, o);
       return;
     }
     w = g.pruned ? decompress(g.sparse).to_float() : g.dense;
@@ -76,9 +80,10 @@ struct Decoder::Impl {
   int64_t capacity = 0, pos = 0;
   const std::vector<float>* embed = nullptr;  // the model's table (tied head too); the model outlives us
   std::vector<float> norm;
-  std::optional<Linear> head;       // untied, fp32
-  std::vector<uint16_t> head_bf16;  // bf16 weights: the head (tied or not) as bfloat16 [vocab, hidden]
-  std::vector<float> column;        // one token's final-norm output (the bf16 head's input)
+  std::optional<Linear> head;  // untied, fp32
+  std::vector<uint16_t>
+      head_bf16;              // bf16 or int8 weights: the head (tied or not) as bfloat16 [vocab, hidden]
+  std::vector<float> column;  // one token's final-norm output (the bf16 head's input)
   std::vector<LayerExec> layers;
   std::vector<float> cos_sin;
   int sparse = 0;
@@ -134,8 +139,10 @@ Decoder::Decoder(const DecoderModel& m, const DecoderOptions& o) : impl_(std::ma
   s.capacity = std::min(o.max_context, s.c.max_positions);
   s.embed = &m.embed;
   s.norm = m.norm;
+  if (o.bf16_weights && o.int8_weights)
+    throw Error("decoder: bf16_weights and int8_weights exclude each other");
   const bool sparse = o.mode != Mode::kDense;
-  if (o.bf16_weights) {
+  if (o.bf16_weights || o.int8_weights) {
     const std::vector<float> w = s.c.tied        ? m.embed
                                  : m.head.pruned ? decompress(m.head.sparse).to_float()
                                                  : m.head.dense;
@@ -144,15 +151,15 @@ Decoder::Decoder(const DecoderModel& m, const DecoderOptions& o) : impl_(std::ma
     for (size_t i = 0; i < w.size(); ++i) s.head_bf16[i] = float_to_bf16(w[i]);
     s.column.resize(static_cast<size_t>(s.c.hidden));
   } else if (!s.c.tied) {
-    s.head.emplace(m.head, false, false);
+    s.head.emplace(m.head, false, o);
   }
   for (const DecoderLayer& l : m.layers) {
-    const bool bf = o.bf16_weights, both = o.prefill_layout;
+    const bool both = o.prefill_layout;
     s.layers.push_back({&l,
-                        Linear(l.qkv, sparse, bf, both),
-                        Linear(l.o, sparse, bf, both),
-                        Linear(l.gate_up, sparse, bf, both),
-                        Linear(l.down, sparse, bf, both),
+                        Linear(l.qkv, sparse, o, both),
+                        Linear(l.o, sparse, o, both),
+                        Linear(l.gate_up, sparse, o, both),
+                        Linear(l.down, sparse, o, both),
                         {},
                         {}});
     LayerExec& e = s.layers.back();

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -218,6 +219,46 @@ TEST(Decoder, Bf16WeightsMatchReference) {
     for (int64_t p = 0; p < 10; ++p) dec.forward(&ids[p], 1, last.data());
     for (int64_t v = 0; v < t.vocab; ++v) ASSERT_NEAR(last[v], ref[9 * t.vocab + v], 2e-4);
   }
+}
+
+// int8 weights: the 2:4 Linears quantized (quantize_int8, an fp32 scale per 64 positions) and the output head
+// bf16: the logits of the reference run on those same quantized weights, and not the fp32 ones.
+TEST(Decoder, Int8WeightsMatchReferenceOnTheQuantizedWeights) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(12);
+  const Tiny t;
+  DecoderModel m = tiny_model(g, t);
+  for (float& x : m.embed) x = bf16_to_float(float_to_bf16(x));  // the tied head, held as bf16
+  m.prune_magnitude();
+  DecoderModel q = m;  // what the int8 Linears hold
+  for (DecoderLayer& L : q.layers)
+    for (Gemm* G : {&L.qkv, &L.o, &L.gate_up, &L.down}) G->sparse = quantize_int8(G->sparse, 64);
+  DecoderOptions o;
+  o.int8_weights = true;
+  o.max_context = 32;
+  DecoderOptions b = o;
+  b.int8_weights = false;
+  b.bf16_weights = true;
+  Decoder dec(m, o), dec16(m, b);
+  EXPECT_EQ(dec.sparse_linears(), 4 * t.layers);
+  EXPECT_LT(dec.weight_bytes(), dec16.weight_bytes());  // 2:4 values in 1 byte instead of 2
+  const std::vector<int32_t> ids = random_ids(g, 10, t.vocab);
+  const std::vector<double> ref = ref_forward(q, ids), ref32 = ref_forward(m, ids);
+  std::vector<float> all(ids.size() * t.vocab);
+  dec.forward(ids.data(), 10, all.data(), true);
+  double moved = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    ASSERT_NEAR(all[i], ref[i], 2e-4) << i;
+    moved = std::max(moved, std::fabs(ref[i] - ref32[i]));
+  }
+  EXPECT_GT(moved, 1e-3) << "the quantization did not move the logits: the test cannot tell int8 from fp32";
+  dec.reset();  // one token at a time (the memory-bound kernels)
+  std::vector<float> last(t.vocab);
+  for (int64_t p = 0; p < 10; ++p) dec.forward(&ids[p], 1, last.data());
+  for (int64_t v = 0; v < t.vocab; ++v) ASSERT_NEAR(last[v], ref[9 * t.vocab + v], 2e-4);
+  DecoderOptions both = o;
+  both.bf16_weights = true;
+  EXPECT_THROW(Decoder(m, both), Error);
 }
 
 TEST(Decoder, IncrementalDecodingEqualsFullRecomputation) {

@@ -77,6 +77,21 @@ bool model_is_pruned(const DecoderModel& m) {
   return false;
 }
 
+// The weight types of a decoder's 2:4 Linears that every decoder command takes (fp32 without a flag).
+struct WeightFlags {
+  bool bf16 = false, int8 = false;
+  void add_to(CLI::App* cmd) {
+    CLI::Option* b = cmd->add_flag("--bf16", bf16, "2:4 weights and the output head held as bfloat16");
+    cmd->add_flag("--int8", int8,
+                  "2:4 weights held as int8 with an fp32 scale per 64 positions, the output head as bfloat16")
+        ->excludes(b);
+  }
+  void apply(DecoderOptions& d) const {
+    d.bf16_weights = bf16;
+    d.int8_weights = int8;
+  }
+};
+
 // ---- generate ------------------------------------------------------------------------------------------
 
 struct GenerateOptions {
@@ -85,7 +100,7 @@ struct GenerateOptions {
   float temperature = 0.0f, top_p = 1.0f;
   uint64_t seed = 1;
   int threads = 1;
-  bool bf16 = false;
+  WeightFlags weights;
 };
 
 void cmd_generate(const GenerateOptions& o) {
@@ -99,7 +114,7 @@ void cmd_generate(const GenerateOptions& o) {
   DecoderOptions d;
   d.threads = o.threads;
   d.mode = engine::parse_mode(o.mode);
-  d.bf16_weights = o.bf16;
+  o.weights.apply(d);
   d.max_context = static_cast<int64_t>(prompt.size()) + o.max_tokens;
   Decoder dec(m, d);
   std::vector<float> logits(static_cast<size_t>(m.config.vocab));
@@ -149,6 +164,7 @@ struct PerplexityOptions {
   std::string model, input, input_ids, json_out, mode = "sparse";
   int64_t ctx = 512;
   int threads = 1;
+  WeightFlags weights;
 };
 
 void cmd_perplexity(const PerplexityOptions& o) {
@@ -168,6 +184,7 @@ void cmd_perplexity(const PerplexityOptions& o) {
   DecoderOptions d;
   d.threads = o.threads;
   d.mode = engine::parse_mode(o.mode);
+  o.weights.apply(d);
   d.max_context = o.ctx;
   d.prefill_layout = true;
   Decoder dec(m, d);
@@ -192,6 +209,7 @@ struct LogitsOptions {
   std::string model, ids, out, mode = "sparse";
   int64_t prefill = 0;  // > 0: that many tokens in one pass, then the rest one at a time
   int threads = 1;
+  WeightFlags weights;
 };
 
 void cmd_logits(const LogitsOptions& o) {
@@ -215,6 +233,7 @@ void cmd_logits(const LogitsOptions& o) {
   DecoderOptions d;
   d.threads = o.threads;
   d.mode = engine::parse_mode(o.mode);
+  o.weights.apply(d);
   d.max_context = longest;
   Decoder dec(m, d);
   const int64_t V = m.config.vocab;
@@ -338,6 +357,9 @@ void cmd_bench_decode(const BenchDecodeOptions& o) {
   runs.push_back(time_decoder("sparse24 2:4 fp32", m, d, prompt, o.generate));
   d.bf16_weights = true;
   runs.push_back(time_decoder("sparse24 2:4 bf16", m, d, prompt, o.generate));
+  d.bf16_weights = false;
+  d.int8_weights = true;
+  runs.push_back(time_decoder("sparse24 2:4 int8", m, d, prompt, o.generate));
 
   nlohmann::json peers = nlohmann::json::object();
   std::string peer_note;
@@ -405,7 +427,7 @@ void cmd_bench_decode(const BenchDecodeOptions& o) {
   }
   out["runtimes"] = rt;
   if (!peer_note.empty()) out["note"] = peer_note;
-  const double dense = runs[0].gen_tps, sp = runs[1].gen_tps, bf = runs[2].gen_tps;
+  const double dense = runs[0].gen_tps, sp = runs[1].gen_tps, bf = runs[2].gen_tps, i8 = runs[3].gen_tps;
   std::printf("2:4 fp32 / dense fp32: %.2fx", sp / dense);
   if (peers.contains("llama.cpp F32"))
     std::printf("; 2:4 fp32 / llama.cpp F32: %.2fx",
@@ -414,8 +436,8 @@ void cmd_bench_decode(const BenchDecodeOptions& o) {
     std::printf("; 2:4 bf16 / llama.cpp F16: %.2fx",
                 bf / peers["llama.cpp F16"]["tokens_per_s"].get<double>());
   if (peers.contains("llama.cpp Q8_0"))
-    std::printf("; 2:4 bf16 / llama.cpp Q8_0: %.2fx",
-                bf / peers["llama.cpp Q8_0"]["tokens_per_s"].get<double>());
+    std::printf("; 2:4 int8 / llama.cpp Q8_0: %.2fx",
+                i8 / peers["llama.cpp Q8_0"]["tokens_per_s"].get<double>());
   std::printf(" (load %s)\n", load_average().c_str());
   if (!o.json_out.empty()) write_file_atomic(o.json_out, out.dump(2) + "\n");
 }
@@ -437,7 +459,7 @@ void register_decode_commands(CLI::App& app) {
     cmd->add_option("--threads", o->threads)->capture_default_str();
     cmd->add_option("--mode", o->mode, "dense or sparse (2:4 weights through the 2:4 kernel)")
         ->capture_default_str();
-    cmd->add_flag("--bf16", o->bf16, "2:4 weights held as bfloat16");
+    o->weights.add_to(cmd);
     cmd->callback([o] { cmd_generate(*o); });
   }
   {
@@ -450,6 +472,7 @@ void register_decode_commands(CLI::App& app) {
     cmd->add_option("--json", o->json_out, "write the result as JSON");
     cmd->add_option("--threads", o->threads)->capture_default_str();
     cmd->add_option("--mode", o->mode, "dense or sparse")->capture_default_str();
+    o->weights.add_to(cmd);
     cmd->callback([o] { cmd_perplexity(*o); });
   }
   {
@@ -463,12 +486,14 @@ void register_decode_commands(CLI::App& app) {
                     "prefill this many tokens, then decode one at a time (0: all at once)");
     cmd->add_option("--threads", o->threads)->capture_default_str();
     cmd->add_option("--mode", o->mode, "dense or sparse")->capture_default_str();
+    o->weights.add_to(cmd);
     cmd->callback([o] { cmd_logits(*o); });
   }
   {
     auto o = std::make_shared<BenchDecodeOptions>();
     CLI::App* cmd = app.add_subcommand(
-        "bench-decode", "Batch-1 decoding speed: sparse24 dense fp32, 2:4 fp32, 2:4 bf16 and llama.cpp");
+        "bench-decode",
+        "Batch-1 decoding speed: sparse24 dense fp32, 2:4 fp32, 2:4 bf16, 2:4 int8 and llama.cpp");
     cmd->add_option("model", o->model,
                     "model directory or GGUF file (dense: pruned 2:4 by magnitude in memory)")
         ->required();
