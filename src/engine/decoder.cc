@@ -80,10 +80,9 @@ struct Decoder::Impl {
   int64_t capacity = 0, pos = 0;
   const std::vector<float>* embed = nullptr;  // the model's table (tied head too); the model outlives us
   std::vector<float> norm;
-  std::optional<Linear> head;  // untied, fp32
-  std::vector<uint16_t>
-      head_bf16;              // bf16 or int8 weights: the head (tied or not) as bfloat16 [vocab, hidden]
-  std::vector<float> column;  // one token's final-norm output (the bf16 head's input)
+  std::optional<Linear> head;       // untied, fp32
+  std::vector<uint16_t> head_bf16;  // bf16 or int8 weights: the head (tied or not), bf16 [vocab, hidden]
+  std::vector<float> column;        // one token's final-norm output (the bf16 head's input)
   std::vector<LayerExec> layers;
   std::vector<float> cos_sin;
   int sparse = 0;

@@ -90,6 +90,7 @@ struct WeightFlags {
     d.bf16_weights = bf16;
     d.int8_weights = int8;
   }
+  const char* name() const { return bf16 ? "bf16" : int8 ? "int8" : "fp32"; }
 };
 
 // ---- generate ------------------------------------------------------------------------------------------
@@ -196,9 +197,10 @@ void cmd_perplexity(const PerplexityOptions& o) {
               static_cast<long long>(scored), static_cast<long long>(windows), static_cast<long long>(o.ctx),
               windows * o.ctx / (ms / 1000));
   if (!o.json_out.empty()) {
-    const nlohmann::json j = {{"model", o.model},       {"input", input},          {"ctx", o.ctx},
-                              {"windows", windows},     {"tokens_scored", scored}, {"perplexity", ppl},
-                              {"mean_nll", p.mean_nll}, {"mode", o.mode}};
+    const nlohmann::json j = {
+        {"model", o.model},       {"input", input},          {"ctx", o.ctx},
+        {"windows", windows},     {"tokens_scored", scored}, {"perplexity", ppl},
+        {"mean_nll", p.mean_nll}, {"mode", o.mode},          {"weights", o.weights.name()}};
     write_file_atomic(o.json_out, j.dump(2) + "\n");
   }
 }
