@@ -52,6 +52,19 @@ struct LanesSlots {
       return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
     }
   }
+  // AVX-512 only (lanes_slots_tile): slots 2q and 2q + 1 of the entry at e as one vector, [slot 2q's 8
+  // rows, slot 2q + 1's 8 rows] (the layout stores them side by side).
+  static __m512 load_pair(const uint8_t* e, int q) {
+    const uint8_t* p = e + LanesLayout::slot_at(WT, 2 * q);
+    if constexpr (WT == LanesWeights::kF32) {
+      return _mm512_loadu_ps(reinterpret_cast<const float*>(p));
+    } else if constexpr (WT == LanesWeights::kBf16) {
+      return _mm512_castsi512_ps(_mm512_slli_epi32(
+          _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+    } else {
+      return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+    }
+  }
 };
 
 // NS streams (stream i: the entry estride bytes after stream 0's, the same K positions) over ns super
@@ -246,29 +259,13 @@ float* lanes_mix_x(const SpmmArgs& a, int64_t k, size_t xc_pass) {
 // sums, added at the end. X comes group by group (lanes_group_x: every column's 4 activations of a group
 // side by side), so each broadcast is one pointer plus a constant (from the transposed X, g++ kept a pointer
 // per column and group and spilled them).
-template <LanesWeights WT>
-struct LanesSlotPair {
-  // Slots 2q and 2q + 1 of the entry at e as [slot 2q's 8 rows, slot 2q + 1's 8 rows].
-  static __m512 load(const uint8_t* e, int q) {
-    const uint8_t* p = e + LanesLayout::slot_at(WT, 2 * q);
-    if constexpr (WT == LanesWeights::kF32) {
-      return _mm512_loadu_ps(reinterpret_cast<const float*>(p));
-    } else if constexpr (WT == LanesWeights::kBf16) {
-      return _mm512_castsi512_ps(_mm512_slli_epi32(
-          _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
-    } else {
-      return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-    }
-  }
-};
-
+//
 // NS streams over ns super chunks; NC columns of xg, whose groups hold NX columns (lanes_group_x). out[i][n]
 // as lanes_tile's.
 template <class T, LanesWeights WT, int NC, int NS, int NX>
 void lanes_slots_tile(const uint8_t* __restrict e, size_t estride, int64_t ns, const float* __restrict xg,
                       __m256 (&out)[NS][NC]) {
   using S = LanesSlots<WT>;
-  using W = LanesSlotPair<WT>;
   // int8: partial sums per super chunk (times the scales once) when they fit beside the sums.
   constexpr bool kPart = S::kScaled && 2 * NS * NC + 6 <= 32;
   // Software prefetch distance. Intel Xeon (session 14), 4096x4096 cold, GFLOP/s without -> with: int8
@@ -312,7 +309,7 @@ void lanes_slots_tile(const uint8_t* __restrict e, size_t estride, int64_t ns, c
       for (int q = 0; q < 8; ++q) {
 #pragma GCC unroll 4
         for (int i = 0; i < NS; ++i) {
-          __m512 w = W::load(es + i * estride, 8 * h + q);
+          __m512 w = S::load_pair(es + i * estride, 8 * h + q);
           if constexpr (S::kScaled && !kPart) w = _mm512_mul_ps(w, sc[i]);
 #pragma GCC unroll 16
           for (int n = 0; n < NC; ++n) {
@@ -358,29 +355,50 @@ float* lanes_group_x(const SpmmArgs& a, int64_t k, int64_t supers) {
 
 // NS streams of N columns, in passes of up to CMAX columns: v[i][n], stream i's sums for column n. Passes
 // after the first read the same weights again (one K block of a row block: at most 17 KB, from L1/L2).
-// TILE kMix: the mixed int8 tile (one stream, CMAX = 8); xc: this K block's part of the first pass's X in
-// the tile's two orders, the next pass's xc_pass floats further. kSlots: xc is this K block's part of
-// lanes_group_x's X (every column in one pass, CMAX = 16).
+// x: this K block's part of X in the tile's order (lanes_x); xstride: the tile's step between columns
+// (kRows: the transposed X's rows) or passes (kMix: one stream, CMAX = 8); kSlots takes every column in
+// one pass (CMAX = 16).
 template <class T, LanesWeights WT, int N, int NS, int CMAX, int VREGS, LanesTile TILE, int C0 = 0>
-void lanes_passes(const uint8_t* e, size_t estride, int64_t ns, const float* xb, int64_t ldxt,
-                  const float* xc, size_t xc_pass, __m256 (&v)[NS][N]) {
+void lanes_passes(const uint8_t* e, size_t estride, int64_t ns, const float* x, int64_t xstride,
+                  __m256 (&v)[NS][N]) {
   constexpr int NC = N - C0 < CMAX ? N - C0 : CMAX;
   __m256 out[NS][NC];
   if constexpr (TILE == LanesTile::kSlots) {
-    lanes_slots_tile<T, WT, NC, NS, N>(e, estride, ns, xc + C0 * 4, out);
+    lanes_slots_tile<T, WT, NC, NS, N>(e, estride, ns, x + C0 * 4, out);
   } else if constexpr (TILE == LanesTile::kMix) {
     // Fewer than 8 columns run the 8-column tile on zero-padded columns.
     static_assert(NS == 1 && CMAX == 8 && WT == LanesWeights::kI8);
     __m256 o8[8];
-    lanes_mix_tile<T>(e, ns, xc + C0 / 8 * xc_pass, o8);
+    lanes_mix_tile<T>(e, ns, x + C0 / 8 * xstride, o8);
     for (int j = 0; j < NC; ++j) out[0][j] = o8[j];
   } else {
-    lanes_tile<T, WT, NC, NS, VREGS>(e, estride, ns, xb + C0 * ldxt, ldxt, out);
+    lanes_tile<T, WT, NC, NS, VREGS>(e, estride, ns, x + C0 * xstride, xstride, out);
   }
   for (int i = 0; i < NS; ++i)
     for (int j = 0; j < NC; ++j) v[i][C0 + j] = out[i][j];
   if constexpr (C0 + NC < N)
-    lanes_passes<T, WT, N, NS, CMAX, VREGS, TILE, C0 + NC>(e, estride, ns, xb, ldxt, xc, xc_pass, v);
+    lanes_passes<T, WT, N, NS, CMAX, VREGS, TILE, C0 + NC>(e, estride, ns, x, xstride, v);
+}
+
+// X in a tile's order in the thread's scratch, its floats per K position (K block kb starts
+// kb * lay.kb * per_k floats in) and the tile's stride (lanes_passes).
+struct LanesX {
+  const float* x;
+  int64_t per_k;
+  int64_t stride;
+};
+
+template <class T, int N, LanesTile TILE>
+LanesX lanes_x(const SpmmArgs& a, const LanesLayout& lay, int64_t k) {
+  if constexpr (TILE == LanesTile::kSlots) {
+    return {lanes_group_x<T, N>(a, k, lay.supers), N, 0};
+  } else if constexpr (TILE == LanesTile::kMix) {
+    const int64_t pass = lay.supers * LanesLayout::kSuper * 2 * 8;
+    return {lanes_mix_x<T, N>(a, k, static_cast<size_t>(pass)), 2 * 8, pass};
+  } else {
+    const int64_t ldxt = lay.supers * LanesLayout::kSuper + 16;  // + 16: rows of Xt not 4 KiB apart
+    return {transposed_x<T, N>(a, k, ldxt), 1, ldxt};
+  }
 }
 
 // Streams (row regions read at once) for N columns: 4 at N = 1, 2 up to N = 4, except where two would cost
@@ -394,17 +412,11 @@ constexpr int lanes_streams =
 // N columns; CMAX: the most columns one pass keeps in registers (8 with 16 registers, 16 with 32).
 template <class T, LanesWeights WT, int N, int CMAX, int VREGS, LanesTile TILE>
 void lanes_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
-  constexpr bool MIX = TILE == LanesTile::kMix, SLOTS = TILE == LanesTile::kSlots;
-  constexpr int NS = MIX ? 1 : lanes_streams<WT, N, VREGS>;
+  constexpr int NS = TILE == LanesTile::kMix ? 1 : lanes_streams<WT, N, VREGS>;
   constexpr int R = LanesLayout::kRows;
   const LanesLayout& lay = p.lanes;
   const int64_t m = p.m, k = p.k;
-  const int64_t ldxt = lay.supers * LanesLayout::kSuper + 16;  // + 16: rows of Xt not 4 KiB apart
-  float* xt = MIX || SLOTS ? nullptr : transposed_x<T, N>(a, k, ldxt);
-  const size_t xc_pass = static_cast<size_t>(lay.supers * LanesLayout::kSuper * 2 * 8);
-  const float* xc = MIX     ? lanes_mix_x<T, N>(a, k, xc_pass)
-                    : SLOTS ? lanes_group_x<T, N>(a, k, lay.supers)
-                            : nullptr;
+  const LanesX x = lanes_x<T, N, TILE>(a, lay, k);
   const int nt = static_cast<int>(std::min<int64_t>(a.threads, lay.m_blocks));
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
@@ -416,8 +428,7 @@ void lanes_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
     for (int64_t kb = 0; kb < lay.k_blocks; ++kb) {
       const int64_t ns = lay.supers_in(kb);
       const size_t bstride = static_cast<size_t>(ns * LanesSlots<WT>::kEntryBytes);  // next row block
-      const float* xb = MIX || SLOTS ? nullptr : xt + kb * lay.kb;
-      const float* xcb = MIX ? xc + kb * lay.kb * 2 * 8 : SLOTS ? xc + kb * lay.kb * N : nullptr;
+      const float* xb = x.x + kb * lay.kb * x.per_k;
       const bool first = kb == 0, last = kb + 1 == lay.k_blocks;
       auto emit = [&](int64_t mb, const __m256(&v)[N]) {
         alignas(32) float t[N][R];
@@ -437,14 +448,14 @@ void lanes_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
         for (int64_t t = 0; t < per; ++t) {
           __m256 v[NS][N];
           lanes_passes<T, WT, N, NS, CMAX, VREGS, TILE>(lay.data.data() + lay.entry(kb, b0 + t),
-                                                        bstride * per, ns, xb, ldxt, xcb, xc_pass, v);
+                                                        bstride * per, ns, xb, x.stride, v);
           for (int i = 0; i < NS; ++i) emit(b0 + t + i * per, v[i]);
         }
       }
       for (int64_t mb = NS > 1 ? b0 + NS * per : b0; mb < b1; ++mb) {
         __m256 v[1][N];
-        lanes_passes<T, WT, N, 1, CMAX, VREGS, TILE>(lay.data.data() + lay.entry(kb, mb), 0, ns, xb, ldxt,
-                                                     xcb, xc_pass, v);
+        lanes_passes<T, WT, N, 1, CMAX, VREGS, TILE>(lay.data.data() + lay.entry(kb, mb), 0, ns, xb, x.stride,
+                                                     v);
         emit(mb, v[0]);
       }
     }
