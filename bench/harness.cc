@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "dense.h"
+#include "sparse24/dtype.h"
 #include "sparse24/error.h"
 #include "sparse24/mask.h"
 #include "sparse24/reference.h"
@@ -156,81 +157,85 @@ int copies_for(double bytes_per_copy, double cold_bytes) {
   return std::max(2, static_cast<int>(std::ceil(cold_bytes / std::max(bytes_per_copy, 1.0))));
 }
 
+const char* weights_name(Weights w) {
+  switch (w) {
+    case Weights::kBf16:
+      return "bf16";
+    case Weights::kI8:
+      return "int8";
+    case Weights::kF32:
+      break;
+  }
+  return "fp32";
+}
+
+namespace {
+
+// sparse24 on weights `wc` packed as `wt` ("sparse24", "sparse24_bf16", "sparse24_int8"), then with
+// o.variants every variant of the kernel list that runs this pack at this N, forced by name (s24:<name>;
+// the fp32 pack's compute-bound and memory-bound variants, the bf16 and int8 packs' memory-bound ones).
+void add_sparse24(const Problem& p, const Compressed& wc, Weights wt, const BuildOptions& o,
+                  std::vector<Candidate>& out) {
+  const int64_t m = wc.rows, n = p.shape.n;
+  PackOptions po;
+  po.bf16_weights = wt == Weights::kBf16;
+  auto packs = std::make_shared<std::vector<PackedMatrix>>();
+  packs->push_back(pack(wc, po));
+  // The packed object may hold several layouts (one per path) of which a call streams one, so copies are
+  // counted from the compressed size in the candidate's weight type (values + metadata + int8 scales),
+  // the least a call must read.
+  const double values = static_cast<double>(wc.values.size()) / (wt == Weights::kBf16 ? 2 : 1);
+  const double format_bytes =
+      values + static_cast<double>(wc.metadata.size() + wc.scales.size() * sizeof(float));
+  const int copies = copies_for(format_bytes, o.cold_bytes);
+  for (int r = 1; r < copies; ++r) packs->push_back(pack(wc, po));
+  const double layout_bytes = static_cast<double>(packs->front().bytes());
+  const float* x = p.x.data();
+  const int threads = o.threads;
+  auto add = [&](const std::string& name, bool variant) {
+    Candidate c{name,         "sparse24",   !variant && wt == Weights::kF32, false, copies,
+                format_bytes, Buffer(m * n)};
+    c.variant = variant;
+    c.weights = wt;
+    c.layout_bytes = layout_bytes;
+    float* y = c.y.data();
+    if (variant) {
+      c.run = [packs, x, y, n, threads, v = name.substr(4)](int r) {
+        spmm_variant(v, (*packs)[r], x, n, n, y, n, nullptr, Epilogue::kNone, threads);
+      };
+    } else {
+      c.run = [packs, x, y, n, threads](int r) {
+        spmm((*packs)[r], x, n, n, y, n, nullptr, Epilogue::kNone, threads);
+      };
+    }
+    c.state = packs;
+    out.push_back(std::move(c));
+  };
+  add(wt == Weights::kF32 ? "sparse24" : std::string("sparse24_") + weights_name(wt), false);
+  if (!o.variants) return;
+  for (const KernelVariantInfo& v : kernel_variants()) {
+    const bool reads = wt == Weights::kF32 ? v.fp32 : !v.large_n && (wt == Weights::kBf16 ? v.bf16 : v.int8);
+    if (v.isa != packs->front().isa() || !reads || (v.n_max != 0 && n > v.n_max)) continue;
+    try {
+      spmm_variant(v.name, packs->front(), x, n, n, out.back().y.data(), n, nullptr, Epilogue::kNone,
+                   threads);
+    } catch (const Error&) {
+      continue;  // reads a layout this pack does not have at this N
+    }
+    add("s24:" + v.name, true);
+  }
+}
+
+}  // namespace
+
 std::vector<Candidate> make_candidates(const Problem& p, const BuildOptions& o) {
   omp_set_num_threads(o.threads);
   std::vector<Candidate> out;
-  const Shape& s = p.shape;
   if (o.with_sparse) {
-    auto packs = std::make_shared<std::vector<PackedMatrix>>();
-    packs->push_back(pack(p.wc));
-    // The packed object may hold several layouts (one per path) of which a call streams one, so copies are
-    // counted from the compressed size (values + metadata), the least a call must read.
-    const double format_bytes = static_cast<double>(p.wc.values.size() + p.wc.metadata.size());
-    const int copies = copies_for(format_bytes, o.cold_bytes);
-    for (int r = 1; r < copies; ++r) packs->push_back(pack(p.wc));
-    Candidate c{"sparse24", "sparse24", true, false, copies, format_bytes, Buffer(s.m * s.n)};
-    c.layout_bytes = static_cast<double>(packs->front().bytes());
-    const float* x = p.x.data();
-    float* y = c.y.data();
-    const int64_t n = s.n;
-    const int threads = o.threads;
-    c.run = [packs, x, y, n, threads](int r) {
-      spmm((*packs)[r], x, n, n, y, n, nullptr, Epilogue::kNone, threads);
-    };
-    c.state = packs;
-    const double layout_bytes = c.layout_bytes;
-    out.push_back(std::move(c));
-    // Every variant of the kernel list that runs these packed weights at this N, forced by name.
-    for (const KernelVariantInfo& v : o.variants ? kernel_variants() : std::vector<KernelVariantInfo>{}) {
-      if (v.isa != packs->front().isa() || !v.fp32 || (v.n_max != 0 && n > v.n_max)) continue;
-      try {
-        spmm_variant(v.name, packs->front(), x, n, n, y, n, nullptr, Epilogue::kNone, threads);
-      } catch (const Error&) {
-        continue;  // reads a layout this row's calls do not use
-      }
-      Candidate cv{"s24:" + v.name, "sparse24", false, false, copies, format_bytes, Buffer(s.m * s.n)};
-      cv.variant = true;
-      cv.layout_bytes = layout_bytes;
-      float* yv = cv.y.data();
-      cv.run = [packs, x, yv, n, threads, name = v.name](int r) {
-        spmm_variant(name, (*packs)[r], x, n, n, yv, n, nullptr, Epilogue::kNone, threads);
-      };
-      cv.state = packs;
-      out.push_back(std::move(cv));
-    }
-  }
-  if (o.with_sparse && p.wq.rows > 0) {
-    // int8 weights (0.6875 bytes per weight with the scales): the memory-bound rows only.
-    auto packs = std::make_shared<std::vector<PackedMatrix>>();
-    const double format_bytes =
-        static_cast<double>(p.wq.values.size() + p.wq.metadata.size() + p.wq.scales.size() * sizeof(float));
-    const int copies = copies_for(format_bytes, o.cold_bytes);
-    for (int r = 0; r < copies; ++r) packs->push_back(pack(p.wq));
-    Candidate c{"sparse24_int8", "sparse24", false, false, copies, format_bytes, Buffer(s.m * s.n)};
-    c.int8 = true;
-    c.layout_bytes = static_cast<double>(packs->front().bytes());
-    const float* x = p.x.data();
-    float* y = c.y.data();
-    const int64_t n = s.n;
-    const int threads = o.threads;
-    c.run = [packs, x, y, n, threads](int r) {
-      spmm((*packs)[r], x, n, n, y, n, nullptr, Epilogue::kNone, threads);
-    };
-    c.state = packs;
-    const double layout_bytes = c.layout_bytes;
-    out.push_back(std::move(c));
-    for (const KernelVariantInfo& v : o.variants ? kernel_variants() : std::vector<KernelVariantInfo>{}) {
-      if (v.isa != packs->front().isa() || !v.int8 || v.large_n || (v.n_max != 0 && n > v.n_max)) continue;
-      Candidate cv{"s24:" + v.name, "sparse24", false, false, copies, format_bytes, Buffer(s.m * s.n)};
-      cv.variant = true;
-      cv.int8 = true;
-      cv.layout_bytes = layout_bytes;
-      float* yv = cv.y.data();
-      cv.run = [packs, x, yv, n, threads, name = v.name](int r) {
-        spmm_variant(name, (*packs)[r], x, n, n, yv, n, nullptr, Epilogue::kNone, threads);
-      };
-      cv.state = packs;
-      out.push_back(std::move(cv));
+    add_sparse24(p, p.wc, Weights::kF32, o, out);
+    if (p.wq.rows > 0) {
+      add_sparse24(p, p.wc, Weights::kBf16, o, out);
+      add_sparse24(p, p.wq, Weights::kI8, o, out);
     }
   }
   if (o.with_dense) {
@@ -266,6 +271,15 @@ Reference make_reference(const Problem& p) {
   spmm_reference(p.wc, xs.data(), ns, ns, ref.y.data(), ns);
   spmm_reference(wabs, xa.data(), ns, ns, ref.scale.data(), ns);
   if (p.wq.rows > 0) {
+    Compressed wb = p.wc;  // the values rounded to bf16, as the bf16 pack stores them
+    for (size_t i = 0; i + 4 <= wb.values.size(); i += 4) {
+      float v;
+      std::memcpy(&v, &wb.values[i], 4);
+      v = bf16_to_float(float_to_bf16(v));
+      std::memcpy(&wb.values[i], &v, 4);
+    }
+    ref.y_bf16.resize(ref.y.size());
+    spmm_reference(wb, xs.data(), ns, ns, ref.y_bf16.data(), ns);
     ref.y_i8.resize(ref.y.size());
     spmm_reference(p.wq, xs.data(), ns, ns, ref.y_i8.data(), ns);
   }
@@ -290,7 +304,10 @@ CheckResult check_candidate(Candidate& c, const Problem& p, const Reference& ref
     for (int64_t j = 0; j < ns; ++j) {
       const int64_t n = ref.cols[j];
       const float got = c.y_transposed ? c.y[n * s.m + m] : c.y[m * s.n + n];
-      const float want = (c.int8 ? ref.y_i8 : ref.y)[m * ns + j];
+      const std::vector<float>& y_ref = c.weights == Weights::kI8     ? ref.y_i8
+                                        : c.weights == Weights::kBf16 ? ref.y_bf16
+                                                                      : ref.y;
+      const float want = y_ref[m * ns + j];
       const double err = std::fabs(static_cast<double>(got) - want) / (ref.scale[m * ns + j] + 1e-30);
       if (!(err <= kTol)) {  // NaN fails too
         if (r.ok) {
@@ -357,7 +374,7 @@ Row run_row(const Shape& s, const RunOptions& o, QuietGate& gate, std::string* l
       m.lib = c.lib;
       m.sparse = c.sparse;
       m.variant = c.variant;
-      m.int8 = c.int8;
+      m.weights = c.weights;
       m.copies = c.copies;
       m.weight_bytes = c.weight_bytes;
       m.layout_bytes = c.layout_bytes > 0 ? c.layout_bytes : c.weight_bytes;
@@ -417,14 +434,18 @@ Row run_row(const Shape& s, const RunOptions& o, QuietGate& gate, std::string* l
       row.sparse_ok = true;
       row.sparse_gflops = m.gflops;
       row.sparse_nonzero_gflops = m.gflops / 2;
-    } else if (m.int8) {
+    } else if (m.weights == Weights::kI8) {
       if (!m.variant) row.int8_gflops = m.gflops;
+    } else if (m.weights == Weights::kBf16) {
+      if (!m.variant) row.bf16_gflops = m.gflops;
     } else if (!m.variant && m.gflops > row.best_dense_gflops) {
       row.best_dense_gflops = m.gflops;
       row.best_dense_lib = m.name;
     }
   }
   if (row.sparse_ok && row.best_dense_gflops > 0) row.speedup = row.sparse_gflops / row.best_dense_gflops;
+  if (row.bf16_gflops > 0 && row.best_dense_gflops > 0)
+    row.bf16_speedup = row.bf16_gflops / row.best_dense_gflops;
   if (row.int8_gflops > 0 && row.best_dense_gflops > 0)
     row.int8_speedup = row.int8_gflops / row.best_dense_gflops;
   cands.clear();  // frees the weight copies before the next shape

@@ -59,11 +59,17 @@ struct Problem {
   Shape shape;
   Buffer w;       // [M, K] row-major, the pruned dense weights every dense library multiplies
   Compressed wc;  // the same weights, compressed
-  Compressed wq;  // N <= 16: the same weights as int8 with fp32 scales (quantize_int8, groups of 64)
+  Compressed wq;  // N <= 16: the same weights as int8 with fp32 scales (quantize_int8, groups of 64); the
+                  // bf16 and int8 candidates run on the rows that have it
   Buffer x;       // [K, N] row-major
   Buffer xt;      // [N, K] row-major (the "Linear" layout: one token per row)
 };
 Problem make_problem(const Shape& s, uint64_t seed);
+
+// The weights a sparse24 candidate multiplies: fp32, bf16 (the fp32 Compressed packed with
+// PackOptions::bf16_weights: the memory-bound layout in bf16) or int8 (Problem::wq). Dense methods: kF32.
+enum class Weights { kF32, kBf16, kI8 };
+const char* weights_name(Weights w);  // "fp32", "bf16", "int8"
 
 struct Candidate {
   Candidate(std::string name_, std::string lib_, bool sparse_, bool y_transposed_, int copies_,
@@ -81,10 +87,10 @@ struct Candidate {
   bool variant = false;       // one kernel variant of sparse24 forced by name (--variants): not the row's
                               // sparse24 number, not a dense baseline
   bool y_transposed = false;  // writes Y^T [N, M] instead of Y [M, N]
-  bool int8 = false;          // multiplies the int8 weights (Problem::wq): checked against their reference
-  int copies = 1;             // weight copies run() rotates through (1 when hot)
-  double weight_bytes = 0;    // bytes of one weight copy in its format: dense fp32, or compressed 2:4
-  double layout_bytes = 0;    // bytes of one copy as the method stores it (packed layouts), if known
+  Weights weights = Weights::kF32;  // checked against the reference of these weights
+  int copies = 1;                   // weight copies run() rotates through (1 when hot)
+  double weight_bytes = 0;          // bytes of one weight copy in its format: dense fp32, or compressed 2:4
+  double layout_bytes = 0;          // bytes of one copy as the method stores it (packed layouts), if known
   Buffer y;
   std::function<void(int copy)> run;
   std::shared_ptr<void> state;  // owns the copies and library objects run() uses
@@ -110,9 +116,10 @@ std::vector<Candidate> make_candidates(const Problem& p, const BuildOptions& o);
 // for the tolerance.
 struct Reference {
   std::vector<int64_t> cols;
-  std::vector<float> y;      // [M, cols.size()]
-  std::vector<float> scale;  // [M, cols.size()]: sum_k |w| |x|
-  std::vector<float> y_i8;   // [M, cols.size()] with the int8 weights (when Problem::wq is set)
+  std::vector<float> y;       // [M, cols.size()]
+  std::vector<float> scale;   // [M, cols.size()]: sum_k |w| |x|
+  std::vector<float> y_bf16;  // [M, cols.size()] with the weights rounded to bf16 (when Problem::wq is set)
+  std::vector<float> y_i8;    // [M, cols.size()] with the int8 weights (when Problem::wq is set)
 };
 Reference make_reference(const Problem& p);
 
@@ -138,7 +145,7 @@ struct MethodResult {
   std::string name, lib;
   bool sparse = false;
   bool variant = false;
-  bool int8 = false;
+  Weights weights = Weights::kF32;
   bool ok = false;
   std::string error;
   double max_err = 0;
@@ -163,6 +170,8 @@ struct Row {
   double sparse_gflops = 0;          // dense-equivalent
   double sparse_nonzero_gflops = 0;  // M*N*K / time
   double speedup = 0;                // sparse_gflops / best_dense_gflops (0 if not both)
+  double bf16_gflops = 0;            // sparse24 with bf16 weights (N <= 16), dense-equivalent
+  double bf16_speedup = 0;           // bf16_gflops / best_dense_gflops
   double int8_gflops = 0;            // sparse24 with int8 weights (N <= 16), dense-equivalent
   double int8_speedup = 0;           // int8_gflops / best_dense_gflops
   long gate_waits = 0, gate_timeouts = 0;

@@ -42,17 +42,16 @@ std::string table_legend() {
   return "GFLOP/s are dense-equivalent (2*M*N*K / time) for every method; s24_nz = sparse24's nonzero rate\n"
          "(M*N*K / time). ob_nn/ob_nt = OpenBLAS cblas_sgemm W*X / X^T*W^T, ob_gemv = cblas_sgemv,\n"
          "dnnl_gemm = dnnl_sgemm, dnnl_mm = oneDNN matmul (plain), dnnl_mmpk = oneDNN matmul with prepacked\n"
-         "weights (Linear form). speedup = sparse24 / fastest dense. s24_i8 = sparse24 with int8 weights "
-         "and\n"
-         "fp32 scales per 64 positions (N <= 16), i8_speedup = s24_i8 / fastest dense (fp32). Best of\n"
-         "interleaved rounds.\n";
+         "weights (Linear form). speedup = sparse24 / fastest dense. N <= 16: s24_bf16 = sparse24 with bf16\n"
+         "weights, s24_i8 with int8 weights and fp32 scales per 64 positions, bf16_x / i8_x = their rate /\n"
+         "fastest dense (fp32). Best of interleaved rounds.\n";
 }
 
 std::string table_header() {
   std::string s = pad("m", 6) + pad("k", 6) + pad("n", 5) + pad("thr", 4) + pad("cold", 5);
   for (const MethodColumn& c : dense_columns()) s += pad(c.label, kCol);
   s += pad("sparse24", kCol) + pad("s24_nz", 8) + "  " + "best_dense           " + pad("speedup", 8) +
-       pad("s24_i8", 8) + pad("i8_speedup", 11);
+       pad("s24_bf16", 9) + pad("bf16_x", 7) + pad("s24_i8", 8) + pad("i8_x", 7);
   return s;
 }
 
@@ -68,9 +67,10 @@ std::string table_line(const Row& r) {
   best.resize(std::max<size_t>(best.size(), 21), ' ');
   s += "  " + best;
   s += pad(r.speedup > 0 ? fmt("%.2fx", r.speedup) : (sp && !sp->ok ? "WRONG" : "-"), 8);
-  const MethodResult* i8 = r.find("sparse24_int8");
-  s += pad(cell(i8), 8);
-  s += pad(r.int8_speedup > 0 ? fmt("%.2fx", r.int8_speedup) : "-", 11);
+  s += pad(cell(r.find("sparse24_bf16")), 9);
+  s += pad(r.bf16_speedup > 0 ? fmt("%.2fx", r.bf16_speedup) : "-", 7);
+  s += pad(cell(r.find("sparse24_int8")), 8);
+  s += pad(r.int8_speedup > 0 ? fmt("%.2fx", r.int8_speedup) : "-", 7);
   if (r.disturbed || r.gate_timeouts > 0) s += "  (disturbed)";
   return s;
 }
@@ -87,7 +87,8 @@ std::string row_notes(const Row& r, double stream_read_gbps) {
       s += "  !! " + m.name + ": every measurement was preempted (" + std::to_string(m.disturbed) +
            "): its number is unreliable\n";
   if (r.shape.cold) {
-    s += "  weight GB/s (format bytes: fp32 dense, 2:4 values + metadata (+ scales for int8); copies x MB";
+    s += "  weight GB/s (format bytes: fp32 dense, 2:4 values in the method's type + metadata (+ scales for "
+         "int8); copies x MB";
     if (stream_read_gbps > 0) s += "; stream read " + fmt("%.1f", stream_read_gbps) + " GB/s";
     s += "):";
     for (const MethodResult& m : r.methods)
@@ -112,6 +113,8 @@ nlohmann::json row_json(const Row& r) {
   j["sparse_gflops"] = r.sparse_ok ? nlohmann::json(r.sparse_gflops) : nlohmann::json();
   j["sparse_nonzero_gflops"] = r.sparse_ok ? nlohmann::json(r.sparse_nonzero_gflops) : nlohmann::json();
   j["speedup"] = r.speedup > 0 ? nlohmann::json(r.speedup) : nlohmann::json();
+  j["bf16_gflops"] = r.bf16_gflops > 0 ? nlohmann::json(r.bf16_gflops) : nlohmann::json();
+  j["bf16_speedup"] = r.bf16_speedup > 0 ? nlohmann::json(r.bf16_speedup) : nlohmann::json();
   j["int8_gflops"] = r.int8_gflops > 0 ? nlohmann::json(r.int8_gflops) : nlohmann::json();
   j["int8_speedup"] = r.int8_speedup > 0 ? nlohmann::json(r.int8_speedup) : nlohmann::json();
   j["sparse_isa"] = r.isa;
@@ -120,7 +123,7 @@ nlohmann::json row_json(const Row& r) {
     gflops[m.name] = m.ok ? nlohmann::json(m.gflops) : nlohmann::json();
     nlohmann::json d;
     d["lib"] = m.lib;
-    d["int8"] = m.int8;
+    d["weights"] = weights_name(m.weights);
     d["ok"] = m.ok;
     if (!m.ok) d["error"] = m.error;
     d["max_rel_err"] = m.max_err;
