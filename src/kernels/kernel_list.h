@@ -14,14 +14,18 @@ enum class Layout : uint8_t { kGemm, kLanes };
 // The packed weight types a variant reads (a bit set). The compute-bound layout holds fp32 (bf16-rounded
 // for kBf16, dequantised for kI8), so its rows read kAny.
 enum class Weights : uint8_t { kF32 = 1, kBf16 = 2, kF32Bf16 = 3, kI8 = 4, kAny = 7 };
-// The weight type of packed weights (PackedMatrix::Impl::weights).
-constexpr Weights weights_of(bool bf16, bool i8) {
-  return i8 ? Weights::kI8 : (bf16 ? Weights::kBf16 : Weights::kF32);
-}
+// The CPUs a variant is picked on (it runs on any CPU with its ISA): every CPU, Intel's, or the others.
+enum class Cpu : uint8_t { kAny, kIntel, kOther };
 
 // CPU checks (spmm.cc).
 bool cpu_has_avx2();
 bool cpu_has_avx512();
+Cpu cpu_kind();  // this CPU's kind, for the list's cpu column
+
+// The weight type of packed weights (PackedMatrix::Impl::weights).
+constexpr Weights weights_of(bool bf16, bool i8) {
+  return i8 ? Weights::kI8 : (bf16 ? Weights::kBf16 : Weights::kF32);
+}
 
 // Entry points, one per row (spmm_avx2.cc, spmm_avx512.cc).
 #define SPARSE24_ISA(...)
@@ -40,21 +44,24 @@ struct Variant {
   int64_t pick_max;
   int64_t nr;  // N is padded to a multiple of nr (0 = not padded)
   int64_t rate;
+  Cpu cpu;
   SpmmFn fn;
   // w: one weight type (kF32, kBf16 or kI8).
   constexpr bool reads(Weights w) const {
     return (static_cast<unsigned>(weights) & static_cast<unsigned>(w)) != 0;
   }
   constexpr bool takes(int64_t n) const { return n_max == 0 || n <= n_max; }
-  constexpr bool picks(int64_t n) const {
-    return pick_min > 0 && n >= pick_min && (pick_max == 0 || n <= pick_max);
+  // Dispatch may pick it on CPUs of kind c (kIntel or kOther).
+  constexpr bool dispatchable(Cpu c) const { return pick_min > 0 && (cpu == Cpu::kAny || cpu == c); }
+  constexpr bool picks(int64_t n, Cpu c) const {
+    return dispatchable(c) && n >= pick_min && (pick_max == 0 || n <= pick_max);
   }
 };
 
 inline constexpr Variant kVariants[] = {
 #define SPARSE24_ISA(...)
-#define SPARSE24_KERNEL(name, isa, layout, weights, n_max, pick_min, pick_max, nr, rate) \
-  {#name, Isa::isa, Layout::layout, Weights::weights, n_max, pick_min, pick_max, nr, rate, name},
+#define SPARSE24_KERNEL(name, isa, layout, weights, n_max, pick_min, pick_max, nr, rate, cpu) \
+  {#name, Isa::isa, Layout::layout, Weights::weights, n_max, pick_min, pick_max, nr, rate, Cpu::cpu, name},
 #include "kernel_list.inc"
 #undef SPARSE24_KERNEL
 #undef SPARSE24_ISA
@@ -92,7 +99,8 @@ constexpr const Variant* variant(std::string_view name) {
   return nullptr;
 }
 
-// The largest value of `field` among the ISA's dispatchable small-N rows for weight type w (0: none).
+// The largest value of `field` among the ISA's small-N rows for weight type w that dispatch may pick on
+// some CPU (0: none).
 constexpr int64_t small_rows_max(Isa isa, Weights w, int64_t Variant::*field) {
   int64_t n = 0;
   for (const Variant& v : kVariants)
@@ -109,8 +117,8 @@ constexpr int64_t small_n_max(Isa isa, Weights w) { return small_rows_max(isa, w
 // it (also past their pick ranges).
 constexpr int64_t small_n_take(Isa isa, Weights w) { return small_rows_max(isa, w, &Variant::n_max); }
 
-// The checks that used to be conventions: every N up to the small-N limit picked by a row that takes it,
-// every compute-bound N picked, names unique.
+// The checks that used to be conventions: on every kind of CPU, every N up to the small-N limit picked by a
+// row that takes it and every compute-bound N picked; names unique.
 // (Indices and values only, no pointer comparisons: under -fsanitize=undefined GCC does not evaluate
 // those in a constant expression.)
 constexpr bool list_is_consistent() {
@@ -127,18 +135,24 @@ constexpr bool list_is_consistent() {
   for (const IsaRow& r : kIsas)
     for (Weights w : {Weights::kF32, Weights::kBf16, Weights::kI8}) {
       const int64_t lim = small_n_max(r.isa, w);
-      for (int64_t n = 1; n <= lim + 1; ++n) {
-        bool small = false, large = false;
-        for (const Variant& v : kVariants) {
-          if (v.isa != r.isa || !v.reads(w) || !v.picks(n) || !v.takes(n)) continue;
-          if (v.layout == Layout::kGemm)
-            large = true;
-          else
-            small = true;
+      for (Cpu c : {Cpu::kIntel, Cpu::kOther}) {
+        int64_t take = 0;
+        for (const Variant& v : kVariants)
+          if (v.isa == r.isa && v.layout != Layout::kGemm && v.reads(w) && v.dispatchable(c))
+            take = v.n_max > take ? v.n_max : take;
+        if (take < lim || take != small_n_take(r.isa, w)) return false;  // the chunks' width: one for all
+        for (int64_t n = 1; n <= lim + 1; ++n) {
+          bool small = false, large = false;
+          for (const Variant& v : kVariants) {
+            if (v.isa != r.isa || !v.reads(w) || !v.picks(n, c) || !v.takes(n)) continue;
+            if (v.layout == Layout::kGemm)
+              large = true;
+            else
+              small = true;
+          }
+          if ((n <= lim && !small) || !large) return false;
         }
-        if ((n <= lim && !small) || !large) return false;
       }
-      if (small_n_take(r.isa, w) < lim) return false;
     }
   return true;
 }

@@ -24,6 +24,11 @@ bool cpu_has_avx512() {
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
 }
 
+Cpu cpu_kind() {
+  static const Cpu c = __builtin_cpu_is("intel") ? Cpu::kIntel : Cpu::kOther;
+  return c;
+}
+
 namespace {
 
 bool verbose() {
@@ -61,7 +66,8 @@ const Variant& choose(const PackedMatrix::Impl& p, Layout layout, int64_t n) {
   for (bool by_pick : {true, false}) {
     const Variant* best = nullptr;
     for (const Variant& v : kVariants) {
-      if (!can_run(v, p, layout, n) || v.pick_min == 0 || (by_pick && !v.picks(n))) continue;
+      if (!can_run(v, p, layout, n) || !v.dispatchable(cpu_kind()) || (by_pick && !v.picks(n, cpu_kind())))
+        continue;
       // Faster for the padded columns: roundup(n, nr) / rate smaller (ties: the later row).
       auto cols = [n](const Variant& u) { return u.nr ? (n + u.nr - 1) / u.nr * u.nr : n; };
       if (!best || cols(v) * best->rate <= cols(*best) * v.rate) best = &v;

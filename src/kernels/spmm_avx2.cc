@@ -117,6 +117,19 @@ void avx2_lanes_bf16(const PackedMatrix::Impl& p, const SpmmArgs& a) {
 void avx2_lanes_i8(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   lanes_dispatch<Avx2, LanesWeights::kI8, variant("avx2_lanes_i8")->n_max, 8, 16>(p, a);
 }
+// The same with the software prefetch (picked on Intel CPUs: kernel_list.inc).
+void avx2_lanes_f32_pf(const PackedMatrix::Impl& p, const SpmmArgs& a) {
+  lanes_dispatch<Avx2, LanesWeights::kF32, variant("avx2_lanes_f32_pf")->n_max, 8, 16, LanesTile::kRowsPf>(p,
+                                                                                                           a);
+}
+void avx2_lanes_bf16_pf(const PackedMatrix::Impl& p, const SpmmArgs& a) {
+  lanes_dispatch<Avx2, LanesWeights::kBf16, variant("avx2_lanes_bf16_pf")->n_max, 8, 16, LanesTile::kRowsPf>(
+      p, a);
+}
+void avx2_lanes_i8_pf(const PackedMatrix::Impl& p, const SpmmArgs& a) {
+  lanes_dispatch<Avx2, LanesWeights::kI8, variant("avx2_lanes_i8_pf")->n_max, 8, 16, LanesTile::kRowsPf>(p,
+                                                                                                         a);
+}
 // The same with passes of up to 4 columns (each with per-super-chunk partial sums, no spills), for the
 // comparison in docs/kernels.md.
 void avx2_lanes_i8_c4(const PackedMatrix::Impl& p, const SpmmArgs& a) {

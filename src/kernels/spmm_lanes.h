@@ -29,9 +29,27 @@
 
 namespace sparse24::kernels {
 
-// The tile a rows-in-lanes kernel runs: kRows (lanes_tile, 256-bit), kMix (lanes_mix_tile, AVX2 int8),
-// kSlots (lanes_slots_tile, AVX-512: the two slots of a group in one 512-bit vector).
-enum class LanesTile { kRows, kMix, kSlots };
+// The tile a rows-in-lanes kernel runs: kRows (lanes_tile, 256-bit), kRowsPf (the same with a software
+// prefetch, kLanesPrefetch bytes ahead), kMix (lanes_mix_tile, AVX2 int8), kSlots (lanes_slots_tile,
+// AVX-512: the two slots of a group in one 512-bit vector, with the prefetch).
+enum class LanesTile { kRows, kRowsPf, kMix, kSlots };
+
+// The software prefetch distance of the tiles that prefetch: every line of each stream, this many bytes
+// ahead (the entries are read in address order). Intel Xeon (session 14), AVX-512, 4096x4096 cold, GFLOP/s
+// without -> with: int8 N = 8 132 -> 167-173, N = 4 106 -> 142-145, N = 1 47 -> 53-54; fp32 N = 1 14.5 ->
+// 15.7-17, N = 8 86-93 -> 91-118. 1 KB and 4 KB ahead within a few per cent of 2 KB (AVX2 the same, session
+// 15); every second line only (the pair line left to the hardware) lost the fp32 gain.
+inline constexpr int kLanesPrefetch = 2048;
+
+// Prefetches every line of the entry at es + i * estride (i < NS) kLanesPrefetch bytes ahead.
+template <int NS, int kEntryBytes>
+inline void lanes_prefetch(const uint8_t* es, size_t estride) {
+#pragma GCC unroll 4
+  for (int i = 0; i < NS; ++i)
+#pragma GCC unroll 32
+    for (int l = 0; l < kEntryBytes; l += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(es + i * estride + kLanesPrefetch + l), _MM_HINT_T0);
+}
 
 // The weight type of a LanesLayout's slots, at compile time: entry offsets and the slot load.
 template <LanesWeights WT>
@@ -69,8 +87,8 @@ struct LanesSlots {
 
 // NS streams (stream i: the entry estride bytes after stream 0's, the same K positions) over ns super
 // chunks; NC columns of Xt (rows ldxt apart). out[i][n]: stream i's 8 rows' sums for column n. VREGS: the
-// vector registers the ISA has (16 or 32).
-template <class T, LanesWeights WT, int NC, int NS, int VREGS>
+// vector registers the ISA has (16 or 32). PF: prefetch (lanes_prefetch).
+template <class T, LanesWeights WT, int NC, int NS, int VREGS, bool PF>
 void lanes_tile(const uint8_t* __restrict e, size_t estride, int64_t ns, const float* __restrict xt,
                 int64_t ldxt, __m256 (&out)[NS][NC]) {
   using S = LanesSlots<WT>;
@@ -90,6 +108,7 @@ void lanes_tile(const uint8_t* __restrict e, size_t estride, int64_t ns, const f
   for (int64_t s = 0; s < ns; ++s) {
     const float* xs = xt + s * LanesLayout::kSuper;
     const uint8_t* es = e + static_cast<size_t>(s) * S::kEntryBytes;
+    if constexpr (PF) lanes_prefetch<NS, S::kEntryBytes>(es, estride);
     __m256 sc[NS];
     if constexpr (S::kScaled)
 #pragma GCC unroll 4
@@ -268,12 +287,6 @@ void lanes_slots_tile(const uint8_t* __restrict e, size_t estride, int64_t ns, c
   using S = LanesSlots<WT>;
   // int8: partial sums per super chunk (times the scales once) when they fit beside the sums.
   constexpr bool kPart = S::kScaled && 2 * NS * NC + 6 <= 32;
-  // Software prefetch distance. Intel Xeon (session 14), 4096x4096 cold, GFLOP/s without -> with: int8
-  // N = 8 132 -> 167-173, N = 4 106 -> 142-145, N = 1 47 -> 53-54; fp32 N = 1 14.5 -> 15.7-17, N = 8 86-93
-  // -> 91-118. 1 KB and 4 KB ahead within a few per cent of 2 KB; every second line only (the pair line
-  // left to the hardware) lost the fp32 gain. In L2, fp32 N = 1 runs 3-9% below the 256-bit tile (which
-  // has no prefetch) in the same run (docs/kernels.md, session 14).
-  constexpr int kPrefetch = 2048;
   __m512 acc[NS][NC], part[NS][NC];
 #pragma GCC unroll 4
   for (int i = 0; i < NS; ++i)
@@ -284,12 +297,9 @@ void lanes_slots_tile(const uint8_t* __restrict e, size_t estride, int64_t ns, c
   for (int64_t s = 0; s < ns; ++s) {
     const float* xs = xg + s * LanesLayout::kSuper * NX;
     const uint8_t* es = e + static_cast<size_t>(s) * S::kEntryBytes;
-    // Every line of each stream kPrefetch bytes ahead (the entries are read in address order).
-#pragma GCC unroll 4
-    for (int i = 0; i < NS; ++i)
-#pragma GCC unroll 32
-      for (int l = 0; l < S::kEntryBytes; l += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(es + i * estride + kPrefetch + l), _MM_HINT_T0);
+    // With the shorter instruction stream the hardware prefetcher fell behind (session 14). In L2, fp32
+    // N = 1 runs 3-9% below the 256-bit tile without the prefetch (docs/kernels.md, session 14).
+    lanes_prefetch<NS, S::kEntryBytes>(es, estride);
     __m512 sc[NS];
     if constexpr (S::kScaled)
 #pragma GCC unroll 4
@@ -372,7 +382,8 @@ void lanes_passes(const uint8_t* e, size_t estride, int64_t ns, const float* x, 
     lanes_mix_tile<T>(e, ns, x + C0 / 8 * xstride, o8);
     for (int j = 0; j < NC; ++j) out[0][j] = o8[j];
   } else {
-    lanes_tile<T, WT, NC, NS, VREGS>(e, estride, ns, x + C0 * xstride, xstride, out);
+    lanes_tile<T, WT, NC, NS, VREGS, TILE == LanesTile::kRowsPf>(e, estride, ns, x + C0 * xstride, xstride,
+                                                                 out);
   }
   for (int i = 0; i < NS; ++i)
     for (int j = 0; j < NC; ++j) v[i][C0 + j] = out[i][j];
