@@ -136,8 +136,9 @@ Isa active_isa() {
         }
     }
     if (kernels::verbose())
-      std::fprintf(stderr, "sparse24: using %s kernels (%s)\n", isa_name(isa),
-                   forced ? "SPARSE24_ISA" : "best the CPU supports");
+      std::fprintf(stderr, "sparse24: using %s kernels (%s), the kernel list's rows for %s CPUs\n",
+                   isa_name(isa), forced ? "SPARSE24_ISA" : "best the CPU supports",
+                   kernels::cpu_kind() == kernels::Cpu::kIntel ? "Intel" : "non-Intel");
     return isa;
   }();
   return chosen;
