@@ -554,6 +554,11 @@ ByteBpe ByteBpe::from_dir(const std::string& dir) {
   return ByteBpe(m);
 }
 
+ByteBpe ByteBpe::from_model(const std::string& path) {
+  if (is_gguf_file(path)) return from_gguf(MappedGguf(path).gguf, path);
+  return from_dir(path);
+}
+
 ByteBpe ByteBpe::from_gguf(const Gguf& g, const std::string& what) {
   auto m = std::make_shared<Impl>();
   m->what = what;

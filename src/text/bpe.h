@@ -37,6 +37,8 @@ class ByteBpe {
   static ByteBpe from_json(std::string_view json, const std::string& what);
   // The tokenizer.ggml.* metadata of a parsed GGUF file.
   static ByteBpe from_gguf(const Gguf& gguf, const std::string& what);
+  // A decoder model's tokenizer: the GGUF file at `path` (from_gguf), else the directory (from_dir).
+  static ByteBpe from_model(const std::string& path);
 
   // Token ids with the post-processor's special tokens (BOS/EOS) added. max_length > 0 truncates the text's
   // tokens so that the total, specials included, is at most max_length (Error if the specials alone exceed

@@ -65,12 +65,6 @@ DecoderModel load(const std::string& dir, bool prune) {
   return m;
 }
 
-// The model's byte-level BPE: the GGUF file's own vocabulary, or DIR/tokenizer.json.
-text::ByteBpe tokenizer(const std::string& model) {
-  if (is_gguf_file(model)) return text::ByteBpe::from_gguf(MappedGguf(model).gguf, model);
-  return text::ByteBpe::from_dir(model);
-}
-
 bool model_is_pruned(const DecoderModel& m) {
   for (const engine::DecoderLayer& l : m.layers)
     if (l.qkv.pruned || l.o.pruned || l.gate_up.pruned || l.down.pruned) return true;
@@ -107,7 +101,7 @@ struct GenerateOptions {
 void cmd_generate(const GenerateOptions& o) {
   if (o.prompt.empty() == o.prompt_ids.empty()) throw Error("give one of --prompt and --prompt-ids");
   std::optional<text::ByteBpe> bpe;
-  if (!o.prompt.empty()) bpe = tokenizer(o.model);
+  if (!o.prompt.empty()) bpe = text::ByteBpe::from_model(o.model);
   const std::vector<int32_t> prompt = bpe ? bpe->encode(o.prompt) : parse_ids(o.prompt_ids, "--prompt-ids");
   if (prompt.empty()) throw Error("an empty prompt");
   if (o.max_tokens < 0 || o.threads < 1) throw Error("bad --max-tokens or --threads");
@@ -174,7 +168,8 @@ void cmd_perplexity(const PerplexityOptions& o) {
   std::vector<int32_t> ids;
   if (!o.input.empty()) {
     const std::vector<uint8_t> b = read_file(o.input);
-    ids = tokenizer(o.model).encode(std::string_view(reinterpret_cast<const char*>(b.data()), b.size()));
+    ids = text::ByteBpe::from_model(o.model).encode(
+        std::string_view(reinterpret_cast<const char*>(b.data()), b.size()));
   } else {
     ids = read_ids_file(o.input_ids);
   }

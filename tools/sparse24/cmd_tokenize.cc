@@ -36,15 +36,11 @@ std::string model_type(const std::string& dir) {
 }
 
 Tokenizer load_tokenizer(const std::string& model) {
-  if (std::filesystem::is_regular_file(model)) {
-    if (!is_gguf_file(model)) throw Error("tokenize: '" + model + "' is neither a directory nor a GGUF file");
-    const MappedGguf m(model);
-    auto bpe = std::make_shared<text::ByteBpe>(text::ByteBpe::from_gguf(m.gguf, model));
-    return {[bpe](std::string_view s, int64_t n) { return bpe->encode(s, n); },
-            [bpe](std::string_view s) { return bpe->split(s); }};
-  }
-  if (model_type(model) == "BPE") {
-    auto bpe = std::make_shared<text::ByteBpe>(text::ByteBpe::from_dir(model));
+  const bool file = std::filesystem::is_regular_file(model);
+  if (file && !is_gguf_file(model))
+    throw Error("tokenize: '" + model + "' is neither a directory nor a GGUF file");
+  if (file || model_type(model) == "BPE") {
+    auto bpe = std::make_shared<text::ByteBpe>(text::ByteBpe::from_model(model));
     return {[bpe](std::string_view s, int64_t n) { return bpe->encode(s, n); },
             [bpe](std::string_view s) { return bpe->split(s); }};
   }
