@@ -252,11 +252,20 @@ SparsifyReport sparsify(Checkpoint& ck, const SparsifyOptions& opts) {
   } catch (const std::regex_error& e) {
     throw Error("--targets '" + printable(opts.targets) + "' is not a valid regular expression: " + e.what());
   }
+  // nn.Embedding tables by their usual names (embed_tokens, word_embeddings, position_embeddings, GPT-2's
+  // wte and wpe): the engine looks their rows up and reads them dense.
+  static const std::regex embedding(R"((^|\.)(\w*embed\w*|wte|wpe)\.weight$)", std::regex::ECMAScript);
   for (CheckpointTensor& t : ck.tensors) {
     if (t.sparse || !ends_with(t.name, ".weight") || !is_float_st(t.dense.dtype)) continue;
     const size_t rank = t.dense.shape.size();
     if (rank != 2 && rank != 4) continue;
     if (!opts.targets.empty() && !std::regex_search(t.name, targets)) continue;
+    if (opts.targets.empty() && std::regex_search(t.name, embedding)) {
+      report.skipped.push_back(t.name +
+                               ": an embedding table (a lookup, not a multiply; name it in --targets to "
+                               "make it 2:4 anyway)");
+      continue;
+    }
     if (opts.rank2_only && (rank != 2 || t.dense.shape[1] == 0 || t.dense.shape[1] % 4 != 0)) {
       report.skipped.push_back(t.name +
                                ": sparse-24-bitmask holds only 2-D weights with columns a multiple of 4");

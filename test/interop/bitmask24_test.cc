@@ -374,6 +374,19 @@ TEST(Checkpoint, SparsifySelectsFloatingWeightsThatAre24) {
 
   EXPECT_ERROR(sparsify(c, {false, "(", false}), "is not a valid regular expression");
 
+  // Embedding tables stay dense unless named in targets, 2:4 already or not.
+  Checkpoint e;
+  for (const char* name : {"model.embed_tokens.weight", "embeddings.word_embeddings.weight", "wte.weight",
+                           "h.0.attn.c_attn.weight", "decoder.embed_positions.weight"})
+    e.tensors.push_back({name, to_st(Tensor::from_float(w24, {8, 16})), std::nullopt});
+  Checkpoint e1 = e;
+  r = sparsify(e1, {true, "", false});
+  EXPECT_EQ(r.compressed, (std::vector<std::string>{"h.0.attn.c_attn.weight"}));
+  ASSERT_EQ(r.skipped.size(), 4u);
+  EXPECT_NE(r.skipped[0].find("model.embed_tokens.weight: an embedding table"), std::string::npos);
+  r = sparsify(e, {true, "embed_tokens", false});
+  EXPECT_EQ(r.compressed, (std::vector<std::string>{"model.embed_tokens.weight"}));
+
   // Densify restores the dense tensors bit for bit (no -0.0 here).
   densify(a);
   EXPECT_EQ(a.sparse_count(), 0);

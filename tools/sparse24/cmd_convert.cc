@@ -91,7 +91,7 @@ void register_convert(CLI::App& app) {
                 "magnitude-prune selected *.weight tensors that are not 2:4 yet (otherwise they stay dense)");
   cmd->add_option("--targets", o->targets,
                   "regex (searched in the tensor name) selecting which *.weight tensors may become sparse; "
-                  "default: all 2-D/4-D floating *.weight tensors");
+                  "default: all 2-D/4-D floating *.weight tensors but embedding tables");
   cmd->add_option("--config", o->config,
                   "the input's config.json (default: config.json beside the input, if there is one)");
   cmd->add_option("--config-out", o->config_out, "where to write config.json (default: beside the output)");
