@@ -128,6 +128,7 @@ using LinearObserver = std::function<void(int64_t layer, int linear, const float
 
 class Decoder {
  public:
+  // m must outlive the Decoder: it reads m's embedding table and norm weights in place.
   Decoder(const DecoderModel& m, const DecoderOptions& o);
   ~Decoder();
   Decoder(Decoder&&) noexcept;

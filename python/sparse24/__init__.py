@@ -14,10 +14,10 @@ import os
 import numpy as np
 
 from . import _core
-from ._core import Compressed, Engine, Error, FileError, Packed, isa, spmm
+from ._core import Compressed, Decoder, Engine, Error, FileError, Packed, isa, spmm
 
 __all__ = [
-    "Compressed", "Engine", "Error", "FileError", "Packed", "compress", "decompress", "inspect", "isa",
+    "Compressed", "Decoder", "Engine", "Error", "FileError", "Packed", "compress", "decompress", "inspect", "isa",
     "load", "mask", "pack", "prune", "save", "spmm",
 ]
 

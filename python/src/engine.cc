@@ -22,13 +22,6 @@ namespace {
 
 using namespace sparse24::engine;
 
-Mode parse_mode(const std::string& s) {
-  if (s == "plan") return Mode::kPlan;
-  if (s == "dense") return Mode::kDense;
-  if (s == "sparse") return Mode::kSparse;
-  throw Error("mode '" + s + "': expected plan, dense or sparse");
-}
-
 class PyEngine {
  public:
   static PyEngine load(const std::string& dir, int threads, const std::string& mode,

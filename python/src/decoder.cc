@@ -1,0 +1,180 @@
+// sparse24.Decoder: decoder language models (Llama family; a Hugging Face directory or a GGUF file) at
+// batch 1 from Python, over engine::Decoder and the model's byte-level BPE: logits for a sequence kept in
+// a KV cache, greedy or sampled generation, perplexity.
+#include "sparse24/decoder.h"
+
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/variant.h>
+#include <nanobind/stl/vector.h>
+
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "common.h"
+#include "sparse24/error.h"
+#include "text/bpe.h"
+
+namespace sparse24::py {
+namespace {
+
+using namespace sparse24::engine;
+
+class PyDecoder {
+ public:
+  static PyDecoder load(const std::string& model, const std::string& weights, const std::string& mode,
+                        int threads, int64_t max_context, bool prune, bool prefill_layout) {
+    if (threads < 1 || threads > 1024)
+      throw Error("threads " + std::to_string(threads) + ": expected 1 to 1024");
+    if (max_context < 1) throw Error("max_context " + std::to_string(max_context) + ": expected at least 1");
+    DecoderOptions o;
+    o.threads = threads;
+    o.mode = parse_mode(mode);
+    o.prefill_layout = prefill_layout;
+    if (weights == "bf16")
+      o.bf16_weights = true;
+    else if (weights == "int8")
+      o.int8_weights = true;
+    else if (weights != "fp32")
+      throw Error("weights '" + weights + "': expected fp32, bf16 or int8");
+    PyDecoder d;
+    d.threads_ = threads;
+    nb::gil_scoped_release unlocked;
+    set_threads(threads);
+    d.bpe_ = std::make_unique<text::ByteBpe>(text::ByteBpe::from_model(model));
+    d.model_ = std::make_unique<DecoderModel>(load_decoder(model));
+    if (prune) d.model_->prune_magnitude();
+    o.max_context = std::min(max_context, d.model_->config.max_positions);
+    d.vocab_ = d.model_->config.vocab;
+    d.dec_ = std::make_unique<Decoder>(*d.model_, o);
+    return d;
+  }
+
+  std::vector<int32_t> tokenize(const std::string& text) const { return bpe_->encode(text); }
+  std::string detokenize(const std::vector<int32_t>& ids, bool skip_special) const {
+    return bpe_->decode(ids, skip_special);
+  }
+
+  // Appends ids to the sequence: the last token's logits [vocab], or with all every new token's [n, vocab].
+  nb::object forward(const std::vector<int32_t>& ids, bool all) {
+    if (ids.empty()) throw Error("forward: no token ids");
+    const size_t n = ids.size(), v = static_cast<size_t>(vocab_);
+    std::vector<float> out(all ? n * v : v);
+    {
+      nb::gil_scoped_release unlocked;
+      const std::lock_guard<std::mutex> lock(*busy_);
+      set_threads(threads_);
+      dec_->forward(ids.data(), static_cast<int64_t>(n), out.data(), all);
+    }
+    return all ? float_array(std::move(out), {n, v}) : float_array(std::move(out), {v});
+  }
+
+  // The prompt (text or ids) continued by up to max_tokens tokens from a fresh sequence, stopping at the
+  // model's end-of-sequence token: the new text, or the new ids when the prompt was ids.
+  nb::object generate(const std::variant<std::string, std::vector<int32_t>>& prompt, int64_t max_tokens,
+                      float temperature, float top_p, uint64_t seed) {
+    if (max_tokens < 0) throw Error("max_tokens " + std::to_string(max_tokens) + ": expected >= 0");
+    if (!(temperature >= 0)) throw Error("temperature must be >= 0");
+    if (!(top_p > 0 && top_p <= 1)) throw Error("top_p must be in (0, 1]");
+    const bool text = std::holds_alternative<std::string>(prompt);
+    std::vector<int32_t> ids =
+        text ? bpe_->encode(std::get<std::string>(prompt)) : std::get<std::vector<int32_t>>(prompt);
+    if (ids.empty()) throw Error("generate: an empty prompt");
+    std::vector<int32_t> out;
+    {
+      nb::gil_scoped_release unlocked;
+      const std::lock_guard<std::mutex> lock(*busy_);
+      set_threads(threads_);
+      dec_->reset();
+      std::vector<float> logits(static_cast<size_t>(vocab_));
+      dec_->forward(ids.data(), static_cast<int64_t>(ids.size()), logits.data());
+      uint64_t state = seed;
+      for (int64_t i = 0; i < max_tokens; ++i) {
+        int32_t next = sample_token(logits.data(), vocab_, temperature, top_p, state);
+        if (next == bpe_->eos_id()) break;
+        out.push_back(next);
+        if (i + 1 < max_tokens) dec_->forward(&next, 1, logits.data());
+      }
+    }
+    if (text) return nb::cast(bpe_->decode(out, /*skip_special=*/true));
+    return nb::cast(out);
+  }
+
+  // Perplexity of the text (or ids) over windows of ctx tokens (engine::perplexity), from a fresh sequence.
+  nb::dict perplexity(const std::variant<std::string, std::vector<int32_t>>& input, int64_t ctx) {
+    const std::vector<int32_t> ids = std::holds_alternative<std::string>(input)
+                                         ? bpe_->encode(std::get<std::string>(input))
+                                         : std::get<std::vector<int32_t>>(input);
+    Perplexity p;
+    {
+      nb::gil_scoped_release unlocked;
+      const std::lock_guard<std::mutex> lock(*busy_);
+      set_threads(threads_);
+      dec_->reset();
+      p = engine::perplexity(*dec_, ids, ctx);
+      dec_->reset();
+    }
+    nb::dict d;
+    d["perplexity"] = p.perplexity;
+    d["mean_nll"] = p.mean_nll;
+    d["windows"] = p.windows;
+    d["scored"] = p.scored;
+    return d;
+  }
+
+  void reset() {
+    const std::lock_guard<std::mutex> lock(*busy_);
+    dec_->reset();
+  }
+  const Decoder& decoder() const { return *dec_; }
+  const text::ByteBpe& bpe() const { return *bpe_; }
+
+ private:
+  // The decoder keeps the sequence between calls: one call at a time (the GIL is released inside).
+  std::unique_ptr<std::mutex> busy_ = std::make_unique<std::mutex>();
+  int threads_ = 1;
+  int64_t vocab_ = 0;
+  std::unique_ptr<text::ByteBpe> bpe_;
+  std::unique_ptr<DecoderModel> model_;  // read in place by dec_ (embeddings, norms): outlives it
+  std::unique_ptr<Decoder> dec_;
+};
+
+}  // namespace
+
+void register_decoder(nb::module_& m) {
+  nb::class_<PyDecoder>(m, "Decoder", "A decoder language model at batch 1 (Decoder.load(model)).")
+      .def_static(
+          "load", &PyDecoder::load, nb::arg("model"), nb::arg("weights") = "fp32", nb::arg("mode") = "sparse",
+          nb::arg("threads") = 1, nb::arg("max_context") = 2048, nb::arg("prune") = false,
+          nb::arg("prefill_layout") = false,
+          "Loads a Hugging Face llama directory or a GGUF file. weights: fp32, bf16 or int8 (the 2:4 "
+          "Linears' values; bf16 and int8 hold the output head as bf16). mode: sparse (2:4 Linears on "
+          "the 2:4 kernels) or dense. prune: magnitude-prune every Linear 2:4 in memory first. "
+          "max_context: the KV cache's tokens (at most the model's). prefill_layout: also pack the 2:4 "
+          "Linears for many tokens at once (faster long prompts and perplexity, more memory).")
+      .def("tokenize", &PyDecoder::tokenize, nb::arg("text"), "Token ids, with the model's special tokens.")
+      .def("detokenize", &PyDecoder::detokenize, nb::arg("ids"), nb::arg("skip_special") = true)
+      .def("forward", &PyDecoder::forward, nb::arg("ids"), nb::arg("all") = false,
+           "Appends ids to the sequence in the KV cache: the last token's logits float32 [vocab], or with "
+           "all=True every new token's [len(ids), vocab].")
+      .def("generate", &PyDecoder::generate, nb::arg("prompt"), nb::arg("max_tokens") = 64,
+           nb::arg("temperature") = 0.0f, nb::arg("top_p") = 1.0f, nb::arg("seed") = 1,
+           "From a fresh sequence: the prompt (str or token ids) continued by up to max_tokens tokens "
+           "(greedy at temperature 0), stopping at end-of-sequence; the new text, or the new ids for ids.")
+      .def("perplexity", &PyDecoder::perplexity, nb::arg("text"), nb::arg("ctx") = 512,
+           "Perplexity of a text (or ids) over non-overlapping windows of ctx tokens: a dict with "
+           "perplexity, mean_nll, windows, scored.")
+      .def("reset", &PyDecoder::reset, "Forgets the sequence.")
+      .def_prop_ro("position", [](const PyDecoder& d) { return d.decoder().position(); })
+      .def_prop_ro("capacity", [](const PyDecoder& d) { return d.decoder().capacity(); })
+      .def_prop_ro("vocab", [](const PyDecoder& d) { return d.decoder().config().vocab; })
+      .def_prop_ro("eos_id", [](const PyDecoder& d) { return d.bpe().eos_id(); })
+      .def_prop_ro("sparse_linears", [](const PyDecoder& d) { return d.decoder().sparse_linears(); })
+      .def_prop_ro("weight_bytes", [](const PyDecoder& d) { return d.decoder().weight_bytes(); });
+}
+
+}  // namespace sparse24::py
