@@ -25,7 +25,7 @@ def smol24(smol, cli, tmp_path_factory):
 def test_logits_and_greedy_tokens_match_transformers(smol):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    ref = transformers.AutoModelForCausalLM.from_pretrained(str(smol), torch_dtype=torch.float32).eval()
+    ref = transformers.AutoModelForCausalLM.from_pretrained(str(smol), dtype=torch.float32).eval()
     d = sparse24.Decoder.load(str(smol), max_context=64)
     assert d.vocab == ref.config.vocab_size and d.capacity == 64 and d.sparse_linears == 0
     for text in PROMPTS:
