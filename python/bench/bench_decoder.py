@@ -17,19 +17,13 @@ import torch
 import transformers
 
 import sparse24
+from bench_torch import cpu_name  # this folder is on the path when the script runs
 
 TEXT = ("In the beginning God created the heaven and the earth. And the earth was without form, and void; "
         "and darkness was upon the face of the deep. And the Spirit of God moved upon the face of the waters. "
         "And God said, Let there be light: and there was light. And God saw the light, that it was good: and "
         "God divided the light from the darkness. And God called the light Day, and the darkness he called "
         "Night. And the evening and the morning were the first day.")
-
-
-def cpu_name():
-    for line in open("/proc/cpuinfo"):
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 def main():
