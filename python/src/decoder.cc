@@ -24,6 +24,8 @@ namespace {
 
 using namespace sparse24::engine;
 
+using TextOrIds = std::variant<std::string, std::vector<int32_t>>;
+
 class PyDecoder {
  public:
   static PyDecoder load(const std::string& model, const std::string& weights, const std::string& mode,
@@ -75,14 +77,13 @@ class PyDecoder {
 
   // The prompt (text or ids) continued by up to max_tokens tokens from a fresh sequence, stopping at the
   // model's end-of-sequence token: the new text, or the new ids when the prompt was ids.
-  nb::object generate(const std::variant<std::string, std::vector<int32_t>>& prompt, int64_t max_tokens,
-                      float temperature, float top_p, uint64_t seed) {
+  nb::object generate(const TextOrIds& prompt, int64_t max_tokens, float temperature, float top_p,
+                      uint64_t seed) {
     if (max_tokens < 0) throw Error("max_tokens " + std::to_string(max_tokens) + ": expected >= 0");
     if (!(temperature >= 0)) throw Error("temperature must be >= 0");
     if (!(top_p > 0 && top_p <= 1)) throw Error("top_p must be in (0, 1]");
     const bool text = std::holds_alternative<std::string>(prompt);
-    std::vector<int32_t> ids =
-        text ? bpe_->encode(std::get<std::string>(prompt)) : std::get<std::vector<int32_t>>(prompt);
+    const std::vector<int32_t> ids = ids_of(prompt);
     if (ids.empty()) throw Error("generate: an empty prompt");
     std::vector<int32_t> out;
     {
@@ -105,10 +106,8 @@ class PyDecoder {
   }
 
   // Perplexity of the text (or ids) over windows of ctx tokens (engine::perplexity), from a fresh sequence.
-  nb::dict perplexity(const std::variant<std::string, std::vector<int32_t>>& input, int64_t ctx) {
-    const std::vector<int32_t> ids = std::holds_alternative<std::string>(input)
-                                         ? bpe_->encode(std::get<std::string>(input))
-                                         : std::get<std::vector<int32_t>>(input);
+  nb::dict perplexity(const TextOrIds& input, int64_t ctx) {
+    const std::vector<int32_t> ids = ids_of(input);
     Perplexity p;
     {
       nb::gil_scoped_release unlocked;
@@ -134,6 +133,11 @@ class PyDecoder {
   const text::ByteBpe& bpe() const { return *bpe_; }
 
  private:
+  std::vector<int32_t> ids_of(const TextOrIds& t) const {
+    if (const std::string* s = std::get_if<std::string>(&t)) return bpe_->encode(*s);
+    return std::get<std::vector<int32_t>>(t);
+  }
+
   // The decoder keeps the sequence between calls: one call at a time (the GIL is released inside).
   std::unique_ptr<std::mutex> busy_ = std::make_unique<std::mutex>();
   int threads_ = 1;

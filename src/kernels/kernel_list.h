@@ -100,11 +100,12 @@ constexpr const Variant* variant(std::string_view name) {
 }
 
 // The largest value of `field` among the ISA's small-N rows for weight type w that dispatch may pick on
-// some CPU (0: none).
-constexpr int64_t small_rows_max(Isa isa, Weights w, int64_t Variant::*field) {
+// CPUs of kind c (kAny: on some CPU); 0: none.
+constexpr int64_t small_rows_max(Isa isa, Weights w, int64_t Variant::*field, Cpu c = Cpu::kAny) {
   int64_t n = 0;
   for (const Variant& v : kVariants)
-    if (v.isa == isa && v.layout != Layout::kGemm && v.reads(w) && v.pick_min > 0 && v.*field > n)
+    if (v.isa == isa && v.layout != Layout::kGemm && v.reads(w) && v.pick_min > 0 &&
+        (c == Cpu::kAny || v.dispatchable(c)) && v.*field > n)
       n = v.*field;
   return n;
 }
@@ -136,11 +137,9 @@ constexpr bool list_is_consistent() {
     for (Weights w : {Weights::kF32, Weights::kBf16, Weights::kI8}) {
       const int64_t lim = small_n_max(r.isa, w);
       for (Cpu c : {Cpu::kIntel, Cpu::kOther}) {
-        int64_t take = 0;
-        for (const Variant& v : kVariants)
-          if (v.isa == r.isa && v.layout != Layout::kGemm && v.reads(w) && v.dispatchable(c))
-            take = v.n_max > take ? v.n_max : take;
-        if (take < lim || take != small_n_take(r.isa, w)) return false;  // the chunks' width: one for all
+        // Every kind's chunks the same width, and at least the small-N limit.
+        const int64_t take = small_rows_max(r.isa, w, &Variant::n_max, c);
+        if (take < lim || take != small_n_take(r.isa, w)) return false;
         for (int64_t n = 1; n <= lim + 1; ++n) {
           bool small = false, large = false;
           for (const Variant& v : kVariants) {
