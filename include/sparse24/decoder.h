@@ -101,11 +101,12 @@ void swiglu(const float* gu, int64_t ffn, int64_t n, float* y);
 // Grouped-query causal attention with a KV cache. qkv [(heads + 2 kv_heads) * d, n] holds the n new tokens
 // (Q, K, V rows, RoPE already applied to Q and K), at positions pos0 .. pos0 + n - 1. Their K and V are
 // written into the cache (k_cache, v_cache: [kv_heads, capacity, d]), then query head h attends to the keys
-// of kv head h / (heads / kv_heads) at positions 0 .. its own. out: [heads * d, n]. scratch: pos0 + n floats
-// per thread.
+// of kv head h / (heads / kv_heads) at positions 0 .. its own. out: [heads * d, n]. d <= 512. scratch:
+// attention_scratch(threads, capacity) floats. From 8 new tokens on, blocks of queries run as GEMMs (oneDNN).
 void attention_cached(const float* qkv, int64_t heads, int64_t kv_heads, int64_t d, int64_t n, int64_t pos0,
                       int64_t capacity, float* k_cache, float* v_cache, float* out, float* scratch,
                       int threads);
+int64_t attention_scratch(int threads, int64_t capacity);
 }  // namespace detail
 
 struct DecoderOptions {

@@ -167,7 +167,7 @@ Decoder::Decoder(const DecoderModel& m, const DecoderOptions& o) : impl_(std::ma
     e.v_cache.assign(e.k_cache.size(), 0.0f);
   }
   s.cos_sin = detail::rope_table(detail::rope_inv_freq(s.c.rope, s.c.head_dim), s.capacity);
-  s.scratch.resize(static_cast<size_t>(o.threads * s.capacity));
+  s.scratch.resize(static_cast<size_t>(detail::attention_scratch(o.threads, s.capacity)));
   s.last.resize(s.c.hidden);
 }
 

@@ -114,17 +114,21 @@ TEST(DecoderOps, CachedAttentionMatchesReferenceInAnyChunks) {
     int64_t q, kv;
   };
   for (Heads hs : {Heads{1, 1}, Heads{4, 2}, Heads{9, 3}, Heads{4, 4}})
-    for (int64_t d : {2, 8, 64})
-      for (int64_t n : {1, 5, 17})
+    for (int64_t d : {2, 8, 64, 80})
+      for (int64_t n : {1, 5, 17, 75})
         for (int threads : {1, 2}) {
           const int64_t rows = (hs.q + 2 * hs.kv) * d, cap = n + 3;
           const std::vector<float> qkv = random_floats(g, rows * n, -2, 2);
           const std::vector<double> ref = ref_attention(qkv, hs.q, hs.kv, d, n);
-          std::vector<float> kc(hs.kv * cap * d), vc(kc.size()), scratch(threads * cap);
-          // Chunks of random sizes: a prefill, then pieces, then single tokens.
+          std::vector<float> kc(hs.kv * cap * d), vc(kc.size()),
+              scratch(detail::attention_scratch(threads, cap));
+          // Chunks of random sizes: pieces of 1-4 tokens (one query at a time) and of 8-40 (blocks of
+          // queries as GEMMs, across a block edge), at any cache position.
           int64_t pos = 0;
           while (pos < n) {
-            const int64_t len = std::min<int64_t>(n - pos, 1 + static_cast<int64_t>(g() % 4));
+            const int64_t want =
+                g() % 2 ? 1 + static_cast<int64_t>(g() % 4) : 8 + static_cast<int64_t>(g() % 33);
+            const int64_t len = std::min<int64_t>(n - pos, want);
             std::vector<float> part(rows * len), out(hs.q * d * len);
             for (int64_t r = 0; r < rows; ++r)
               for (int64_t j = 0; j < len; ++j) part[r * len + j] = qkv[r * n + pos + j];
