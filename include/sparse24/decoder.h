@@ -98,15 +98,27 @@ void rope(float* x, int64_t heads, int64_t head_dim, int64_t n, int64_t pos0, co
 std::vector<float> rope_table(const std::vector<float>& inv_freq, int64_t positions);
 // y[:, j] = silu(gu[i, j]) * gu[ffn + i, j] for gu [2 ffn, n].
 void swiglu(const float* gu, int64_t ffn, int64_t n, float* y);
+// One layer's KV cache: the keys and values of kv_heads heads at up to `capacity` positions, [kv_heads,
+// capacity, d] token-major, held as fp32 (k, v) or as IEEE half (kh, vh; `half`).
+struct KvCache {
+  KvCache() = default;
+  KvCache(int64_t kv_heads, int64_t capacity, int64_t d, bool half);
+  size_t bytes() const;
+  int64_t kv_heads = 0, capacity = 0, d = 0;
+  bool half = false;
+  std::vector<float> k, v;
+  std::vector<uint16_t> kh, vh;
+};
 // Grouped-query causal attention with a KV cache. qkv [(heads + 2 kv_heads) * d, n] holds the n new tokens
 // (Q, K, V rows, RoPE already applied to Q and K), at positions pos0 .. pos0 + n - 1. Their K and V are
-// written into the cache (k_cache, v_cache: [kv_heads, capacity, d]), then query head h attends to the keys
-// of kv head h / (heads / kv_heads) at positions 0 .. its own. out: [heads * d, n]. d <= 512. scratch:
-// attention_scratch(threads, capacity) floats. From 8 new tokens on, blocks of queries run as GEMMs (oneDNN).
-void attention_cached(const float* qkv, int64_t heads, int64_t kv_heads, int64_t d, int64_t n, int64_t pos0,
-                      int64_t capacity, float* k_cache, float* v_cache, float* out, float* scratch,
-                      int threads);
-int64_t attention_scratch(int threads, int64_t capacity);
+// written into the cache (rounded to half in a half cache), then query head h attends to the keys of kv
+// head h / (heads / kv_heads) at positions 0 .. its own. out: [heads * d, n]. d <= 512. scratch:
+// attention_scratch(threads, heads, kv_heads, d, capacity) floats. Fewer than 8 new tokens run one position
+// at a time (kernels/attend.h: a kv head's query heads read each cached row once); more run as oneDNN GEMMs
+// over blocks of queries.
+void attention_cached(const float* qkv, int64_t heads, int64_t n, int64_t pos0, KvCache& cache, float* out,
+                      float* scratch, int threads);
+int64_t attention_scratch(int threads, int64_t heads, int64_t kv_heads, int64_t d, int64_t capacity);
 }  // namespace detail
 
 struct DecoderOptions {
@@ -121,6 +133,10 @@ struct DecoderOptions {
   // Sparse Linears also pack the compute-bound layout, for long prefills (perplexity); weight_bytes then
   // counts both layouts. Off: only the memory-bound layout a decoded token reads (any n runs on it).
   bool prefill_layout = false;
+  // The KV cache holds K and V as IEEE half (as llama.cpp's default cache) instead of fp32: half the bytes
+  // a decoded token reads from it, which at long contexts is a large share of its time (docs/accuracy.md
+  // has what the rounding changes).
+  bool kv_half = false;
 };
 
 // Shown each Linear's input before it runs: the layer, which Linear (0 QKV, 1 O, 2 gate/up, 3 down) and

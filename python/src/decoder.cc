@@ -29,7 +29,8 @@ using TextOrIds = std::variant<std::string, std::vector<int32_t>>;
 class PyDecoder {
  public:
   static PyDecoder load(const std::string& model, const std::string& weights, const std::string& mode,
-                        int threads, int64_t max_context, bool prune, bool prefill_layout) {
+                        int threads, int64_t max_context, bool prune, bool prefill_layout,
+                        const std::string& kv) {
     if (threads < 1 || threads > 1024)
       throw Error("threads " + std::to_string(threads) + ": expected 1 to 1024");
     if (max_context < 1) throw Error("max_context " + std::to_string(max_context) + ": expected at least 1");
@@ -43,6 +44,8 @@ class PyDecoder {
       o.int8_weights = true;
     else if (weights != "fp32")
       throw Error("weights '" + weights + "': expected fp32, bf16 or int8");
+    if (kv != "f32" && kv != "f16") throw Error("kv '" + kv + "': expected f32 or f16");
+    o.kv_half = kv == "f16";
     PyDecoder d;
     d.threads_ = threads;
     nb::gil_scoped_release unlocked;
@@ -154,12 +157,13 @@ void register_decoder(nb::module_& m) {
       .def_static(
           "load", &PyDecoder::load, nb::arg("model"), nb::arg("weights") = "fp32", nb::arg("mode") = "sparse",
           nb::arg("threads") = 1, nb::arg("max_context") = 2048, nb::arg("prune") = false,
-          nb::arg("prefill_layout") = false,
+          nb::arg("prefill_layout") = false, nb::arg("kv") = "f32",
           "Loads a Hugging Face llama directory or a GGUF file. weights: fp32, bf16 or int8 (the 2:4 "
           "Linears' values; bf16 and int8 hold the output head as bf16). mode: sparse (2:4 Linears on "
           "the 2:4 kernels) or dense. prune: magnitude-prune every Linear 2:4 in memory first. "
           "max_context: the KV cache's tokens (at most the model's). prefill_layout: also pack the 2:4 "
-          "Linears for many tokens at once (faster long prompts and perplexity, more memory).")
+          "Linears for many tokens at once (faster long prompts and perplexity, more memory). kv: the KV "
+          "cache's type, f32 or f16 (IEEE half, llama.cpp's default: faster at long contexts).")
       .def("tokenize", &PyDecoder::tokenize, nb::arg("text"), "Token ids, with the model's special tokens.")
       .def("detokenize", &PyDecoder::detokenize, nb::arg("ids"), nb::arg("skip_special") = true)
       .def("forward", &PyDecoder::forward, nb::arg("ids"), nb::arg("all") = false,

@@ -50,13 +50,13 @@ def test_logits_and_greedy_tokens_match_transformers(smol):
         assert d.detokenize(ids) == text and d.generate(text, max_tokens=0) == ""
 
 
-@pytest.mark.parametrize("weights", ["fp32", "bf16", "int8"])
-def test_pruned_equals_cli(smol24, cli, tmp_path, weights):
-    d = sparse24.Decoder.load(str(smol24), weights=weights, max_context=64)
+@pytest.mark.parametrize("weights,kv", [("fp32", "f32"), ("bf16", "f32"), ("int8", "f32"), ("int8", "f16")])
+def test_pruned_equals_cli(smol24, cli, tmp_path, weights, kv):
+    d = sparse24.Decoder.load(str(smol24), weights=weights, max_context=64, kv=kv)
     assert d.sparse_linears == 4 * 30
     ids = d.tokenize(PROMPTS[0])
     (tmp_path / "ids.txt").write_text(" ".join(map(str, ids)) + "\n")
-    flags = [] if weights == "fp32" else ["--" + weights]
+    flags = ([] if weights == "fp32" else ["--" + weights]) + ["--kv", kv]
     cli("logits", smol24, "--ids", tmp_path / "ids.txt", "-o", tmp_path / "l.npy", *flags)
     np.testing.assert_allclose(d.forward(ids, all=True), np.load(tmp_path / "l.npy"), atol=1e-5, rtol=0)
     out = cli("generate", smol24, "--prompt-ids", ",".join(map(str, ids)), "--max-tokens", 10, *flags)
@@ -83,6 +83,8 @@ def test_decoder_hostile(smol, tmp_path):
         sparse24.Decoder.load(str(smol), weights="fp8")
     with pytest.raises(sparse24.Error, match="mode"):
         sparse24.Decoder.load(str(smol), mode="fast")
+    with pytest.raises(sparse24.Error, match="kv"):
+        sparse24.Decoder.load(str(smol), kv="bf16")
     with pytest.raises((sparse24.Error, OSError)):
         sparse24.Decoder.load(str(tmp_path))  # no config.json, no tokenizer
     d = sparse24.Decoder.load(str(smol), max_context=8)

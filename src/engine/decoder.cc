@@ -56,7 +56,7 @@ struct Linear {
 struct LayerExec {
   const DecoderLayer* src = nullptr;
   Linear qkv, o, gate_up, down;
-  std::vector<float> k_cache, v_cache;  // [kv_heads, capacity, head_dim]
+  detail::KvCache kv;
 };
 
 }  // namespace
@@ -116,8 +116,7 @@ struct Decoder::Impl {
       detail::rms_norm(hs, H, n, L.src->attn_norm.data(), c.eps, x.data());
       run(L.qkv, 0, x.data(), qkv.data());
       detail::rope(qkv.data(), c.heads + c.kv_heads, c.head_dim, n, pos, cos_sin.data());  // Q and K
-      detail::attention_cached(qkv.data(), c.heads, c.kv_heads, c.head_dim, n, pos, capacity,
-                               L.k_cache.data(), L.v_cache.data(), ctx.data(), scratch.data(), threads);
+      detail::attention_cached(qkv.data(), c.heads, n, pos, L.kv, ctx.data(), scratch.data(), threads);
       run(L.o, 1, ctx.data(), tmp.data());
       for (int64_t i = 0; i < H * n; ++i) hs[i] += tmp[i];
       detail::rms_norm(hs, H, n, L.src->ffn_norm.data(), c.eps, x.data());
@@ -154,20 +153,15 @@ Decoder::Decoder(const DecoderModel& m, const DecoderOptions& o) : impl_(std::ma
   }
   for (const DecoderLayer& l : m.layers) {
     const bool both = o.prefill_layout;
-    s.layers.push_back({&l,
-                        Linear(l.qkv, sparse, o, both),
-                        Linear(l.o, sparse, o, both),
-                        Linear(l.gate_up, sparse, o, both),
-                        Linear(l.down, sparse, o, both),
-                        {},
-                        {}});
-    LayerExec& e = s.layers.back();
+    s.layers.push_back({&l, Linear(l.qkv, sparse, o, both), Linear(l.o, sparse, o, both),
+                        Linear(l.gate_up, sparse, o, both), Linear(l.down, sparse, o, both),
+                        detail::KvCache(s.c.kv_heads, s.capacity, s.c.head_dim, o.kv_half)});
+    const LayerExec& e = s.layers.back();
     for (const Linear* lin : {&e.qkv, &e.o, &e.gate_up, &e.down}) s.sparse += lin->packed ? 1 : 0;
-    e.k_cache.assign(static_cast<size_t>(s.c.kv_heads * s.capacity * s.c.head_dim), 0.0f);
-    e.v_cache.assign(e.k_cache.size(), 0.0f);
   }
   s.cos_sin = detail::rope_table(detail::rope_inv_freq(s.c.rope, s.c.head_dim), s.capacity);
-  s.scratch.resize(static_cast<size_t>(detail::attention_scratch(o.threads, s.capacity)));
+  s.scratch.resize(static_cast<size_t>(
+      detail::attention_scratch(o.threads, s.c.heads, s.c.kv_heads, s.c.head_dim, s.capacity)));
   s.last.resize(s.c.hidden);
 }
 

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/attend.h"
 #include "ops.h"
 #include "sparse24/decoder.h"
 #include "sparse24/error.h"
@@ -86,78 +87,91 @@ namespace {
 
 // Query tokens per block of the prefill path: each block's scores (kQueryBlock x keys) are one GEMM.
 constexpr int64_t kQueryBlock = 32;
-// From this many new tokens on, attention runs as blocks of GEMMs; below it, one query at a time.
+// From this many new tokens on, attention runs as blocks of GEMMs; below it, one position at a time.
 constexpr int64_t kGemmFrom = 8;
 
-// p[t] = scale * q . k_t for the len keys of kc ([len, d], token-major): 16 partial sums per dot product
-// (vectorised without -ffast-math), one clone per ISA.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void scores(const float* q, const float* kc,
-                                                                         int64_t len, int64_t d, float scale,
-                                                                         float* p) {
-  for (int64_t t = 0; t < len; ++t) {
-    const float* k = kc + t * d;
-    float part[16] = {};
-    int64_t c = 0;
-    for (; c + 16 <= d; c += 16)
-      for (int l = 0; l < 16; ++l) part[l] += q[c + l] * k[c + l];
-    float s = 0.0f;
-    for (; c < d; ++c) s += q[c] * k[c];
-    for (int l = 0; l < 16; ++l) s += part[l];
-    p[t] = s * scale;
-  }
+// Per thread: a position's queries, outputs and scores (one-position path), or a block's scores and the
+// cache rows widened to fp32 (GEMM path).
+int64_t per_thread(int64_t group, int64_t d, int64_t capacity) {
+  return std::max(group * (2 * d + capacity), kQueryBlock * capacity + 2 * capacity * d);
 }
 
-// acc[0, d) = sum_t p[t] v_t over the len rows of vc ([len, d]).
-__attribute__((target_clones("avx512f", "avx2", "default"))) void weighted_sum(const float* p,
-                                                                               const float* vc, int64_t len,
-                                                                               int64_t d, float* acc) {
-  std::fill(acc, acc + d, 0.0f);
-  int64_t t = 0;
-  for (; t + 2 <= len; t += 2) {
-    const float w0 = p[t], w1 = p[t + 1];
-    const float *v0 = vc + t * d, *v1 = v0 + d;
-    for (int64_t c = 0; c < d; ++c) acc[c] += w0 * v0[c] + w1 * v1[c];
-  }
-  for (; t < len; ++t)
-    for (int64_t c = 0; c < d; ++c) acc[c] += p[t] * vc[t * d + c];
+// Cache rows [row0, row0 + rows) of kv head g as fp32: the rows themselves, or widened into buf.
+const float* rows_f32(const KvCache& kv, bool keys, int64_t g, int64_t rows, float* buf) {
+  const int64_t off = g * kv.capacity * kv.d;
+  if (!kv.half) return (keys ? kv.k.data() : kv.v.data()) + off;
+  kernels::half_to_floats((keys ? kv.kh.data() : kv.vh.data()) + off, rows * kv.d, buf);
+  return buf;
 }
 
 }  // namespace
 
-int64_t attention_scratch(int threads, int64_t capacity) {
-  return static_cast<int64_t>(threads) * kQueryBlock * capacity;
+KvCache::KvCache(int64_t kv_heads_, int64_t capacity_, int64_t d_, bool half_)
+    : kv_heads(kv_heads_), capacity(capacity_), d(d_), half(half_) {
+  const size_t size = static_cast<size_t>(kv_heads * capacity * d);
+  if (half) {
+    kh.assign(size, 0);
+    vh.assign(size, 0);
+  } else {
+    k.assign(size, 0.0f);
+    v.assign(size, 0.0f);
+  }
 }
 
-void attention_cached(const float* qkv, int64_t heads, int64_t kv_heads, int64_t d, int64_t n, int64_t pos0,
-                      int64_t capacity, float* k_cache, float* v_cache, float* out, float* scratch,
-                      int threads) {
+size_t KvCache::bytes() const {
+  return (k.size() + v.size()) * sizeof(float) + (kh.size() + vh.size()) * sizeof(uint16_t);
+}
+
+int64_t attention_scratch(int threads, int64_t heads, int64_t kv_heads, int64_t d, int64_t capacity) {
+  return static_cast<int64_t>(threads) * per_thread(heads / std::max<int64_t>(kv_heads, 1), d, capacity);
+}
+
+void attention_cached(const float* qkv, int64_t heads, int64_t n, int64_t pos0, KvCache& kv, float* out,
+                      float* scratch, int threads) {
+  const int64_t kv_heads = kv.kv_heads, d = kv.d, capacity = kv.capacity;
   if (kv_heads <= 0 || heads % kv_heads != 0 || pos0 < 0 || n < 1 || pos0 + n > capacity || d < 1 || d > 512)
     throw Error("attention: bad heads or cache position");
   const float* k_new = qkv + heads * d * n;
   const float* v_new = k_new + kv_heads * d * n;
   for (int64_t g = 0; g < kv_heads; ++g)  // the new keys and values into the cache, token-major
-    for (int64_t c = 0; c < d; ++c)
-      for (int64_t j = 0; j < n; ++j) {
-        k_cache[(g * capacity + pos0 + j) * d + c] = k_new[(g * d + c) * n + j];
-        v_cache[(g * capacity + pos0 + j) * d + c] = v_new[(g * d + c) * n + j];
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t at = (g * capacity + pos0 + j) * d;
+      float kr[512], vr[512];
+      for (int64_t c = 0; c < d; ++c) {
+        kr[c] = k_new[(g * d + c) * n + j];
+        vr[c] = v_new[(g * d + c) * n + j];
       }
+      if (kv.half) {
+        kernels::floats_to_half(kr, d, kv.kh.data() + at);
+        kernels::floats_to_half(vr, d, kv.vh.data() + at);
+      } else {
+        std::copy(kr, kr + d, kv.k.data() + at);
+        std::copy(vr, vr + d, kv.v.data() + at);
+      }
+    }
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  const int64_t group = heads / kv_heads;
-  const int64_t per_scratch = kQueryBlock * capacity;
-  if (n < kGemmFrom) {  // one query per task: dot products with the cached keys, softmax, sum of values
-    const int64_t tasks = heads * n;
+  const int64_t group = heads / kv_heads, stride = per_thread(group, d, capacity);
+  if (n < kGemmFrom) {
+    // One task per (kv head, position): its group of query heads reads each cached key and value once.
+    const int64_t tasks = kv_heads * n;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1) if (threads > 1 && tasks > 1)
     for (int64_t task = 0; task < tasks; ++task) {
-      const int64_t h = task / n, j = task % n, len = pos0 + j + 1;
-      float* p = scratch + static_cast<int64_t>(omp_get_thread_num()) * per_scratch;
-      float q[512], acc[512];
-      for (int64_t c = 0; c < d; ++c) q[c] = qkv[(h * d + c) * n + j];
-      const float* kc = k_cache + (h / group) * capacity * d;
-      const float* vc = v_cache + (h / group) * capacity * d;
-      scores(q, kc, len, d, scale, p);
-      softmax_rows(p, 1, len);
-      weighted_sum(p, vc, len, d, acc);
-      for (int64_t c = 0; c < d; ++c) out[(h * d + c) * n + j] = acc[c];
+      const int64_t g = task / n, j = task % n, len = pos0 + j + 1;
+      float* q = scratch + static_cast<int64_t>(omp_get_thread_num()) * stride;
+      float* o = q + group * d;
+      float* p = o + group * d;
+      for (int64_t r = 0; r < group * d; ++r) q[r] = qkv[(g * group * d + r) * n + j];
+      const int64_t at = g * capacity * d;
+      if (kv.half)
+        kernels::attend_scores(q, group, kv.kh.data() + at, len, d, scale, p, len);
+      else
+        kernels::attend_scores(q, group, kv.k.data() + at, len, d, scale, p, len);
+      softmax_rows(p, group, len);
+      if (kv.half)
+        kernels::attend_values(p, group, len, kv.vh.data() + at, len, d, o);
+      else
+        kernels::attend_values(p, group, len, kv.v.data() + at, len, d, o);
+      for (int64_t r = 0; r < group * d; ++r) out[(g * group * d + r) * n + j] = o[r];
     }
     return;
   }
@@ -168,9 +182,10 @@ void attention_cached(const float* qkv, int64_t heads, int64_t kv_heads, int64_t
   for (int64_t task = 0; task < tasks; ++task) {
     const int64_t h = task / blocks, j0 = task % blocks * kQueryBlock;
     const int64_t rows = std::min(kQueryBlock, n - j0), keys = pos0 + j0 + rows;
-    float* s = scratch + static_cast<int64_t>(omp_get_thread_num()) * per_scratch;
-    const float* kc = k_cache + (h / group) * capacity * d;
-    const float* vc = v_cache + (h / group) * capacity * d;
+    float* s = scratch + static_cast<int64_t>(omp_get_thread_num()) * stride;
+    float* wide = s + kQueryBlock * capacity;  // the half cache's rows widened: keys, then values
+    const float* kc = rows_f32(kv, true, h / group, keys, wide);
+    const float* vc = rows_f32(kv, false, h / group, keys, wide + capacity * d);
     dnnl_sgemm('T', 'T', rows, keys, d, scale, qkv + h * d * n + j0, n, kc, d, 0.0f, s, keys);
     for (int64_t i = 0; i < rows; ++i) {
       float* row = s + i * keys;

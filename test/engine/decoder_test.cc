@@ -113,38 +113,42 @@ TEST(DecoderOps, CachedAttentionMatchesReferenceInAnyChunks) {
   struct Heads {
     int64_t q, kv;
   };
-  for (Heads hs : {Heads{1, 1}, Heads{4, 2}, Heads{9, 3}, Heads{4, 4}})
+  for (Heads hs : {Heads{1, 1}, Heads{4, 2}, Heads{9, 3}, Heads{4, 4}, Heads{12, 2}})
     for (int64_t d : {2, 8, 64, 80})
       for (int64_t n : {1, 5, 17, 75})
-        for (int threads : {1, 2}) {
-          const int64_t rows = (hs.q + 2 * hs.kv) * d, cap = n + 3;
-          const std::vector<float> qkv = random_floats(g, rows * n, -2, 2);
-          const std::vector<double> ref = ref_attention(qkv, hs.q, hs.kv, d, n);
-          std::vector<float> kc(hs.kv * cap * d), vc(kc.size()),
-              scratch(detail::attention_scratch(threads, cap));
-          // Chunks of random sizes: pieces of 1-4 tokens (one query at a time) and of 8-40 (blocks of
-          // queries as GEMMs, across a block edge), at any cache position.
-          int64_t pos = 0;
-          while (pos < n) {
-            const int64_t want =
-                g() % 2 ? 1 + static_cast<int64_t>(g() % 4) : 8 + static_cast<int64_t>(g() % 33);
-            const int64_t len = std::min<int64_t>(n - pos, want);
-            std::vector<float> part(rows * len), out(hs.q * d * len);
-            for (int64_t r = 0; r < rows; ++r)
-              for (int64_t j = 0; j < len; ++j) part[r * len + j] = qkv[r * n + pos + j];
-            detail::attention_cached(part.data(), hs.q, hs.kv, d, len, pos, cap, kc.data(), vc.data(),
-                                     out.data(), scratch.data(), threads);
-            for (int64_t r = 0; r < hs.q * d; ++r)
-              for (int64_t j = 0; j < len; ++j)
-                ASSERT_NEAR(out[r * len + j], ref[r * n + pos + j], 1e-5)
-                    << hs.q << "/" << hs.kv << " d=" << d << " n=" << n << " pos=" << pos;
-            pos += len;
+        for (int threads : {1, 2})
+          for (bool half : {false, true}) {
+            const int64_t rows = (hs.q + 2 * hs.kv) * d, cap = n + 3;
+            std::vector<float> qkv = random_floats(g, rows * n, -2, 2);
+            if (half)  // a half cache holds K and V rounded: the reference sees the same values
+              for (int64_t r = hs.q * d; r < rows; ++r)
+                for (int64_t j = 0; j < n; ++j) qkv[r * n + j] = half_to_float(float_to_half(qkv[r * n + j]));
+            const std::vector<double> ref = ref_attention(qkv, hs.q, hs.kv, d, n);
+            detail::KvCache kv(hs.kv, cap, d, half);
+            std::vector<float> scratch(detail::attention_scratch(threads, hs.q, hs.kv, d, cap));
+            // Chunks of random sizes: pieces of 1-4 tokens (one position at a time) and of 8-40 (blocks of
+            // queries as GEMMs, across a block edge), at any cache position.
+            int64_t pos = 0;
+            while (pos < n) {
+              const int64_t want =
+                  g() % 2 ? 1 + static_cast<int64_t>(g() % 4) : 8 + static_cast<int64_t>(g() % 33);
+              const int64_t len = std::min<int64_t>(n - pos, want);
+              std::vector<float> part(rows * len), out(hs.q * d * len);
+              for (int64_t r = 0; r < rows; ++r)
+                for (int64_t j = 0; j < len; ++j) part[r * len + j] = qkv[r * n + pos + j];
+              detail::attention_cached(part.data(), hs.q, len, pos, kv, out.data(), scratch.data(), threads);
+              for (int64_t r = 0; r < hs.q * d; ++r)
+                for (int64_t j = 0; j < len; ++j)
+                  ASSERT_NEAR(out[r * len + j], ref[r * n + pos + j], 1e-5)
+                      << hs.q << "/" << hs.kv << " d=" << d << " n=" << n << " pos=" << pos
+                      << " half=" << half;
+              pos += len;
+            }
+            std::vector<float> out(hs.q * d * 4);
+            EXPECT_THROW(
+                detail::attention_cached(qkv.data(), hs.q, 4, cap - 3, kv, out.data(), scratch.data(), 1),
+                Error);
           }
-          std::vector<float> out(hs.q * d);
-          EXPECT_THROW(detail::attention_cached(qkv.data(), hs.q, hs.kv, d, 4, cap - 3, cap, kc.data(),
-                                                vc.data(), out.data(), scratch.data(), 1),
-                       Error);
-        }
 }
 
 TEST(DecoderSample, GreedyAndNucleus) {

@@ -71,18 +71,24 @@ bool model_is_pruned(const DecoderModel& m) {
   return false;
 }
 
-// The weight types of a decoder's 2:4 Linears that every decoder command takes (fp32 without a flag).
+// The weight types of a decoder's 2:4 Linears (fp32 without a flag) and its KV cache's type, which every
+// decoder command takes.
 struct WeightFlags {
   bool bf16 = false, int8 = false;
+  std::string kv = "f32";
   void add_to(CLI::App* cmd) {
     CLI::Option* b = cmd->add_flag("--bf16", bf16, "2:4 weights and the output head held as bfloat16");
     cmd->add_flag("--int8", int8,
                   "2:4 weights held as int8 with an fp32 scale per 64 positions, the output head as bfloat16")
         ->excludes(b);
+    cmd->add_option("--kv", kv, "KV cache type: f32, or f16 (IEEE half, llama.cpp's default: half the bytes)")
+        ->check(CLI::IsMember({"f32", "f16"}))
+        ->capture_default_str();
   }
   void apply(DecoderOptions& d) const {
     d.bf16_weights = bf16;
     d.int8_weights = int8;
+    d.kv_half = kv == "f16";
   }
   const char* name() const { return bf16 ? "bf16" : int8 ? "int8" : "fp32"; }
 };
@@ -193,9 +199,10 @@ void cmd_perplexity(const PerplexityOptions& o) {
               windows * o.ctx / (ms / 1000));
   if (!o.json_out.empty()) {
     const nlohmann::json j = {
-        {"model", o.model},       {"input", input},          {"ctx", o.ctx},
-        {"windows", windows},     {"tokens_scored", scored}, {"perplexity", ppl},
-        {"mean_nll", p.mean_nll}, {"mode", o.mode},          {"weights", o.weights.name()}};
+        {"model", o.model},        {"input", input},          {"ctx", o.ctx},
+        {"windows", windows},      {"tokens_scored", scored}, {"perplexity", ppl},
+        {"mean_nll", p.mean_nll},  {"mode", o.mode},          {"weights", o.weights.name()},
+        {"kv_cache", o.weights.kv}};
     write_file_atomic(o.json_out, j.dump(2) + "\n");
   }
 }
@@ -253,7 +260,7 @@ void cmd_logits(const LogitsOptions& o) {
 // ---- bench-decode --------------------------------------------------------------------------------------
 
 struct BenchDecodeOptions {
-  std::string model, json_out, python, gguf;
+  std::string model, json_out, python, gguf, kv = "f32";
   int threads = 1;
   int64_t prompt = 128, generate = 128;
   bool no_peers = false;
@@ -343,10 +350,13 @@ void cmd_bench_decode(const BenchDecodeOptions& o) {
   DecoderOptions d;
   d.threads = o.threads;
   d.max_context = o.prompt + o.generate + 1;
+  d.kv_half = o.kv == "f16";
   std::fprintf(
-      stderr, "bench-decode: %lld-token prompt, %lld generated, batch 1, %d thread(s), %s kernels, load %s\n",
+      stderr,
+      "bench-decode: %lld-token prompt, %lld generated, batch 1, %d thread(s), %s kernels, %s KV cache, "
+      "load %s\n",
       static_cast<long long>(o.prompt), static_cast<long long>(o.generate), o.threads, isa_name(active_isa()),
-      load_average().c_str());
+      o.kv.c_str(), load_average().c_str());
   d.mode = engine::Mode::kDense;
   runs.push_back(time_decoder("sparse24 dense fp32", m, d, prompt, o.generate));
   if (!was_pruned) m.prune_magnitude();
@@ -405,6 +415,7 @@ void cmd_bench_decode(const BenchDecodeOptions& o) {
                         {"isa", isa_name(active_isa())},
                         {"load_average", load_average()},
                         {"model_was_pruned", was_pruned},
+                        {"kv_cache", o.kv},
                         {"read_bandwidth_gb_s", bw}};
   nlohmann::json rt = nlohmann::json::object();
   std::printf("%-24s %12s %14s %12s\n", "runtime", "prompt tok/s", "decode tok/s", "weights MB");
@@ -502,6 +513,9 @@ void register_decode_commands(CLI::App& app) {
                     "GGUF file llama.cpp's F32/F16/Q8_0 files are made from (default: "
                     "MODEL without -hf, /model.gguf)");
     cmd->add_option("--python", o->python, "the Python that runs llama.cpp (default: the project's .venv)");
+    cmd->add_option("--kv", o->kv, "sparse24's KV cache type: f32, or f16 (llama.cpp's default)")
+        ->check(CLI::IsMember({"f32", "f16"}))
+        ->capture_default_str();
     cmd->add_flag("--no-peers", o->no_peers, "sparse24 only");
     cmd->callback([o] { cmd_bench_decode(*o); });
   }
