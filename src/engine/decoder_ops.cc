@@ -89,6 +89,8 @@ namespace {
 constexpr int64_t kQueryBlock = 32;
 // From this many new tokens on, attention runs as blocks of GEMMs; below it, one position at a time.
 constexpr int64_t kGemmFrom = 8;
+// The fewest keys a span of one position's keys has when they are split between threads.
+constexpr int64_t kMinSpan = 128, kMaxSpans = 64;
 
 // Per thread: a position's queries, outputs and scores (one-position path), or a block's scores and the
 // cache rows widened to fp32 (GEMM path).
@@ -152,26 +154,60 @@ void attention_cached(const float* qkv, int64_t heads, int64_t n, int64_t pos0, 
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const int64_t group = heads / kv_heads, stride = per_thread(group, d, capacity);
   if (n < kGemmFrom) {
-    // One task per (kv head, position): its group of query heads reads each cached key and value once.
-    const int64_t tasks = kv_heads * n;
+    // One task per (kv head, position, span of keys): the kv head's query heads read each cached key and
+    // value row once. With fewer (kv head, position) pairs than two per thread, each position's keys are
+    // split into spans of at least kMinSpan keys whose softmax-weighted sums are merged after by their
+    // maxima and sums (as flash-decoding does): a model with one or three kv heads still uses every thread.
+    const int64_t pairs = kv_heads * n;
+    int64_t spans = 1;
+    if (threads > 1 && pairs < 2 * threads)
+      spans = std::min({(2 * threads + pairs - 1) / pairs, (pos0 + 1) / kMinSpan, kMaxSpans});
+    spans = std::max<int64_t>(spans, 1);
+    const int64_t tasks = pairs * spans, part_floats = group * (d + 2);
+    std::vector<float> parts(spans > 1 ? static_cast<size_t>(tasks * part_floats) : 0);
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1) if (threads > 1 && tasks > 1)
     for (int64_t task = 0; task < tasks; ++task) {
-      const int64_t g = task / n, j = task % n, len = pos0 + j + 1;
+      const int64_t pair = task / spans, span = task % spans, g = pair / n, j = pair % n, len = pos0 + j + 1;
+      const int64_t t0 = len * span / spans, keys = len * (span + 1) / spans - t0;
       float* q = scratch + static_cast<int64_t>(omp_get_thread_num()) * stride;
       float* o = q + group * d;
       float* p = o + group * d;
       for (int64_t r = 0; r < group * d; ++r) q[r] = qkv[(g * group * d + r) * n + j];
-      const int64_t at = g * capacity * d;
+      const int64_t at = (g * capacity + t0) * d;
       if (kv.half)
-        kernels::attend_scores(q, group, kv.kh.data() + at, len, d, scale, p, len);
+        kernels::attend_scores(q, group, kv.kh.data() + at, keys, d, scale, p, keys);
       else
-        kernels::attend_scores(q, group, kv.k.data() + at, len, d, scale, p, len);
-      softmax_rows(p, group, len);
+        kernels::attend_scores(q, group, kv.k.data() + at, keys, d, scale, p, keys);
+      // One span: the outputs themselves; several: [group, d] normalised sums, then the maxima and sums.
+      float* dst = spans > 1 ? parts.data() + task * part_floats : o;
+      if (spans > 1)
+        softmax_rows(p, group, keys, dst + group * d, dst + group * d + group);
+      else
+        softmax_rows(p, group, keys);
       if (kv.half)
-        kernels::attend_values(p, group, len, kv.vh.data() + at, len, d, o);
+        kernels::attend_values(p, group, keys, kv.vh.data() + at, keys, d, dst);
       else
-        kernels::attend_values(p, group, len, kv.v.data() + at, len, d, o);
-      for (int64_t r = 0; r < group * d; ++r) out[(g * group * d + r) * n + j] = o[r];
+        kernels::attend_values(p, group, keys, kv.v.data() + at, keys, d, dst);
+      if (spans == 1)
+        for (int64_t r = 0; r < group * d; ++r) out[(g * group * d + r) * n + j] = o[r];
+    }
+    for (int64_t pair = 0; spans > 1 && pair < pairs; ++pair) {
+      const int64_t g = pair / n, j = pair % n;
+      const float* first = parts.data() + pair * spans * part_floats;
+      for (int64_t i = 0; i < group; ++i) {
+        float top = -INFINITY, total = 0.0f, w[kMaxSpans];
+        for (int64_t s = 0; s < spans; ++s) top = std::max(top, first[s * part_floats + group * d + i]);
+        for (int64_t s = 0; s < spans; ++s) {
+          const float* part = first + s * part_floats;
+          w[s] = std::exp(part[group * d + i] - top) * part[group * d + group + i];
+          total += w[s];
+        }
+        for (int64_t c = 0; c < d; ++c) {
+          float v = 0.0f;
+          for (int64_t s = 0; s < spans; ++s) v += w[s] * first[s * part_floats + i * d + c];
+          out[(g * group * d + i * d + c) * n + j] = v / total;
+        }
+      }
     }
     return;
   }

@@ -145,7 +145,8 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void layer_norm(
 // One clone per ISA (GCC function multi-versioning, chosen at load time by the CPU): the portable build
 // only has SSE2, and softmax's exp is a visible share of attention.
 __attribute__((target_clones("avx512f", "avx2", "default"))) void softmax_rows(float* p, int64_t rows,
-                                                                               int64_t cols) {
+                                                                               int64_t cols, float* row_max,
+                                                                               float* row_sum) {
   for (int64_t i = 0; i < rows; ++i) {
     float* row = p + i * cols;
     float mx = -std::numeric_limits<float>::infinity();
@@ -160,6 +161,8 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void softmax_rows(f
       row[j] = exp_nonpositive(row[j] - mx);
       sum += row[j];
     }
+    if (row_max != nullptr) row_max[i] = mx;
+    if (row_sum != nullptr) row_sum[i] = sum;
     const float inv = 1.0f / sum;
     for (int64_t j = 0; j < cols; ++j) row[j] *= inv;
   }

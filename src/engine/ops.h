@@ -21,8 +21,9 @@ void affine(const float* x, int64_t rows, int64_t cols, const float* scale, cons
 // Per column j: v = x[:, j] (+ residual[:, j]); y = (v - mean) / sqrt(var + eps) * gamma + beta.
 void layer_norm(const float* x, const float* residual, int64_t rows, int64_t cols, const float* gamma,
                 const float* beta, float eps, float* y);
-// Softmax of each row of p [rows, cols], in place.
-void softmax_rows(float* p, int64_t rows, int64_t cols);
+// Softmax of each row of p [rows, cols], in place. row_max / row_sum (rows floats each, or null) receive each
+// row's maximum and its sum of exp(p - max) before the division.
+void softmax_rows(float* p, int64_t rows, int64_t cols, float* row_max = nullptr, float* row_sum = nullptr);
 // Multi-head self-attention over sequences packed one after another: sequence s owns columns
 // [offsets[s], offsets[s+1]) of qkv [3*hidden, ld] (rows: Q, then K, then V; head h owns rows h*d .. h*d+d-1
 // of each) and of ctx [hidden, ld]: ctx_h = V_h softmax(Q_h^T K_h / sqrt(d) + bias_h)^T per sequence, with

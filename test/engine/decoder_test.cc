@@ -115,7 +115,7 @@ TEST(DecoderOps, CachedAttentionMatchesReferenceInAnyChunks) {
   };
   for (Heads hs : {Heads{1, 1}, Heads{4, 2}, Heads{9, 3}, Heads{4, 4}, Heads{12, 2}})
     for (int64_t d : {2, 8, 64, 80})
-      for (int64_t n : {1, 5, 17, 75})
+      for (int64_t n : {1, 5, 17, 75, 300})
         for (int threads : {1, 2})
           for (bool half : {false, true}) {
             const int64_t rows = (hs.q + 2 * hs.kv) * d, cap = n + 3;
@@ -126,8 +126,9 @@ TEST(DecoderOps, CachedAttentionMatchesReferenceInAnyChunks) {
             const std::vector<double> ref = ref_attention(qkv, hs.q, hs.kv, d, n);
             detail::KvCache kv(hs.kv, cap, d, half);
             std::vector<float> scratch(detail::attention_scratch(threads, hs.q, hs.kv, d, cap));
-            // Chunks of random sizes: pieces of 1-4 tokens (one position at a time) and of 8-40 (blocks of
-            // queries as GEMMs, across a block edge), at any cache position.
+            // Chunks of random sizes: pieces of 1-4 tokens (one position at a time; on 2 threads past 256
+            // positions with the keys split in spans) and of 8-40 (blocks of queries as GEMMs, across a block
+            // edge), at any cache position.
             int64_t pos = 0;
             while (pos < n) {
               const int64_t want =
