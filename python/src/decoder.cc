@@ -1,6 +1,6 @@
 // sparse24.Decoder: decoder language models (Llama family; a Hugging Face directory or a GGUF file) at
 // batch 1 from Python, over engine::Decoder and the model's byte-level BPE: logits for a sequence kept in
-// a KV cache, greedy or sampled generation, perplexity.
+// a KV cache, greedy or sampled generation, perplexity, the model's chat template.
 #include "sparse24/decoder.h"
 
 #include <nanobind/stl/optional.h>
@@ -18,9 +18,33 @@
 #include "common.h"
 #include "sparse24/error.h"
 #include "text/bpe.h"
+#include "text/jinja.h"
 
 namespace sparse24::py {
 namespace {
+
+// Chat messages: one user message as a str, or a list of {"role": ..., "content": ...} dicts (str values,
+// kept in the dicts' order).
+using Messages = std::variant<std::string, nb::list>;
+
+nlohmann::ordered_json messages_json(const Messages& m) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  if (const std::string* s = std::get_if<std::string>(&m)) {
+    out.push_back({{"role", "user"}, {"content", *s}});
+    return out;
+  }
+  for (nb::handle item : std::get<nb::list>(m)) {
+    if (!nb::isinstance<nb::dict>(item)) throw Error("chat messages must be dicts");
+    nlohmann::ordered_json o = nlohmann::ordered_json::object();
+    for (auto [k, v] : nb::borrow<nb::dict>(item)) {
+      if (!nb::isinstance<nb::str>(k) || !nb::isinstance<nb::str>(v))
+        throw Error("chat message keys and values must be str");
+      o[nb::cast<std::string>(k)] = nb::cast<std::string>(v);
+    }
+    out.push_back(std::move(o));
+  }
+  return out;
+}
 
 using namespace sparse24::engine;
 
@@ -51,6 +75,11 @@ class PyDecoder {
     nb::gil_scoped_release unlocked;
     set_threads(threads);
     d.bpe_ = std::make_unique<text::ByteBpe>(text::ByteBpe::from_model(model));
+    try {
+      d.template_ = text::chat_template_of(model);
+    } catch (const Error& e) {  // a model without one loads; chat() then says why
+      d.template_error_ = e.what();
+    }
     d.model_ = std::make_unique<DecoderModel>(load_decoder(model));
     if (prune) d.model_->prune_magnitude();
     o.max_context = std::min(max_context, d.model_->config.max_positions);
@@ -108,6 +137,26 @@ class PyDecoder {
     return nb::cast(out);
   }
 
+  // The model's chat template applied to messages (the text, or its ids without added specials).
+  nb::object apply_chat_template(const Messages& messages, bool add_generation_prompt, bool tokenize) const {
+    if (template_.empty()) throw Error(template_error_);
+    const nlohmann::ordered_json m = messages_json(messages);
+    if (tokenize) return nb::cast(text::chat_prompt(template_, *bpe_, m, add_generation_prompt));
+    const int32_t bos = bpe_->bos_id(), eos = bpe_->eos_id();
+    return nb::cast(text::apply_chat_template(template_, m, add_generation_prompt,
+                                              bos >= 0 ? bpe_->token(bos) : "",
+                                              eos >= 0 ? bpe_->token(eos) : ""));
+  }
+
+  // The assistant's reply to messages (generate on the chat template's prompt), as text.
+  std::string chat(const Messages& messages, int64_t max_tokens, float temperature, float top_p,
+                   uint64_t seed) {
+    const nb::object ids = apply_chat_template(messages, true, true);
+    const nb::object out =
+        generate(nb::cast<std::vector<int32_t>>(ids), max_tokens, temperature, top_p, seed);
+    return bpe_->decode(nb::cast<std::vector<int32_t>>(out), /*skip_special=*/true);
+  }
+
   // Perplexity of the text (or ids) over windows of ctx tokens (engine::perplexity), from a fresh sequence.
   nb::dict perplexity(const TextOrIds& input, int64_t ctx) {
     const std::vector<int32_t> ids = ids_of(input);
@@ -146,7 +195,8 @@ class PyDecoder {
   int threads_ = 1;
   int64_t vocab_ = 0;
   std::unique_ptr<text::ByteBpe> bpe_;
-  std::unique_ptr<DecoderModel> model_;  // read in place by dec_ (embeddings, norms): outlives it
+  std::string template_, template_error_;  // the chat template, or why the model has none
+  std::unique_ptr<DecoderModel> model_;    // read in place by dec_ (embeddings, norms): outlives it
   std::unique_ptr<Decoder> dec_;
 };
 
@@ -176,6 +226,14 @@ void register_decoder(nb::module_& m) {
       .def("perplexity", &PyDecoder::perplexity, nb::arg("text"), nb::arg("ctx") = 512,
            "Perplexity of a text (or ids) over non-overlapping windows of ctx tokens: a dict with "
            "perplexity, mean_nll, windows, scored.")
+      .def("apply_chat_template", &PyDecoder::apply_chat_template, nb::arg("messages"),
+           nb::arg("add_generation_prompt") = true, nb::arg("tokenize") = false,
+           "The model's chat template applied to messages (a str: one user message; or a list of "
+           "{'role', 'content'} dicts), as transformers' apply_chat_template: the text, or with "
+           "tokenize=True its token ids.")
+      .def("chat", &PyDecoder::chat, nb::arg("messages"), nb::arg("max_tokens") = 256,
+           nb::arg("temperature") = 0.0f, nb::arg("top_p") = 1.0f, nb::arg("seed") = 1,
+           "The assistant's reply to messages (as apply_chat_template takes them), from a fresh sequence.")
       .def("reset", &PyDecoder::reset, "Forgets the sequence.")
       .def_prop_ro("position", [](const PyDecoder& d) { return d.decoder().position(); })
       .def_prop_ro("capacity", [](const PyDecoder& d) { return d.decoder().capacity(); })
@@ -183,6 +241,16 @@ void register_decoder(nb::module_& m) {
       .def_prop_ro("eos_id", [](const PyDecoder& d) { return d.bpe().eos_id(); })
       .def_prop_ro("sparse_linears", [](const PyDecoder& d) { return d.decoder().sparse_linears(); })
       .def_prop_ro("weight_bytes", [](const PyDecoder& d) { return d.decoder().weight_bytes(); });
+  m.def(
+      "render_chat_template",
+      [](const std::string& source, const Messages& messages, bool add_generation_prompt,
+         const std::string& bos, const std::string& eos) {
+        return text::apply_chat_template(source, messages_json(messages), add_generation_prompt, bos, eos);
+      },
+      nb::arg("template"), nb::arg("messages"), nb::arg("add_generation_prompt") = true,
+      nb::arg("bos_token") = "", nb::arg("eos_token") = "",
+      "A chat template (Jinja2, the subset chat templates use: src/text/jinja.h) applied to messages, as "
+      "transformers' apply_chat_template renders it.");
 }
 
 }  // namespace sparse24::py

@@ -634,7 +634,7 @@ ByteBpe ByteBpe::from_gguf(const Gguf& g, const std::string& what) {
   return ByteBpe(m);
 }
 
-std::vector<int32_t> ByteBpe::encode(std::string_view s, int64_t max_length) const {
+std::vector<int32_t> ByteBpe::encode(std::string_view s, int64_t max_length, bool add_special) const {
   const Impl& m = *impl_;
   std::vector<int32_t> ids;
   std::vector<Impl::Segment> segs;
@@ -649,7 +649,7 @@ std::vector<int32_t> ByteBpe::encode(std::string_view s, int64_t max_length) con
     m.words(s.substr(seg.begin, seg.end - seg.begin), words);
     for (const std::string& w : words) m.bpe(w, ids);
   }
-  const size_t specials = m.prefix.size() + m.suffix.size();
+  const size_t specials = add_special ? m.prefix.size() + m.suffix.size() : 0;
   if (max_length > 0) {
     if (static_cast<size_t>(max_length) < specials)
       throw Error("max_length " + std::to_string(max_length) + " is below the " + std::to_string(specials) +
@@ -657,6 +657,7 @@ std::vector<int32_t> ByteBpe::encode(std::string_view s, int64_t max_length) con
     if (ids.size() > static_cast<size_t>(max_length) - specials)
       ids.resize(static_cast<size_t>(max_length) - specials);
   }
+  if (!add_special) return ids;
   ids.insert(ids.begin(), m.prefix.begin(), m.prefix.end());
   ids.insert(ids.end(), m.suffix.begin(), m.suffix.end());
   return ids;

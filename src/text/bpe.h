@@ -42,8 +42,9 @@ class ByteBpe {
 
   // Token ids with the post-processor's special tokens (BOS/EOS) added. max_length > 0 truncates the text's
   // tokens so that the total, specials included, is at most max_length (Error if the specials alone exceed
-  // it), as HF's enable_truncation does.
-  std::vector<int32_t> encode(std::string_view utf8, int64_t max_length = 0) const;
+  // it), as HF's enable_truncation does. add_special false: the text's tokens only (as HF's
+  // add_special_tokens=False, which apply_chat_template uses: a chat template writes its own).
+  std::vector<int32_t> encode(std::string_view utf8, int64_t max_length = 0, bool add_special = true) const;
   // The pieces the BPE model sees: added tokens and pre-tokenized words, in their byte-level spelling
   // ("Ġthe"), as HF's pre_tokenize_str shows them.
   std::vector<std::string> split(std::string_view utf8) const;

@@ -359,5 +359,27 @@ int main(int argc, char** argv) {
       put(out / "hf_encoder", "file" + std::to_string(sel), seed);
     }
   }
+  // jinja: chat templates in the subset's styles (a header-per-turn one, one with a namespace and loop
+  // controls, one with filters, tests and slices).
+  {
+    const char* templates[] = {
+        "{{- bos_token }}{%- for message in messages %}{{- '<|start|>' + message['role'] + '\n' + "
+        "message['content'] | trim + '<|end|>' }}{%- endfor %}{%- if add_generation_prompt "
+        "%}<|start|>assistant"
+        "{%- endif %}",
+        "{%- set ns = namespace(s='', n=0) -%}\n{% for m in messages %}\n  {%- if m.role == 'system' -%}"
+        "{%- set ns.s = m.content -%}{% continue %}{%- endif %}\n  {{ loop.index }}/{{ loop.length }} "
+        "{{ m.content.strip()|upper }}{% if loop.last %}{% break %}{% endif %}\n{% endfor %}{# c #}",
+        "{{ messages|length }} {{ messages[::-1][0]|tojson }} {{ 'a,b'.split(',')|join('+') }} "
+        "{{ 7 // 2 ~ none }} {{ x is defined }} {{ 'y' if messages[0].role in ['system'] else "
+        "raise_exception('no') }}"
+        " {{ range(3)|list }} {{ {'k': [1, 2.5, true]}.get('k') }}",
+    };
+    int i = 0;
+    for (const char* t : templates) {
+      const std::string s(t);
+      put(out / "jinja", "t" + std::to_string(i++), std::vector<uint8_t>(s.begin(), s.end()));
+    }
+  }
   return 0;
 }

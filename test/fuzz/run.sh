@@ -11,12 +11,13 @@ cd "$(dirname "$0")/../.."
 seconds=${FUZZ_SECONDS:-20}
 out=${FUZZ_BUILD_DIR:-build-fuzz}
 cxx=${FUZZ_CXX:-clang++-14}
-harnesses=(${FUZZ_ONLY:-safetensors gguf compressed_file bitmask24 npy metadata engine_model tokenizer bpe hf_encoder gguf_decoder})
+harnesses=(${FUZZ_ONLY:-safetensors gguf compressed_file bitmask24 npy metadata engine_model tokenizer bpe hf_encoder gguf_decoder jinja})
 lib_sources=(src/core/dtype.cc src/core/tensor.cc src/core/pattern.cc src/core/mask.cc src/core/compressed.cc
              src/io/file.cc src/io/npy.cc src/io/safetensors.cc src/io/gguf.cc src/io/compressed_file.cc src/io/bitmask24.cc
              src/io/checkpoint.cc src/io/model_dir.cc src/io/net_spec.cc src/io/hf_dir.cc
              src/engine/model.cc src/engine/builder.cc src/engine/hf_encoder.cc src/engine/hf_decoder.cc
-             src/text/wordpiece.cc src/text/bpe.cc src/text/unicode.cc)
+             src/text/wordpiece.cc src/text/bpe.cc src/text/unicode.cc src/text/jinja.cc src/text/jinja_parse.cc
+             src/text/jinja_values.cc)
 flags=(-std=c++20 -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
        -Iinclude -Isrc -Itest/fuzz)
 

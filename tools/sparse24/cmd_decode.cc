@@ -17,6 +17,7 @@
 #include "sparse24/io.h"
 #include "sparse24/spmm.h"
 #include "text/bpe.h"
+#include "text/jinja.h"
 
 namespace sparse24::cli {
 namespace {
@@ -96,7 +97,8 @@ struct WeightFlags {
 // ---- generate ------------------------------------------------------------------------------------------
 
 struct GenerateOptions {
-  std::string model, prompt, prompt_ids, mode = "sparse";
+  std::string model, prompt, prompt_ids, mode = "sparse", system;
+  bool chat = false;
   int64_t max_tokens = 64;
   float temperature = 0.0f, top_p = 1.0f;
   uint64_t seed = 1;
@@ -106,9 +108,18 @@ struct GenerateOptions {
 
 void cmd_generate(const GenerateOptions& o) {
   if (o.prompt.empty() == o.prompt_ids.empty()) throw Error("give one of --prompt and --prompt-ids");
+  if ((o.chat || !o.system.empty()) && o.prompt.empty()) throw Error("--chat and --system take a --prompt");
   std::optional<text::ByteBpe> bpe;
   if (!o.prompt.empty()) bpe = text::ByteBpe::from_model(o.model);
-  const std::vector<int32_t> prompt = bpe ? bpe->encode(o.prompt) : parse_ids(o.prompt_ids, "--prompt-ids");
+  std::vector<int32_t> prompt;
+  if (o.chat || !o.system.empty()) {  // the prompt as the user's turn in the model's chat template
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+    if (!o.system.empty()) messages.push_back({{"role", "system"}, {"content", o.system}});
+    messages.push_back({{"role", "user"}, {"content", o.prompt}});
+    prompt = text::chat_prompt(text::chat_template_of(o.model), *bpe, messages);
+  } else {
+    prompt = bpe ? bpe->encode(o.prompt) : parse_ids(o.prompt_ids, "--prompt-ids");
+  }
   if (prompt.empty()) throw Error("an empty prompt");
   if (o.max_tokens < 0 || o.threads < 1) throw Error("bad --max-tokens or --threads");
   const DecoderModel m = load(o.model, false);
@@ -126,8 +137,8 @@ void cmd_generate(const GenerateOptions& o) {
   const auto t1 = Clock::now();
   int64_t generated = 0;
   std::vector<int32_t> out;
-  size_t shown = 0;  // bytes of the decoded text already printed
-  if (bpe) {
+  size_t shown = 0;                          // bytes of the decoded text already printed
+  if (bpe && !o.chat && o.system.empty()) {  // a chat prints the reply only
     std::printf("%s", o.prompt.c_str());
     std::fflush(stdout);
   }
@@ -460,6 +471,9 @@ void register_decode_commands(CLI::App& app) {
     cmd->add_option("model", o->model, "model directory or GGUF file")->required();
     cmd->add_option("--prompt", o->prompt, "prompt text");
     cmd->add_option("--prompt-ids", o->prompt_ids, "prompt token ids, comma-separated");
+    cmd->add_flag("--chat", o->chat,
+                  "the prompt is a user's message in the model's chat template; prints the reply");
+    cmd->add_option("--system", o->system, "a system message before it (implies --chat)");
     cmd->add_option("--max-tokens", o->max_tokens, "tokens to generate")->capture_default_str();
     cmd->add_option("--temperature", o->temperature, "0 = greedy")->capture_default_str();
     cmd->add_option("--top-p", o->top_p, "nucleus sampling mass")->capture_default_str();
