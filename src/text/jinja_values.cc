@@ -20,61 +20,60 @@ std::string py_float(double d) {
   return s;
 }
 
-// Python's repr-like text of a value, as jinja2 prints lists and dicts.
-void py_repr(const json& j, std::string& out, bool top) {
+// Python's text of a value: str() of it (kStr: how jinja2 prints a value), repr() of it (kRepr: how lists
+// and dicts print their items) or json.dumps() of it (kJson: ensure_ascii=False, separators ", " and ": ",
+// as transformers' tojson filter). The three differ only in the leaves.
+enum class Style { kStr, kRepr, kJson };
+
+void py_text(const json& j, std::string& out, Style style) {
+  const bool js = style == Style::kJson;
   switch (j.type()) {
     case json::value_t::null:
-      out += "None";
+      out += js ? "null" : "None";
       return;
     case json::value_t::boolean:
-      out += j.get<bool>() ? "True" : "False";
+      out += j.get<bool>() ? (js ? "true" : "True") : (js ? "false" : "False");
       return;
     case json::value_t::number_float:
       out += py_float(j.get<double>());
       return;
-    case json::value_t::number_integer:
-    case json::value_t::number_unsigned:
-      out += j.dump();
-      return;
     case json::value_t::string: {
       const std::string& s = j.get_ref<const std::string&>();
-      if (top) {
+      if (style == Style::kStr) {
         out += s;
-        return;
-      }
-      const bool dq = s.find('\'') != std::string::npos && s.find('"') == std::string::npos;
-      const char q = dq ? '"' : '\'';
-      out += q;
-      for (char c : s) {
-        if (c == '\\' || c == q) out += '\\';
-        if (c == '\n') {
-          out += "\\n";
-          continue;
+      } else if (js) {
+        out += j.dump(-1, ' ', false, json::error_handler_t::replace);
+      } else {
+        const char q = s.find('\'') != std::string::npos && s.find('"') == std::string::npos ? '"' : '\'';
+        out += q;
+        for (char c : s) {
+          if (c == '\\' || c == q) out += '\\';
+          if (c == '\n') {
+            out += "\\n";
+            continue;
+          }
+          out += c;
         }
-        out += c;
+        out += q;
       }
-      out += q;
       return;
     }
     case json::value_t::array:
-      out += '[';
-      for (size_t i = 0; i < j.size(); ++i) {
-        if (i) out += ", ";
-        py_repr(j[i], out, false);
-      }
-      out += ']';
-      return;
     case json::value_t::object: {
-      out += '{';
+      const bool obj = j.is_object();
+      const Style inner = js ? Style::kJson : Style::kRepr;
+      out += obj ? '{' : '[';
       bool first = true;
       for (auto it = j.begin(); it != j.end(); ++it) {
         if (!first) out += ", ";
         first = false;
-        py_repr(json(it.key()), out, false);
-        out += ": ";
-        py_repr(it.value(), out, false);
+        if (obj) {
+          py_text(json(it.key()), out, inner);
+          out += ": ";
+        }
+        py_text(*it, out, inner);
       }
-      out += '}';
+      out += obj ? '}' : ']';
       return;
     }
     default:
@@ -96,44 +95,13 @@ bool truthy(const Value& v) {
   return !j.empty();
 }
 
-// JSON text as Python's json.dumps writes it (ensure_ascii=False; separators ", " and ": ").
-void dump_py_json(const json& j, std::string& out) {
-  switch (j.type()) {
-    case json::value_t::object: {
-      out += '{';
-      bool first = true;
-      for (auto it = j.begin(); it != j.end(); ++it) {
-        if (!first) out += ", ";
-        first = false;
-        dump_py_json(json(it.key()), out);
-        out += ": ";
-        dump_py_json(it.value(), out);
-      }
-      out += '}';
-      return;
-    }
-    case json::value_t::array: {
-      out += '[';
-      for (size_t i = 0; i < j.size(); ++i) {
-        if (i) out += ", ";
-        dump_py_json(j[i], out);
-      }
-      out += ']';
-      return;
-    }
-    case json::value_t::number_float:
-      out += py_float(j.get<double>());
-      return;
-    default:
-      out += j.dump(-1, ' ', false, json::error_handler_t::replace);
-  }
-}
+void dump_py_json(const json& j, std::string& out) { py_text(j, out, Style::kJson); }
 
 std::string to_text(const Value& v) {
   if (v.undefined()) return "";
   if (v.k == Value::K::kNamespace) return "<Namespace>";
   std::string s;
-  py_repr(v.j, s, true);
+  py_text(v.j, s, Style::kStr);
   return s;
 }
 
