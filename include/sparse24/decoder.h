@@ -159,6 +159,9 @@ class Decoder {
   // The sequence is forgotten afterwards.
   void run_layers(float* h, int64_t n, const LinearObserver& observe);
   void reset();              // forgets the sequence
+  // Forgets the tokens from position `pos` on (0 <= pos <= position()): the next forward continues there,
+  // as if only the first pos tokens had been given (what a chat reuses of its previous turn).
+  void rewind(int64_t pos);
   int64_t position() const;  // tokens in the cache
   int64_t capacity() const;
   const DecoderConfig& config() const;

@@ -103,6 +103,7 @@ class PyDecoder {
       const std::lock_guard<std::mutex> lock(*busy_);
       set_threads(threads_);
       dec_->forward(ids.data(), static_cast<int64_t>(n), out.data(), all);
+      seq_.insert(seq_.end(), ids.begin(), ids.end());
     }
     return all ? float_array(std::move(out), {n, v}) : float_array(std::move(out), {v});
   }
@@ -111,29 +112,9 @@ class PyDecoder {
   // model's end-of-sequence token: the new text, or the new ids when the prompt was ids.
   nb::object generate(const TextOrIds& prompt, int64_t max_tokens, float temperature, float top_p,
                       uint64_t seed) {
-    if (max_tokens < 0) throw Error("max_tokens " + std::to_string(max_tokens) + ": expected >= 0");
-    if (!(temperature >= 0)) throw Error("temperature must be >= 0");
-    if (!(top_p > 0 && top_p <= 1)) throw Error("top_p must be in (0, 1]");
-    const bool text = std::holds_alternative<std::string>(prompt);
-    const std::vector<int32_t> ids = ids_of(prompt);
-    if (ids.empty()) throw Error("generate: an empty prompt");
-    std::vector<int32_t> out;
-    {
-      nb::gil_scoped_release unlocked;
-      const std::lock_guard<std::mutex> lock(*busy_);
-      set_threads(threads_);
-      dec_->reset();
-      std::vector<float> logits(static_cast<size_t>(vocab_));
-      dec_->forward(ids.data(), static_cast<int64_t>(ids.size()), logits.data());
-      uint64_t state = seed;
-      for (int64_t i = 0; i < max_tokens; ++i) {
-        int32_t next = sample_token(logits.data(), vocab_, temperature, top_p, state);
-        if (next == bpe_->eos_id()) break;
-        out.push_back(next);
-        if (i + 1 < max_tokens) dec_->forward(&next, 1, logits.data());
-      }
-    }
-    if (text) return nb::cast(bpe_->decode(out, /*skip_special=*/true));
+    const std::vector<int32_t> out = sample(ids_of(prompt), false, max_tokens, temperature, top_p, seed);
+    if (std::holds_alternative<std::string>(prompt))
+      return nb::cast(bpe_->decode(out, /*skip_special=*/true));
     return nb::cast(out);
   }
 
@@ -148,13 +129,13 @@ class PyDecoder {
                                               eos >= 0 ? bpe_->token(eos) : ""));
   }
 
-  // The assistant's reply to messages (generate on the chat template's prompt), as text.
+  // The assistant's reply to messages, as text: the chat template's prompt fed after the longest prefix of
+  // it the KV cache already holds (a conversation's earlier turns, when the last call was its chat).
   std::string chat(const Messages& messages, int64_t max_tokens, float temperature, float top_p,
                    uint64_t seed) {
-    const nb::object ids = apply_chat_template(messages, true, true);
-    const nb::object out =
-        generate(nb::cast<std::vector<int32_t>>(ids), max_tokens, temperature, top_p, seed);
-    return bpe_->decode(nb::cast<std::vector<int32_t>>(out), /*skip_special=*/true);
+    const std::vector<int32_t> ids =
+        nb::cast<std::vector<int32_t>>(apply_chat_template(messages, true, true));
+    return bpe_->decode(sample(ids, true, max_tokens, temperature, top_p, seed), /*skip_special=*/true);
   }
 
   // Perplexity of the text (or ids) over windows of ctx tokens (engine::perplexity), from a fresh sequence.
@@ -166,6 +147,7 @@ class PyDecoder {
       const std::lock_guard<std::mutex> lock(*busy_);
       set_threads(threads_);
       dec_->reset();
+      seq_.clear();
       p = engine::perplexity(*dec_, ids, ctx);
       dec_->reset();
     }
@@ -180,11 +162,45 @@ class PyDecoder {
   void reset() {
     const std::lock_guard<std::mutex> lock(*busy_);
     dec_->reset();
+    seq_.clear();
   }
   const Decoder& decoder() const { return *dec_; }
   const text::ByteBpe& bpe() const { return *bpe_; }
 
  private:
+  // ids fed after the longest prefix of them in the cache (reuse) or from a fresh sequence, then up to
+  // max_tokens tokens sampled, stopping at end-of-sequence; seq_ follows what the cache holds.
+  std::vector<int32_t> sample(const std::vector<int32_t>& ids, bool reuse, int64_t max_tokens,
+                              float temperature, float top_p, uint64_t seed) {
+    if (max_tokens < 0) throw Error("max_tokens " + std::to_string(max_tokens) + ": expected >= 0");
+    if (!(temperature >= 0)) throw Error("temperature must be >= 0");
+    if (!(top_p > 0 && top_p <= 1)) throw Error("top_p must be in (0, 1]");
+    if (ids.empty()) throw Error("generate: an empty prompt");
+    std::vector<int32_t> out;
+    nb::gil_scoped_release unlocked;
+    const std::lock_guard<std::mutex> lock(*busy_);
+    set_threads(threads_);
+    const int64_t n = static_cast<int64_t>(ids.size());
+    int64_t common = 0;
+    while (reuse && common < static_cast<int64_t>(seq_.size()) && common < n - 1 &&
+           seq_[common] == ids[common])
+      ++common;
+    dec_->rewind(std::min<int64_t>(common, dec_->position()));
+    seq_.clear();
+    std::vector<float> logits(static_cast<size_t>(vocab_));
+    dec_->forward(ids.data() + common, n - common, logits.data());
+    uint64_t state = seed;
+    for (int64_t i = 0; i < max_tokens; ++i) {
+      int32_t next = sample_token(logits.data(), vocab_, temperature, top_p, state);
+      if (next == bpe_->eos_id()) break;
+      out.push_back(next);
+      if (i + 1 < max_tokens) dec_->forward(&next, 1, logits.data());
+    }
+    seq_ = ids;
+    seq_.insert(seq_.end(), out.begin(), out.begin() + (dec_->position() - n));
+    return out;
+  }
+
   std::vector<int32_t> ids_of(const TextOrIds& t) const {
     if (const std::string* s = std::get_if<std::string>(&t)) return bpe_->encode(*s);
     return std::get<std::vector<int32_t>>(t);
@@ -192,6 +208,7 @@ class PyDecoder {
 
   // The decoder keeps the sequence between calls: one call at a time (the GIL is released inside).
   std::unique_ptr<std::mutex> busy_ = std::make_unique<std::mutex>();
+  std::vector<int32_t> seq_;  // the ids in the decoder's KV cache, as far as sample() knows them
   int threads_ = 1;
   int64_t vocab_ = 0;
   std::unique_ptr<text::ByteBpe> bpe_;
@@ -233,7 +250,8 @@ void register_decoder(nb::module_& m) {
            "tokenize=True its token ids.")
       .def("chat", &PyDecoder::chat, nb::arg("messages"), nb::arg("max_tokens") = 256,
            nb::arg("temperature") = 0.0f, nb::arg("top_p") = 1.0f, nb::arg("seed") = 1,
-           "The assistant's reply to messages (as apply_chat_template takes them), from a fresh sequence.")
+           "The assistant's reply to messages (as apply_chat_template takes them). The KV cache keeps what "
+           "the last call left: a conversation's next turn feeds only what follows its earlier turns.")
       .def("reset", &PyDecoder::reset, "Forgets the sequence.")
       .def_prop_ro("position", [](const PyDecoder& d) { return d.decoder().position(); })
       .def_prop_ro("capacity", [](const PyDecoder& d) { return d.decoder().capacity(); })

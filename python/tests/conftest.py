@@ -19,8 +19,9 @@ def cli():
             pytest.fail(f"SPARSE24_CLI={path} does not exist")
         pytest.skip(f"{path} not built")
 
-    def run(*args):
-        return subprocess.run([str(path), *map(str, args)], check=True, capture_output=True, text=True).stdout
+    def run(*args, input=None):
+        return subprocess.run([str(path), *map(str, args)], check=True, capture_output=True, text=True,
+                              input=input).stdout
     return run
 
 

@@ -106,6 +106,24 @@ def test_chat_replies_and_cli_agree(cli):
     assert out.strip() == d.chat(system, max_tokens=12).strip()
 
 
+def test_multi_turn_chat_reuses_the_cache_and_equals_the_cli(cli):
+    smol = model_dir("SmolLM2-135M-Instruct-hf")
+    turns = ["What is the capital of France?", "And of Italy?", "Name a color."]
+    d = sparse24.Decoder.load(str(smol), max_context=512)
+    messages, replies = [], []
+    for t in turns:
+        messages.append({"role": "user", "content": t})
+        replies.append(d.chat(messages, max_tokens=16))
+        messages.append({"role": "assistant", "content": replies[-1]})
+        # The whole conversation so far is in the cache: the next turn feeds only its new tokens.
+        assert d.position >= len(d.apply_chat_template(messages[:-1], tokenize=True))
+    assert cli("chat", smol, "--max-tokens", 16, input="\n".join(turns) + "\n") == "".join(r + "\n" for r in replies)
+    fresh = sparse24.Decoder.load(str(smol), max_context=512)  # no cache to reuse: the same replies
+    assert fresh.chat(messages[:5], max_tokens=16) == replies[2]
+    d.forward(d.tokenize(" unrelated"))  # the cache moved on: the next chat feeds its whole prompt again
+    assert d.chat(messages[:5], max_tokens=16) == replies[2]
+
+
 def test_chat_template_errors():
     with pytest.raises(sparse24.Error, match="raised: no tools"):
         sparse24.render_chat_template("{{ raise_exception('no tools') }}", [])

@@ -171,6 +171,12 @@ Decoder& Decoder::operator=(Decoder&&) noexcept = default;
 
 void Decoder::reset() { impl_->pos = 0; }
 
+void Decoder::rewind(int64_t pos) {
+  if (pos < 0 || pos > impl_->pos)
+    throw Error("decoder: rewind to " + std::to_string(pos) + " of " + std::to_string(impl_->pos) + " tokens");
+  impl_->pos = pos;
+}
+
 void Decoder::run_layers(float* h, int64_t n, const LinearObserver& observe) {
   Impl& s = *impl_;
   if (n < 1 || n > s.capacity)

@@ -297,6 +297,20 @@ TEST(Decoder, IncrementalDecodingEqualsFullRecomputation) {
     const int32_t bad = static_cast<int32_t>(t.vocab);
     inc.reset();
     EXPECT_THROW(inc.forward(&bad, 1, step.data()), Error);
+    // Rewound to 12 of 20 and given other tokens: as if only the first 12 had been given before them.
+    inc.reset();
+    inc.forward(ids.data(), 20, step.data());
+    inc.rewind(12);
+    EXPECT_EQ(inc.position(), 12);
+    std::vector<int32_t> other(ids.begin(), ids.begin() + 12);
+    for (int32_t id : random_ids(g, 5, t.vocab)) other.push_back(id);
+    inc.forward(other.data() + 12, 5, step.data());
+    std::vector<float> fresh(t.vocab);
+    full.reset();
+    full.forward(other.data(), 17, fresh.data());
+    for (int64_t v = 0; v < t.vocab; ++v) ASSERT_NEAR(step[v], fresh[v], 1e-4);
+    EXPECT_THROW(inc.rewind(18), Error);
+    EXPECT_THROW(inc.rewind(-1), Error);
   }
 }
 

@@ -1,11 +1,14 @@
 // sparse24 generate, perplexity, bench-decode, logits: decoder language models (Hugging Face llama
 // directories, dense or 2:4) at batch 1 through the engine's Decoder.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
@@ -99,12 +102,48 @@ struct WeightFlags {
 struct GenerateOptions {
   std::string model, prompt, prompt_ids, mode = "sparse", system;
   bool chat = false;
-  int64_t max_tokens = 64;
+  int64_t max_tokens = 64, max_context = 2048;
   float temperature = 0.0f, top_p = 1.0f;
   uint64_t seed = 1;
   int threads = 1;
   WeightFlags weights;
 };
+
+Decoder make_decoder(const DecoderModel& m, const GenerateOptions& o, int64_t max_context) {
+  DecoderOptions d;
+  d.threads = o.threads;
+  d.mode = engine::parse_mode(o.mode);
+  o.weights.apply(d);
+  d.max_context = max_context;
+  return Decoder(m, d);
+}
+
+// Samples up to o.max_tokens tokens after `logits` (the last position's), stopping at the tokenizer's EOS,
+// feeding each kept token back but one that ends the reply at max_tokens; streams the text (holding back a
+// trailing U+FFFD: a character cut between tokens), or without a tokenizer the ids, to stdout.
+std::vector<int32_t> stream_reply(Decoder& dec, std::vector<float>& logits, const text::ByteBpe* bpe,
+                                  const GenerateOptions& o, uint64_t& state) {
+  std::vector<int32_t> out;
+  size_t shown = 0;  // bytes of the decoded text already printed
+  const int64_t vocab = static_cast<int64_t>(logits.size());
+  for (int64_t i = 0; i < o.max_tokens; ++i) {
+    int32_t next = engine::sample_token(logits.data(), vocab, o.temperature, o.top_p, state);
+    if (bpe && next == bpe->eos_id()) break;
+    out.push_back(next);
+    if (bpe) {
+      std::string t = bpe->decode(out, /*skip_special=*/true);
+      size_t end = t.size();
+      if (end >= 3 && t.compare(end - 3, 3, "\xEF\xBF\xBD") == 0) end -= 3;
+      if (end > shown) std::fwrite(t.data() + shown, 1, end - shown, stdout);
+      shown = std::max(shown, end);
+    } else {
+      std::printf("%s%d", i ? " " : "", next);
+    }
+    std::fflush(stdout);
+    if (i + 1 < o.max_tokens) dec.forward(&next, 1, logits.data());
+  }
+  return out;
+}
 
 void cmd_generate(const GenerateOptions& o) {
   if (o.prompt.empty() == o.prompt_ids.empty()) throw Error("give one of --prompt and --prompt-ids");
@@ -123,42 +162,19 @@ void cmd_generate(const GenerateOptions& o) {
   if (prompt.empty()) throw Error("an empty prompt");
   if (o.max_tokens < 0 || o.threads < 1) throw Error("bad --max-tokens or --threads");
   const DecoderModel m = load(o.model, false);
-  DecoderOptions d;
-  d.threads = o.threads;
-  d.mode = engine::parse_mode(o.mode);
-  o.weights.apply(d);
-  d.max_context = static_cast<int64_t>(prompt.size()) + o.max_tokens;
-  Decoder dec(m, d);
+  Decoder dec = make_decoder(m, o, static_cast<int64_t>(prompt.size()) + o.max_tokens);
   std::vector<float> logits(static_cast<size_t>(m.config.vocab));
   uint64_t state = o.seed;
   const auto t0 = Clock::now();
   dec.forward(prompt.data(), static_cast<int64_t>(prompt.size()), logits.data());
   const double prefill_ms = ms_since(t0);
-  const auto t1 = Clock::now();
-  int64_t generated = 0;
-  std::vector<int32_t> out;
-  size_t shown = 0;                          // bytes of the decoded text already printed
   if (bpe && !o.chat && o.system.empty()) {  // a chat prints the reply only
     std::printf("%s", o.prompt.c_str());
     std::fflush(stdout);
   }
-  for (; generated < o.max_tokens; ++generated) {
-    int32_t next = engine::sample_token(logits.data(), m.config.vocab, o.temperature, o.top_p, state);
-    if (bpe && next == bpe->eos_id()) break;
-    out.push_back(next);
-    if (bpe) {
-      // Streams the text decoded so far, holding back a trailing U+FFFD (a character cut between tokens).
-      std::string t = bpe->decode(out, /*skip_special=*/true);
-      size_t end = t.size();
-      if (end >= 3 && t.compare(end - 3, 3, "\xEF\xBF\xBD") == 0) end -= 3;
-      if (end > shown) std::fwrite(t.data() + shown, 1, end - shown, stdout);
-      shown = std::max(shown, end);
-    } else {
-      std::printf("%s%d", generated ? " " : "", next);
-    }
-    std::fflush(stdout);
-    if (generated + 1 < o.max_tokens) dec.forward(&next, 1, logits.data());
-  }
+  const auto t1 = Clock::now();
+  const int64_t generated =
+      static_cast<int64_t>(stream_reply(dec, logits, bpe ? &*bpe : nullptr, o, state).size());
   const double gen_ms = ms_since(t1);
   std::printf("\n");
   std::fflush(stdout);
@@ -168,6 +184,61 @@ void cmd_generate(const GenerateOptions& o) {
                prompt.size(), prompt.size() / (prefill_ms / 1000), static_cast<long long>(generated),
                generated / std::max(gen_ms / 1000, 1e-9), dec.sparse_linears(), 4 * m.layers.size(),
                isa_name(active_isa()));
+}
+
+// ---- chat ----------------------------------------------------------------------------------------------
+
+// A conversation on stdin, one user message per line, each reply streamed to stdout on its own line. Each
+// turn renders the whole conversation in the model's chat template and feeds the decoder only what
+// follows the longest prefix its KV cache already holds (the earlier turns, normally).
+void cmd_chat(const GenerateOptions& o) {
+  if (o.max_tokens < 1 || o.threads < 1 || o.max_context < 2)
+    throw Error("bad --max-tokens, --threads or --max-context");
+  const text::ByteBpe bpe = text::ByteBpe::from_model(o.model);
+  const std::string tmpl = text::chat_template_of(o.model);
+  const DecoderModel m = load(o.model, false);
+  Decoder dec = make_decoder(m, o, o.max_context);
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  if (!o.system.empty()) messages.push_back({{"role", "system"}, {"content", o.system}});
+  std::vector<int32_t> cached;  // the ids in the decoder's cache
+  std::vector<float> logits(static_cast<size_t>(m.config.vocab));
+  uint64_t state = o.seed;
+  const bool tty = ::isatty(0) != 0;
+  std::string line;
+  for (;;) {
+    if (tty) {
+      std::printf("> ");
+      std::fflush(stdout);
+    }
+    if (!std::getline(std::cin, line)) break;
+    if (line.empty()) continue;
+    messages.push_back({{"role", "user"}, {"content", line}});
+    const std::vector<int32_t> ids = text::chat_prompt(tmpl, bpe, messages);
+    const int64_t n = static_cast<int64_t>(ids.size());
+    if (n + o.max_tokens > dec.capacity())
+      throw Error("the conversation (" + std::to_string(n) + " tokens) and a reply of --max-tokens " +
+                  std::to_string(o.max_tokens) + " pass the context of " + std::to_string(dec.capacity()) +
+                  " tokens (--max-context)");
+    int64_t common = 0;
+    while (common < static_cast<int64_t>(cached.size()) && common < n - 1 && cached[common] == ids[common])
+      ++common;
+    dec.rewind(common);
+    const auto t0 = Clock::now();
+    dec.forward(ids.data() + common, n - common, logits.data());
+    const double prefill_ms = ms_since(t0);
+    const auto t1 = Clock::now();
+    const std::vector<int32_t> reply = stream_reply(dec, logits, &bpe, o, state);
+    const double gen_ms = ms_since(t1);
+    std::printf("\n");
+    std::fflush(stdout);
+    cached = ids;  // and the reply tokens that were fed back
+    cached.insert(cached.end(), reply.begin(), reply.begin() + (dec.position() - n));
+    messages.push_back({{"role", "assistant"}, {"content", bpe.decode(reply, /*skip_special=*/true)}});
+    std::fprintf(stderr,
+                 "turn %zu: %lld prompt tokens (%lld from the cache) in %.0f ms; %zu tokens, %.1f tokens/s\n",
+                 messages.size() / 2, static_cast<long long>(n), static_cast<long long>(common), prefill_ms,
+                 reply.size(), reply.size() / std::max(gen_ms / 1000, 1e-9));
+  }
 }
 
 // ---- perplexity ----------------------------------------------------------------------------------------
@@ -483,6 +554,25 @@ void register_decode_commands(CLI::App& app) {
         ->capture_default_str();
     o->weights.add_to(cmd);
     cmd->callback([o] { cmd_generate(*o); });
+  }
+  {
+    auto o = std::make_shared<GenerateOptions>();
+    o->max_tokens = 256;
+    CLI::App* cmd = app.add_subcommand(
+        "chat",
+        "Chat with a decoder LM in its chat template: a user message per line of stdin, the reply on stdout");
+    cmd->add_option("model", o->model, "model directory or GGUF file")->required();
+    cmd->add_option("--system", o->system, "a system message first");
+    cmd->add_option("--max-tokens", o->max_tokens, "the longest reply, in tokens")->capture_default_str();
+    cmd->add_option("--max-context", o->max_context, "the conversation's tokens (the KV cache)")
+        ->capture_default_str();
+    cmd->add_option("--temperature", o->temperature, "0 = greedy")->capture_default_str();
+    cmd->add_option("--top-p", o->top_p, "nucleus sampling mass")->capture_default_str();
+    cmd->add_option("--seed", o->seed, "sampling seed")->capture_default_str();
+    cmd->add_option("--threads", o->threads)->capture_default_str();
+    cmd->add_option("--mode", o->mode, "dense or sparse")->capture_default_str();
+    o->weights.add_to(cmd);
+    cmd->callback([o] { cmd_chat(*o); });
   }
   {
     auto o = std::make_shared<PerplexityOptions>();
