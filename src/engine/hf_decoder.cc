@@ -301,8 +301,13 @@ void gguf_to_hf_dir(const std::string& path, const std::string& out_dir) {
     rows_of(p + "mlp.up_proj.weight", L.gate_up, c.ffn, c.ffn);
     rows_of(p + "mlp.down_proj.weight", L.down, 0, c.hidden);
   }
-  write_hf_dir(d, d.weights, CheckpointFormat::kDense, out_dir,
-               {{"tokenizer.json", tok.to_json()}, {"tokenizer_config.json", tok.config_json()}});
+  std::map<std::string, std::string> files = {{"tokenizer.json", tok.to_json()},
+                                              {"tokenizer_config.json", tok.config_json()}};
+  // The chat template, where transformers saves one (and text::chat_template_of reads it).
+  const GgufValue* chat = f.gguf.find("tokenizer.chat_template");
+  if (chat != nullptr && !chat->is_array() && chat->type == GgufType::kString)
+    files["chat_template.jinja"] = chat->strings[0];
+  write_hf_dir(d, d.weights, CheckpointFormat::kDense, out_dir, files);
 }
 
 DecoderModel load_decoder(const std::string& path) {
