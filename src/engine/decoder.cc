@@ -173,7 +173,8 @@ void Decoder::reset() { impl_->pos = 0; }
 
 void Decoder::rewind(int64_t pos) {
   if (pos < 0 || pos > impl_->pos)
-    throw Error("decoder: rewind to " + std::to_string(pos) + " of " + std::to_string(impl_->pos) + " tokens");
+    throw Error("decoder: rewind to " + std::to_string(pos) + " of " + std::to_string(impl_->pos) +
+                " tokens");
   impl_->pos = pos;
 }
 
