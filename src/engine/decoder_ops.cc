@@ -98,7 +98,7 @@ int64_t per_thread(int64_t group, int64_t d, int64_t capacity) {
   return std::max(group * (2 * d + capacity), kQueryBlock * capacity + 2 * capacity * d);
 }
 
-// Cache rows [row0, row0 + rows) of kv head g as fp32: the rows themselves, or widened into buf.
+// The first `rows` cache rows of kv head g as fp32: the rows themselves, or widened into buf.
 const float* rows_f32(const KvCache& kv, bool keys, int64_t g, int64_t rows, float* buf) {
   const int64_t off = g * kv.capacity * kv.d;
   if (!kv.half) return (keys ? kv.k.data() : kv.v.data()) + off;
@@ -174,20 +174,20 @@ void attention_cached(const float* qkv, int64_t heads, int64_t n, int64_t pos0, 
       float* p = o + group * d;
       for (int64_t r = 0; r < group * d; ++r) q[r] = qkv[(g * group * d + r) * n + j];
       const int64_t at = (g * capacity + t0) * d;
-      if (kv.half)
-        kernels::attend_scores(q, group, kv.kh.data() + at, keys, d, scale, p, keys);
-      else
-        kernels::attend_scores(q, group, kv.k.data() + at, keys, d, scale, p, keys);
       // One span: the outputs themselves; several: [group, d] normalised sums, then the maxima and sums.
       float* dst = spans > 1 ? parts.data() + task * part_floats : o;
-      if (spans > 1)
-        softmax_rows(p, group, keys, dst + group * d, dst + group * d + group);
-      else
-        softmax_rows(p, group, keys);
+      auto attend = [&](const auto* k, const auto* v) {  // the cache's rows, fp32 or half
+        kernels::attend_scores(q, group, k + at, keys, d, scale, p, keys);
+        if (spans > 1)
+          softmax_rows(p, group, keys, dst + group * d, dst + group * d + group);
+        else
+          softmax_rows(p, group, keys);
+        kernels::attend_values(p, group, keys, v + at, keys, d, dst);
+      };
       if (kv.half)
-        kernels::attend_values(p, group, keys, kv.vh.data() + at, keys, d, dst);
+        attend(kv.kh.data(), kv.vh.data());
       else
-        kernels::attend_values(p, group, keys, kv.v.data() + at, keys, d, dst);
+        attend(kv.k.data(), kv.v.data());
       if (spans == 1)
         for (int64_t r = 0; r < group * d; ++r) out[(g * group * d + r) * n + j] = o[r];
     }
