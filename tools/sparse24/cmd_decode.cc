@@ -537,8 +537,8 @@ void cmd_bench_decode(const BenchDecodeOptions& o) {
 void register_decode_commands(CLI::App& app) {
   {
     auto o = std::make_shared<GenerateOptions>();
-    CLI::App* cmd =
-        app.add_subcommand("generate", "Generate text with a decoder LM (Hugging Face llama directory)");
+    CLI::App* cmd = app.add_subcommand(
+        "generate", "Generate text with a decoder LM (a Hugging Face llama directory or a GGUF file)");
     cmd->add_option("model", o->model, "model directory or GGUF file")->required();
     cmd->add_option("--prompt", o->prompt, "prompt text");
     cmd->add_option("--prompt-ids", o->prompt_ids, "prompt token ids, comma-separated");
