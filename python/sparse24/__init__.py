@@ -103,3 +103,31 @@ def save(path, obj, format: str = "sparse24") -> None:
                                       for k, v in obj.items()}, format)
     else:
         _core._save_npy(path, _array(obj, "save"))
+
+
+def _stream(self, prompt, max_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0, seed: int = 1,
+            chat: bool = False):
+    """Yields the new text piece by piece as it is sampled: generate(prompt)'s text, or with chat=True
+    chat(prompt)'s reply (prompt then as chat() takes messages, the KV cache reused the same way). A piece
+    that would end inside a character waits for the rest of it."""
+    if max_tokens < 0:
+        raise Error(f"max_tokens {max_tokens}: expected >= 0")
+    if chat:
+        ids = self.apply_chat_template(prompt, tokenize=True)
+    else:
+        ids = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
+    self._begin(ids, chat, temperature, top_p, seed)
+    out, shown = [], 0
+    for _ in range(max_tokens):
+        token = self._step()
+        if token < 0:
+            break
+        out.append(token)
+        text = self.detokenize(out)
+        if not text.endswith("\ufffd"):
+            yield text[shown:]
+            shown = len(text)
+
+
+Decoder.stream = _stream
+

@@ -102,6 +102,7 @@ class PyDecoder {
       nb::gil_scoped_release unlocked;
       const std::lock_guard<std::mutex> lock(*busy_);
       set_threads(threads_);
+      streaming_ = false;
       dec_->forward(ids.data(), static_cast<int64_t>(n), out.data(), all);
       seq_.insert(seq_.end(), ids.begin(), ids.end());
     }
@@ -148,6 +149,7 @@ class PyDecoder {
       set_threads(threads_);
       dec_->reset();
       seq_.clear();
+      streaming_ = false;
       p = engine::perplexity(*dec_, ids, ctx);
       dec_->reset();
     }
@@ -163,22 +165,23 @@ class PyDecoder {
     const std::lock_guard<std::mutex> lock(*busy_);
     dec_->reset();
     seq_.clear();
+    streaming_ = false;
   }
   const Decoder& decoder() const { return *dec_; }
   const text::ByteBpe& bpe() const { return *bpe_; }
 
  private:
-  // ids fed after the longest prefix of them in the cache (reuse) or from a fresh sequence, then up to
-  // max_tokens tokens sampled, stopping at end-of-sequence; seq_ follows what the cache holds.
-  std::vector<int32_t> sample(const std::vector<int32_t>& ids, bool reuse, int64_t max_tokens,
-                              float temperature, float top_p, uint64_t seed) {
+  static void check_sampling(int64_t max_tokens, float temperature, float top_p) {
     if (max_tokens < 0) throw Error("max_tokens " + std::to_string(max_tokens) + ": expected >= 0");
     if (!(temperature >= 0)) throw Error("temperature must be >= 0");
     if (!(top_p > 0 && top_p <= 1)) throw Error("top_p must be in (0, 1]");
+  }
+
+  // Feeds ids after the longest prefix of them the cache holds (reuse) or from a fresh sequence; logits_
+  // then holds the last position's. With busy_ held.
+  void prefill(const std::vector<int32_t>& ids, bool reuse) {
     if (ids.empty()) throw Error("generate: an empty prompt");
-    std::vector<int32_t> out;
-    nb::gil_scoped_release unlocked;
-    const std::lock_guard<std::mutex> lock(*busy_);
+    streaming_ = false;
     set_threads(threads_);
     const int64_t n = static_cast<int64_t>(ids.size());
     int64_t common = 0;
@@ -187,20 +190,63 @@ class PyDecoder {
       ++common;
     dec_->rewind(std::min<int64_t>(common, dec_->position()));
     seq_.clear();
-    std::vector<float> logits(static_cast<size_t>(vocab_));
-    dec_->forward(ids.data() + common, n - common, logits.data());
+    logits_.resize(static_cast<size_t>(vocab_));
+    dec_->forward(ids.data() + common, n - common, logits_.data());
+    seq_ = ids;
+  }
+
+  // A token sampled from logits_, or -1 for end-of-sequence; fed back (logits_ then the next position's)
+  // when `feed` and the cache has room, which the return's second says. With busy_ held.
+  std::pair<int32_t, bool> next_token(float temperature, float top_p, uint64_t& state, bool feed) {
+    int32_t next = sample_token(logits_.data(), vocab_, temperature, top_p, state);
+    if (next == bpe_->eos_id()) return {-1, false};
+    if (!feed || dec_->position() >= dec_->capacity()) return {next, false};
+    dec_->forward(&next, 1, logits_.data());
+    seq_.push_back(next);
+    return {next, true};
+  }
+
+  // ids fed (prefill), then up to max_tokens tokens sampled, stopping at end-of-sequence.
+  std::vector<int32_t> sample(const std::vector<int32_t>& ids, bool reuse, int64_t max_tokens,
+                              float temperature, float top_p, uint64_t seed) {
+    check_sampling(max_tokens, temperature, top_p);
+    std::vector<int32_t> out;
+    nb::gil_scoped_release unlocked;
+    const std::lock_guard<std::mutex> lock(*busy_);
+    prefill(ids, reuse);
     uint64_t state = seed;
     for (int64_t i = 0; i < max_tokens; ++i) {
-      int32_t next = sample_token(logits.data(), vocab_, temperature, top_p, state);
-      if (next == bpe_->eos_id()) break;
+      const auto [next, fed] = next_token(temperature, top_p, state, i + 1 < max_tokens);
+      if (next < 0) break;
       out.push_back(next);
-      if (i + 1 < max_tokens) dec_->forward(&next, 1, logits.data());
+      if (!fed) break;
     }
-    seq_ = ids;
-    seq_.insert(seq_.end(), out.begin(), out.begin() + (dec_->position() - n));
     return out;
   }
 
+ public:
+  // Streaming (stream() in sparse24/__init__.py): begin() feeds the prompt, each step() samples one token
+  // and feeds it back; -1 ends the stream (end-of-sequence, or a full cache). Any other call ends it too.
+  void begin(const std::vector<int32_t>& ids, bool reuse, float temperature, float top_p, uint64_t seed) {
+    check_sampling(0, temperature, top_p);
+    nb::gil_scoped_release unlocked;
+    const std::lock_guard<std::mutex> lock(*busy_);
+    prefill(ids, reuse);
+    stream_temperature_ = temperature;
+    stream_top_p_ = top_p;
+    stream_state_ = seed;
+    streaming_ = true;
+  }
+  int32_t step() {
+    nb::gil_scoped_release unlocked;
+    const std::lock_guard<std::mutex> lock(*busy_);
+    if (!streaming_) return -1;
+    const auto [next, fed] = next_token(stream_temperature_, stream_top_p_, stream_state_, true);
+    streaming_ = fed;
+    return next;
+  }
+
+ private:
   std::vector<int32_t> ids_of(const TextOrIds& t) const {
     if (const std::string* s = std::get_if<std::string>(&t)) return bpe_->encode(*s);
     return std::get<std::vector<int32_t>>(t);
@@ -208,7 +254,11 @@ class PyDecoder {
 
   // The decoder keeps the sequence between calls: one call at a time (the GIL is released inside).
   std::unique_ptr<std::mutex> busy_ = std::make_unique<std::mutex>();
-  std::vector<int32_t> seq_;  // the ids in the decoder's KV cache, as far as sample() knows them
+  std::vector<int32_t> seq_;   // the ids in the decoder's KV cache
+  std::vector<float> logits_;  // the last fed position's
+  bool streaming_ = false;     // begin() called and the stream not ended since
+  float stream_temperature_ = 0, stream_top_p_ = 1;
+  uint64_t stream_state_ = 0;
   int threads_ = 1;
   int64_t vocab_ = 0;
   std::unique_ptr<text::ByteBpe> bpe_;
@@ -239,7 +289,8 @@ void register_decoder(nb::module_& m) {
       .def("generate", &PyDecoder::generate, nb::arg("prompt"), nb::arg("max_tokens") = 64,
            nb::arg("temperature") = 0.0f, nb::arg("top_p") = 1.0f, nb::arg("seed") = 1,
            "From a fresh sequence: the prompt (str or token ids) continued by up to max_tokens tokens "
-           "(greedy at temperature 0), stopping at end-of-sequence; the new text, or the new ids for ids.")
+           "(greedy at temperature 0), stopping at end-of-sequence or a full KV cache; the new text, or the "
+           "new ids for ids.")
       .def("perplexity", &PyDecoder::perplexity, nb::arg("text"), nb::arg("ctx") = 512,
            "Perplexity of a text (or ids) over non-overlapping windows of ctx tokens: a dict with "
            "perplexity, mean_nll, windows, scored.")
@@ -252,6 +303,9 @@ void register_decoder(nb::module_& m) {
            nb::arg("temperature") = 0.0f, nb::arg("top_p") = 1.0f, nb::arg("seed") = 1,
            "The assistant's reply to messages (as apply_chat_template takes them). The KV cache keeps what "
            "the last call left: a conversation's next turn feeds only what follows its earlier turns.")
+      .def("_begin", &PyDecoder::begin, nb::arg("ids"), nb::arg("reuse"), nb::arg("temperature"),
+           nb::arg("top_p"), nb::arg("seed"))
+      .def("_step", &PyDecoder::step)
       .def("reset", &PyDecoder::reset, "Forgets the sequence.")
       .def_prop_ro("position", [](const PyDecoder& d) { return d.decoder().position(); })
       .def_prop_ro("capacity", [](const PyDecoder& d) { return d.decoder().capacity(); })

@@ -123,6 +123,7 @@ def test_multi_turn_chat_reuses_the_cache_and_equals_the_cli(cli):
     assert cli("chat", smol, "--max-tokens", 16, input="\n".join(turns) + "\n") == "".join(r + "\n" for r in replies)
     fresh = sparse24.Decoder.load(str(smol), max_context=512)  # no cache to reuse: the same replies
     assert fresh.chat(messages[:5], max_tokens=16) == replies[2]
+    assert "".join(fresh.stream(messages[:5], max_tokens=16, chat=True)) == replies[2]
     d.forward(d.tokenize(" unrelated"))  # the cache moved on: the next chat feeds its whole prompt again
     assert d.chat(messages[:5], max_tokens=16) == replies[2]
 

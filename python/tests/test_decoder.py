@@ -67,6 +67,21 @@ def test_pruned_equals_cli(smol24, cli, tmp_path, weights, kv):
     assert d.generate(ids, max_tokens=10, temperature=0.8, top_p=0.9, seed=7) == [int(t) for t in out.split()]
 
 
+def test_stream_equals_generate(smol24):
+    d = sparse24.Decoder.load(str(smol24), max_context=48)
+    for kwargs in ({}, {"temperature": 0.8, "top_p": 0.9, "seed": 7}):
+        pieces = list(d.stream(PROMPTS[1], max_tokens=12, **kwargs))
+        assert len(pieces) >= 2 and "".join(pieces) == d.generate(PROMPTS[1], max_tokens=12, **kwargs)
+    # A full cache ends both (48 positions: the prompt and 40-odd tokens).
+    assert "".join(d.stream(PROMPTS[1], max_tokens=100)) == d.generate(PROMPTS[1], max_tokens=100)
+    assert d.position == d.capacity
+    # Another call ends a stream.
+    it = d.stream(PROMPTS[1], max_tokens=12)
+    next(it)
+    d.reset()
+    assert list(it) == []
+
+
 def test_perplexity_equals_cli(smol24, cli, tmp_path):
     text = " ".join(PROMPTS * 12)
     (tmp_path / "t.txt").write_text(text)
