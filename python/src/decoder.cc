@@ -206,7 +206,7 @@ class PyDecoder {
     return {next, true};
   }
 
-  // ids fed (prefill), then up to max_tokens tokens sampled, stopping at end-of-sequence.
+  // ids fed (prefill), then up to max_tokens tokens sampled, stopping at end-of-sequence or a full cache.
   std::vector<int32_t> sample(const std::vector<int32_t>& ids, bool reuse, int64_t max_tokens,
                               float temperature, float top_p, uint64_t seed) {
     check_sampling(max_tokens, temperature, top_p);
