@@ -104,7 +104,6 @@ void swiglu(const float* gu, int64_t ffn, int64_t n, float* y);
 struct KvCache {
   KvCache() = default;
   KvCache(int64_t kv_heads, int64_t capacity, int64_t d, bool half);
-  size_t bytes() const;
   int64_t kv_heads = 0, capacity = 0, d = 0;
   bool half = false;
   std::vector<float> k, v;
@@ -114,12 +113,13 @@ struct KvCache {
 // (Q, K, V rows, RoPE already applied to Q and K), at positions pos0 .. pos0 + n - 1. Their K and V are
 // written into the cache (rounded to half in a half cache), then query head h attends to the keys of kv
 // head h / (heads / kv_heads) at positions 0 .. its own. out: [heads * d, n]. d <= 512. scratch:
-// attention_scratch(threads, heads, kv_heads, d, capacity) floats. Fewer than 8 new tokens run one position
-// at a time (kernels/attend.h: a kv head's query heads read each cached row once); more run as oneDNN GEMMs
-// over blocks of queries.
+// attention_scratch(threads, heads, kv_heads, d, capacity, cache.half) floats. Fewer than 8 new tokens run
+// one position at a time (kernels/attend.h: a kv head's query heads read each cached row once); more run as
+// oneDNN GEMMs over blocks of queries.
 void attention_cached(const float* qkv, int64_t heads, int64_t n, int64_t pos0, KvCache& cache, float* out,
                       float* scratch, int threads);
-int64_t attention_scratch(int threads, int64_t heads, int64_t kv_heads, int64_t d, int64_t capacity);
+int64_t attention_scratch(int threads, int64_t heads, int64_t kv_heads, int64_t d, int64_t capacity,
+                          bool half);
 }  // namespace detail
 
 struct DecoderOptions {
@@ -161,8 +161,11 @@ class Decoder {
   void run_layers(float* h, int64_t n, const LinearObserver& observe);
   void reset();  // forgets the sequence
   // Forgets the tokens from position `pos` on (0 <= pos <= position()): the next forward continues there,
-  // as if only the first pos tokens had been given (what a chat reuses of its previous turn).
+  // as if only the first pos tokens had been given.
   void rewind(int64_t pos);
+  // Rewinds to the longest prefix of ids[0, n - 1) that the cache holds and returns its length: forward the
+  // rest (ids + k, n - k) to continue as from a fresh sequence of all n (what a chat reuses of its turns).
+  int64_t reuse_prefix(const int32_t* ids, int64_t n);
   int64_t position() const;  // tokens in the cache
   int64_t capacity() const;
   const DecoderConfig& config() const;

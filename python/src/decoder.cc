@@ -104,7 +104,6 @@ class PyDecoder {
       set_threads(threads_);
       streaming_ = false;
       dec_->forward(ids.data(), static_cast<int64_t>(n), out.data(), all);
-      seq_.insert(seq_.end(), ids.begin(), ids.end());
     }
     return all ? float_array(std::move(out), {n, v}) : float_array(std::move(out), {v});
   }
@@ -124,10 +123,7 @@ class PyDecoder {
     if (template_.empty()) throw Error(template_error_);
     const nlohmann::ordered_json m = messages_json(messages);
     if (tokenize) return nb::cast(text::chat_prompt(template_, *bpe_, m, add_generation_prompt));
-    const int32_t bos = bpe_->bos_id(), eos = bpe_->eos_id();
-    return nb::cast(text::apply_chat_template(template_, m, add_generation_prompt,
-                                              bos >= 0 ? bpe_->token(bos) : "",
-                                              eos >= 0 ? bpe_->token(eos) : ""));
+    return nb::cast(text::chat_text(template_, *bpe_, m, add_generation_prompt));
   }
 
   // The assistant's reply to messages, as text: the chat template's prompt fed after the longest prefix of
@@ -148,7 +144,6 @@ class PyDecoder {
       const std::lock_guard<std::mutex> lock(*busy_);
       set_threads(threads_);
       dec_->reset();
-      seq_.clear();
       streaming_ = false;
       p = engine::perplexity(*dec_, ids, ctx);
       dec_->reset();
@@ -164,7 +159,6 @@ class PyDecoder {
   void reset() {
     const std::lock_guard<std::mutex> lock(*busy_);
     dec_->reset();
-    seq_.clear();
     streaming_ = false;
   }
   const Decoder& decoder() const { return *dec_; }
@@ -184,15 +178,10 @@ class PyDecoder {
     streaming_ = false;
     set_threads(threads_);
     const int64_t n = static_cast<int64_t>(ids.size());
-    int64_t common = 0;
-    while (reuse && common < static_cast<int64_t>(seq_.size()) && common < n - 1 &&
-           seq_[common] == ids[common])
-      ++common;
-    dec_->rewind(std::min<int64_t>(common, dec_->position()));
-    seq_.clear();
+    const int64_t common = reuse ? dec_->reuse_prefix(ids.data(), n) : 0;
+    if (!reuse) dec_->reset();
     logits_.resize(static_cast<size_t>(vocab_));
     dec_->forward(ids.data() + common, n - common, logits_.data());
-    seq_ = ids;
   }
 
   // A token sampled from logits_, or -1 for end-of-sequence; fed back (logits_ then the next position's)
@@ -202,7 +191,6 @@ class PyDecoder {
     if (next == bpe_->eos_id()) return {-1, false};
     if (!feed || dec_->position() >= dec_->capacity()) return {next, false};
     dec_->forward(&next, 1, logits_.data());
-    seq_.push_back(next);
     return {next, true};
   }
 
@@ -254,7 +242,6 @@ class PyDecoder {
 
   // The decoder keeps the sequence between calls: one call at a time (the GIL is released inside).
   std::unique_ptr<std::mutex> busy_ = std::make_unique<std::mutex>();
-  std::vector<int32_t> seq_;   // the ids in the decoder's KV cache
   std::vector<float> logits_;  // the last fed position's
   bool streaming_ = false;     // begin() called and the stream not ended since
   float stream_temperature_ = 0, stream_top_p_ = 1;

@@ -78,6 +78,7 @@ struct Decoder::Impl {
   DecoderConfig c;
   int threads = 1;
   int64_t capacity = 0, pos = 0;
+  std::vector<int32_t> ids;                   // the tokens in the KV cache (pos of them)
   const std::vector<float>* embed = nullptr;  // the model's table (tied head too); the model outlives us
   std::vector<float> norm;
   std::optional<Linear> head;       // untied, fp32
@@ -161,7 +162,7 @@ Decoder::Decoder(const DecoderModel& m, const DecoderOptions& o) : impl_(std::ma
   }
   s.cos_sin = detail::rope_table(detail::rope_inv_freq(s.c.rope, s.c.head_dim), s.capacity);
   s.scratch.resize(static_cast<size_t>(
-      detail::attention_scratch(o.threads, s.c.heads, s.c.kv_heads, s.c.head_dim, s.capacity)));
+      detail::attention_scratch(o.threads, s.c.heads, s.c.kv_heads, s.c.head_dim, s.capacity, o.kv_half)));
   s.last.resize(s.c.hidden);
 }
 
@@ -169,13 +170,25 @@ Decoder::~Decoder() = default;
 Decoder::Decoder(Decoder&&) noexcept = default;
 Decoder& Decoder::operator=(Decoder&&) noexcept = default;
 
-void Decoder::reset() { impl_->pos = 0; }
+void Decoder::reset() {
+  impl_->pos = 0;
+  impl_->ids.clear();
+}
 
 void Decoder::rewind(int64_t pos) {
   if (pos < 0 || pos > impl_->pos)
     throw Error("decoder: rewind to " + std::to_string(pos) + " of " + std::to_string(impl_->pos) +
                 " tokens");
   impl_->pos = pos;
+  impl_->ids.resize(static_cast<size_t>(pos));
+}
+
+int64_t Decoder::reuse_prefix(const int32_t* ids, int64_t n) {
+  const std::vector<int32_t>& held = impl_->ids;
+  int64_t k = 0;
+  while (k < n - 1 && k < static_cast<int64_t>(held.size()) && held[k] == ids[k]) ++k;
+  rewind(k);
+  return k;
 }
 
 void Decoder::run_layers(float* h, int64_t n, const LinearObserver& observe) {
@@ -185,6 +198,7 @@ void Decoder::run_layers(float* h, int64_t n, const LinearObserver& observe) {
   set_threads(s.threads);
   s.reserve(n);
   s.pos = 0;
+  s.ids.clear();
   s.layers_forward(h, n, observe ? &observe : nullptr);
   s.pos = 0;
 }
@@ -227,6 +241,7 @@ void Decoder::forward(const int32_t* ids, int64_t n, float* logits, bool all) {
   }
   s.layers_forward(h, n, nullptr);
   s.pos += n;
+  s.ids.insert(s.ids.end(), ids, ids + n);
   // The head over the final norm of every new token, or of the last one only.
   const int64_t m = all ? n : 1;
   const float* in = h;

@@ -92,10 +92,10 @@ constexpr int64_t kGemmFrom = 8;
 // The fewest keys a span of one position's keys has when they are split between threads.
 constexpr int64_t kMinSpan = 128, kMaxSpans = 64;
 
-// Per thread: a position's queries, outputs and scores (one-position path), or a block's scores and the
-// cache rows widened to fp32 (GEMM path).
-int64_t per_thread(int64_t group, int64_t d, int64_t capacity) {
-  return std::max(group * (2 * d + capacity), kQueryBlock * capacity + 2 * capacity * d);
+// Per thread: a position's queries, outputs and scores (one-position path), or a block's scores and, for a
+// half cache, its rows widened to fp32 (GEMM path).
+int64_t per_thread(int64_t group, int64_t d, int64_t capacity, bool half) {
+  return std::max(group * (2 * d + capacity), kQueryBlock * capacity + (half ? 2 * capacity * d : 0));
 }
 
 // The first `rows` cache rows of kv head g as fp32: the rows themselves, or widened into buf.
@@ -120,12 +120,10 @@ KvCache::KvCache(int64_t kv_heads_, int64_t capacity_, int64_t d_, bool half_)
   }
 }
 
-size_t KvCache::bytes() const {
-  return (k.size() + v.size()) * sizeof(float) + (kh.size() + vh.size()) * sizeof(uint16_t);
-}
-
-int64_t attention_scratch(int threads, int64_t heads, int64_t kv_heads, int64_t d, int64_t capacity) {
-  return static_cast<int64_t>(threads) * per_thread(heads / std::max<int64_t>(kv_heads, 1), d, capacity);
+int64_t attention_scratch(int threads, int64_t heads, int64_t kv_heads, int64_t d, int64_t capacity,
+                          bool half) {
+  return static_cast<int64_t>(threads) *
+         per_thread(heads / std::max<int64_t>(kv_heads, 1), d, capacity, half);
 }
 
 void attention_cached(const float* qkv, int64_t heads, int64_t n, int64_t pos0, KvCache& kv, float* out,
@@ -152,7 +150,7 @@ void attention_cached(const float* qkv, int64_t heads, int64_t n, int64_t pos0, 
       }
     }
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  const int64_t group = heads / kv_heads, stride = per_thread(group, d, capacity);
+  const int64_t group = heads / kv_heads, stride = per_thread(group, d, capacity, kv.half);
   if (n < kGemmFrom) {
     // One task per (kv head, position, span of keys): the kv head's query heads read each cached key and
     // value row once. With fewer (kv head, position) pairs than two per thread, each position's keys are

@@ -723,11 +723,16 @@ std::string apply_chat_template(const std::string& source, const json& messages,
                                {"eos_token", eos_token}});
 }
 
-std::vector<int32_t> chat_prompt(const std::string& source, const ByteBpe& bpe, const json& messages,
-                                 bool add_generation_prompt) {
+std::string chat_text(const std::string& source, const ByteBpe& bpe, const json& messages,
+                      bool add_generation_prompt) {
   const std::string bos = bpe.bos_id() >= 0 ? bpe.token(bpe.bos_id()) : "";
   const std::string eos = bpe.eos_id() >= 0 ? bpe.token(bpe.eos_id()) : "";
-  return bpe.encode(apply_chat_template(source, messages, add_generation_prompt, bos, eos), 0, false);
+  return apply_chat_template(source, messages, add_generation_prompt, bos, eos);
+}
+
+std::vector<int32_t> chat_prompt(const std::string& source, const ByteBpe& bpe, const json& messages,
+                                 bool add_generation_prompt) {
+  return bpe.encode(chat_text(source, bpe, messages, add_generation_prompt), 0, false);
 }
 
 }  // namespace sparse24::text

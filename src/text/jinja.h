@@ -40,9 +40,11 @@ std::string apply_chat_template(const std::string& source, const nlohmann::order
                                 bool add_generation_prompt, const std::string& bos_token,
                                 const std::string& eos_token);
 
-// A decoder model's chat prompt as token ids: `source` (chat_template_of) applied to messages with the
-// tokenizer's BOS and EOS token strings, then tokenized without added specials, as transformers'
-// apply_chat_template(..., tokenize=True) gives them.
+// A decoder model's chat prompt: `source` (chat_template_of) applied to messages with the tokenizer's BOS
+// and EOS token strings (chat_text), and that tokenized without added specials (chat_prompt), as
+// transformers' apply_chat_template gives them with tokenize=False / True.
+std::string chat_text(const std::string& source, const ByteBpe& bpe, const nlohmann::ordered_json& messages,
+                      bool add_generation_prompt = true);
 std::vector<int32_t> chat_prompt(const std::string& source, const ByteBpe& bpe,
                                  const nlohmann::ordered_json& messages, bool add_generation_prompt = true);
 

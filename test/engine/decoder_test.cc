@@ -125,7 +125,7 @@ TEST(DecoderOps, CachedAttentionMatchesReferenceInAnyChunks) {
                 for (int64_t j = 0; j < n; ++j) qkv[r * n + j] = half_to_float(float_to_half(qkv[r * n + j]));
             const std::vector<double> ref = ref_attention(qkv, hs.q, hs.kv, d, n);
             detail::KvCache kv(hs.kv, cap, d, half);
-            std::vector<float> scratch(detail::attention_scratch(threads, hs.q, hs.kv, d, cap));
+            std::vector<float> scratch(detail::attention_scratch(threads, hs.q, hs.kv, d, cap, half));
             // Chunks of random sizes: pieces of 1-4 tokens (one position at a time; on 2 threads past 256
             // positions with the keys split in spans) and of 8-40 (blocks of queries as GEMMs, across a block
             // edge), at any cache position.
@@ -309,6 +309,11 @@ TEST(Decoder, IncrementalDecodingEqualsFullRecomputation) {
     full.reset();
     full.forward(other.data(), 17, fresh.data());
     for (int64_t v = 0; v < t.vocab; ++v) ASSERT_NEAR(step[v], fresh[v], 1e-4);
+    EXPECT_EQ(inc.reuse_prefix(other.data(), 17), 16);  // all it holds but the last (its logits are needed)
+    EXPECT_EQ(inc.position(), 16);
+    int64_t shared = 12;  // ids and other share their first 12 (more if a random token repeats ids')
+    while (shared < 16 && other[shared] == ids[shared]) ++shared;
+    EXPECT_EQ(inc.reuse_prefix(ids.data(), 20), shared);
     EXPECT_THROW(inc.rewind(18), Error);
     EXPECT_THROW(inc.rewind(-1), Error);
   }

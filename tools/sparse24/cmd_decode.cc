@@ -190,7 +190,7 @@ void cmd_generate(const GenerateOptions& o) {
 
 // A conversation on stdin, one user message per line, each reply streamed to stdout on its own line. Each
 // turn renders the whole conversation in the model's chat template and feeds the decoder only what
-// follows the longest prefix its KV cache already holds (the earlier turns, normally).
+// follows the longest prefix its KV cache already holds (Decoder::reuse_prefix: the earlier turns).
 void cmd_chat(const GenerateOptions& o) {
   if (o.max_tokens < 1 || o.threads < 1 || o.max_context < 2)
     throw Error("bad --max-tokens, --threads or --max-context");
@@ -200,7 +200,6 @@ void cmd_chat(const GenerateOptions& o) {
   Decoder dec = make_decoder(m, o, o.max_context);
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   if (!o.system.empty()) messages.push_back({{"role", "system"}, {"content", o.system}});
-  std::vector<int32_t> cached;  // the ids in the decoder's cache
   std::vector<float> logits(static_cast<size_t>(m.config.vocab));
   uint64_t state = o.seed;
   const bool tty = ::isatty(0) != 0;
@@ -219,10 +218,7 @@ void cmd_chat(const GenerateOptions& o) {
       throw Error("the conversation (" + std::to_string(n) + " tokens) and a reply of --max-tokens " +
                   std::to_string(o.max_tokens) + " pass the context of " + std::to_string(dec.capacity()) +
                   " tokens (--max-context)");
-    int64_t common = 0;
-    while (common < static_cast<int64_t>(cached.size()) && common < n - 1 && cached[common] == ids[common])
-      ++common;
-    dec.rewind(common);
+    const int64_t common = dec.reuse_prefix(ids.data(), n);
     const auto t0 = Clock::now();
     dec.forward(ids.data() + common, n - common, logits.data());
     const double prefill_ms = ms_since(t0);
@@ -231,8 +227,6 @@ void cmd_chat(const GenerateOptions& o) {
     const double gen_ms = ms_since(t1);
     std::printf("\n");
     std::fflush(stdout);
-    cached = ids;  // and the reply tokens that were fed back
-    cached.insert(cached.end(), reply.begin(), reply.begin() + (dec.position() - n));
     messages.push_back({{"role", "assistant"}, {"content", bpe.decode(reply, /*skip_special=*/true)}});
     std::fprintf(stderr,
                  "turn %zu: %lld prompt tokens (%lld from the cache) in %.0f ms; %zu tokens, %.1f tokens/s\n",
