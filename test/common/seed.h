@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <random>
 #include <string>
@@ -19,6 +20,16 @@ inline uint64_t test_seed() {
   }();
   return seed;
 }
+
+// Any failing run ends by naming its seed, also for tests without SPARSE24_SEED_TRACE (an exception, say).
+class SeedReport : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    if (::testing::UnitTest::GetInstance()->Failed())
+      std::printf("replay with SPARSE24_TEST_SEED=%llu\n", static_cast<unsigned long long>(test_seed()));
+  }
+};
+inline const bool kSeedReportRegistered = (::testing::AddGlobalTestEnvironment(new SeedReport), true);
 
 // Put at the top of a randomized test: failures then say how to replay.
 #define SPARSE24_SEED_TRACE() \

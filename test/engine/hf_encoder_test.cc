@@ -170,7 +170,8 @@ TEST_F(HfEncoder, ShardedCheckpointsLoadLikeOneFile) {
              {{"metadata", json::object()}, {"weight_map", map}});
   const Model one = load_hf_encoder(path("one")), sharded = load_hf_encoder(path("sharded"));
   const auto seqs = random_sequences(g, t, 3, one.max_sequence);
-  Engine e1(one, 64, 1, Mode::kDense), e2(sharded, 64, 1, Mode::kDense);
+  const int64_t tokens = 3 * one.max_sequence;  // room for three sequences of any length
+  Engine e1(one, tokens, 1, Mode::kDense), e2(sharded, tokens, 1, Mode::kDense);
   EXPECT_EQ(run(e1, seqs), run(e2, seqs));
 }
 
