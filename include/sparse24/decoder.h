@@ -10,7 +10,10 @@
 //
 // The forward pass follows transformers' modeling_llama.py: h = embed[id]; per layer
 // h += o(attn(rope(q(rms(h))), rope(k(rms(h))), v(rms(h)))); h += down(silu(gate(rms(h))) * up(rms(h)));
-// logits = head(rms(h)), the head being the embedding table when the embeddings are tied.
+// logits = head(rms(h)), the head being the embedding table when the embeddings are tied. The Llama-style
+// architectures differ only in what that pass has: Linears with biases (Qwen2's Q, K and V; Llama's
+// attention_bias and mlp_bias), an RMSNorm over each head of Q and K before RoPE (Qwen3), a sliding
+// attention window (Mistral; the context is capped at the window, within which attention is full).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -37,16 +40,20 @@ struct RopeConfig {
 };
 
 struct DecoderConfig {
-  std::string model_type;  // "llama"
+  std::string model_type;  // config.json's: "llama", "mistral", "qwen2", "qwen3" (decoder_architectures())
   int64_t vocab = 0, hidden = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0, ffn = 0;
   int64_t max_positions = 0;
   float eps = 1e-6f;
   RopeConfig rope;
   bool tied = true;  // the output head is the embedding table
+  bool qk_norm = false;        // Q's and K's heads are RMS-normalized before RoPE (DecoderLayer::q_norm)
+  int64_t sliding_window = 0;  // > 0: a token attends to the last this many; the context is capped at it
 };
 
 struct DecoderLayer {
   std::vector<float> attn_norm, ffn_norm;  // RMSNorm weights, hidden floats each
+  std::vector<float> q_norm, k_norm;       // config.qk_norm: per-head RMSNorm weights, head_dim each
+  // Each GEMM may carry a bias (Gemm::bias, m floats; Q, K and V's joined as their rows are).
   Gemm qkv;      // [(heads + 2 kv_heads) * head_dim, hidden]: Q rows, then K, then V
   Gemm o;        // [hidden, heads * head_dim]
   Gemm gate_up;  // [2 ffn, hidden]: gate rows, then up
@@ -64,21 +71,26 @@ struct DecoderModel {
   void prune_magnitude();
 };
 
-// True when DIR/config.json names a decoder architecture this engine loads (model_type "llama").
+// The config.json model_types this engine loads, e.g. "llama, mistral, qwen2, qwen3".
+std::string decoder_architectures();
+// True when DIR/config.json names a decoder architecture this engine loads.
 bool is_hf_decoder(const std::string& dir);
-// Loads a Hugging Face llama directory (hf_dir.h), weights dense or 2:4. An unknown model_type, rope type
-// or activation, a missing or misshapen tensor, or a tensor the architecture does not use is an Error
-// naming the file and the field or tensor.
+// Loads a Hugging Face decoder directory (hf_dir.h; LlamaForCausalLM's, MistralForCausalLM's,
+// Qwen2ForCausalLM's or Qwen3ForCausalLM's tensor names), weights dense or 2:4. An unknown model_type,
+// rope type or activation, a missing or misshapen tensor, or a tensor the architecture does not use is an
+// Error naming the file and the field or tensor.
 DecoderModel load_hf_decoder(const std::string& dir);
 DecoderModel load_hf_decoder(HfDir dir);
-// Loads a GGUF file (gguf.h) of general.architecture "llama": its llama.* metadata bounded as config.json's
-// fields are, llama.cpp's tensor names, every supported ggml type dequantized to fp32 (the weights carry
-// the file's rounding), Q's and K's rows put back into transformers' RoPE layout, the head tied when the
-// file has no output.weight. RoPE scaling (rope.scaling.type other than none, rope_freqs.weight) is refused.
+// Loads a GGUF file (gguf.h) of general.architecture "llama", "qwen2" or "qwen3": its ARCH.* metadata
+// bounded as config.json's fields are, llama.cpp's tensor names, every supported ggml type dequantized to
+// fp32 (the weights carry the file's rounding), Q's and K's rows put back into transformers' RoPE layout
+// (llama only: llama.cpp reorders them for its RoPE), the head tied when the file has no output.weight.
+// RoPE scaling (rope.scaling.type other than none, rope_freqs.weight) is refused.
 DecoderModel load_gguf_decoder(const std::string& path);
 DecoderModel load_gguf_decoder(const Gguf& gguf, const std::string& what);  // a parsed file (gguf.h)
-// A GGUF decoder (checked as load_gguf_decoder checks it) as a new Hugging Face llama directory OUT_DIR:
-// config.json (the mapped metadata, LlamaForCausalLM), model.safetensors (fp32, transformers' tensor names,
+// A GGUF decoder (checked as load_gguf_decoder checks it) as a new Hugging Face directory OUT_DIR:
+// config.json (the mapped metadata; LlamaForCausalLM, Qwen2ForCausalLM, ...), model.safetensors (fp32,
+// transformers' tensor names,
 // Q and K rows in transformers' RoPE order), tokenizer.json and tokenizer_config.json (the GGUF tokenizer,
 // text/bpe.h), and chat_template.jinja when the file has tokenizer.chat_template. Written atomically
 // (hf_dir.h). What `prune-model` and `convert` work on for a GGUF input.

@@ -27,9 +27,11 @@ struct Linear {
   int64_t m = 0, k = 0;
   std::optional<PackedMatrix> packed;
   std::vector<float> w;
+  std::vector<float> bias;  // empty or m floats
 
-  Linear(const Gemm& g, bool sparse, const DecoderOptions& d, bool both = false) : m(g.m), k(g.k) {
-    if (!g.bias.empty()) throw Error("layer '" + g.name + "': a decoder Linear has no bias");
+  Linear(const Gemm& g, bool sparse, const DecoderOptions& d, bool both = false) : m(g.m), k(g.k), bias(g.bias) {
+    if (!bias.empty() && static_cast<int64_t>(bias.size()) != m)
+      throw Error("layer '" + g.name + "': bias size mismatch");
     if (sparse && g.pruned) {
       PackOptions o;
       o.bf16_weights = d.bf16_weights;
@@ -42,13 +44,18 @@ struct Linear {
   }
   void run(const float* x, float* y, int64_t n, int threads) const {
     if (packed) {
-      spmm(*packed, x, n, n, y, n, nullptr, Epilogue::kNone, threads);
+      spmm(*packed, x, n, n, y, n, bias.empty() ? nullptr : bias.data(), Epilogue::kNone, threads);
       return;
     }
     // One token: eight long row streams at once, as the head (oneDNN's sgemm streamed the decoder's short
     // rows at ~13 GB/s on one Zen 3 core, docs/performance.md).
-    if (n == 1) return kernels::gemv_f32(w.data(), m, k, x, y, threads);
-    dnnl_sgemm('N', 'N', m, n, k, 1.0f, w.data(), k, x, n, 0.0f, y, n);
+    if (n == 1)
+      kernels::gemv_f32(w.data(), m, k, x, y, threads);
+    else
+      dnnl_sgemm('N', 'N', m, n, k, 1.0f, w.data(), k, x, n, 0.0f, y, n);
+    if (!bias.empty())
+      for (int64_t r = 0; r < m; ++r)
+        for (int64_t j = 0; j < n; ++j) y[r * n + j] += bias[r];
   }
   size_t bytes() const { return packed ? packed->bytes() : w.size() * sizeof(float); }
 };
@@ -116,6 +123,12 @@ struct Decoder::Impl {
       };
       detail::rms_norm(hs, H, n, L.src->attn_norm.data(), c.eps, x.data());
       run(L.qkv, 0, x.data(), qkv.data());
+      if (c.qk_norm)  // each head of Q, then of K, RMS-normalized over its head_dim rows
+        for (int64_t hd = 0; hd < c.heads + c.kv_heads; ++hd) {
+          float* rows = qkv.data() + hd * c.head_dim * n;
+          const float* w = (hd < c.heads ? L.src->q_norm : L.src->k_norm).data();
+          detail::rms_norm(rows, c.head_dim, n, w, c.eps, rows);
+        }
       detail::rope(qkv.data(), c.heads + c.kv_heads, c.head_dim, n, pos, cos_sin.data());  // Q and K
       detail::attention_cached(qkv.data(), c.heads, n, pos, L.kv, ctx.data(), scratch.data(), threads);
       run(L.o, 1, ctx.data(), tmp.data());
@@ -136,6 +149,8 @@ Decoder::Decoder(const DecoderModel& m, const DecoderOptions& o) : impl_(std::ma
   if (o.max_context < 1) throw Error("the context must hold at least one token");
   s.threads = o.threads;
   s.capacity = std::min(o.max_context, s.c.max_positions);
+  // Within its window a sliding-window model attends to every position, as this decoder does.
+  if (s.c.sliding_window > 0) s.capacity = std::min(s.capacity, s.c.sliding_window);
   s.embed = &m.embed;
   s.norm = m.norm;
   if (o.bf16_weights && o.int8_weights)
@@ -153,6 +168,9 @@ Decoder::Decoder(const DecoderModel& m, const DecoderOptions& o) : impl_(std::ma
     s.head.emplace(m.head, false, o);
   }
   for (const DecoderLayer& l : m.layers) {
+    const auto d = static_cast<size_t>(s.c.head_dim);
+    if (s.c.qk_norm && (l.q_norm.size() != d || l.k_norm.size() != d))
+      throw Error("decoder: a layer's q_norm / k_norm is not head_dim floats");
     const bool both = o.prefill_layout;
     s.layers.push_back({&l, Linear(l.qkv, sparse, o, both), Linear(l.o, sparse, o, both),
                         Linear(l.gate_up, sparse, o, both), Linear(l.down, sparse, o, both),

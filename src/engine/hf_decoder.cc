@@ -1,8 +1,8 @@
-// Llama-family decoders into a DecoderModel, from a Hugging Face directory (LlamaForCausalLM's checkpoint
-// names) or a GGUF file (llama.cpp's names): the config read and bounded once (GGUF metadata is mapped onto
-// config.json's fields and bounded by the same code), then a name map from the checkpoint's tensors onto
-// the decoder's Linears (Q, K and V joined into one GEMM, gate and up into another, so a decoded token runs
-// four GEMMs per layer).
+// Llama-style decoders (Llama, Mistral, Qwen2, Qwen3) into a DecoderModel, from a Hugging Face directory
+// or a GGUF file: the config read and bounded once (GGUF metadata is mapped onto config.json's fields and
+// bounded by the same code), then one builder asks for the tensors by transformers' names (a GGUF file
+// answers under llama.cpp's) and joins them into the decoder's Linears (Q, K and V into one GEMM, gate and
+// up into another, so a decoded token runs four GEMMs per layer).
 #include <cmath>
 #include <filesystem>
 #include <set>
@@ -50,12 +50,42 @@ RopeConfig read_rope(const json& j, const std::string& what) {
   return r;
 }
 
-DecoderConfig read_decoder_config(const json& j, const std::string& what) {
+// The Llama-style architectures: one forward pass (decoder.h), these differences.
+struct Architecture {
+  const char* model_type;  // config.json's
+  const char* hf_class;    // config.json's "architectures"
+  const char* gguf;        // general.architecture of llama.cpp's files ("": written as "llama")
+  bool qkv_bias;           // Q, K and V always have biases (Qwen2); else config.json's attention_bias says
+  bool qk_norm;            // q_norm / k_norm over each head (Qwen3)
+  bool sliding_always;     // sliding_window applies as given (Mistral); else only with use_sliding_window
+  bool gguf_rope_rows;     // llama.cpp reorders Q's and K's rows for its RoPE (not for NEOX-RoPE models)
+};
+constexpr Architecture kArchitectures[] = {
+    {"llama", "LlamaForCausalLM", "llama", false, false, false, true},
+    {"mistral", "MistralForCausalLM", "", false, false, true, true},
+    {"qwen2", "Qwen2ForCausalLM", "qwen2", true, false, false, false},
+    {"qwen3", "Qwen3ForCausalLM", "qwen3", false, true, false, false},
+};
+
+const Architecture* find_architecture(const std::string& model_type) {
+  for (const Architecture& a : kArchitectures)
+    if (model_type == a.model_type) return &a;
+  return nullptr;
+}
+
+// Which Linears carry a bias (Gemm::bias).
+struct Biases {
+  bool qkv = false, o = false, mlp = false;
+};
+
+DecoderConfig read_decoder_config(const json& j, const std::string& what, Biases& biases) {
   const Fields f{j, what};
   DecoderConfig c;
   c.model_type = f.string("model_type", "");
-  if (c.model_type != "llama")
-    throw Error(what + ": model_type '" + c.model_type + "' is not a supported decoder (llama)");
+  const Architecture* arch = find_architecture(c.model_type);
+  if (arch == nullptr)
+    throw Error(what + ": model_type '" + c.model_type + "' is not a supported decoder (" +
+                decoder_architectures() + ")");
   c.vocab = f.integer("vocab_size", 1, 1 << 22);
   c.hidden = f.integer("hidden_size", 4, 1 << 15);
   c.layers = f.integer("num_hidden_layers", 1, 1024);
@@ -73,34 +103,26 @@ DecoderConfig read_decoder_config(const json& j, const std::string& what) {
   c.eps = static_cast<float>(f.number("rms_norm_eps", 1e-6, 1e-30, 0.1));
   const std::string act = f.string("hidden_act", "silu");
   if (act != "silu") throw Error(what + ": hidden_act '" + act + "' is not supported (silu)");
-  for (const char* key : {"attention_bias", "mlp_bias"})
-    if (f.boolean(key)) throw Error(what + ": '" + key + "' is not supported");
-  // transformers' LlamaConfig defaults to untied embeddings.
+  // Llama's attention_bias covers Q, K, V and O (Qwen3's too); Qwen2's Q, K and V always have one.
+  biases.qkv = arch->qkv_bias || f.boolean("attention_bias");
+  biases.o = !arch->qkv_bias && f.boolean("attention_bias");
+  biases.mlp = f.boolean("mlp_bias");
+  c.qk_norm = arch->qk_norm;
+  if (arch->sliding_always || f.boolean("use_sliding_window"))
+    if (j.contains("sliding_window") && !j["sliding_window"].is_null())
+      c.sliding_window = f.integer("sliding_window", 1, 1 << 24);
+  // transformers' configs default to untied embeddings (Qwen's and Mistral's write the field).
   c.tied = j.contains("tie_word_embeddings") && f.boolean("tie_word_embeddings");
   c.rope = read_rope(j, what);
   return c;
 }
 
-}  // namespace
-
-bool is_hf_decoder(const std::string& dir) {
-  const std::string path = dir + "/config.json";
-  if (!std::filesystem::exists(path)) return false;
-  const json j = detail::read_json(path);
-  return j.contains("model_type") && j["model_type"].is_string() && j["model_type"] == "llama";
-}
-
-DecoderModel load_hf_decoder(const std::string& dir) { return load_hf_decoder(read_hf_dir(dir)); }
-
-DecoderModel load_hf_decoder(HfDir d) {
-  const std::string config_path = d.dir + "/config.json";
-  const json cj = json::parse(d.config_json, nullptr, false);
-  if (cj.is_discarded() || !cj.is_object()) throw Error(config_path + ": not a JSON object");
+// The forward pass's tensors asked for by transformers' names (Src: detail::Weights for a Hugging Face
+// directory, GgufTensors for a GGUF file).
+template <class Src>
+DecoderModel build_decoder(const DecoderConfig& c, const Biases& b, Src& w, const std::string& what) {
   DecoderModel m;
-  m.config = read_decoder_config(cj, config_path);
-  const DecoderConfig& c = m.config;
-  const std::string what = d.shards.size() == 1 ? d.shards[0] : d.dir;
-  detail::Weights w(std::move(d.weights), what);
+  m.config = c;
   m.embed = w.dense("model.embed_tokens.weight", {c.vocab, c.hidden});
   m.norm = w.dense("model.norm.weight", {c.hidden});
   if (!c.tied) {
@@ -114,17 +136,51 @@ DecoderModel load_hf_decoder(HfDir d) {
     DecoderLayer L;
     L.attn_norm = w.dense(p + "input_layernorm.weight", {c.hidden});
     L.ffn_norm = w.dense(p + "post_attention_layernorm.weight", {c.hidden});
-    const Gemm q = w.linear(p + "self_attn.q_proj", name + "q", q_rows, c.hidden, false);
-    const Gemm k = w.linear(p + "self_attn.k_proj", name + "k", kv_rows, c.hidden, false);
-    const Gemm v = w.linear(p + "self_attn.v_proj", name + "v", kv_rows, c.hidden, false);
+    if (c.qk_norm) {
+      L.q_norm = w.dense(p + "self_attn.q_norm.weight", {c.head_dim});
+      L.k_norm = w.dense(p + "self_attn.k_norm.weight", {c.head_dim});
+    }
+    const Gemm q = w.linear(p + "self_attn.q_proj", name + "q", q_rows, c.hidden, b.qkv);
+    const Gemm k = w.linear(p + "self_attn.k_proj", name + "k", kv_rows, c.hidden, b.qkv);
+    const Gemm v = w.linear(p + "self_attn.v_proj", name + "v", kv_rows, c.hidden, b.qkv);
     L.qkv = concat_rows(name + "qkv", {&q, &k, &v});
-    L.o = w.linear(p + "self_attn.o_proj", name + "o", c.hidden, q_rows, false);
-    const Gemm gate = w.linear(p + "mlp.gate_proj", name + "gate", c.ffn, c.hidden, false);
-    const Gemm up = w.linear(p + "mlp.up_proj", name + "up", c.ffn, c.hidden, false);
+    L.o = w.linear(p + "self_attn.o_proj", name + "o", c.hidden, q_rows, b.o);
+    const Gemm gate = w.linear(p + "mlp.gate_proj", name + "gate", c.ffn, c.hidden, b.mlp);
+    const Gemm up = w.linear(p + "mlp.up_proj", name + "up", c.ffn, c.hidden, b.mlp);
     L.gate_up = concat_rows(name + "gate_up", {&gate, &up});
-    L.down = w.linear(p + "mlp.down_proj", name + "down", c.hidden, c.ffn, false);
+    L.down = w.linear(p + "mlp.down_proj", name + "down", c.hidden, c.ffn, b.mlp);
     m.layers.push_back(std::move(L));
   }
+  return m;
+}
+
+}  // namespace
+
+std::string decoder_architectures() {
+  std::string s;
+  for (const Architecture& a : kArchitectures) s += (s.empty() ? "" : ", ") + std::string(a.model_type);
+  return s;
+}
+
+bool is_hf_decoder(const std::string& dir) {
+  const std::string path = dir + "/config.json";
+  if (!std::filesystem::exists(path)) return false;
+  const json j = detail::read_json(path);
+  return j.contains("model_type") && j["model_type"].is_string() &&
+         find_architecture(j["model_type"].get<std::string>()) != nullptr;
+}
+
+DecoderModel load_hf_decoder(const std::string& dir) { return load_hf_decoder(read_hf_dir(dir)); }
+
+DecoderModel load_hf_decoder(HfDir d) {
+  const std::string config_path = d.dir + "/config.json";
+  const json cj = json::parse(d.config_json, nullptr, false);
+  if (cj.is_discarded() || !cj.is_object()) throw Error(config_path + ": not a JSON object");
+  Biases b;
+  const DecoderConfig c = read_decoder_config(cj, config_path, b);
+  const std::string what = d.shards.size() == 1 ? d.shards[0] : d.dir;
+  detail::Weights w(std::move(d.weights), what);
+  DecoderModel m = build_decoder(c, b, w, what);
   w.check_all_used([&](const std::string& n) {
     return n.find("rotary_emb.inv_freq") != std::string::npos || (c.tied && n == "lm_head.weight");
   });
@@ -134,15 +190,23 @@ DecoderModel load_hf_decoder(HfDir d) {
 
 namespace {
 
-// GGUF metadata (general.architecture "llama", llama.* keys) as the config.json fields read_decoder_config
+// GGUF metadata (general.architecture and ARCH.* keys) as the config.json fields read_decoder_config
 // bounds. An absent key is left out (the config's default applies, or its error names the field).
 json gguf_config(const Gguf& g, const std::string& what) {
   const GgufValue* arch = g.find("general.architecture");
   if (arch == nullptr || arch->is_array() || arch->type != GgufType::kString)
     throw Error(what + ": metadata 'general.architecture' is missing or not a string");
   const std::string a = arch->strings[0];
-  if (a != "llama") throw Error(what + ": architecture '" + a + "' is not a supported decoder (llama)");
-  json j = {{"model_type", "llama"}};
+  const Architecture* found = nullptr;
+  std::string known;
+  for (const Architecture& x : kArchitectures)
+    if (*x.gguf != '\0') {
+      known += (known.empty() ? "" : ", ") + std::string(x.gguf);
+      if (a == x.gguf) found = &x;
+    }
+  if (found == nullptr)
+    throw Error(what + ": architecture '" + a + "' is not a supported decoder (" + known + ")");
+  json j = {{"model_type", found->model_type}};
   auto put = [&](const char* field, const std::string& key, bool real) {
     const GgufValue* v = g.find(a + "." + key);
     if (v == nullptr) return;
@@ -174,6 +238,9 @@ json gguf_config(const Gguf& g, const std::string& what) {
   if (g.find_tensor("rope_freqs.weight") != nullptr)
     throw Error(what + ": rope frequency factors (rope_freqs.weight, Llama 3.1 scaling) are not supported");
   j["tie_word_embeddings"] = g.find_tensor("output.weight") == nullptr;
+  // Biases are in the file or not (Qwen2's Q, K and V always).
+  if (!found->qkv_bias && g.find_tensor("blk.0.attn_q.bias") != nullptr) j["attention_bias"] = true;
+  if (g.find_tensor("blk.0.ffn_gate.bias") != nullptr) j["mlp_bias"] = true;
   return j;
 }
 
@@ -190,6 +257,104 @@ std::vector<float> unpermute_rope_rows(const std::vector<float>& w, int64_t head
   return out;
 }
 
+// transformers' name of a decoder tensor -> llama.cpp's ("" when it has none).
+std::string gguf_name(const std::string& hf) {
+  static const std::pair<const char*, const char*> kTop[] = {{"model.embed_tokens.weight", "token_embd.weight"},
+                                                             {"model.norm.weight", "output_norm.weight"},
+                                                             {"lm_head.weight", "output.weight"}};
+  for (const auto& [h, g] : kTop)
+    if (hf == h) return g;
+  static const std::string kLayers = "model.layers.";
+  if (hf.compare(0, kLayers.size(), kLayers) != 0) return "";
+  const size_t dot = hf.find('.', kLayers.size());
+  if (dot == std::string::npos) return "";
+  const std::string layer = hf.substr(kLayers.size(), dot - kLayers.size()), rest = hf.substr(dot + 1);
+  static const std::pair<const char*, const char*> kLayer[] = {
+      {"input_layernorm", "attn_norm"},       {"post_attention_layernorm", "ffn_norm"},
+      {"self_attn.q_proj", "attn_q"},         {"self_attn.k_proj", "attn_k"},
+      {"self_attn.v_proj", "attn_v"},         {"self_attn.o_proj", "attn_output"},
+      {"self_attn.q_norm", "attn_q_norm"},    {"self_attn.k_norm", "attn_k_norm"},
+      {"mlp.gate_proj", "ffn_gate"},          {"mlp.up_proj", "ffn_up"},
+      {"mlp.down_proj", "ffn_down"}};
+  for (const auto& [h, g] : kLayer) {
+    const std::string hs = h;
+    if (rest.compare(0, hs.size(), hs) == 0 && (rest == hs + ".weight" || rest == hs + ".bias"))
+      return "blk." + layer + "." + g + rest.substr(hs.size());
+  }
+  return "";
+}
+
+// A GGUF file's tensors asked for by transformers' names (build_decoder), dequantized to fp32, Q's and K's
+// rows (and biases) in transformers' RoPE order; with `keep`, every tensor read is kept under its
+// transformers name (what gguf_to_hf_dir writes).
+class GgufTensors {
+ public:
+  GgufTensors(const Gguf& g, const std::string& path, const DecoderConfig& c, bool rope_rows, bool keep)
+      : g_(g), path_(path), c_(c), rope_rows_(rope_rows), keep_(keep) {}
+  std::vector<float> dense(const std::string& hf, const std::vector<int64_t>& shape) {
+    const std::string name = gguf_name(hf);
+    const GgufTensor* t = g_.find_tensor(name);
+    if (t == nullptr) throw Error(path_ + ": missing tensor '" + name + "'");
+    if (t->shape != shape)
+      throw Error(path_ + ": tensor '" + name + "' has shape " + shape_string(t->shape) + ", expected " +
+                  shape_string(shape));
+    used_.insert(name);
+    std::vector<float> v = dequantize(*t).to_float();
+    for (float x : v)
+      if (!std::isfinite(x)) throw Error(path_ + ": tensor '" + name + "' holds a non-finite value");
+    h_ = fnv1a(h_, reinterpret_cast<const uint8_t*>(name.data()), name.size());
+    h_ = fnv1a(h_, t->bytes.data(), t->bytes.size());
+    // llama.cpp's RoPE order of Q's and K's rows, back to transformers'.
+    const bool q = hf.find("self_attn.q_proj.") != std::string::npos;
+    if (rope_rows_ && (q || hf.find("self_attn.k_proj.") != std::string::npos))
+      v = unpermute_rope_rows(v, q ? c_.heads : c_.kv_heads, c_.head_dim, shape.size() == 2 ? shape[1] : 1);
+    if (keep_) kept.push_back({hf, Tensor::from_float(v, shape)});
+    return v;
+  }
+  Gemm linear(const std::string& prefix, const std::string& layer, int64_t out, int64_t in, bool bias) {
+    Gemm r;
+    r.name = layer;
+    r.m = out;
+    r.k = in;
+    r.dense = dense(prefix + ".weight", {out, in});
+    r.sources = {prefix + ".weight"};
+    if (bias) r.bias = dense(prefix + ".bias", {out});
+    return r;
+  }
+  void check_all_used() const {
+    for (const GgufTensor& t : g_.tensors)
+      if (!used_.count(t.name))
+        throw Error(path_ + ": tensor '" + t.name + "' is not used by the architecture");
+  }
+  std::string fingerprint() const { return hex(h_); }
+  std::vector<std::pair<std::string, Tensor>> kept;
+
+ private:
+  const Gguf& g_;
+  std::string path_;
+  DecoderConfig c_;
+  bool rope_rows_, keep_;
+  std::set<std::string> used_;
+  uint64_t h_ = kFnvBasis;
+};
+
+DecoderModel read_gguf_decoder(const Gguf& g, const std::string& path, std::vector<std::pair<std::string, Tensor>>* kept) {
+  Biases b;
+  const DecoderConfig c = read_decoder_config(gguf_config(g, path), path + " (metadata)", b);
+  const Architecture& arch = *find_architecture(c.model_type);
+  const std::string a = g.get_string("general.architecture");
+  if (g.find(a + ".rope.dimension_count") != nullptr && g.get_int(a + ".rope.dimension_count") != c.head_dim)
+    throw Error(path + ": RoPE over part of a head (" + a + ".rope.dimension_count " +
+                std::to_string(g.get_int(a + ".rope.dimension_count")) + ", head size " +
+                std::to_string(c.head_dim) + ") is not supported");
+  GgufTensors w(g, path, c, arch.gguf_rope_rows, kept != nullptr);
+  DecoderModel m = build_decoder(c, b, w, path);
+  w.check_all_used();
+  m.fingerprint = w.fingerprint();
+  if (kept != nullptr) *kept = std::move(w.kept);
+  return m;
+}
+
 }  // namespace
 
 DecoderModel load_gguf_decoder(const std::string& path) {
@@ -198,109 +363,23 @@ DecoderModel load_gguf_decoder(const std::string& path) {
 }
 
 DecoderModel load_gguf_decoder(const Gguf& g, const std::string& path) {
-  DecoderModel m;
-  m.config = read_decoder_config(gguf_config(g, path), path + " (metadata)");
-  const DecoderConfig& c = m.config;
-  const GgufValue* rope_dims = g.find("llama.rope.dimension_count");
-  if (rope_dims != nullptr && g.get_int("llama.rope.dimension_count") != c.head_dim)
-    throw Error(path + ": RoPE over part of a head (llama.rope.dimension_count " +
-                std::to_string(g.get_int("llama.rope.dimension_count")) + ", head size " +
-                std::to_string(c.head_dim) + ") is not supported");
-  std::set<std::string> used;
-  uint64_t h = kFnvBasis;
-  auto tensor = [&](const std::string& name, std::vector<int64_t> shape) {
-    const GgufTensor* t = g.find_tensor(name);
-    if (t == nullptr) throw Error(path + ": missing tensor '" + name + "'");
-    if (t->shape != shape) {
-      std::string want, got;
-      for (int64_t d : shape) want += (want.empty() ? "" : ", ") + std::to_string(d);
-      for (int64_t d : t->shape) got += (got.empty() ? "" : ", ") + std::to_string(d);
-      throw Error(path + ": tensor '" + name + "' has shape [" + got + "], expected [" + want + "]");
-    }
-    used.insert(name);
-    std::vector<float> v = dequantize(*t).to_float();
-    for (float x : v)
-      if (!std::isfinite(x)) throw Error(path + ": tensor '" + name + "' holds a non-finite value");
-    h = fnv1a(h, reinterpret_cast<const uint8_t*>(name.data()), name.size());
-    h = fnv1a(h, t->bytes.data(), t->bytes.size());
-    return v;
-  };
-  auto linear = [&](const std::string& name, const std::string& layer, int64_t out, int64_t in) {
-    Gemm r;
-    r.name = layer;
-    r.m = out;
-    r.k = in;
-    r.dense = tensor(name, {out, in});
-    r.sources = {name};
-    return r;
-  };
-  m.embed = tensor("token_embd.weight", {c.vocab, c.hidden});
-  m.norm = tensor("output_norm.weight", {c.hidden});
-  if (!c.tied) m.head = linear("output.weight", "lm_head", c.vocab, c.hidden);
-  const int64_t q_rows = c.heads * c.head_dim, kv_rows = c.kv_heads * c.head_dim;
-  for (int64_t l = 0; l < c.layers; ++l) {
-    const std::string p = "blk." + std::to_string(l) + ".", name = "layer" + std::to_string(l) + ".";
-    DecoderLayer L;
-    L.attn_norm = tensor(p + "attn_norm.weight", {c.hidden});
-    L.ffn_norm = tensor(p + "ffn_norm.weight", {c.hidden});
-    Gemm q = linear(p + "attn_q.weight", name + "q", q_rows, c.hidden);
-    Gemm k = linear(p + "attn_k.weight", name + "k", kv_rows, c.hidden);
-    q.dense = unpermute_rope_rows(q.dense, c.heads, c.head_dim, c.hidden);
-    k.dense = unpermute_rope_rows(k.dense, c.kv_heads, c.head_dim, c.hidden);
-    const Gemm v = linear(p + "attn_v.weight", name + "v", kv_rows, c.hidden);
-    L.qkv = concat_rows(name + "qkv", {&q, &k, &v});
-    L.o = linear(p + "attn_output.weight", name + "o", c.hidden, q_rows);
-    const Gemm gate = linear(p + "ffn_gate.weight", name + "gate", c.ffn, c.hidden);
-    const Gemm up = linear(p + "ffn_up.weight", name + "up", c.ffn, c.hidden);
-    L.gate_up = concat_rows(name + "gate_up", {&gate, &up});
-    L.down = linear(p + "ffn_down.weight", name + "down", c.hidden, c.ffn);
-    m.layers.push_back(std::move(L));
-  }
-  for (const GgufTensor& t : g.tensors)
-    if (!used.count(t.name)) throw Error(path + ": tensor '" + t.name + "' is not used by the architecture");
-  m.fingerprint = hex(h);
-  return m;
+  return read_gguf_decoder(g, path, nullptr);
 }
 
 void gguf_to_hf_dir(const std::string& path, const std::string& out_dir) {
   const MappedGguf f(path);
-  const DecoderModel m = load_gguf_decoder(f.gguf, path);
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  const DecoderModel m = read_gguf_decoder(f.gguf, path, &tensors);
   const text::ByteBpe tok = text::ByteBpe::from_gguf(f.gguf, path);
-  const DecoderConfig& c = m.config;
   json config = gguf_config(f.gguf, path);
-  config["architectures"] = json::array({"LlamaForCausalLM"});
+  config["architectures"] = json::array({find_architecture(m.config.model_type)->hf_class});
   config["torch_dtype"] = "float32";
   config["hidden_act"] = "silu";
   if (tok.bos_id() >= 0) config["bos_token_id"] = tok.bos_id();
   if (tok.eos_id() >= 0) config["eos_token_id"] = tok.eos_id();
   HfDir d;
   d.config_json = config.dump(2);
-  auto put = [&](const std::string& name, const float* v, std::vector<int64_t> shape) {
-    size_t n = 1;
-    for (int64_t x : shape) n *= static_cast<size_t>(x);
-    d.weights.tensors.push_back({name, to_st(Tensor::from_float(std::vector<float>(v, v + n), shape)), {}});
-  };
-  // Rows [r0, r0 + rows) of a fused GEMM (QKV, gate/up) as one tensor.
-  auto rows_of = [&](const std::string& name, const Gemm& g, int64_t r0, int64_t rows) {
-    put(name, g.dense.data() + r0 * g.k, {rows, g.k});
-  };
-  put("model.embed_tokens.weight", m.embed.data(), {c.vocab, c.hidden});
-  put("model.norm.weight", m.norm.data(), {c.hidden});
-  if (!c.tied) rows_of("lm_head.weight", m.head, 0, c.vocab);
-  const int64_t q_rows = c.heads * c.head_dim, kv_rows = c.kv_heads * c.head_dim;
-  for (int64_t l = 0; l < c.layers; ++l) {
-    const DecoderLayer& L = m.layers[static_cast<size_t>(l)];
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    put(p + "input_layernorm.weight", L.attn_norm.data(), {c.hidden});
-    put(p + "post_attention_layernorm.weight", L.ffn_norm.data(), {c.hidden});
-    rows_of(p + "self_attn.q_proj.weight", L.qkv, 0, q_rows);
-    rows_of(p + "self_attn.k_proj.weight", L.qkv, q_rows, kv_rows);
-    rows_of(p + "self_attn.v_proj.weight", L.qkv, q_rows + kv_rows, kv_rows);
-    rows_of(p + "self_attn.o_proj.weight", L.o, 0, c.hidden);
-    rows_of(p + "mlp.gate_proj.weight", L.gate_up, 0, c.ffn);
-    rows_of(p + "mlp.up_proj.weight", L.gate_up, c.ffn, c.ffn);
-    rows_of(p + "mlp.down_proj.weight", L.down, 0, c.hidden);
-  }
+  for (auto& [name, t] : tensors) d.weights.tensors.push_back({name, to_st(t), {}});
   std::map<std::string, std::string> files = {{"tokenizer.json", tok.to_json()},
                                               {"tokenizer_config.json", tok.config_json()}};
   // The chat template, where transformers saves one (and text::chat_template_of reads it).
@@ -313,7 +392,8 @@ void gguf_to_hf_dir(const std::string& path, const std::string& out_dir) {
 DecoderModel load_decoder(const std::string& path) {
   if (is_gguf_file(path)) return load_gguf_decoder(path);
   if (!is_hf_decoder(path))
-    throw Error(path + ": neither a GGUF file nor a decoder model directory (config.json model_type llama)");
+    throw Error(path + ": neither a GGUF file nor a decoder model directory (config.json model_type " +
+                decoder_architectures() + ")");
   return load_hf_decoder(path);
 }
 

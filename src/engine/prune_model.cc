@@ -582,12 +582,17 @@ PruneModelReport prune_hf_decoder(HfDir& dir, const PruneModelOptions& o) {
     const auto t0 = Clock::now();
     for (int which = 0; which < 4; ++which) {
       Gemm& g = gemm_of(L, which);
-      std::vector<float> w;
+      std::vector<float> w, bias;  // the weights and biases as pruned and permuted
       for (const std::string& s : g.sources) {
         const std::vector<float> v = pruner.tensors().get(s);
         w.insert(w.end(), v.begin(), v.end());
+        if (!g.bias.empty()) {
+          const std::vector<float> b = pruner.tensors().get(bias_of(s));
+          bias.insert(bias.end(), b.begin(), b.end());
+        }
       }
       g.dense = std::move(w);
+      g.bias = std::move(bias);
       g.pruned = false;
     }
     DecoderModel one;
