@@ -187,6 +187,50 @@ TEST(Decoder, ForwardMatchesReference) {
   }
 }
 
+// Biases on every Linear (Llama's attention_bias and mlp_bias; Qwen2's subset) and Qwen3's per-head Q/K
+// RMSNorm, dense and 2:4 (fp32, bf16 and int8 kernels carry the bias), in one pass and token by token.
+TEST(Decoder, BiasesAndQkNormMatchReference) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(31);
+  Tiny t;
+  t.biases = true;
+  t.qk_norm = true;
+  DecoderModel m = tiny_model(g, t);
+  const std::vector<int32_t> ids = random_ids(g, 13, t.vocab);
+  for (bool pruned : {false, true}) {
+    if (pruned) m.prune_magnitude();
+    const std::vector<double> ref = ref_forward(m, ids);
+    for (Mode mode : {Mode::kDense, Mode::kSparse})
+      for (int threads : {1, 2}) {
+        DecoderOptions o;
+        o.mode = mode;
+        o.threads = threads;
+        o.max_context = 32;
+        expect_logits_match(m, ids, ref, o);
+        // Three tokens, then one at a time against the cache: each step's logits are the reference's.
+        Decoder dec(m, o);
+        std::vector<float> last(t.vocab);
+        dec.forward(ids.data(), 3, last.data());
+        for (size_t j = 3; j < ids.size(); ++j) {
+          dec.forward(&ids[j], 1, last.data());
+          for (int64_t v = 0; v < t.vocab; ++v) ASSERT_NEAR(last[v], ref[j * t.vocab + v], 2e-4) << j;
+        }
+      }
+  }
+  // bf16 / int8 sparse kernels add the bias too: their logits follow the fp32 ones closely.
+  DecoderOptions f32, b16, i8;
+  b16.bf16_weights = true;
+  i8.int8_weights = true;
+  std::vector<float> a(t.vocab), b(t.vocab), c(t.vocab);
+  Decoder(m, f32).forward(ids.data(), 1, a.data());
+  Decoder(m, b16).forward(ids.data(), 1, b.data());
+  Decoder(m, i8).forward(ids.data(), 1, c.data());
+  for (int64_t v = 0; v < t.vocab; ++v) {
+    EXPECT_NEAR(b[v], a[v], 0.05f + 0.02f * std::fabs(a[v])) << v;
+    EXPECT_NEAR(c[v], a[v], 0.05f + 0.02f * std::fabs(a[v])) << v;
+  }
+}
+
 // bf16 weights (the 2:4 Linears and the output head, tied or not): on weights that bf16 holds exactly, the
 // same logits as the reference.
 TEST(Decoder, Bf16WeightsMatchReference) {
@@ -371,6 +415,47 @@ TEST_F(HfDecoderDir, LoadsWhatItWrote) {
   expect_logits_match(back, ids, ref);
 }
 
+// Each architecture's directory (transformers' names and config fields) loads to the model written: Qwen2
+// (Q, K, V biases), Qwen3 (per-head Q/K norms), Mistral (a sliding window caps the context), Llama with
+// attention_bias and mlp_bias.
+TEST_F(HfDecoderDir, ArchitecturesLoadWhatTheyWrote) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(32);
+  for (const std::string type : {"qwen2", "qwen3", "mistral", "llama"}) {
+    t_.biases = type == "qwen2" || type == "llama";
+    t_.qk_norm = type == "qwen3";
+    DecoderModel m = tiny_model(g, t_);
+    json c = config();
+    c["model_type"] = type;
+    if (type == "qwen2")  // Qwen2: Q, K and V only
+      for (DecoderLayer& L : m.layers)
+        for (Gemm* gm : {&L.o, &L.gate_up, &L.down}) gm->bias.clear();
+    if (type == "llama") c["attention_bias"] = c["mlp_bias"] = true;
+    if (type == "mistral") c["sliding_window"] = 16;
+    if (type == "qwen2") c["sliding_window"] = 8;  // not used without use_sliding_window
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    write(m, c);
+    EXPECT_TRUE(is_hf_decoder(dir_.string())) << type;
+    const DecoderModel back = load_hf_decoder(dir_.string());
+    EXPECT_EQ(back.config.model_type, type);
+    EXPECT_EQ(back.config.qk_norm, type == "qwen3");
+    EXPECT_EQ(back.config.sliding_window, type == "mistral" ? 16 : 0) << type;
+    EXPECT_EQ(Decoder(back, {}).capacity(), type == "mistral" ? 16 : 64) << type;
+    const std::vector<int32_t> ids = random_ids(g, 9, t_.vocab);
+    SCOPED_TRACE(type);
+    expect_logits_match(back, ids, ref_forward(m, ids));
+    if (type == "qwen2") {  // its biases are not optional, nor are Qwen3's norms
+      std::filesystem::remove(dir_ / "model.safetensors");
+      for (DecoderLayer& L : m.layers) L.qkv.bias.clear();
+      write(m, c);
+      EXPECT_NE(load_error().find("missing tensor 'model.layers.0.self_attn.q_proj.bias'"), std::string::npos)
+          << load_error();
+    }
+  }
+  t_ = Tiny();
+}
+
 TEST_F(HfDecoderDir, OneLineErrors) {
   auto g = rng(8);
   const DecoderModel m = tiny_model(g, t_);
@@ -431,18 +516,22 @@ std::vector<float> permute_for_gguf(const std::vector<float>& w, int64_t heads, 
   return out;
 }
 
-Gguf tiny_gguf(const DecoderModel& m, const Tiny& t, GgufWriter& w, bool untied = false) {
-  w.g.metadata = {{"general.architecture", GgufValue::of_string("llama")},
-                  {"llama.block_count", GgufValue::of_int(GgufType::kU32, t.layers)},
-                  {"llama.context_length", GgufValue::of_int(GgufType::kU32, 64)},
-                  {"llama.embedding_length", GgufValue::of_int(GgufType::kU32, t.hidden)},
-                  {"llama.feed_forward_length", GgufValue::of_int(GgufType::kU32, t.ffn)},
-                  {"llama.attention.head_count", GgufValue::of_int(GgufType::kU32, t.heads)},
-                  {"llama.attention.head_count_kv", GgufValue::of_int(GgufType::kU32, t.kv)},
-                  {"llama.attention.key_length", GgufValue::of_int(GgufType::kU32, t.d)},
-                  {"llama.rope.dimension_count", GgufValue::of_int(GgufType::kU32, t.d)},
-                  {"llama.rope.freq_base", GgufValue::of_float(GgufType::kF32, 100000.0)},
-                  {"llama.attention.layer_norm_rms_epsilon", GgufValue::of_float(GgufType::kF32, 1e-5)}};
+// arch: "llama" (Q's and K's rows in llama.cpp's RoPE order), "qwen2" or "qwen3" (NEOX RoPE: as they are).
+Gguf tiny_gguf(const DecoderModel& m, const Tiny& t, GgufWriter& w, bool untied = false,
+               const std::string& arch = "llama") {
+  const std::string a = arch + ".";
+  w.g.metadata = {{"general.architecture", GgufValue::of_string(arch)},
+                  {a + "block_count", GgufValue::of_int(GgufType::kU32, t.layers)},
+                  {a + "context_length", GgufValue::of_int(GgufType::kU32, 64)},
+                  {a + "embedding_length", GgufValue::of_int(GgufType::kU32, t.hidden)},
+                  {a + "feed_forward_length", GgufValue::of_int(GgufType::kU32, t.ffn)},
+                  {a + "attention.head_count", GgufValue::of_int(GgufType::kU32, t.heads)},
+                  {a + "attention.head_count_kv", GgufValue::of_int(GgufType::kU32, t.kv)},
+                  {a + "attention.key_length", GgufValue::of_int(GgufType::kU32, t.d)},
+                  {a + "rope.dimension_count", GgufValue::of_int(GgufType::kU32, t.d)},
+                  {a + "rope.freq_base", GgufValue::of_float(GgufType::kF32, 100000.0)},
+                  {a + "attention.layer_norm_rms_epsilon", GgufValue::of_float(GgufType::kF32, 1e-5)}};
+  const bool permute = arch == "llama";
   const int64_t H = t.hidden, q = t.heads * t.d, kv = t.kv * t.d;
   w.add("token_embd.weight", m.embed, {t.vocab, H});
   w.add("output_norm.weight", m.norm, {H});
@@ -456,13 +545,32 @@ Gguf tiny_gguf(const DecoderModel& m, const Tiny& t, GgufWriter& w, bool untied 
     };
     w.add(p + "attn_norm.weight", L.attn_norm, {H});
     w.add(p + "ffn_norm.weight", L.ffn_norm, {H});
-    w.add(p + "attn_q.weight", permute_for_gguf(rows(qkv, 0, q), t.heads, t.d, H), {q, H});
-    w.add(p + "attn_k.weight", permute_for_gguf(rows(qkv, q, kv), t.kv, t.d, H), {kv, H});
+    auto rope_rows = [&](const std::vector<float>& v, int64_t heads, int64_t cols) {
+      return permute ? permute_for_gguf(v, heads, t.d, cols) : v;
+    };
+    w.add(p + "attn_q.weight", rope_rows(rows(qkv, 0, q), t.heads, H), {q, H});
+    w.add(p + "attn_k.weight", rope_rows(rows(qkv, q, kv), t.kv, H), {kv, H});
     w.add(p + "attn_v.weight", rows(qkv, q + kv, kv), {kv, H});
     w.add(p + "attn_output.weight", weights_of(L.o), {H, q});
     w.add(p + "ffn_gate.weight", rows(gu, 0, t.ffn), {t.ffn, H});
     w.add(p + "ffn_up.weight", rows(gu, t.ffn, t.ffn), {t.ffn, H});
     w.add(p + "ffn_down.weight", weights_of(L.down), {H, t.ffn});
+    if (!L.q_norm.empty()) {
+      w.add(p + "attn_q_norm.weight", L.q_norm, {t.d});
+      w.add(p + "attn_k_norm.weight", L.k_norm, {t.d});
+    }
+    auto bias = [&](const std::string& name, const Gemm& gm, int64_t from, int64_t count, int64_t heads) {
+      if (gm.bias.empty()) return;
+      const std::vector<float> b(gm.bias.begin() + from, gm.bias.begin() + from + count);
+      w.add(p + name + ".bias", heads > 0 ? rope_rows(b, heads, 1) : b, {count});
+    };
+    bias("attn_q", L.qkv, 0, q, t.heads);
+    bias("attn_k", L.qkv, q, kv, t.kv);
+    bias("attn_v", L.qkv, q + kv, kv, 0);
+    bias("attn_output", L.o, 0, H, 0);
+    bias("ffn_gate", L.gate_up, 0, t.ffn, 0);
+    bias("ffn_up", L.gate_up, t.ffn, t.ffn, 0);
+    bias("ffn_down", L.down, 0, H, 0);
   }
   return w.g;
 }
@@ -544,6 +652,37 @@ TEST_F(HfDecoderDir, GgufConvertsToAHuggingFaceDirectory) {
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("already exists"), std::string::npos) << e.what();
     }
+  }
+}
+
+// Qwen2 (Q, K, V biases) and Qwen3 (Q/K norms) as llama.cpp writes them (their RoPE rows as they are): the
+// model, and the Hugging Face directory gguf_to_hf_dir makes of the file.
+TEST_F(HfDecoderDir, GgufQwenFilesLoadAndConvert) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(33);
+  for (const std::string arch : {"qwen2", "qwen3"}) {
+    Tiny t;
+    t.biases = arch == "qwen2";
+    t.qk_norm = arch == "qwen3";
+    DecoderModel m = tiny_model(g, t);
+    for (DecoderLayer& L : m.layers)
+      for (Gemm* gm : {&L.o, &L.gate_up, &L.down}) gm->bias.clear();
+    GgufWriter w;
+    Gguf file = tiny_gguf(m, t, w, false, arch);
+    const std::vector<int32_t> ids = random_ids(g, 9, t.vocab);
+    const std::vector<double> ref = ref_forward(m, ids);
+    SCOPED_TRACE(arch);
+    const DecoderModel back = load_gguf_decoder(file, "tiny.gguf");
+    EXPECT_EQ(back.config.model_type, arch);
+    expect_logits_match(back, ids, ref);
+    add_tiny_tokenizer(file, t.vocab);
+    const std::string gguf = (dir_ / (arch + ".gguf")).string(), out = (dir_ / arch).string();
+    write_file_atomic(gguf, encode_gguf(file));
+    gguf_to_hf_dir(gguf, out);
+    const json config = json::parse(std::ifstream(out + "/config.json"));
+    EXPECT_EQ(config["model_type"], arch);
+    EXPECT_EQ(config["architectures"][0], arch == "qwen2" ? "Qwen2ForCausalLM" : "Qwen3ForCausalLM");
+    expect_logits_match(load_hf_decoder(out), ids, ref);
   }
 }
 

@@ -78,6 +78,8 @@ inline std::vector<double> ref_attention(const std::vector<float>& qkv, int64_t 
 
 struct Tiny {
   int64_t vocab = 37, hidden = 24, layers = 2, heads = 6, kv = 2, d = 4, ffn = 40;
+  bool biases = false;   // every GEMM has a bias (Llama's attention_bias and mlp_bias)
+  bool qk_norm = false;  // Qwen3's per-head Q/K RMSNorm
 };
 
 inline Gemm random_gemm(std::mt19937_64& g, const std::string& name, int64_t m, int64_t k) {
@@ -103,6 +105,7 @@ inline DecoderModel tiny_model(std::mt19937_64& g, const Tiny& t) {
   c.max_positions = 64;
   c.eps = 1e-5f;
   c.rope.theta = 100000;
+  c.qk_norm = t.qk_norm;
   m.embed = random_floats(g, t.vocab * t.hidden);
   m.norm = random_floats(g, t.hidden, 0.5f, 1.5f);
   for (int64_t l = 0; l < t.layers; ++l) {
@@ -113,6 +116,12 @@ inline DecoderModel tiny_model(std::mt19937_64& g, const Tiny& t) {
     L.o = random_gemm(g, "o", t.hidden, t.heads * t.d);
     L.gate_up = random_gemm(g, "gate_up", 2 * t.ffn, t.hidden);
     L.down = random_gemm(g, "down", t.hidden, t.ffn);
+    if (t.biases)
+      for (Gemm* gm : {&L.qkv, &L.o, &L.gate_up, &L.down}) gm->bias = random_floats(g, gm->m, -0.5f, 0.5f);
+    if (t.qk_norm) {
+      L.q_norm = random_floats(g, t.d, 0.5f, 1.5f);
+      L.k_norm = random_floats(g, t.d, 0.5f, 1.5f);
+    }
     m.layers.push_back(std::move(L));
   }
   return m;
@@ -145,8 +154,10 @@ inline std::vector<double> ref_forward(const DecoderModel& m, const std::vector<
            x);
     const std::vector<float> w = weights_of(g);
     std::vector<double> y(g.m, 0.0);
-    for (int64_t r = 0; r < g.m; ++r)
+    for (int64_t r = 0; r < g.m; ++r) {
       for (int64_t k = 0; k < g.k; ++k) y[r] += w[r * g.k + k] * x[k];
+      if (!g.bias.empty()) y[r] += g.bias[r];
+    }
     return y;
   };
   for (const DecoderLayer& L : m.layers) {
@@ -154,7 +165,14 @@ inline std::vector<double> ref_forward(const DecoderModel& m, const std::vector<
     std::vector<float> qkv(rows * n);  // feature-major, for ref_attention
     for (int64_t j = 0; j < n; ++j) {
       std::vector<double> y = matvec(L.qkv, ref_rms(h[j], L.attn_norm, c.eps));
-      for (int64_t hd = 0; hd < c.heads + c.kv_heads; ++hd) ref_rope(y.data() + hd * d, d, j, inv);
+      for (int64_t hd = 0; hd < c.heads + c.kv_heads; ++hd) {
+        if (c.qk_norm) {  // Qwen3: RMSNorm over the head, then RoPE
+          const std::vector<double> head(y.begin() + hd * d, y.begin() + (hd + 1) * d);
+          const std::vector<double> normed = ref_rms(head, hd < c.heads ? L.q_norm : L.k_norm, c.eps);
+          std::copy(normed.begin(), normed.end(), y.begin() + hd * d);
+        }
+        ref_rope(y.data() + hd * d, d, j, inv);
+      }
       for (int64_t r = 0; r < rows; ++r) qkv[r * n + j] = static_cast<float>(y[r]);
     }
     const std::vector<double> ctx = ref_attention(qkv, c.heads, c.kv_heads, d, n);
@@ -248,6 +266,21 @@ class HfDecoderDir : public ::testing::Test {
       add(p + "mlp.gate_proj.weight", rows(gu, 0, t_.ffn), {t_.ffn, H});
       add(p + "mlp.up_proj.weight", rows(gu, t_.ffn, t_.ffn), {t_.ffn, H});
       add(p + "mlp.down_proj.weight", weights_of(L.down), {H, t_.ffn});
+      if (!L.q_norm.empty()) {
+        add(p + "self_attn.q_norm.weight", L.q_norm, {t_.d});
+        add(p + "self_attn.k_norm.weight", L.k_norm, {t_.d});
+      }
+      // Biases as far as the architecture has them (Qwen2: Q, K and V only).
+      auto bias = [&](const std::string& name, const Gemm& g, int64_t from, int64_t count) {
+        if (!g.bias.empty()) add(p + name + ".bias", {g.bias.begin() + from, g.bias.begin() + from + count}, {count});
+      };
+      bias("self_attn.q_proj", L.qkv, 0, q);
+      bias("self_attn.k_proj", L.qkv, q, kv);
+      bias("self_attn.v_proj", L.qkv, q + kv, kv);
+      bias("self_attn.o_proj", L.o, 0, H);
+      bias("mlp.gate_proj", L.gate_up, 0, t_.ffn);
+      bias("mlp.up_proj", L.gate_up, t_.ffn, t_.ffn);
+      bias("mlp.down_proj", L.down, 0, H);
     }
     write_safetensors((dir_ / "model.safetensors").string(), st);
     std::ofstream(dir_ / "config.json") << cfg.dump(2);
