@@ -59,7 +59,8 @@ void sort_like_reference(SafeTensors& st);
 
 // Which dense tensors become sparse: floating (F32/F16/BF16) weights named "*.weight" of rank 2, or rank 4
 // (conv) unless `rank2_only`, whose name matches `targets` (ECMAScript regex, searched anywhere in the name;
-// empty = all but embedding tables: names like *embed*.weight, wte, wpe) and that are already 2:4 — or, with
+// empty = all but embedding tables, names like *embed*.weight, wte, wpe, and a language model's output head,
+// lm_head.weight) and that are already 2:4 — or, with
 // `prune`, magnitude-pruned to 2:4.
 struct SparsifyOptions {
   bool prune = false;

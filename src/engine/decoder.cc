@@ -29,7 +29,8 @@ struct Linear {
   std::vector<float> w;
   std::vector<float> bias;  // empty or m floats
 
-  Linear(const Gemm& g, bool sparse, const DecoderOptions& d, bool both = false) : m(g.m), k(g.k), bias(g.bias) {
+  Linear(const Gemm& g, bool sparse, const DecoderOptions& d, bool both = false)
+      : m(g.m), k(g.k), bias(g.bias) {
     if (!bias.empty() && static_cast<int64_t>(bias.size()) != m)
       throw Error("layer '" + g.name + "': bias size mismatch");
     if (sparse && g.pruned) {

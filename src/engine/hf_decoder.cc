@@ -259,9 +259,10 @@ std::vector<float> unpermute_rope_rows(const std::vector<float>& w, int64_t head
 
 // transformers' name of a decoder tensor -> llama.cpp's ("" when it has none).
 std::string gguf_name(const std::string& hf) {
-  static const std::pair<const char*, const char*> kTop[] = {{"model.embed_tokens.weight", "token_embd.weight"},
-                                                             {"model.norm.weight", "output_norm.weight"},
-                                                             {"lm_head.weight", "output.weight"}};
+  static const std::pair<const char*, const char*> kTop[] = {
+      {"model.embed_tokens.weight", "token_embd.weight"},
+      {"model.norm.weight", "output_norm.weight"},
+      {"lm_head.weight", "output.weight"}};
   for (const auto& [h, g] : kTop)
     if (hf == h) return g;
   static const std::string kLayers = "model.layers.";
@@ -270,11 +271,11 @@ std::string gguf_name(const std::string& hf) {
   if (dot == std::string::npos) return "";
   const std::string layer = hf.substr(kLayers.size(), dot - kLayers.size()), rest = hf.substr(dot + 1);
   static const std::pair<const char*, const char*> kLayer[] = {
-      {"input_layernorm", "attn_norm"},       {"post_attention_layernorm", "ffn_norm"},
-      {"self_attn.q_proj", "attn_q"},         {"self_attn.k_proj", "attn_k"},
-      {"self_attn.v_proj", "attn_v"},         {"self_attn.o_proj", "attn_output"},
-      {"self_attn.q_norm", "attn_q_norm"},    {"self_attn.k_norm", "attn_k_norm"},
-      {"mlp.gate_proj", "ffn_gate"},          {"mlp.up_proj", "ffn_up"},
+      {"input_layernorm", "attn_norm"},    {"post_attention_layernorm", "ffn_norm"},
+      {"self_attn.q_proj", "attn_q"},      {"self_attn.k_proj", "attn_k"},
+      {"self_attn.v_proj", "attn_v"},      {"self_attn.o_proj", "attn_output"},
+      {"self_attn.q_norm", "attn_q_norm"}, {"self_attn.k_norm", "attn_k_norm"},
+      {"mlp.gate_proj", "ffn_gate"},       {"mlp.up_proj", "ffn_up"},
       {"mlp.down_proj", "ffn_down"}};
   for (const auto& [h, g] : kLayer) {
     const std::string hs = h;
@@ -338,7 +339,8 @@ class GgufTensors {
   uint64_t h_ = kFnvBasis;
 };
 
-DecoderModel read_gguf_decoder(const Gguf& g, const std::string& path, std::vector<std::pair<std::string, Tensor>>* kept) {
+DecoderModel read_gguf_decoder(const Gguf& g, const std::string& path,
+                               std::vector<std::pair<std::string, Tensor>>* kept) {
   Biases b;
   const DecoderConfig c = read_decoder_config(gguf_config(g, path), path + " (metadata)", b);
   const Architecture& arch = *find_architecture(c.model_type);

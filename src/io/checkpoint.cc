@@ -255,6 +255,9 @@ SparsifyReport sparsify(Checkpoint& ck, const SparsifyOptions& opts) {
   // nn.Embedding tables by their usual names (embed_tokens, word_embeddings, position_embeddings, GPT-2's
   // wte and wpe): the engine looks their rows up and reads them dense.
   static const std::regex embedding(R"((^|\.)(\w*embed\w*|wte|wpe)\.weight$)", std::regex::ECMAScript);
+  // A language model's output head: left dense by pruning recipes (llm-compressor's ignore lists, ASP), and
+  // the decoder reads it dense.
+  static const std::regex head(R"((^|\.)lm_head\.weight$)", std::regex::ECMAScript);
   for (CheckpointTensor& t : ck.tensors) {
     if (t.sparse || !ends_with(t.name, ".weight") || !is_float_st(t.dense.dtype)) continue;
     const size_t rank = t.dense.shape.size();
@@ -264,6 +267,12 @@ SparsifyReport sparsify(Checkpoint& ck, const SparsifyOptions& opts) {
       report.skipped.push_back(t.name +
                                ": an embedding table (a lookup, not a multiply; name it in --targets to "
                                "make it 2:4 anyway)");
+      continue;
+    }
+    if (opts.targets.empty() && std::regex_search(t.name, head)) {
+      report.skipped.push_back(t.name +
+                               ": the output head (left dense; name it in --targets to make it 2:4 "
+                               "anyway)");
       continue;
     }
     if (opts.rank2_only && (rank != 2 || t.dense.shape[1] == 0 || t.dense.shape[1] % 4 != 0)) {

@@ -272,7 +272,8 @@ class HfDecoderDir : public ::testing::Test {
       }
       // Biases as far as the architecture has them (Qwen2: Q, K and V only).
       auto bias = [&](const std::string& name, const Gemm& g, int64_t from, int64_t count) {
-        if (!g.bias.empty()) add(p + name + ".bias", {g.bias.begin() + from, g.bias.begin() + from + count}, {count});
+        if (!g.bias.empty())
+          add(p + name + ".bias", {g.bias.begin() + from, g.bias.begin() + from + count}, {count});
       };
       bias("self_attn.q_proj", L.qkv, 0, q);
       bias("self_attn.k_proj", L.qkv, q, kv);

@@ -1,0 +1,192 @@
+"""The Llama-style decoder architectures (Llama with attention and MLP biases, Mistral with a sliding window,
+Qwen2 with Q/K/V biases, Qwen3 with per-head Q/K norms) against the real implementations: small random
+models made by transformers from its own configs, run by sparse24 from their directories, pruned 2:4, and as
+GGUF files (written here under llama.cpp's conventions) run by sparse24, by llama.cpp (llama-cpp-python) and
+converted back to directories that transformers loads."""
+import json
+
+import numpy as np
+import pytest
+
+import sparse24
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+tokenizers = pytest.importorskip("tokenizers")
+
+TEXT = ["In the beginning God created the heaven and the earth.",
+        "And the earth was without form, and void; and darkness was upon the face of the deep.",
+        "And God said, Let there be light: and there was light."]
+SHAPE = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=128, rms_norm_eps=1e-5, rope_theta=10000.0)
+ARCHS = {
+    "llama": dict(attention_bias=True, mlp_bias=True, tie_word_embeddings=True),
+    "mistral": dict(sliding_window=24, tie_word_embeddings=False),
+    "qwen2": dict(tie_word_embeddings=True),
+    "qwen3": dict(head_dim=16, tie_word_embeddings=False),
+}
+# llama.cpp's general.architecture for each (Mistral's files are written as llama's).
+GGUF_ARCH = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
+TOL = 1e-3  # max abs on logits spanning about -10 .. 10
+
+
+@pytest.fixture(scope="module")
+def tokenizer_json(tmp_path_factory):
+    """A byte-level BPE tokenizer trained by `tokenizers` on a few verses (GPT-2's pre-tokenizer)."""
+    tok = tokenizers.ByteLevelBPETokenizer()
+    tok.train_from_iterator(TEXT * 20, vocab_size=300, min_frequency=1, special_tokens=["<|endoftext|>"])
+    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
+    tok.save(str(path))
+    return path
+
+
+def make_model(arch, tokenizer_json, path):
+    """transformers' model of `arch` with every parameter random (biases too: its init zeroes them)."""
+    vocab = json.loads(tokenizer_json.read_text())["model"]["vocab"]
+    config = transformers.AutoConfig.for_model(arch, vocab_size=len(vocab), **SHAPE, **ARCHS[arch])
+    torch.manual_seed(sorted(ARCHS).index(arch))
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.uniform_(0.5, 1.5)
+            else:
+                p.normal_(0.0, 0.5 if "embed" in name else 0.08)
+    model.save_pretrained(str(path))
+    (path / "tokenizer.json").write_text(tokenizer_json.read_text())
+    (path / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}))
+    return model
+
+
+@pytest.fixture(scope="module", params=sorted(ARCHS))
+def arch_model(request, tokenizer_json, tmp_path_factory):
+    path = tmp_path_factory.mktemp(request.param) / "model"
+    return request.param, path, make_model(request.param, tokenizer_json, path)
+
+
+def logits_of(model, ids):
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits[0].numpy()
+
+
+def test_directories_match_transformers(arch_model):
+    arch, path, ref = arch_model
+    d = sparse24.Decoder.load(str(path), max_context=64)
+    assert d.capacity == (24 if arch == "mistral" else 64)  # Mistral's sliding window caps the context
+    for text in TEXT:
+        ids = d.tokenize(text)[:d.capacity]
+        want = logits_of(ref, ids)
+        d.reset()
+        np.testing.assert_allclose(d.forward(ids, all=True), want, atol=TOL, rtol=0, err_msg=arch)
+        # Three tokens, then one at a time against the KV cache.
+        d.reset()
+        d.forward(ids[:3])
+        for j in range(3, len(ids)):
+            np.testing.assert_allclose(d.forward([ids[j]]), want[j], atol=TOL, rtol=0, err_msg=f"{arch} {j}")
+
+
+def test_pruned_checkpoints_run_sparse_like_transformers(arch_model, cli, tmp_path):
+    """`convert --prune` keeps the biases and norms; the 2:4 kernels (fp32, then bf16 and int8 within their
+    rounding) give the logits transformers gives on the same pruned weights."""
+    arch, path, _ = arch_model
+    cli("convert", path, tmp_path / "24", "--to", "sparse24", "--prune")
+    cli("convert", tmp_path / "24", tmp_path / "dense", "--to", "dense")
+    ref = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "dense"), dtype=torch.float32).eval()
+    d = sparse24.Decoder.load(str(tmp_path / "24"), max_context=64)
+    assert d.sparse_linears == 4 * SHAPE["num_hidden_layers"]
+    ids = d.tokenize(TEXT[1])[:d.capacity]
+    want = logits_of(ref, ids)
+    np.testing.assert_allclose(d.forward(ids, all=True), want, atol=TOL, rtol=0, err_msg=arch)
+    for weights in ("bf16", "int8"):
+        q = sparse24.Decoder.load(str(tmp_path / "24"), max_context=64, weights=weights)
+        got = q.forward(ids, all=True)
+        assert np.abs(got - want).max() < 0.05 * np.abs(want).max(), (arch, weights)
+
+
+def write_gguf(model, arch, tokenizer_json, path):
+    """The model as llama.cpp's converter writes it: its tensor names and metadata, fp32, the tokenizer's
+    tokens and merges; for the llama architecture Q's and K's rows in llama.cpp's RoPE order."""
+    gguf = pytest.importorskip("gguf")
+    c = model.config
+    g = GGUF_ARCH[arch]
+    w = gguf.GGUFWriter(str(path), g)
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    w.add_block_count(c.num_hidden_layers)
+    w.add_context_length(c.max_position_embeddings)
+    w.add_embedding_length(c.hidden_size)
+    w.add_feed_forward_length(c.intermediate_size)
+    w.add_head_count(c.num_attention_heads)
+    w.add_head_count_kv(c.num_key_value_heads)
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_rope_dimension_count(head_dim)
+    w.add_rope_freq_base(c.rope_parameters["rope_theta"] if getattr(c, "rope_parameters", None) else c.rope_theta)
+    w.add_layer_norm_rms_eps(c.rms_norm_eps)
+    w.add_vocab_size(c.vocab_size)
+    tok = json.loads(tokenizer_json.read_text())
+    vocab = sorted(tok["model"]["vocab"].items(), key=lambda kv: kv[1])
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("gpt-2")
+    w.add_token_list([t for t, _ in vocab])
+    w.add_token_types([3 if t == "<|endoftext|>" else 1 for t, _ in vocab])
+    w.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in tok["model"]["merges"]])
+    w.add_eos_token_id(tok["model"]["vocab"]["<|endoftext|>"])
+
+    def rope_rows(t, heads):  # llama.cpp's LlamaModel.permute
+        if g != "llama":
+            return t
+        return t.reshape(heads, 2, t.shape[0] // heads // 2, *t.shape[1:]).swapaxes(1, 2).reshape(t.shape)
+
+    names = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+             "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+             "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm",
+             "self_attn.k_norm": "attn_k_norm", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+             "mlp.down_proj": "ffn_down"}
+    for name, t in model.state_dict().items():
+        t = t.float().numpy().copy()
+        if name == "model.embed_tokens.weight":
+            w.add_tensor("token_embd.weight", t)
+        elif name == "model.norm.weight":
+            w.add_tensor("output_norm.weight", t)
+        elif name == "lm_head.weight":
+            if not c.tie_word_embeddings:
+                w.add_tensor("output.weight", t)
+        else:
+            _, _, layer, rest = name.split(".", 3)
+            module, kind = rest.rsplit(".", 1)
+            if module == "self_attn.q_proj":
+                t = rope_rows(t, c.num_attention_heads)
+            elif module == "self_attn.k_proj":
+                t = rope_rows(t, c.num_key_value_heads)
+            w.add_tensor(f"blk.{layer}.{names[module]}.{kind}", t)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+@pytest.mark.parametrize("arch", sorted(GGUF_ARCH))
+def test_gguf_files_match_transformers_and_llama_cpp(arch, tokenizer_json, cli, tmp_path):
+    ref = make_model(arch, tokenizer_json, tmp_path / "hf")
+    path = tmp_path / "model.gguf"
+    write_gguf(ref, arch, tokenizer_json, path)
+    d = sparse24.Decoder.load(str(path), max_context=64)
+    ids = d.tokenize(TEXT[0])
+    assert ids == sparse24.Decoder.load(str(tmp_path / "hf"), max_context=64).tokenize(TEXT[0])
+    want = logits_of(ref, ids)
+    got = d.forward(ids, all=True)
+    np.testing.assert_allclose(got, want, atol=TOL, rtol=0, err_msg=arch)
+    # llama.cpp on the same file: the same logits (its own kernels and RoPE; fp32 weights and, to compare at
+    # this tolerance, an fp32 KV cache: its default f16 one moves these logits by up to 3e-3).
+    llama_cpp = pytest.importorskip("llama_cpp")
+    llm = llama_cpp.Llama(model_path=str(path), n_ctx=64, n_batch=64, logits_all=True, verbose=False,
+                          n_threads=1, type_k=llama_cpp.GGML_TYPE_F32, type_v=llama_cpp.GGML_TYPE_F32)
+    llm.eval(ids)
+    theirs = np.array(llm.scores[:len(ids)], dtype=np.float32)
+    np.testing.assert_allclose(got, theirs, atol=TOL, rtol=0, err_msg=f"{arch} llama.cpp")
+    # `convert MODEL.gguf DIR`: a directory transformers loads to the same model.
+    cli("convert", path, tmp_path / "back", "--to", "dense")
+    cfg = json.loads((tmp_path / "back" / "config.json").read_text())
+    assert cfg["model_type"] == arch
+    back = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "back"), dtype=torch.float32).eval()
+    np.testing.assert_allclose(logits_of(back, ids), want, atol=1e-5, rtol=0, err_msg=f"{arch} converted")
