@@ -96,85 +96,101 @@ TEST_F(PruneDecoder, PermutationsKeepTheFunction) {
   t_.kv = 2;
   t_.d = 8;
   t_.ffn = 48;
-  const DecoderModel m = tiny_model(g, t_);
-  write(m, config());
-  HfDir d = read_hf_dir(dir_.string());
-  PruneModelOptions o;
-  o.method = PruneMethod::kWanda;
-  o.permute = true;
-  o.permute_seconds = 0.2;
-  o.calibration_ids = sequences(g, 4);
-  const PruneModelReport r = prune_hf_decoder(d, o);
-  DecoderModel u = load_hf_decoder(d);  // becomes the undone model
-  const DecoderModel pruned = load_hf_decoder(d);
-  const int64_t H = t_.hidden, d_ = t_.d, group = t_.heads / t_.kv, q = t_.heads * d_, kv = t_.kv * d_;
-  int permuted = 0;
-  for (const PrunedWeight& pw : r.weights) {
-    const bool o_proj = pw.name.find("o_proj") != std::string::npos,
-               down = pw.name.find("down_proj") != std::string::npos;
-    ASSERT_EQ(!pw.perm.empty(), o_proj || down) << pw.name << ": " << pw.permutation;
-    if (pw.perm.empty()) continue;
-    ++permuted;
-    EXPECT_GE(pw.kept_permuted, pw.kept_identity - 1e-9) << pw.name;
-    const int64_t l = std::stoll(pw.name.substr(std::string("model.layers.").size()));
-    const int64_t k = static_cast<int64_t>(pw.perm.size());
-    std::vector<int64_t> inverse(k);
-    for (int64_t c = 0; c < k; ++c) inverse[pw.perm[c]] = c;
-    DecoderLayer& L = u.layers[l];
-    if (o_proj) {
-      EXPECT_NE(pw.permutation.find("v_proj"), std::string::npos) << pw.permutation;
-      // Within heads, and the same inside each group of query heads.
-      for (int64_t c = 0; c < k; ++c) {
-        ASSERT_EQ(pw.perm[c] / d_, c / d_) << "left its head";
-        ASSERT_EQ(pw.perm[c] % d_, pw.perm[(c / (d_ * group)) * d_ * group + c % d_] % d_) << "group differs";
-      }
-      std::vector<float> ow = weights_of(L.o);
-      permute_columns(ow.data(), H, k, inverse);
-      L.o.dense = ow;
-      L.o.pruned = false;
-      // V's rows: kv head v took the permutation of its query heads.
-      std::vector<float> qkv = weights_of(L.qkv);
-      std::vector<int64_t> vinv(kv);
-      for (int64_t v = 0; v < t_.kv; ++v)
-        for (int64_t c = 0; c < d_; ++c)
-          vinv[v * d_ + c] = inverse[v * group * d_ + c] - v * group * d_ + v * d_;
-      permute_rows(qkv.data() + (q + kv) * H, kv, H, vinv);
-      L.qkv.dense = qkv;
-      L.qkv.pruned = false;
-    } else {
-      EXPECT_NE(pw.permutation.find("gate_proj"), std::string::npos) << pw.permutation;
-      EXPECT_NE(pw.permutation.find("up_proj"), std::string::npos) << pw.permutation;
-      std::vector<float> dw = weights_of(L.down), gu = weights_of(L.gate_up);
-      permute_columns(dw.data(), H, k, inverse);
-      permute_rows(gu.data(), k, H, inverse);
-      permute_rows(gu.data() + k * H, k, H, inverse);
-      L.down.dense = dw;
-      L.down.pruned = false;
-      L.gate_up.dense = gu;
-      L.gate_up.pruned = false;
-    }
-  }
-  EXPECT_EQ(permuted, 2 * t_.layers);
-  // Undone, every kept weight is an original one at its original place.
-  for (int64_t l = 0; l < t_.layers; ++l)
-    for (int which = 0; which < 4; ++which) {
-      const std::vector<float> orig = joined(m, l, which), undone = joined(u, l, which);
-      for (size_t i = 0; i < orig.size(); ++i)
-        if (undone[i] != 0) {
-          ASSERT_EQ(undone[i], orig[i]) << "layer " << l << " linear " << which;
+  for (bool biases : {false, true}) {  // biases: V's and gate's/up's rows carry theirs along
+    SCOPED_TRACE(biases ? "biases" : "no biases");
+    t_.biases = biases;
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    const DecoderModel m = tiny_model(g, t_);
+    json cfg = config();
+    if (biases) cfg["attention_bias"] = cfg["mlp_bias"] = true;
+    write(m, cfg);
+    HfDir d = read_hf_dir(dir_.string());
+    PruneModelOptions o;
+    o.method = PruneMethod::kWanda;
+    o.permute = true;
+    o.permute_seconds = 0.2;
+    o.calibration_ids = sequences(g, 4);
+    const PruneModelReport r = prune_hf_decoder(d, o);
+    DecoderModel u = load_hf_decoder(d);  // becomes the undone model
+    const DecoderModel pruned = load_hf_decoder(d);
+    const int64_t H = t_.hidden, d_ = t_.d, group = t_.heads / t_.kv, q = t_.heads * d_, kv = t_.kv * d_;
+    int permuted = 0;
+    for (const PrunedWeight& pw : r.weights) {
+      const bool o_proj = pw.name.find("o_proj") != std::string::npos,
+                 down = pw.name.find("down_proj") != std::string::npos;
+      ASSERT_EQ(!pw.perm.empty(), o_proj || down) << pw.name << ": " << pw.permutation;
+      if (pw.perm.empty()) continue;
+      ++permuted;
+      EXPECT_GE(pw.kept_permuted, pw.kept_identity - 1e-9) << pw.name;
+      const int64_t l = std::stoll(pw.name.substr(std::string("model.layers.").size()));
+      const int64_t k = static_cast<int64_t>(pw.perm.size());
+      std::vector<int64_t> inverse(k);
+      for (int64_t c = 0; c < k; ++c) inverse[pw.perm[c]] = c;
+      DecoderLayer& L = u.layers[l];
+      if (o_proj) {
+        EXPECT_NE(pw.permutation.find("v_proj"), std::string::npos) << pw.permutation;
+        // Within heads, and the same inside each group of query heads.
+        for (int64_t c = 0; c < k; ++c) {
+          ASSERT_EQ(pw.perm[c] / d_, c / d_) << "left its head";
+          ASSERT_EQ(pw.perm[c] % d_, pw.perm[(c / (d_ * group)) * d_ * group + c % d_] % d_)
+              << "group differs";
         }
+        std::vector<float> ow = weights_of(L.o);
+        permute_columns(ow.data(), H, k, inverse);
+        L.o.dense = ow;
+        L.o.pruned = false;
+        // V's rows: kv head v took the permutation of its query heads.
+        std::vector<float> qkv = weights_of(L.qkv);
+        std::vector<int64_t> vinv(kv);
+        for (int64_t v = 0; v < t_.kv; ++v)
+          for (int64_t c = 0; c < d_; ++c)
+            vinv[v * d_ + c] = inverse[v * group * d_ + c] - v * group * d_ + v * d_;
+        permute_rows(qkv.data() + (q + kv) * H, kv, H, vinv);
+        if (biases) permute_rows(L.qkv.bias.data() + q + kv, kv, 1, vinv);
+        L.qkv.dense = qkv;
+        L.qkv.pruned = false;
+      } else {
+        EXPECT_NE(pw.permutation.find("gate_proj"), std::string::npos) << pw.permutation;
+        EXPECT_NE(pw.permutation.find("up_proj"), std::string::npos) << pw.permutation;
+        std::vector<float> dw = weights_of(L.down), gu = weights_of(L.gate_up);
+        permute_columns(dw.data(), H, k, inverse);
+        permute_rows(gu.data(), k, H, inverse);
+        permute_rows(gu.data() + k * H, k, H, inverse);
+        if (biases) {
+          permute_rows(L.gate_up.bias.data(), k, 1, inverse);
+          permute_rows(L.gate_up.bias.data() + k, k, 1, inverse);
+        }
+        L.down.dense = dw;
+        L.down.pruned = false;
+        L.gate_up.dense = gu;
+        L.gate_up.pruned = false;
+      }
     }
-  const std::vector<int32_t> ids = random_ids(g, 12, t_.vocab);
-  const std::vector<double> want = ref_forward(u, ids);
-  for (Mode mode : {Mode::kDense, Mode::kSparse}) {
-    DecoderOptions dopt;
-    dopt.mode = mode;
-    Decoder dec(pruned, dopt);
-    EXPECT_EQ(dec.sparse_linears(), mode == Mode::kSparse ? 4 * t_.layers : 0);
-    std::vector<float> all(ids.size() * t_.vocab);
-    dec.forward(ids.data(), 12, all.data(), true);
-    for (size_t i = 0; i < all.size(); ++i) ASSERT_NEAR(all[i], want[i], 2e-4) << "logit " << i;
+    EXPECT_EQ(permuted, 2 * t_.layers);
+    // Undone, every kept weight is an original one at its original place.
+    for (int64_t l = 0; l < t_.layers; ++l)
+      for (int which = 0; which < 4; ++which) {
+        const std::vector<float> orig = joined(m, l, which), undone = joined(u, l, which);
+        for (size_t i = 0; i < orig.size(); ++i)
+          if (undone[i] != 0) {
+            ASSERT_EQ(undone[i], orig[i]) << "layer " << l << " linear " << which;
+          }
+        EXPECT_EQ(gemm(u, l, which).bias, gemm(const_cast<DecoderModel&>(m), l, which).bias);
+      }
+    const std::vector<int32_t> ids = random_ids(g, 12, t_.vocab);
+    const std::vector<double> want = ref_forward(u, ids);
+    for (Mode mode : {Mode::kDense, Mode::kSparse}) {
+      DecoderOptions dopt;
+      dopt.mode = mode;
+      Decoder dec(pruned, dopt);
+      EXPECT_EQ(dec.sparse_linears(), mode == Mode::kSparse ? 4 * t_.layers : 0);
+      std::vector<float> all(ids.size() * t_.vocab);
+      dec.forward(ids.data(), 12, all.data(), true);
+      for (size_t i = 0; i < all.size(); ++i) ASSERT_NEAR(all[i], want[i], 2e-4) << "logit " << i;
+    }
   }
+  t_.biases = false;
 }
 
 // SparseGPT minimizes each Linear's output error on its calibration inputs: below magnitude's on the
