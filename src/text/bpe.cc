@@ -1,9 +1,11 @@
 // Byte-level BPE, the pipeline of Hugging Face `tokenizers` (Tokenizer::encode for one sequence) and of
 // llama.cpp's gpt2-type vocabularies:
 //   1. added tokens are found in the raw text (leftmost, longest first) and become ids of their own;
-//   2. every other piece is pre-tokenized: with Digits, each numeric character is a piece of its own; then
-//      the GPT-2 regex 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ cuts each
-//      piece (matched by hand over HF's own character classes, measured: hf_bpe_classes.inc);
+//   2. every other piece is pre-tokenized (after NFC, when the normalizer says so): with Digits, each numeric
+//      character is a piece of its own; then the GPT-2 regex
+//      's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ cuts each piece, or a
+//      Split pre-tokenizer's Llama 3 / Qwen2 regex (kLlama3Pattern below) does (both matched by hand over
+//      HF's own character classes, measured: hf_bpe_classes.inc);
 //   3. each word's bytes become the GPT-2 byte-to-unicode characters, one symbol each, and the adjacent pair
 //      of lowest merge rank (leftmost among equals) is merged until no pair has a rank;
 //   4. truncation, then the post-processor's special tokens around the sequence.
@@ -12,6 +14,7 @@
 #include <utf8proc.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <queue>
@@ -159,6 +162,84 @@ void gpt2_split(const std::vector<Char>& ch, size_t a, size_t b,
   }
 }
 
+// The Split pre-tokenizers this file matches: their regexes exactly as tokenizer.json spells them.
+// Llama 3's (and llama.cpp's "llama-bpe"); Qwen2's differs only in taking digits one at a time.
+constexpr const char* kLlama3Pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr const char* kQwen2Pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+// That regex over characters [a, b) of `ch` (max_digits: 3 for Llama 3, 1 for Qwen2), matches appended as
+// character ranges; the alternatives in the regex's order, each with the backtracking it would do.
+void pattern_split(const std::vector<Char>& ch, size_t a, size_t b, size_t max_digits,
+                   std::vector<std::pair<size_t, size_t>>& out) {
+  // (?i:...) folds case: ASCII, and U+017F (long s) folds to s.
+  auto fold = [](char32_t c) -> char32_t { return c >= U'A' && c <= U'Z' ? c + 32 : c == 0x17F ? U's' : c; };
+  auto newline = [](char32_t c) { return c == U'\r' || c == U'\n'; };
+  size_t i = a;
+  while (i < b) {
+    const char32_t c = ch[i].cp;
+    // (?i:'s|'t|'re|'ve|'m|'ll|'d)
+    if (c == U'\'' && i + 1 < b) {
+      const char32_t n1 = fold(ch[i + 1].cp);
+      if (n1 == U's' || n1 == U't' || n1 == U'm' || n1 == U'd') {
+        out.emplace_back(i, i + 2);
+        i += 2;
+        continue;
+      }
+      if (i + 2 < b) {
+        const char32_t n2 = fold(ch[i + 2].cp);
+        if ((n1 == U'r' && n2 == U'e') || (n1 == U'v' && n2 == U'e') || (n1 == U'l' && n2 == U'l')) {
+          out.emplace_back(i, i + 3);
+          i += 3;
+          continue;
+        }
+      }
+    }
+    // [^\r\n\p{L}\p{N}]?\p{L}+ : one character that is none of those may lead a letter run
+    size_t start = i;
+    if (ch[i].cls != Cls::kLetter && ch[i].cls != Cls::kNumber && !newline(c) && i + 1 < b &&
+        ch[i + 1].cls == Cls::kLetter)
+      start = i + 1;
+    if (ch[start].cls == Cls::kLetter) {
+      size_t k = start;
+      while (k < b && ch[k].cls == Cls::kLetter) ++k;
+      out.emplace_back(i, k);
+      i = k;
+      continue;
+    }
+    // \p{N}{1,max_digits}
+    if (ch[i].cls == Cls::kNumber) {
+      size_t k = i;
+      while (k < b && k - i < max_digits && ch[k].cls == Cls::kNumber) ++k;
+      out.emplace_back(i, k);
+      i = k;
+      continue;
+    }
+    //  ?[^\s\p{L}\p{N}]+[\r\n]*
+    start = c == U' ' && i + 1 < b && ch[i + 1].cls == Cls::kOther ? i + 1 : i;
+    if (ch[start].cls == Cls::kOther) {
+      size_t k = start;
+      while (k < b && ch[k].cls == Cls::kOther) ++k;
+      while (k < b && newline(ch[k].cp)) ++k;
+      out.emplace_back(i, k);
+      i = k;
+      continue;
+    }
+    // A whitespace run. \s*[\r\n]+ : up to its last CR or LF, if it has one.
+    size_t k = i, last_newline = b;
+    for (; k < b && ch[k].cls == Cls::kSpace; ++k)
+      if (newline(ch[k].cp)) last_newline = k;
+    if (last_newline < b) k = last_newline + 1;
+    // \s+(?!\S) | \s+ : without one, leaving its last character to the next match when a non-space
+    // follows (and the run is longer than one)
+    else if (k < b && k - i >= 2)
+      --k;
+    out.emplace_back(i, k);
+    i = k;
+  }
+}
+
 struct MergeKeyHash {
   size_t operator()(uint64_t k) const { return std::hash<uint64_t>{}(k * 0x9E3779B97F4A7C15ull); }
 };
@@ -183,6 +264,8 @@ struct ByteBpe::Impl {
   int32_t byte_id[256];  // the token of each single byte (-1 if the vocabulary lacks it: the byte is dropped)
   std::vector<AddedToken> added;
   std::vector<std::vector<size_t>> added_by_first_byte = std::vector<std::vector<size_t>>(256);
+  enum class Regex { kGpt2, kLlama3, kQwen2 } regex = Regex::kGpt2;  // GPT-2's, or a Split's pattern
+  bool nfc = false;                                                  // the NFC normalizer
   bool digits = false;                  // Digits(individual_digits) before the regex
   bool add_prefix_space = false;        // ByteLevel.add_prefix_space
   bool ignore_merges = false;           // a word that is a token is not merged from its bytes
@@ -255,6 +338,15 @@ struct ByteBpe::Impl {
 
   // The pre-tokenized words of a text piece, as byte ranges of `s`.
   void words(std::string_view s, std::vector<std::string>& out) const {
+    std::string normalized;
+    if (nfc) {  // invalid UTF-8 (which Python strings never hold) is left as it is
+      const std::string text(s);
+      if (utf8proc_uint8_t* n = utf8proc_NFC(reinterpret_cast<const utf8proc_uint8_t*>(text.c_str()))) {
+        normalized = reinterpret_cast<const char*>(n);
+        std::free(n);
+        s = normalized;
+      }
+    }
     std::vector<Char> ch;
     std::vector<std::pair<size_t, size_t>> ranges;
     auto regex_piece = [&](std::string_view piece) {
@@ -265,7 +357,10 @@ struct ByteBpe::Impl {
       }
       chars_of(piece, ch);
       ranges.clear();
-      gpt2_split(ch, 0, ch.size(), ranges);
+      if (regex == Regex::kGpt2)
+        gpt2_split(ch, 0, ch.size(), ranges);
+      else
+        pattern_split(ch, 0, ch.size(), regex == Regex::kLlama3 ? 3 : 1, ranges);
       for (const auto& [a, b] : ranges)
         out.emplace_back(piece.substr(ch[a].begin, ch[b - 1].end - ch[a].begin));
     };
@@ -370,6 +465,30 @@ void byte_level(const json& p, ByteBpe::Impl& m, const std::string& where) {
     fail(m.what, where + ".use_regex false is not supported");
 }
 
+// Sequence[Split(Regex, Isolated), ByteLevel(use_regex false)]: Llama 3's or Qwen2's pattern, nothing else.
+void split_pretokenizer(const json& split, const json& bl, ByteBpe::Impl& m) {
+  const std::string where = "pre_tokenizer.pretokenizers[0]";
+  const json* pattern = member(split, "pattern");
+  const json* regex = pattern && pattern->is_object() ? member(*pattern, "Regex") : nullptr;
+  if (!regex || !regex->is_string()) fail(m.what, where + ".pattern must be {\"Regex\": ...}");
+  const std::string& p = regex->get_ref<const std::string&>();
+  if (p == kLlama3Pattern)
+    m.regex = ByteBpe::Impl::Regex::kLlama3;
+  else if (p == kQwen2Pattern)
+    m.regex = ByteBpe::Impl::Regex::kQwen2;
+  else
+    fail(m.what, where + ".pattern '" + printable(p) + "' is not supported (Llama 3's and Qwen2's are)");
+  const json* behavior = member(split, "behavior");
+  if (!behavior || *behavior != "Isolated" || get_bool(split, "invert", false, m.what, where))
+    fail(m.what, where + " must have behavior Isolated and invert false");
+  const std::string bwhere = "pre_tokenizer.pretokenizers[1]";
+  if (type_of(bl, m.what, bwhere) != "ByteLevel")
+    fail(m.what, "pre_tokenizer Sequence[Split, ...] must end with ByteLevel");
+  if (get_bool(bl, "use_regex", true, m.what, bwhere) ||
+      get_bool(bl, "add_prefix_space", true, m.what, bwhere))
+    fail(m.what, bwhere + " after a Split must have use_regex and add_prefix_space false");
+}
+
 }  // namespace
 
 namespace {
@@ -454,27 +573,33 @@ std::shared_ptr<ByteBpe::Impl> parse_json(std::string_view text, const std::stri
     }
   }
 
-  if (const json* n = member(j, "normalizer"))
-    fail(what,
-         "normalizer '" + printable(type_of(*n, what, "normalizer")) + "' is not supported (only null)");
+  if (const json* n = member(j, "normalizer")) {
+    if (type_of(*n, what, "normalizer") != "NFC")
+      fail(what,
+           "normalizer '" + printable(type_of(*n, what, "normalizer")) + "' is not supported (null, NFC)");
+    m->nfc = true;
+  }
   const json* pre = member(j, "pre_tokenizer");
   if (!pre) fail(what, "pre_tokenizer is missing (ByteLevel is required)");
   const std::string ptype = type_of(*pre, what, "pre_tokenizer");
   if (ptype == "ByteLevel") {
     byte_level(*pre, *m, "pre_tokenizer");
+  } else if (const json* list = member(*pre, "pretokenizers");
+             ptype == "Sequence" && list && list->is_array() && list->size() == 2 &&
+             type_of((*list)[0], what, "pre_tokenizer.pretokenizers[0]") == "Split") {
+    split_pretokenizer((*list)[0], (*list)[1], *m);
   } else if (ptype == "Sequence") {
-    const json* list = member(*pre, "pretokenizers");
     if (!list || !list->is_array() || list->size() != 2 ||
         type_of((*list)[0], what, "pre_tokenizer.pretokenizers[0]") != "Digits" ||
         type_of((*list)[1], what, "pre_tokenizer.pretokenizers[1]") != "ByteLevel")
-      fail(what, "pre_tokenizer Sequence is supported only as [Digits, ByteLevel]");
+      fail(what, "pre_tokenizer Sequence is supported only as [Digits, ByteLevel] or [Split, ByteLevel]");
     if (!get_bool((*list)[0], "individual_digits", false, what, "pre_tokenizer.pretokenizers[0]"))
       fail(what, "pre_tokenizer Digits is supported only with individual_digits true");
     m->digits = true;
     byte_level((*list)[1], *m, "pre_tokenizer.pretokenizers[1]");
   } else {
     fail(what, "pre_tokenizer '" + printable(ptype) +
-                   "' is not supported (ByteLevel, Sequence[Digits, ByteLevel])");
+                   "' is not supported (ByteLevel, Sequence[Digits, ByteLevel], Sequence[Split, ByteLevel])");
   }
   if (const json* d = member(j, "decoder"); d && type_of(*d, what, "decoder") != "ByteLevel")
     fail(what, "decoder '" + printable(type_of(*d, what, "decoder")) + "' is not supported (only ByteLevel)");
@@ -570,11 +695,19 @@ ByteBpe ByteBpe::from_gguf(const Gguf& g, const std::string& what) {
     const GgufValue* pre_v = g.find("tokenizer.ggml.pre");
     if (!pre_v) fail(what, "tokenizer.ggml.pre is missing (the pre-tokenizer is unknown)");
     const std::string& pre = g.get_string("tokenizer.ggml.pre");
-    if (pre == "smollm" || pre == "starcoder" || pre == "refact")
+    // llama.cpp's names for the pre-tokenizers built here (llama-vocab.cpp); llama-bpe also ignores merges.
+    if (pre == "smollm" || pre == "starcoder" || pre == "refact") {
       m->digits = true;
-    else if (pre != "gpt-2")
-      fail(what,
-           "tokenizer.ggml.pre '" + printable(pre) + "' is not supported (smollm, starcoder, refact, gpt-2)");
+    } else if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3") {
+      m->regex = Impl::Regex::kLlama3;
+      m->ignore_merges = true;
+    } else if (pre == "qwen2" || pre == "deepseek-r1-qwen") {
+      m->regex = Impl::Regex::kQwen2;  // without the NFC of Qwen2's tokenizer.json, as llama.cpp
+    } else if (pre != "gpt-2") {
+      fail(what, "tokenizer.ggml.pre '" + printable(pre) +
+                     "' is not supported (smollm, starcoder, refact, gpt-2, llama-bpe, llama3, qwen2, "
+                     "deepseek-r1-qwen)");
+    }
     const std::vector<std::string>& tokens = g.get_strings("tokenizer.ggml.tokens");
     if (tokens.size() > static_cast<size_t>(INT32_MAX)) fail(what, "too many tokens");
     const std::vector<int64_t>* types = nullptr;
@@ -718,7 +851,19 @@ std::string ByteBpe::to_json() const {
                            {"trim_offsets", true},
                            {"use_regex", true}};
   json pre = byte_level;
-  if (m.digits)
+  if (m.regex != Impl::Regex::kGpt2)
+    pre = {{"type", "Sequence"},
+           {"pretokenizers",
+            json::array(
+                {{{"type", "Split"},
+                  {"pattern", {{"Regex", m.regex == Impl::Regex::kLlama3 ? kLlama3Pattern : kQwen2Pattern}}},
+                  {"behavior", "Isolated"},
+                  {"invert", false}},
+                 {{"type", "ByteLevel"},
+                  {"add_prefix_space", false},
+                  {"trim_offsets", false},
+                  {"use_regex", false}}})}};
+  else if (m.digits)
     pre = {{"type", "Sequence"},
            {"pretokenizers", json::array({{{"type", "Digits"}, {"individual_digits", true}}, byte_level})}};
   json post = byte_level;
@@ -742,7 +887,7 @@ std::string ByteBpe::to_json() const {
                   {"truncation", nullptr},
                   {"padding", nullptr},
                   {"added_tokens", added},
-                  {"normalizer", nullptr},
+                  {"normalizer", m.nfc ? json{{"type", "NFC"}} : json(nullptr)},
                   {"pre_tokenizer", pre},
                   {"post_processor", post},
                   {"decoder", byte_level},

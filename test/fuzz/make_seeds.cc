@@ -228,12 +228,24 @@ int main(int argc, char** argv) {
     const std::vector<std::string> merges = {"a b", "ab c", "\xc4\xa0 a", "1 2"};
     nlohmann::json vocab = nlohmann::json::object();
     for (size_t i = 0; i < tokens.size(); ++i) vocab[tokens[i]] = i;
-    for (bool digits : {false, true}) {
+    // Qwen2's Split pre-tokenizer (the fuzzer mutates the pattern too: anything else is refused).
+    const nlohmann::json split = {
+        {"type", "Sequence"},
+        {"pretokenizers",
+         {{{"type", "Split"},
+           {"pattern",
+            {{"Regex",
+              R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"}}},
+           {"behavior", "Isolated"}},
+          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
+    for (const char* kind : {"json", "json_digits", "json_split"}) {
+      const bool digits = std::string(kind) == "json_digits";
       nlohmann::json bl = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
       nlohmann::json pre =
           digits ? nlohmann::json{{"type", "Sequence"},
                                   {"pretokenizers", {{{"type", "Digits"}, {"individual_digits", true}}, bl}}}
                  : bl;
+      if (std::string(kind) == "json_split") pre = split;
       nlohmann::json j = {{"added_tokens", {{{"id", 9}, {"content", "<s>"}, {"special", true}}}},
                           {"pre_tokenizer", pre},
                           {"post_processor",
@@ -245,7 +257,14 @@ int main(int argc, char** argv) {
       const std::string text = j.dump();
       std::vector<uint8_t> b = {0};
       b.insert(b.end(), text.begin(), text.end());
-      put(out / "bpe", digits ? "json_digits" : "json", b);
+      if (std::string(kind) == "json_split") {
+        nlohmann::json k = nlohmann::json::parse(text);
+        k["normalizer"] = {{"type", "NFC"}};
+        const std::string t2 = k.dump();
+        b.assign(1, 0);
+        b.insert(b.end(), t2.begin(), t2.end());
+      }
+      put(out / "bpe", kind, b);
     }
     Gguf g;
     g.metadata = {
@@ -256,10 +275,13 @@ int main(int argc, char** argv) {
         {"tokenizer.ggml.merges", GgufValue::of_strings(merges)},
         {"tokenizer.ggml.bos_token_id", GgufValue::of_int(GgufType::kU32, 9)},
         {"tokenizer.ggml.add_bos_token", GgufValue::of_int(GgufType::kBool, 1)}};
-    std::vector<uint8_t> b = {1};
-    const std::vector<uint8_t> file = encode_gguf(g);
-    b.insert(b.end(), file.begin(), file.end());
-    put(out / "bpe", "gguf", b);
+    for (const char* pre : {"smollm", "llama-bpe"}) {
+      g.metadata[1].second = GgufValue::of_string(pre);
+      std::vector<uint8_t> b = {1};
+      const std::vector<uint8_t> file = encode_gguf(g);
+      b.insert(b.end(), file.begin(), file.end());
+      put(out / "bpe", std::string("gguf_") + pre, b);
+    }
   }
 
   // gguf_decoder: a tiny llama (hidden 8, 2 heads / 1 KV head of 4, FFN 8, vocab 6, 1 layer), F32 and Q8_0
@@ -302,6 +324,23 @@ int main(int argc, char** argv) {
     add("blk.0.ffn_up.weight", {8, 8});
     add("blk.0.ffn_down.weight", {8, 8});
     put(out / "gguf_decoder", "tiny_llama", encode_gguf(g));
+    // The same as Qwen2 (Q, K, V biases) and Qwen3 (Q/K norms): their ARCH.* keys and extra tensors.
+    const Gguf llama = g;
+    for (const std::string arch : {"qwen2", "qwen3"}) {
+      g = llama;
+      for (auto& [key, value] : g.metadata)
+        if (key.rfind("llama.", 0) == 0) key = arch + key.substr(5);
+      g.metadata[0].second = GgufValue::of_string(arch);
+      if (arch == "qwen2") {
+        add("blk.0.attn_q.bias", {8});
+        add("blk.0.attn_k.bias", {4});
+        add("blk.0.attn_v.bias", {4});
+      } else {
+        add("blk.0.attn_q_norm.weight", {4});
+        add("blk.0.attn_k_norm.weight", {4});
+      }
+      put(out / "gguf_decoder", "tiny_" + arch, encode_gguf(g));
+    }
   }
 
   // tokenizer: a small BERT-like tokenizer.json and an MPNet-like one (RobertaProcessing, lstrip <mask>)

@@ -17,6 +17,13 @@
 namespace sparse24::cli {
 
 // The lines of a text file (a trailing \r dropped; a last line without \n kept).
+// A `--text S...` option: any number of texts, each taken as it is (CLI11 would otherwise split a value
+// written "[a, b]" into the list a, b for an option taking several values).
+inline CLI::Option* add_texts_option(CLI::App* cmd, const std::string& name, std::vector<std::string>& texts,
+                                     const std::string& help) {
+  return cmd->add_option(name, texts, help)->allow_extra_args(false)->expected(1, 1 << 20);
+}
+
 inline std::vector<std::string> read_lines(const std::string& path) {
   const std::vector<uint8_t> b = read_file(path);
   std::vector<std::string> lines;

@@ -263,7 +263,7 @@ void register_embed(CLI::App& app) {
       "embed", "Sentence embeddings from a Hugging Face / sentence-transformers encoder (BERT, MPNet)");
   cmd->add_option("model", o->model, "model directory (config.json, model.safetensors, tokenizer)")
       ->required();
-  cmd->add_option("--text", o->text, "texts to embed");
+  add_texts_option(cmd, "--text", o->text, "texts to embed");
   cmd->add_option("--input", o->input, "file with one text per line");
   cmd->add_option("-o,--output", o->output, "embeddings .npy [texts, dim] (default: JSON lines on stdout)");
   cmd->add_option("--batch", o->batch, "texts per engine call")->check(CLI::Range(1, 4096));

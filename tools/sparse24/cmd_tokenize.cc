@@ -8,6 +8,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
+#include "cli_util.h"
 #include "commands.h"
 #include "sparse24/error.h"
 #include "sparse24/gguf.h"
@@ -65,7 +66,7 @@ void register_tokenize(CLI::App& app) {
   cmd->add_option("model", o->dir,
                   "directory with tokenizer.json (or vocab.txt + tokenizer_config.json), or a GGUF file")
       ->required();
-  auto* text = cmd->add_option("--text", o->texts, "texts to tokenize (one output line each)");
+  auto* text = add_texts_option(cmd, "--text", o->texts, "texts to tokenize (one output line each)");
   auto* input = cmd->add_option("--input", o->input, "UTF-8 file: one text per line ('\\n' ends a line)");
   text->excludes(input);
   cmd->add_option("--max-length", o->max_length, "truncate to L tokens including the special ones (0 = none)")

@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""Byte-level BPE with Llama 3's and Qwen2's Split pre-tokenizers: sparse24 against Hugging Face `tokenizers`
+and against llama.cpp.
+
+No Llama 3 or Qwen tokenizer ships in the project's packages, so `tokenizers` trains one of each here on the
+King James Bible with exactly their tokenizer.json settings (the Split regex, ByteLevel without its own
+regex; Llama 3's ignore_merges and BOS template; Qwen2's NFC normalizer). Then, for every verse, every line
+of unicode_edge_cases.txt and 3,000 seeded random strings built from the regex's corner cases (contractions
+in both cases and with U+017F, CR/LF runs, digit runs, mixed whitespace, decomposed accents):
+  1. `sparse24 tokenize DIR` gives the ids `tokenizers` gives;
+  2. the same vocabulary as a GGUF file (tokenizer.ggml.pre "llama-bpe" / "qwen2", as llama.cpp's
+     converter writes them) gives through `sparse24 tokenize FILE.gguf` the ids llama.cpp (llama-cpp-python)
+     gives; and those equal `tokenizers`' on every text whose NFC form is itself (llama.cpp does not
+     normalize);
+  3. `sparse24 convert`'s tokenizer.json writer (to_json) is read back by `tokenizers` to the same ids.
+Exit 0 when all agree, 1 naming the first difference.
+
+  .venv/bin/python test/text/compare_split_tokenizers.py --sparse24 build/sparse24 \\
+      --corpus build/kjv_verses.txt --edge test/text/unicode_edge_cases.txt --work DIR
+"""
+import argparse
+import json
+import pathlib
+import random
+import shutil
+import subprocess
+import sys
+import unicodedata
+
+PATTERNS = {
+    "llama3": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    "qwen2": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+}
+GGUF_PRE = {"llama3": "llama-bpe", "qwen2": "qwen2"}
+SPECIALS = {"llama3": ["<|begin_of_text|>", "<|end_of_text|>"], "qwen2": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]}
+PIECES = ["'s", "'S", "'ll", "'LL", "'Re", "'ve", "'m", "'d", "'t", "'\u017f", "'", "''", " ", "  ", "   ", "\t",
+          "\n", "\r\n", "\r", "\n\n", " \n", "\n ", " \r\n\t", "\u00a0", "\u3000", "\u2028", "1", "12", "123", "12345",
+          "\u0663\u0664", "x", "Hello", "world", "LORD", "\u01c5", "!", "!!", "...", "?!", "\u00bf", "-", "--",
+          "\u00e9", "e\u0301", "A\u030a", "\u4e2d\u6587", "\U0001f642", "\u00bd", "\u2167", "_", "__init__",
+          "<|im_start|>", "<|begin_of_text|>"]
+
+
+def train(kind, verses, out):
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    tok = Tokenizer(models.BPE(ignore_merges=kind == "llama3"))
+    if kind == "qwen2":
+        tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(PATTERNS[kind]), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=3000, special_tokens=SPECIALS[kind],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(verses, trainer)
+    if kind == "llama3":
+        bos = SPECIALS[kind][0]
+        tok.post_processor = processors.TemplateProcessing(single=f"{bos} $A", special_tokens=[(bos, tok.token_to_id(bos))])
+    out.mkdir(parents=True, exist_ok=True)
+    tok.save(str(out / "tokenizer.json"))
+    # tokenizers' JSON of the Split regex must be the pattern as Llama 3's / Qwen2's files spell it.
+    saved = json.loads((out / "tokenizer.json").read_text())
+    assert saved["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] == PATTERNS[kind]
+    return tok
+
+
+def write_gguf(kind, tok, path):
+    import gguf
+    w = gguf.GGUFWriter(str(path), "llama")
+    vocab = json.loads(tok.to_str())["model"]
+    ids = sorted(tok.get_vocab(with_added_tokens=True).items(), key=lambda kv: kv[1])
+    w.add_block_count(1)
+    w.add_context_length(64)
+    w.add_embedding_length(8)
+    w.add_feed_forward_length(16)
+    w.add_head_count(2)
+    w.add_head_count_kv(2)
+    w.add_layer_norm_rms_eps(1e-5)
+    # A one-layer model around the vocabulary, so that `convert` (and llama.cpp) take the file whole.
+    import numpy as np
+    g = np.random.default_rng(0)
+    shapes = {"token_embd.weight": (len(ids), 8), "output_norm.weight": (8,), "blk.0.attn_norm.weight": (8,),
+              "blk.0.ffn_norm.weight": (8,), "blk.0.attn_q.weight": (8, 8), "blk.0.attn_k.weight": (8, 8),
+              "blk.0.attn_v.weight": (8, 8), "blk.0.attn_output.weight": (8, 8), "blk.0.ffn_gate.weight": (16, 8),
+              "blk.0.ffn_up.weight": (16, 8), "blk.0.ffn_down.weight": (8, 16)}
+    for name, shape in shapes.items():
+        w.add_tensor(name, g.normal(0, 0.1, shape).astype(np.float32))
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(GGUF_PRE[kind])
+    w.add_token_list([t for t, _ in ids])
+    w.add_token_types([3 if t in SPECIALS[kind] else 1 for t, _ in ids])
+    w.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in vocab["merges"]])
+    w.add_bos_token_id(tok.token_to_id(SPECIALS[kind][0]))
+    w.add_eos_token_id(tok.token_to_id(SPECIALS[kind][-1]))
+    w.add_add_bos_token(kind == "llama3")
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def sparse24_ids(bin_, model, texts):
+    out = []
+    for i in range(0, len(texts), 500):
+        # --text=T: a text may start with '-'.
+        r = subprocess.run([bin_, "tokenize", str(model), *[f"--text={t}" for t in texts[i:i + 500]]],
+                           capture_output=True)
+        if r.returncode != 0:
+            sys.exit(f"FAIL: sparse24 tokenize {model}: {r.stderr.decode(errors='replace')}")
+        out += [json.loads(x) for x in r.stdout.decode().split("\n") if x]
+    if len(out) != len(texts):
+        sys.exit(f"FAIL: sparse24 tokenize {model} printed {len(out)} lines for {len(texts)} texts")
+    return out
+
+
+def first_difference(what, texts, ours, theirs, tok=None):
+    for t, x, y in zip(texts, ours, theirs):
+        if x != y:
+            print(f"FAIL: {what}: {t!r}\n  sparse24: {x}\n  theirs:   {y}")
+            if tok is not None:
+                print(f"  tokens: {tok.encode(t).tokens}")
+            return True
+    return False
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sparse24", required=True)
+    ap.add_argument("--corpus", required=True)
+    ap.add_argument("--edge", required=True)
+    ap.add_argument("--work", required=True)
+    a = ap.parse_args()
+    try:
+        import llama_cpp
+        import tokenizers
+    except ImportError as e:
+        print(f"missing: {e}")
+        return 1
+    work = pathlib.Path(a.work)
+    shutil.rmtree(work, ignore_errors=True)  # convert refuses an existing output directory
+    verses = pathlib.Path(a.corpus).read_text(encoding="utf-8").split("\n")
+    verses = [v for v in verses if v]
+    edge = [x for x in pathlib.Path(a.edge).read_text(encoding="utf-8").split("\n") if x]
+    rng = random.Random(20261125)
+    stress = ["".join(rng.choice(PIECES) for _ in range(rng.randint(1, 12))) for _ in range(3000)]
+    texts = verses + edge + stress
+    failed = False
+    for kind in PATTERNS:
+        tok = train(kind, verses[:20000], work / kind)
+        theirs = [e.ids for e in tok.encode_batch(texts)]
+        ours = sparse24_ids(a.sparse24, work / kind, texts)
+        failed |= first_difference(f"{kind} directory vs tokenizers", texts, ours, theirs, tok)
+        gguf_path = work / f"{kind}.gguf"
+        write_gguf(kind, tok, gguf_path)
+        ours_gguf = sparse24_ids(a.sparse24, gguf_path, texts)
+        llm = llama_cpp.Llama(model_path=str(gguf_path), vocab_only=True, verbose=False)
+        cpp = [llm.tokenize(t.encode("utf-8"), add_bos=kind == "llama3", special=True) for t in texts]
+        failed |= first_difference(f"{kind} GGUF vs llama.cpp", texts, ours_gguf, cpp)
+        nfc = [i for i, t in enumerate(texts) if unicodedata.normalize("NFC", t) == t]
+        failed |= first_difference(f"{kind} GGUF vs tokenizers (NFC texts)", [texts[i] for i in nfc],
+                                   [ours_gguf[i] for i in nfc], [theirs[i] for i in nfc], tok)
+        # The tokenizer.json sparse24 writes (convert MODEL.gguf DIR), read by tokenizers.
+        back = work / f"{kind}-back"
+        r = subprocess.run([a.sparse24, "convert", str(gguf_path), str(back), "--to", "dense"], capture_output=True)
+        if r.returncode != 0:
+            sys.exit(f"FAIL: sparse24 convert {gguf_path}: {r.stderr.decode(errors='replace')}")
+        written = tokenizers.Tokenizer.from_file(str(back / "tokenizer.json"))
+        failed |= first_difference(f"{kind} written tokenizer.json vs the GGUF", texts,
+                                   [e.ids for e in written.encode_batch(texts)], ours_gguf)
+        if not failed:
+            print(f"{kind}: {len(texts)} texts identical (directory vs tokenizers, GGUF vs llama.cpp, "
+                  f"GGUF vs tokenizers on {len(nfc)} NFC texts)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
