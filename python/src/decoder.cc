@@ -188,7 +188,7 @@ class PyDecoder {
   // when `feed` and the cache has room, which the return's second says. With busy_ held.
   std::pair<int32_t, bool> next_token(float temperature, float top_p, uint64_t& state, bool feed) {
     int32_t next = sample_token(logits_.data(), vocab_, temperature, top_p, state);
-    if (next == bpe_->eos_id()) return {-1, false};
+    if (bpe_->ends_reply(next)) return {-1, false};
     if (!feed || dec_->position() >= dec_->capacity()) return {next, false};
     dec_->forward(&next, 1, logits_.data());
     return {next, true};

@@ -271,6 +271,7 @@ struct ByteBpe::Impl {
   bool ignore_merges = false;           // a word that is a token is not merged from its bytes
   std::vector<int32_t> prefix, suffix;  // the post-processor's specials around the sequence
   int32_t bos = -1, eos = -1;
+  std::vector<int32_t> stops;  // besides eos, ids that end a generated reply (stops())
 
   void add_token(int32_t id, std::string tok) {
     if (static_cast<size_t>(id) >= tokens.size()) {
@@ -676,6 +677,19 @@ ByteBpe ByteBpe::from_dir(const std::string& dir) {
     m->bos = config_token(cfg, "bos_token", *m, cpath);
     m->eos = config_token(cfg, "eos_token", *m, cpath);
   }
+  // What transformers' generate stops at: eos_token_id, an id or a list, of generation_config.json (Llama 3
+  // Instruct: end_of_text, eom, eot) and config.json.
+  for (const char* name : {"generation_config.json", "config.json"}) {
+    const std::string path = dir + "/" + name;
+    if (!std::filesystem::exists(path)) continue;
+    const std::vector<uint8_t> cbytes = read_file(path);
+    const json cfg = json::parse(cbytes.begin(), cbytes.end(), nullptr, false);
+    if (cfg.is_discarded() || !cfg.is_object()) fail(path, "not a JSON object");
+    const json* ids = member(cfg, "eos_token_id");
+    if (!ids) continue;
+    for (const json& id : ids->is_array() ? *ids : json::array({*ids}))
+      m->stops.push_back(to_id(id, path, "eos_token_id", m->tokens.size()));
+  }
   return ByteBpe(m);
 }
 
@@ -749,6 +763,8 @@ ByteBpe ByteBpe::from_gguf(const Gguf& g, const std::string& what) {
     };
     m->bos = id_of("tokenizer.ggml.bos_token_id");
     m->eos = id_of("tokenizer.ggml.eos_token_id");
+    for (const char* key : {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"})  // as llama.cpp
+      if (const int32_t id = id_of(key); id >= 0) m->stops.push_back(id);
     auto flag = [&](const char* key) { return g.find(key) ? g.get_bool(key) : false; };
     if (flag("tokenizer.ggml.add_bos_token")) {
       if (m->bos < 0) fail(what, "tokenizer.ggml.add_bos_token is true but there is no bos_token_id");
@@ -980,6 +996,11 @@ const std::string& ByteBpe::token(int32_t id) const {
 int32_t ByteBpe::token_id(std::string_view t) const {
   auto it = impl_->vocab.find(t);
   return it == impl_->vocab.end() ? -1 : it->second;
+}
+
+bool ByteBpe::ends_reply(int32_t id) const {
+  const Impl& m = *impl_;
+  return (id >= 0 && id == m.eos) || std::find(m.stops.begin(), m.stops.end(), id) != m.stops.end();
 }
 
 int32_t ByteBpe::bos_id() const { return impl_->bos; }

@@ -67,6 +67,10 @@ class ByteBpe {
   int32_t token_id(std::string_view token) const;  // -1 when absent
   int32_t bos_id() const;                          // -1 when the model has none
   int32_t eos_id() const;                          // -1 when the model has none
+  // True for the ids that end a generated reply: EOS; from a directory also generation_config.json's and
+  // config.json's eos_token_id (an id or a list, as transformers' generate); from GGUF metadata also
+  // tokenizer.ggml.eot_token_id and eom_token_id (as llama.cpp's end-of-generation tokens).
+  bool ends_reply(int32_t id) const;
 
   struct Impl;
 

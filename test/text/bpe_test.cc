@@ -3,9 +3,11 @@
 #include "text/bpe.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -174,6 +176,34 @@ TEST(ByteBpe, SplitPatterns) {
   EXPECT_EQ(qwen2.split("cafe\xcc\x81"), (words{"caf\xc3\x83\xc2\xa9"}));
   EXPECT_EQ(llama3.split("cafe\xcc\x81").size(), 2u);  // without NFC the combining mark is not a letter
   EXPECT_NE(llama3.split("cafe\xcc\x81"), qwen2.split("cafe\xcc\x81"));
+}
+
+// The ids that end a reply: EOS; generation_config.json's and config.json's eos_token_id (an id or a list);
+// GGUF's eot / eom ids.
+TEST(ByteBpe, EndOfReplyIds) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("sparse24_bpe_stops_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "tokenizer.json") << tiny_json().dump();
+  EXPECT_FALSE(ByteBpe::from_dir(dir.string()).ends_reply(9));
+  std::ofstream(dir / "tokenizer_config.json") << R"({"eos_token": "<s>"})";
+  std::ofstream(dir / "generation_config.json") << R"({"eos_token_id": [3, 5]})";
+  std::ofstream(dir / "config.json") << R"({"eos_token_id": 7})";
+  const ByteBpe t = ByteBpe::from_dir(dir.string());
+  EXPECT_EQ(t.eos_id(), 9);
+  for (int32_t id = 0; id < t.vocab_size(); ++id)
+    EXPECT_EQ(t.ends_reply(id), id == 9 || id == 3 || id == 5 || id == 7) << id;
+  EXPECT_FALSE(t.ends_reply(-1));
+  std::ofstream(dir / "config.json") << R"({"eos_token_id": 99})";
+  EXPECT_ERROR(ByteBpe::from_dir(dir.string()), "config.json: eos_token_id must be an id in [0, 16)");
+  std::filesystem::remove_all(dir);
+  Gguf g = tiny_gguf("smollm");
+  g.metadata.emplace_back("tokenizer.ggml.eot_token_id", GgufValue::of_int(GgufType::kU32, 4));
+  const ByteBpe f = ByteBpe::from_gguf(g, "m.gguf");
+  EXPECT_TRUE(f.ends_reply(4));
+  EXPECT_TRUE(f.ends_reply(f.eos_id()));
+  EXPECT_FALSE(f.ends_reply(5));
 }
 
 TEST(ByteBpe, RefusesWhatItDoesNotSupport) {

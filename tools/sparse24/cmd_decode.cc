@@ -118,7 +118,7 @@ Decoder make_decoder(const DecoderModel& m, const GenerateOptions& o, int64_t ma
   return Decoder(m, d);
 }
 
-// Samples up to o.max_tokens tokens after `logits` (the last position's), stopping at the tokenizer's EOS,
+// Samples up to o.max_tokens tokens after `logits` (the last position's), stopping at an end-of-reply id,
 // feeding each kept token back but one that ends the reply at max_tokens; streams the text (holding back a
 // trailing U+FFFD: a character cut between tokens), or without a tokenizer the ids, to stdout.
 std::vector<int32_t> stream_reply(Decoder& dec, std::vector<float>& logits, const text::ByteBpe* bpe,
@@ -128,7 +128,7 @@ std::vector<int32_t> stream_reply(Decoder& dec, std::vector<float>& logits, cons
   const int64_t vocab = static_cast<int64_t>(logits.size());
   for (int64_t i = 0; i < o.max_tokens; ++i) {
     int32_t next = engine::sample_token(logits.data(), vocab, o.temperature, o.top_p, state);
-    if (bpe && next == bpe->eos_id()) break;
+    if (bpe && bpe->ends_reply(next)) break;
     out.push_back(next);
     if (bpe) {
       std::string t = bpe->decode(out, /*skip_special=*/true);
