@@ -1,8 +1,9 @@
-// Decoder language models (the Llama family) at batch 1: a prompt is prefilled in one pass, then tokens are
-// decoded one at a time against a KV cache. Every Linear is a GEMM through the same dense (oneDNN) or 2:4
-// sparse kernels as the encoder engine; at batch 1 the sparse kernels run their memory-bound GEMV layout.
+// Decoder language models (Llama-style: Llama, Mistral, Qwen2, Qwen3) at batch 1: a prompt is prefilled in
+// one pass, then tokens are decoded one at a time against a KV cache. Every Linear is a GEMM through the same
+// dense (oneDNN) or 2:4 sparse kernels as the encoder engine; at batch 1 the sparse kernels run their
+// memory-bound GEMV layout.
 //
-//   DecoderModel m = load_hf_decoder("models/SmolLM2-135M-Instruct-hf");  // config.json model_type llama
+//   DecoderModel m = load_hf_decoder("models/SmolLM2-135M-Instruct-hf");  // or load_decoder(dir or .gguf)
 //   Decoder d(m, {});                                  // dense weights dense, 2:4 weights sparse
 //   std::vector<float> logits(m.config.vocab);
 //   d.forward(prompt.data(), prompt.size(), logits.data());   // prefill: the last token's logits
@@ -45,7 +46,7 @@ struct DecoderConfig {
   int64_t max_positions = 0;
   float eps = 1e-6f;
   RopeConfig rope;
-  bool tied = true;  // the output head is the embedding table
+  bool tied = true;            // the output head is the embedding table
   bool qk_norm = false;        // Q's and K's heads are RMS-normalized before RoPE (DecoderLayer::q_norm)
   int64_t sliding_window = 0;  // > 0: a token attends to the last this many; the context is capped at it
 };
@@ -140,7 +141,8 @@ struct DecoderOptions {
   Mode mode = Mode::kSparse;
   bool bf16_weights = false;  // sparse Linears and the output head hold bfloat16 weights
   // Sparse Linears hold their 2:4 values as int8 with an fp32 scale per 64 positions of a row
-  // (quantize_int8, docs/accuracy.md), the output head bfloat16 (as bf16_weights). Not with bf16_weights.
+  // (quantize_int8, docs/accuracy.md), the output head int8 too (an fp32 scale per 64 positions of a row,
+  // kernels::gemv_i8; bf16 until session 17). Not with bf16_weights.
   bool int8_weights = false;
   int64_t max_context = 2048;  // the KV cache's capacity in tokens (at most max_positions)
   // Sparse Linears also pack the compute-bound layout, for long prefills (perplexity); weight_bytes then

@@ -90,8 +90,10 @@ struct Decoder::Impl {
   const std::vector<float>* embed = nullptr;  // the model's table (tied head too); the model outlives us
   std::vector<float> norm;
   std::optional<Linear> head;       // untied, fp32
-  std::vector<uint16_t> head_bf16;  // bf16 or int8 weights: the head (tied or not), bf16 [vocab, hidden]
-  std::vector<float> column;        // one token's final-norm output (the bf16 head's input)
+  std::vector<uint16_t> head_bf16;  // bf16 weights: the head (tied or not), bf16 [vocab, hidden]
+  std::vector<int8_t> head_i8;      // int8 weights: the head as int8 with a scale per 64 of a row
+  std::vector<float> head_scales;   //   (kernels::gemv_i8: as llama.cpp's Q8_0 head)
+  std::vector<float> column;        // one token's final-norm output (the bf16 / int8 head's input)
   std::vector<LayerExec> layers;
   std::vector<float> cos_sin;
   int sparse = 0;
@@ -162,8 +164,15 @@ Decoder::Decoder(const DecoderModel& m, const DecoderOptions& o) : impl_(std::ma
                                  : m.head.pruned ? decompress(m.head.sparse).to_float()
                                                  : m.head.dense;
     if (static_cast<int64_t>(w.size()) != s.c.vocab * s.c.hidden) throw Error("decoder: head size mismatch");
-    s.head_bf16.resize(w.size());
-    for (size_t i = 0; i < w.size(); ++i) s.head_bf16[i] = float_to_bf16(w[i]);
+    if (o.int8_weights) {
+      s.head_i8.resize(w.size());
+      s.head_scales.resize(static_cast<size_t>(
+          s.c.vocab * ((s.c.hidden + kernels::kGemvI8Group - 1) / kernels::kGemvI8Group)));
+      kernels::quantize_gemv_i8(w.data(), s.c.vocab, s.c.hidden, s.head_i8.data(), s.head_scales.data());
+    } else {
+      s.head_bf16.resize(w.size());
+      for (size_t i = 0; i < w.size(); ++i) s.head_bf16[i] = float_to_bf16(w[i]);
+    }
     s.column.resize(static_cast<size_t>(s.c.hidden));
   } else if (!s.c.tied) {
     s.head.emplace(m.head, false, o);
@@ -229,8 +238,8 @@ int Decoder::sparse_linears() const { return impl_->sparse; }
 size_t Decoder::weight_bytes() const {
   const Impl& s = *impl_;
   size_t b = s.norm.size() * sizeof(float);
-  if (!s.head_bf16.empty())
-    b += s.head_bf16.size() * sizeof(uint16_t);  // (a decoded token reads one row of the fp32 embeddings)
+  if (!s.head_bf16.empty() || !s.head_i8.empty())  // (a decoded token reads one row of the fp32 embeddings)
+    b += s.head_bf16.size() * sizeof(uint16_t) + s.head_i8.size() + s.head_scales.size() * sizeof(float);
   else
     b += s.embed->size() * sizeof(float) + (s.head ? s.head->bytes() : 0);
   for (const LayerExec& e : s.layers)
@@ -269,10 +278,14 @@ void Decoder::forward(const int32_t* ids, int64_t n, float* logits, bool all) {
     in = s.last.data();
   }
   detail::rms_norm(in, H, m, s.norm.data(), c.eps, s.x.data());
-  if (!s.head_bf16.empty()) {
+  if (!s.head_bf16.empty() || !s.head_i8.empty()) {
     for (int64_t j = 0; j < m; ++j) {
       for (int64_t r = 0; r < H; ++r) s.column[r] = s.x[r * m + j];
-      kernels::gemv_bf16(s.head_bf16.data(), c.vocab, H, s.column.data(), logits + j * c.vocab, s.threads);
+      float* y = logits + j * c.vocab;
+      if (s.head_i8.empty())
+        kernels::gemv_bf16(s.head_bf16.data(), c.vocab, H, s.column.data(), y, s.threads);
+      else
+        kernels::gemv_i8(s.head_i8.data(), s.head_scales.data(), c.vocab, H, s.column.data(), y, s.threads);
     }
     return;
   }

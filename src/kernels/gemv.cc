@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "sparse24/dtype.h"
 
@@ -23,19 +24,28 @@ void reference(const T* w, int64_t rows, int64_t cols, const float* x, float* y)
   }
 }
 
-template <typename T>
-void dispatch(const T* w, int64_t rows, int64_t cols, const float* x, float* y, int threads,
-              void (*avx2_rows)(const T*, int64_t, int64_t, int64_t, const float*, float*)) {
+bool has_avx2() {
   static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (!avx2) return reference(w, rows, cols, x, y);
-  // Each thread a contiguous share of the rows (in multiples of 8).
+  return avx2;
+}
+
+// avx2_rows(r0, r1) on `threads` OpenMP threads, each a contiguous share of the rows (in multiples of 8).
+template <typename RowsFn>
+void split_rows(int64_t rows, int threads, const RowsFn& avx2_rows) {
   const int t = static_cast<int>(std::clamp<int64_t>(threads, 1, std::max<int64_t>(1, rows / 64)));
   const int64_t share = ((rows + 7) / 8 + t - 1) / t * 8;
 #pragma omp parallel for num_threads(t) schedule(static, 1) if (t > 1)
   for (int i = 0; i < t; ++i) {
     const int64_t r0 = std::min(rows, i * share), r1 = std::min(rows, r0 + share);
-    if (r0 < r1) avx2_rows(w, r0, r1, cols, x, y);
+    if (r0 < r1) avx2_rows(r0, r1);
   }
+}
+
+template <typename T>
+void dispatch(const T* w, int64_t rows, int64_t cols, const float* x, float* y, int threads,
+              void (*avx2_rows)(const T*, int64_t, int64_t, int64_t, const float*, float*)) {
+  if (!has_avx2()) return reference(w, rows, cols, x, y);
+  split_rows(rows, threads, [&](int64_t r0, int64_t r1) { avx2_rows(w, r0, r1, cols, x, y); });
 }
 
 }  // namespace
@@ -51,6 +61,42 @@ void gemv_bf16(const uint16_t* w, int64_t rows, int64_t cols, const float* x, fl
 }
 void gemv_f32(const float* w, int64_t rows, int64_t cols, const float* x, float* y, int threads) {
   dispatch(w, rows, cols, x, y, threads, gemv_f32_avx2);
+}
+
+void gemv_i8_reference(const int8_t* w, const float* scales, int64_t rows, int64_t cols, const float* x,
+                       float* y) {
+  const int64_t groups = (cols + kGemvI8Group - 1) / kGemvI8Group;
+  for (int64_t r = 0; r < rows; ++r) {
+    float s = 0;
+    for (int64_t g = 0; g < groups; ++g) {
+      float part = 0;
+      for (int64_t c = g * kGemvI8Group; c < std::min(cols, (g + 1) * kGemvI8Group); ++c)
+        part += static_cast<float>(w[r * cols + c]) * x[c];
+      s += scales[r * groups + g] * part;
+    }
+    y[r] = s;
+  }
+}
+
+void gemv_i8(const int8_t* w, const float* scales, int64_t rows, int64_t cols, const float* x, float* y,
+             int threads) {
+  if (!has_avx2()) return gemv_i8_reference(w, scales, rows, cols, x, y);
+  split_rows(rows, threads, [&](int64_t r0, int64_t r1) { gemv_i8_avx2(w, scales, r0, r1, cols, x, y); });
+}
+
+void quantize_gemv_i8(const float* w, int64_t rows, int64_t cols, int8_t* q, float* scales) {
+  const int64_t groups = (cols + kGemvI8Group - 1) / kGemvI8Group;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t c0 = g * kGemvI8Group, c1 = std::min(cols, c0 + kGemvI8Group);
+      float mx = 0;
+      for (int64_t c = c0; c < c1; ++c) mx = std::max(mx, std::fabs(w[r * cols + c]));
+      const float scale = mx > 0 ? mx / 127.0f : 1.0f;
+      scales[r * groups + g] = scale;
+      for (int64_t c = c0; c < c1; ++c)
+        q[r * cols + c] =
+            static_cast<int8_t>(std::clamp(std::nearbyint(w[r * cols + c] / scale), -127.0f, 127.0f));
+    }
 }
 
 }  // namespace sparse24::kernels

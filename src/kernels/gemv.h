@@ -1,5 +1,5 @@
-// A dense matrix-vector product with bfloat16 or fp32 weights (fp32 activations and accumulation), for the
-// decoder's output head at batch 1: y[r] = sum_c W[r, c] * x[c] for r < rows, W row-major [rows, cols]. A
+// A dense matrix-vector product with bfloat16, fp32 or int8 weights (fp32 activations and accumulation), for
+// the decoder's output head at batch 1: y[r] = sum_c W[r, c] * x[c] for r < rows, W row-major [rows, cols]. A
 // decoded token's head is a GEMV over the whole vocabulary (49,152 x 576 for SmolLM2): its time is its
 // bytes over the memory bandwidth, read as eight long row streams at once (gemv_avx2.cc). fp32, SmolLM2's
 // tied head, one thread, quiet Zen 3: see gemv_avx2.cc for the rates against oneDNN's sgemm.
@@ -20,5 +20,19 @@ void gemv_bf16_avx2(const uint16_t* w, int64_t r0, int64_t r1, int64_t cols, con
 void gemv_f32(const float* w, int64_t rows, int64_t cols, const float* x, float* y, int threads);
 void gemv_f32_reference(const float* w, int64_t rows, int64_t cols, const float* x, float* y);
 void gemv_f32_avx2(const float* w, int64_t r0, int64_t r1, int64_t cols, const float* x, float* y);
+
+// int8 weights with an fp32 scale per kGemvI8Group columns of a row: y[r] = sum over groups g of
+// scales[r, g] * sum_{c in g} W[r, c] x[c]. scales: [rows, ceil(cols / kGemvI8Group)]. The decoder's output
+// head with int8 weights (1.06 bytes per weight with the scales, as llama.cpp's Q8_0 head).
+constexpr int64_t kGemvI8Group = 64;
+void gemv_i8(const int8_t* w, const float* scales, int64_t rows, int64_t cols, const float* x, float* y,
+             int threads);
+void gemv_i8_reference(const int8_t* w, const float* scales, int64_t rows, int64_t cols, const float* x,
+                       float* y);
+void gemv_i8_avx2(const int8_t* w, const float* scales, int64_t r0, int64_t r1, int64_t cols, const float* x,
+                  float* y);
+// Symmetric round-to-nearest quantization of W [rows, cols] for gemv_i8: each group's scale is its largest
+// magnitude / 127 (1 for an all-zero group). q: rows * cols, scales: rows * ceil(cols / kGemvI8Group).
+void quantize_gemv_i8(const float* w, int64_t rows, int64_t cols, int8_t* q, float* scales);
 
 }  // namespace sparse24::kernels

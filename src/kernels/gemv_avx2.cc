@@ -6,6 +6,7 @@
 // (the machine's plain read: 22.8-23.0), 12 regions 15.5, 16 regions 8.8.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "gemv.h"
@@ -61,7 +62,48 @@ void gemv_regions(const T* w, int64_t r0, int64_t r1, int64_t cols, const float*
   for (int64_t r = r0 + kStreams * per; r < r1; ++r) gemv_rows<1>(w, r, 0, cols, x, y);
 }
 
+// int8 rows r, r + stride, ...: per group of kGemvI8Group columns a partial sum per row, scaled into the
+// row's total (the reference's order of operations per group; its sums within a group differ by lanes).
+template <int R>
+void gemv_i8_rows(const int8_t* w, const float* scales, int64_t r, int64_t stride, int64_t cols,
+                  const float* x, float* y) {
+  const int64_t groups = (cols + kGemvI8Group - 1) / kGemvI8Group;
+  __m256 a[R];
+  float tail[R] = {};
+  for (int i = 0; i < R; ++i) a[i] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t c0 = g * kGemvI8Group, c1 = std::min(cols, c0 + kGemvI8Group), c8 = c0 + ((c1 - c0) & ~7);
+    __m256 p[R];
+    for (int i = 0; i < R; ++i) p[i] = _mm256_setzero_ps();
+    for (int64_t c = c0; c < c8; c += 8) {
+      const __m256 xv = _mm256_loadu_ps(x + c);
+      for (int i = 0; i < R; ++i) {
+        int64_t bytes;
+        std::memcpy(&bytes, w + (r + i * stride) * cols + c, 8);
+        const __m256 wv = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_cvtsi64_si128(bytes)));
+        p[i] = _mm256_fmadd_ps(wv, xv, p[i]);
+      }
+    }
+    for (int i = 0; i < R; ++i) {
+      const int64_t row = r + i * stride;
+      float t = 0;
+      for (int64_t c = c8; c < c1; ++c) t += static_cast<float>(w[row * cols + c]) * x[c];
+      const float scale = scales[row * groups + g];
+      a[i] = _mm256_fmadd_ps(p[i], _mm256_set1_ps(scale), a[i]);
+      tail[i] += scale * t;
+    }
+  }
+  for (int i = 0; i < R; ++i) y[r + i * stride] = hsum(a[i]) + tail[i];
+}
+
 }  // namespace
+
+void gemv_i8_avx2(const int8_t* w, const float* scales, int64_t r0, int64_t r1, int64_t cols, const float* x,
+                  float* y) {
+  const int64_t per = (r1 - r0) / kStreams;
+  for (int64_t t = 0; t < per; ++t) gemv_i8_rows<kStreams>(w, scales, r0 + t, per, cols, x, y);
+  for (int64_t r = r0 + kStreams * per; r < r1; ++r) gemv_i8_rows<1>(w, scales, r, 0, cols, x, y);
+}
 
 void gemv_bf16_avx2(const uint16_t* w, int64_t r0, int64_t r1, int64_t cols, const float* x, float* y) {
   gemv_regions(w, r0, r1, cols, x, y);

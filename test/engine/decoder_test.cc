@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../common/seed.h"
+#include "kernels/gemv.h"
 #include "sparse24/compressed.h"
 #include "sparse24/dtype.h"
 #include "sparse24/error.h"
@@ -275,17 +276,27 @@ TEST(Decoder, Bf16WeightsMatchReference) {
 }
 
 // int8 weights: the 2:4 Linears quantized (quantize_int8, an fp32 scale per 64 positions) and the output head
-// bf16: the logits of the reference run on those same quantized weights, and not the fp32 ones.
+// too (kernels::quantize_gemv_i8, a scale per 64 of a row): the logits of the reference run on those same
+// quantized weights, and not the fp32 ones.
 TEST(Decoder, Int8WeightsMatchReferenceOnTheQuantizedWeights) {
   SPARSE24_SEED_TRACE();
   auto g = rng(12);
   const Tiny t;
   DecoderModel m = tiny_model(g, t);
-  for (float& x : m.embed) x = bf16_to_float(float_to_bf16(x));  // the tied head, held as bf16
   m.prune_magnitude();
   DecoderModel q = m;  // what the int8 Linears hold
   for (DecoderLayer& L : q.layers)
     for (Gemm* G : {&L.qkv, &L.o, &L.gate_up, &L.down}) G->sparse = quantize_int8(G->sparse, 64);
+  // The tied head as the decoder holds it: an untied int8 copy of the table (lookups stay fp32).
+  const int64_t groups = (t.hidden + kernels::kGemvI8Group - 1) / kernels::kGemvI8Group;
+  std::vector<int8_t> hq(m.embed.size());
+  std::vector<float> hs(static_cast<size_t>(t.vocab * groups));
+  kernels::quantize_gemv_i8(m.embed.data(), t.vocab, t.hidden, hq.data(), hs.data());
+  q.config.tied = false;
+  q.head = random_gemm(g, "lm_head", t.vocab, t.hidden);
+  for (int64_t r = 0; r < t.vocab; ++r)
+    for (int64_t c = 0; c < t.hidden; ++c)
+      q.head.dense[r * t.hidden + c] = hq[r * t.hidden + c] * hs[r * groups + c / kernels::kGemvI8Group];
   DecoderOptions o;
   o.int8_weights = true;
   o.max_context = 32;
@@ -294,7 +305,7 @@ TEST(Decoder, Int8WeightsMatchReferenceOnTheQuantizedWeights) {
   b.bf16_weights = true;
   Decoder dec(m, o), dec16(m, b);
   EXPECT_EQ(dec.sparse_linears(), 4 * t.layers);
-  EXPECT_LT(dec.weight_bytes(), dec16.weight_bytes());  // 2:4 values in 1 byte instead of 2
+  EXPECT_LT(dec.weight_bytes(), dec16.weight_bytes());  // 2:4 values and the head in 1 byte instead of 2
   const std::vector<int32_t> ids = random_ids(g, 10, t.vocab);
   const std::vector<double> ref = ref_forward(q, ids), ref32 = ref_forward(m, ids);
   std::vector<float> all(ids.size() * t.vocab);

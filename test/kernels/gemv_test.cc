@@ -1,5 +1,5 @@
-// The dense bf16 and fp32 GEMV (src/kernels/gemv.h): the AVX2 path and the threaded dispatch against the
-// plain loop, across row counts around its 8 row regions and column counts around its 8-column step; the
+// The dense bf16, fp32 and int8 GEMV (src/kernels/gemv.h): the AVX2 path and the threaded dispatch against
+// the plain loop, across row counts around its 8 row regions and column counts around its 8-column step; the
 // plain loop against double sums.
 #include "kernels/gemv.h"
 
@@ -89,6 +89,62 @@ TEST(Gemv, Bf16MatchesReferenceAcrossEdgeSizes) {
 TEST(Gemv, F32MatchesReferenceAcrossEdgeSizes) {
   SPARSE24_SEED_TRACE();
   matches_reference_across_edge_sizes<F32>(2);
+}
+
+// int8 weights with a scale per 64 columns: the quantizer within half a step of each weight, the plain loop
+// against double sums of the dequantized weights, the AVX2 rows and the threaded dispatch against the plain
+// loop, across column counts around the 8-column step and the 64-column groups.
+TEST(Gemv, Int8MatchesReferenceAcrossEdgeSizes) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(3);
+  for (int64_t rows : {1, 7, 8, 9, 17, 129, 1000})
+    for (int64_t cols : {1, 7, 8, 9, 63, 64, 65, 136, 576, 896}) {
+      const int64_t groups = (cols + kGemvI8Group - 1) / kGemvI8Group;
+      const std::vector<float> x = random_floats(g, cols, -3, 3);
+      std::vector<float> wf = random_floats(g, rows * cols, -2, 2);
+      if (rows > 1) std::fill(wf.begin(), wf.begin() + cols, 0.0f);  // an all-zero row
+      std::vector<int8_t> q(wf.size());
+      std::vector<float> scales(static_cast<size_t>(rows * groups));
+      quantize_gemv_i8(wf.data(), rows, cols, q.data(), scales.data());
+      std::vector<double> deq(wf.size());
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) {
+          const double s = scales[r * groups + c / kGemvI8Group];
+          deq[r * cols + c] = q[r * cols + c] * s;
+          ASSERT_LE(std::fabs(deq[r * cols + c] - wf[r * cols + c]), s / 2 * (1 + 1e-4))
+              << r << "," << c;  // float rounding of w / s
+        }
+      std::vector<float> ref(rows), got(rows);
+      std::vector<double> mag(rows, 0.0);
+      gemv_i8_reference(q.data(), scales.data(), rows, cols, x.data(), ref.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        double s = 0;
+        for (int64_t c = 0; c < cols; ++c) {
+          s += deq[r * cols + c] * x[c];
+          mag[r] += std::fabs(deq[r * cols + c] * x[c]);
+        }
+        ASSERT_NEAR(ref[r], s, 1e-6 * mag[r] + 1e-30) << rows << "x" << cols << " row " << r;
+      }
+      for (int threads : {1, 2}) {
+        std::fill(got.begin(), got.end(), NAN);
+        gemv_i8(q.data(), scales.data(), rows, cols, x.data(), got.data(), threads);
+        for (int64_t r = 0; r < rows; ++r)
+          ASSERT_NEAR(got[r], ref[r], 1e-6 * mag[r] + 1e-30)
+              << rows << "x" << cols << " row " << r << " threads " << threads;
+      }
+      if (has_avx2()) {
+        std::fill(got.begin(), got.end(), -7.0f);
+        const int64_t r0 = rows / 3, r1 = rows - rows / 4;
+        gemv_i8_avx2(q.data(), scales.data(), r0, r1, cols, x.data(), got.data());
+        for (int64_t r = 0; r < rows; ++r) {
+          if (r < r0 || r >= r1) {
+            ASSERT_EQ(got[r], -7.0f) << r;
+          } else {
+            ASSERT_NEAR(got[r], ref[r], 1e-6 * mag[r] + 1e-30) << r;
+          }
+        }
+      }
+    }
 }
 
 }  // namespace

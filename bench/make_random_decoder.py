@@ -1,0 +1,100 @@
+"""A decoder GGUF file with the shape of a real model and random weights, for `sparse24 bench-decode` (which
+times sparse24 and llama.cpp on it; decoding speed does not depend on the weights' values). No Qwen or Llama 3
+weights ship in the project's packages; their shapes (hidden size, layers, heads, vocabulary) decide the
+bytes a token reads, and the architectures' extras (Qwen2's Q/K/V biases, Qwen3's Q/K norms) the work.
+
+The file is what llama.cpp's converter writes for the architecture: its metadata and tensor names, F16
+weights (1-D tensors F32), a byte-level vocabulary of the model's size (the 256 byte tokens, then filler
+tokens; one merge), the head tied where the model ties it.
+
+  .venv/bin/python bench/make_random_decoder.py --shape qwen2.5-0.5b --out /tmp/qwen2.5-0.5b.gguf
+  build/sparse24 bench-decode /tmp/qwen2.5-0.5b.gguf --threads 1 --prompt 128 --generate 128
+"""
+import argparse
+import os
+
+import numpy as np
+
+# The configs of the models (their config.json on the Hugging Face hub).
+SHAPES = {
+    "qwen2.5-0.5b": dict(arch="qwen2", hidden=896, layers=24, heads=14, kv=2, head_dim=64, ffn=4864,
+                         vocab=151936, tied=True, theta=1e6, ctx=32768),
+    "qwen3-0.6b": dict(arch="qwen3", hidden=1024, layers=28, heads=16, kv=8, head_dim=128, ffn=3072,
+                       vocab=151936, tied=True, theta=1e6, ctx=40960),
+    "llama3.2-1b": dict(arch="llama", hidden=2048, layers=16, heads=32, kv=8, head_dim=64, ffn=8192,
+                        vocab=128256, tied=True, theta=5e5, ctx=131072),
+}
+
+
+def main():
+    import gguf
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shape", choices=sorted(SHAPES), required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    s = SHAPES[a.shape]
+    g = np.random.default_rng(a.seed)
+    w = gguf.GGUFWriter(a.out + ".tmp", s["arch"], use_temp_file=True)
+    w.add_name(f"random {a.shape}")
+    w.add_block_count(s["layers"])
+    w.add_context_length(s["ctx"])
+    w.add_embedding_length(s["hidden"])
+    w.add_feed_forward_length(s["ffn"])
+    w.add_head_count(s["heads"])
+    w.add_head_count_kv(s["kv"])
+    w.add_key_length(s["head_dim"])
+    w.add_value_length(s["head_dim"])
+    w.add_rope_dimension_count(s["head_dim"])
+    w.add_rope_freq_base(s["theta"])
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_vocab_size(s["vocab"])
+    w.add_file_type(int(gguf.LlamaFileType.MOSTLY_F16))
+    # GPT-2's byte characters, then fillers up to the vocabulary size.
+    byte_chars = [chr(b) for b in range(33, 127)] + [chr(b) for b in range(161, 173)] + [chr(b) for b in range(174, 256)]
+    byte_chars += [chr(256 + i) for i in range(256 - len(byte_chars))]
+    tokens = byte_chars + ["\u0120\u0120"]  # and one merge (llama.cpp requires merges): two spaces
+    tokens += [f"<|filler_{i}|>" for i in range(s["vocab"] - len(tokens) - 1)] + ["<|endoftext|>"]
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2" if s["arch"] != "llama" else "llama-bpe")
+    w.add_token_list(tokens)
+    w.add_token_types([1] * (len(tokens) - 1) + [3])
+    w.add_token_merges(["\u0120 \u0120"])
+    w.add_eos_token_id(len(tokens) - 1)
+
+    def rnd(*shape, scale=0.02):
+        return (g.standard_normal(shape, dtype=np.float32) * scale).astype(np.float16)
+
+    H, D, q, kv, F = s["hidden"], s["head_dim"], s["heads"] * s["head_dim"], s["kv"] * s["head_dim"], s["ffn"]
+    w.add_tensor("token_embd.weight", rnd(s["vocab"], H))
+    w.add_tensor("output_norm.weight", np.ones(H, np.float32))
+    if not s["tied"]:
+        w.add_tensor("output.weight", rnd(s["vocab"], H))
+    for l in range(s["layers"]):
+        p = f"blk.{l}."
+        w.add_tensor(p + "attn_norm.weight", np.ones(H, np.float32))
+        w.add_tensor(p + "ffn_norm.weight", np.ones(H, np.float32))
+        w.add_tensor(p + "attn_q.weight", rnd(q, H))
+        w.add_tensor(p + "attn_k.weight", rnd(kv, H))
+        w.add_tensor(p + "attn_v.weight", rnd(kv, H))
+        w.add_tensor(p + "attn_output.weight", rnd(H, q))
+        w.add_tensor(p + "ffn_gate.weight", rnd(F, H))
+        w.add_tensor(p + "ffn_up.weight", rnd(F, H))
+        w.add_tensor(p + "ffn_down.weight", rnd(H, F))
+        if s["arch"] == "qwen2":
+            for n, rows in (("attn_q", q), ("attn_k", kv), ("attn_v", kv)):
+                w.add_tensor(p + n + ".bias", rnd(rows, scale=0.1).astype(np.float32))
+        if s["arch"] == "qwen3":
+            w.add_tensor(p + "attn_q_norm.weight", np.ones(D, np.float32))
+            w.add_tensor(p + "attn_k_norm.weight", np.ones(D, np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    os.replace(a.out + ".tmp", a.out)
+    print(f"{a.out}: random {a.shape} ({s['arch']})")
+
+
+if __name__ == "__main__":
+    main()
