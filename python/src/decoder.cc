@@ -262,8 +262,8 @@ void register_decoder(nb::module_& m) {
           "load", &PyDecoder::load, nb::arg("model"), nb::arg("weights") = "fp32", nb::arg("mode") = "sparse",
           nb::arg("threads") = 1, nb::arg("max_context") = 2048, nb::arg("prune") = false,
           nb::arg("prefill_layout") = false, nb::arg("kv") = "f32",
-          "Loads a Hugging Face llama directory or a GGUF file. weights: fp32, bf16 or int8 (the 2:4 "
-          "Linears' values; bf16 and int8 hold the output head as bf16). mode: sparse (2:4 Linears on "
+          "Loads a Hugging Face decoder directory or a GGUF file. weights: fp32, bf16 or int8 (the 2:4 "
+          "Linears' values and the output head's). mode: sparse (2:4 Linears on "
           "the 2:4 kernels) or dense. prune: magnitude-prune every Linear 2:4 in memory first. "
           "max_context: the KV cache's tokens (at most the model's). prefill_layout: also pack the 2:4 "
           "Linears for many tokens at once (faster long prompts and perplexity, more memory). kv: the KV "

@@ -12,6 +12,12 @@ CONVERSATIONS = [
     [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello! How can I help?"},
      {"role": "user", "content": "  Tell me a joke.  \n"}],
     [{"role": "user", "content": "Ünïcödé — “quotes” and emoji 🙂, tabs\tand\nnewlines"}],
+    # (No digit after a space: SmolLM2's GGUF pre-tokenizer splits those unlike its tokenizer.json,
+    # docs/formats.md.)
+    [{"role": "user", "content": "Two plus two?"},
+     {"role": "assistant", "content": "<think>\nadd them\n</think>\n\nFour."},
+     {"role": "user", "content": "And three plus three?"},
+     {"role": "user", "content": "<tool_response>six</tool_response>"}],
 ]
 
 # Written for these tests: each leans on a different part of the subset.
@@ -45,6 +51,22 @@ TEMPLATES = {
         " {{ messages[0].content.startswith('W') }} {{ 'abc'.endswith('bc') }} {{ 1 < 2 and 'b' >= 'a' }}"
         " {{ not (1 == 1.0) }} {{ 'ab' * 2 }} {{ [1] + [2] }} {{ -(3) }} {{ '%d' }} {{ 'a' 'b' }}"
         " {{ {'x': 1}.items()|length }} {{ 'x' is string }} {{ 1 is number }} {{ {} is mapping }}"),
+    # Llama 3.2's date logic (transformers' strftime_now) and Qwen3's last-query search and thinking split.
+    "date-and-thinking": (
+        "{%- if not date_string is defined %}{%- if strftime_now is defined %}"
+        "{%- set date_string = strftime_now('%d %b %Y') %}{%- else %}{%- set date_string = '26 Jul 2024' %}"
+        "{%- endif %}{%- endif %}Today Date: {{ date_string }}\n"
+        "{%- set ns = namespace(last_query_index=messages|length - 1) %}"
+        "{%- for message in messages[::-1] %}{%- set index = (messages|length - 1) - loop.index0 %}"
+        "{%- if message.role == 'user' and not message.content.startswith('<tool_response>') %}"
+        "{%- set ns.last_query_index = index %}{%- break %}{%- endif %}{%- endfor %}"
+        "{%- for message in messages %}{%- set content = message.content %}"
+        "{%- if '</think>' in content %}{%- set content = content.split('</think>')[-1].lstrip('\n') %}"
+        "{%- endif %}\n<|im_start|>{{ message.role }}{{ '*' if loop.index0 > ns.last_query_index else '' }}\n"
+        "{{ content }}<|im_end|>{%- endfor %}"
+        "{%- if add_generation_prompt %}\n<|im_start|>assistant\n"
+        "{%- if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>{%- endif %}"
+        "{%- endif %}"),
     "whitespace": (
         "{% for m in messages %}\n"
         "    {% if m.role == 'user' %}\n"

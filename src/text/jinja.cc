@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -357,6 +358,10 @@ class Renderer {
     fail(line, "method '" + m + "' of " + s.type_name() + " is not supported");
   }
 
+  static bool is_global_function(const std::string& name) {
+    return name == "raise_exception" || name == "namespace" || name == "range" || name == "strftime_now";
+  }
+
   Value call(const Expr& e, int line) {
     const Expr& callee = *e.a[0];
     const Args a = args(e, 1, line);
@@ -365,6 +370,19 @@ class Renderer {
     if (callee.name == "raise_exception") {
       const Value* v = a.get(0, "message");
       throw Error("chat template raised: " + (v ? to_text(*v) : std::string("(no message)")));
+    }
+    if (callee.name == "strftime_now") {  // transformers' global: datetime.now().strftime(format)
+      const Value* f = a.get(0, "format_string");
+      if (!f || f->k != Value::K::kJson || !f->j.is_string())
+        fail(line, "strftime_now takes a format string");
+      const std::string format = f->j.get<std::string>();
+      if (format.size() > 256) fail(line, "strftime_now: a format of more than 256 characters");
+      const std::time_t now = std::time(nullptr);
+      std::tm local{};
+      localtime_r(&now, &local);
+      char buf[1024];
+      const size_t n = format.empty() ? 0 : std::strftime(buf, sizeof buf, format.c_str(), &local);
+      return Value::of(std::string(buf, n));
     }
     if (callee.name == "namespace") {
       Value ns;
@@ -498,11 +516,13 @@ class Renderer {
     const Value v = eval(*e.a[0], line);
     const std::string& t = e.name;
     const json* j = v.k == Value::K::kJson ? &v.j : nullptr;
+    // The global functions are defined names (templates ask `strftime_now is defined`).
+    const bool function = v.undefined() && e.a[0]->k == Expr::K::kName && is_global_function(e.a[0]->name);
     bool r;
     if (t == "defined")
-      r = !v.undefined();
+      r = !v.undefined() || function;
     else if (t == "undefined")
-      r = v.undefined();
+      r = v.undefined() && !function;
     else if (t == "none")
       r = j && j->is_null();
     else if (t == "string")

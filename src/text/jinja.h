@@ -10,7 +10,8 @@
 //   `is [not]` tests (defined undefined none string number integer float boolean true false mapping
 //   sequence iterable even odd), filters (trim length count tojson upper lower capitalize title string int
 //   float first last join default/d items list reverse replace safe abs), the functions raise_exception,
-//   namespace and range, and the methods strip lstrip rstrip startswith endswith split upper lower replace
+//   namespace, range and strftime_now (transformers' global: the local time in a strftime format), and the
+//   methods strip lstrip rstrip startswith endswith split upper lower replace
 //   title capitalize (strings) and items keys values get (dicts).
 // Anything else (macros, includes, other filters) is a one-line Error naming it and the template line; so is
 // a template that loops or writes without bound (more than 1,000,000 loop iterations or 16 MB of output) or

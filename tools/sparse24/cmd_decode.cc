@@ -83,7 +83,7 @@ struct WeightFlags {
   void add_to(CLI::App* cmd) {
     CLI::Option* b = cmd->add_flag("--bf16", bf16, "2:4 weights and the output head held as bfloat16");
     cmd->add_flag("--int8", int8,
-                  "2:4 weights held as int8 with an fp32 scale per 64 positions, the output head as bfloat16")
+                  "2:4 weights and the output head held as int8 with an fp32 scale per 64 positions")
         ->excludes(b);
     cmd->add_option("--kv", kv, "KV cache type: f32, or f16 (IEEE half, llama.cpp's default: half the bytes)")
         ->check(CLI::IsMember({"f32", "f16"}))

@@ -1,0 +1,170 @@
+// The pre-tokenizer regexes of byte-level BPE (bpe_split.h).
+#include "bpe_split.h"
+
+#include <utf8proc.h>
+
+#include <algorithm>
+
+namespace sparse24::text::bpe_detail {
+namespace {
+
+struct CodeRange {
+  char32_t lo, hi;
+};
+// HF's classes, measured (hf_bpe_classes.inc): Oniguruma's Unicode tables in the regex and Rust's in Digits
+// are newer than utf8proc's (Unicode 16 letters such as U+1C89 would otherwise be "other").
+#include "hf_bpe_classes.inc"
+
+template <size_t N>
+bool in(const CodeRange (&table)[N], char32_t c) {
+  const CodeRange* it =
+      std::upper_bound(table, table + N, c, [](char32_t x, const CodeRange& r) { return x < r.lo; });
+  return it != table && c <= (it - 1)->hi;
+}
+
+Cls classify(char32_t c) {
+  if (in(kHfSpace, c)) return Cls::kSpace;
+  if (in(kHfLetter, c)) return Cls::kLetter;
+  if (in(kHfNumber, c)) return Cls::kNumber;
+  return Cls::kOther;
+}
+
+}  // namespace
+
+// The characters of `s`; an invalid byte is one character of class Other (HF never sees one: Python strings
+// are valid Unicode).
+void chars_of(std::string_view s, std::vector<Char>& out) {
+  out.clear();
+  size_t i = 0;
+  while (i < s.size()) {
+    utf8proc_int32_t cp = -1;
+    const utf8proc_ssize_t n = utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(s.data() + i),
+                                                static_cast<utf8proc_ssize_t>(s.size() - i), &cp);
+    if (n <= 0 || cp < 0) {
+      out.push_back({0xFFFFFFFF, Cls::kOther, false, static_cast<uint32_t>(i), static_cast<uint32_t>(i + 1)});
+      ++i;
+    } else {
+      out.push_back({static_cast<char32_t>(cp), classify(static_cast<char32_t>(cp)),
+                     in(kHfDigit, static_cast<char32_t>(cp)), static_cast<uint32_t>(i),
+                     static_cast<uint32_t>(i + static_cast<size_t>(n))});
+      i += static_cast<size_t>(n);
+    }
+  }
+}
+
+// The GPT-2 regex over characters [a, b) of `ch`: appends each match as a character range.
+void gpt2_split(const std::vector<Char>& ch, size_t a, size_t b,
+                std::vector<std::pair<size_t, size_t>>& out) {
+  size_t i = a;
+  while (i < b) {
+    const char32_t c = ch[i].cp;
+    // 's|'t|'re|'ve|'m|'ll|'d
+    if (c == U'\'' && i + 1 < b) {
+      const char32_t n1 = ch[i + 1].cp;
+      if (n1 == U's' || n1 == U't' || n1 == U'm' || n1 == U'd') {
+        out.emplace_back(i, i + 2);
+        i += 2;
+        continue;
+      }
+      if (i + 2 < b) {
+        const char32_t n2 = ch[i + 2].cp;
+        if ((n1 == U'r' && n2 == U'e') || (n1 == U'v' && n2 == U'e') || (n1 == U'l' && n2 == U'l')) {
+          out.emplace_back(i, i + 3);
+          i += 3;
+          continue;
+        }
+      }
+    }
+    //  ?\p{L}+ |  ?\p{N}+ |  ?[^\s\p{L}\p{N}]+ : an optional space, then a run of one class
+    size_t start = i;
+    if (c == U' ' && i + 1 < b && ch[i + 1].cls != Cls::kSpace) start = i + 1;
+    if (ch[start].cls != Cls::kSpace) {
+      const Cls cls = ch[start].cls;
+      size_t k = start;
+      while (k < b && ch[k].cls == cls) ++k;
+      out.emplace_back(i, k);
+      i = k;
+      continue;
+    }
+    // \s+(?!\S) | \s+ : a whitespace run, leaving its last character to the next match when a
+    // non-space follows (and the run is longer than one)
+    size_t k = i;
+    while (k < b && ch[k].cls == Cls::kSpace) ++k;
+    if (k < b && k - i >= 2) --k;
+    out.emplace_back(i, k);
+    i = k;
+  }
+}
+
+// That regex over characters [a, b) of `ch` (max_digits: 3 for Llama 3, 1 for Qwen2), matches appended as
+// character ranges; the alternatives in the regex's order, each with the backtracking it would do.
+void pattern_split(const std::vector<Char>& ch, size_t a, size_t b, size_t max_digits,
+                   std::vector<std::pair<size_t, size_t>>& out) {
+  // (?i:...) folds case: ASCII, and U+017F (long s) folds to s.
+  auto fold = [](char32_t c) -> char32_t { return c >= U'A' && c <= U'Z' ? c + 32 : c == 0x17F ? U's' : c; };
+  auto newline = [](char32_t c) { return c == U'\r' || c == U'\n'; };
+  size_t i = a;
+  while (i < b) {
+    const char32_t c = ch[i].cp;
+    // (?i:'s|'t|'re|'ve|'m|'ll|'d)
+    if (c == U'\'' && i + 1 < b) {
+      const char32_t n1 = fold(ch[i + 1].cp);
+      if (n1 == U's' || n1 == U't' || n1 == U'm' || n1 == U'd') {
+        out.emplace_back(i, i + 2);
+        i += 2;
+        continue;
+      }
+      if (i + 2 < b) {
+        const char32_t n2 = fold(ch[i + 2].cp);
+        if ((n1 == U'r' && n2 == U'e') || (n1 == U'v' && n2 == U'e') || (n1 == U'l' && n2 == U'l')) {
+          out.emplace_back(i, i + 3);
+          i += 3;
+          continue;
+        }
+      }
+    }
+    // [^\r\n\p{L}\p{N}]?\p{L}+ : one character that is none of those may lead a letter run
+    size_t start = i;
+    if (ch[i].cls != Cls::kLetter && ch[i].cls != Cls::kNumber && !newline(c) && i + 1 < b &&
+        ch[i + 1].cls == Cls::kLetter)
+      start = i + 1;
+    if (ch[start].cls == Cls::kLetter) {
+      size_t k = start;
+      while (k < b && ch[k].cls == Cls::kLetter) ++k;
+      out.emplace_back(i, k);
+      i = k;
+      continue;
+    }
+    // \p{N}{1,max_digits}
+    if (ch[i].cls == Cls::kNumber) {
+      size_t k = i;
+      while (k < b && k - i < max_digits && ch[k].cls == Cls::kNumber) ++k;
+      out.emplace_back(i, k);
+      i = k;
+      continue;
+    }
+    //  ?[^\s\p{L}\p{N}]+[\r\n]*
+    start = c == U' ' && i + 1 < b && ch[i + 1].cls == Cls::kOther ? i + 1 : i;
+    if (ch[start].cls == Cls::kOther) {
+      size_t k = start;
+      while (k < b && ch[k].cls == Cls::kOther) ++k;
+      while (k < b && newline(ch[k].cp)) ++k;
+      out.emplace_back(i, k);
+      i = k;
+      continue;
+    }
+    // A whitespace run. \s*[\r\n]+ : up to its last CR or LF, if it has one.
+    size_t k = i, last_newline = b;
+    for (; k < b && ch[k].cls == Cls::kSpace; ++k)
+      if (newline(ch[k].cp)) last_newline = k;
+    if (last_newline < b) k = last_newline + 1;
+    // \s+(?!\S) | \s+ : without one, leaving its last character to the next match when a non-space
+    // follows (and the run is longer than one)
+    else if (k < b && k - i >= 2)
+      --k;
+    out.emplace_back(i, k);
+    i = k;
+  }
+}
+
+}  // namespace sparse24::text::bpe_detail
