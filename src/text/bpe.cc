@@ -97,6 +97,11 @@ struct ByteBpe::Impl {
   std::vector<std::vector<size_t>> added_by_first_byte = std::vector<std::vector<size_t>>(256);
   enum class Regex { kGpt2, kLlama3, kQwen2 } regex = Regex::kGpt2;  // GPT-2's, or a Split's pattern
   bool nfc = false;                                                  // the NFC normalizer
+  // SentencePiece-style BPE (Llama 2, Mistral v0.1, TinyLlama; GGUF tokenizer.ggml.model "llama"): no
+  // byte-level alphabet; spaces become U+2581 (with one prepended to every text piece when spm_prefix), the
+  // symbols are characters, a character without a token falls back to its bytes' <0xXX> tokens.
+  bool spm = false, spm_prefix = true;
+  int32_t unk = -1;                     // SentencePiece-style: the token for a byte that has no <0xXX> token
   bool digits = false;                  // Digits(individual_digits) before the regex
   bool add_prefix_space = false;        // ByteLevel.add_prefix_space
   bool ignore_merges = false;           // a word that is a token is not merged from its bytes
@@ -126,8 +131,10 @@ struct ByteBpe::Impl {
   void finish() {
     const ByteMap& bm = byte_map();
     for (int b = 0; b < 256; ++b) {
-      auto it = vocab.find(bm.to_utf8[b]);
-      byte_id[b] = it == vocab.end() ? -1 : it->second;
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "<0x%02X>", b);
+      auto it = vocab.find(spm ? std::string(hex) : bm.to_utf8[b]);
+      byte_id[b] = it == vocab.end() ? unk : it->second;
     }
     for (size_t i = 0; i < added.size(); ++i) {
       if (added[i].content.empty()) fail(what, "added token " + std::to_string(added[i].id) + " is empty");
@@ -170,6 +177,12 @@ struct ByteBpe::Impl {
 
   // The pre-tokenized words of a text piece, as byte ranges of `s`.
   void words(std::string_view s, std::vector<std::string>& out) const {
+    if (spm) {  // the piece is one word: U+2581 for each space, and one in front
+      std::string w = spm_prefix ? "\xE2\x96\x81" : "";
+      for (char c : s) w += c == ' ' ? std::string("\xE2\x96\x81") : std::string(1, c);
+      out.push_back(std::move(w));
+      return;
+    }
     std::string normalized;
     if (nfc) {  // invalid UTF-8 (which Python strings never hold) is left as it is
       const std::string text(s);
@@ -228,11 +241,28 @@ struct ByteBpe::Impl {
     };
     std::vector<Sym> sym;
     sym.reserve(word.size());
-    for (char c : word) {
-      const int32_t id = byte_id[static_cast<uint8_t>(c)];
-      if (id < 0) continue;  // no token for this byte (and no unknown token): dropped, as HF does
+    auto push_sym = [&](int32_t id) {
+      if (id < 0) return;  // no token for this byte (and no unknown token): dropped, as HF does
       const auto n = static_cast<int32_t>(sym.size());
       sym.push_back({id, n - 1, n + 1, true});
+    };
+    if (spm) {  // characters; one without a token becomes its bytes' tokens (byte fallback)
+      for (size_t i = 0; i < word.size();) {
+        utf8proc_int32_t cp = -1;
+        const utf8proc_ssize_t n =
+            utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(word.data() + i),
+                             static_cast<utf8proc_ssize_t>(word.size() - i), &cp);
+        const size_t len = n > 0 && cp >= 0 ? static_cast<size_t>(n) : 1;
+        const auto it = vocab.find(word.substr(i, len));
+        if (it != vocab.end() && n > 0 && cp >= 0) {
+          push_sym(it->second);
+        } else {
+          for (size_t k = i; k < i + len; ++k) push_sym(byte_id[static_cast<uint8_t>(word[k])]);
+        }
+        i += len;
+      }
+    } else {
+      for (char c : word) push_sym(byte_id[static_cast<uint8_t>(c)]);
     }
     if (sym.empty()) return;
     sym.back().next = -1;
@@ -325,6 +355,48 @@ void split_pretokenizer(const json& split, const json& bl, ByteBpe::Impl& m) {
 
 namespace {
 
+// SentencePiece-style BPE in tokenizer.json (Llama 2, Mistral v0.1, TinyLlama): normalizer
+// Sequence[Prepend("\u2581"), Replace(" ", "\u2581")] (or the Replace alone), no pre-tokenizer, the
+// byte-fallback decoders; every <0xXX> byte token present.
+void sentencepiece_style(const json& j, ByteBpe::Impl& m) {
+  static const std::string kSpace = "\xE2\x96\x81";
+  const json* n = member(j, "normalizer");
+  const json* list = n && n->is_object() ? member(*n, "normalizers") : nullptr;
+  auto is_replace = [&](const json& r) {
+    const json* pattern = r.is_object() ? member(r, "pattern") : nullptr;
+    return r.is_object() && member(r, "type") && r["type"] == "Replace" && pattern && pattern->is_object() &&
+           member(*pattern, "String") && (*pattern)["String"] == " " && member(r, "content") &&
+           r["content"] == kSpace;
+  };
+  bool ok = false;
+  if (list && list->is_array() && type_of(*n, m.what, "normalizer") == "Sequence") {
+    if (list->size() == 2 && (*list)[0].is_object() && member((*list)[0], "type") &&
+        (*list)[0]["type"] == "Prepend" && member((*list)[0], "prepend") && (*list)[0]["prepend"] == kSpace &&
+        is_replace((*list)[1]))
+      ok = true, m.spm_prefix = true;
+    else if (list->size() == 1 && is_replace((*list)[0]))
+      ok = true, m.spm_prefix = false;
+  }
+  if (!ok)
+    fail(m.what,
+         "with byte_fallback the normalizer must be Sequence[Prepend(\"\u2581\"), Replace(\" \", "
+         "\"\u2581\")] (SentencePiece-style BPE)");
+  if (member(j, "pre_tokenizer")) fail(m.what, "with byte_fallback there must be no pre_tokenizer");
+  if (const json* d = member(j, "decoder")) {
+    const json* ds = d->is_object() ? member(*d, "decoders") : nullptr;
+    std::string types;
+    for (const json& x : ds && ds->is_array() ? *ds : json::array())
+      types += (types.empty() ? "" : ",") + type_of(x, m.what, "decoder.decoders");
+    if (type_of(*d, m.what, "decoder") != "Sequence" || types != "Replace,ByteFallback,Fuse,Strip")
+      fail(m.what, "with byte_fallback the decoder must be Sequence[Replace, ByteFallback, Fuse, Strip]");
+  }
+  for (int b = 0; b < 256; ++b) {
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "<0x%02X>", b);
+    if (!m.vocab.count(hex)) fail(m.what, std::string("byte_fallback without the byte token ") + hex);
+  }
+}
+
 std::shared_ptr<ByteBpe::Impl> parse_json(std::string_view text, const std::string& what) {
   using Impl = ByteBpe::Impl;
   auto m = std::make_shared<Impl>();
@@ -337,13 +409,13 @@ std::shared_ptr<ByteBpe::Impl> parse_json(std::string_view text, const std::stri
   if (!model) fail(what, "model is missing");
   const std::string mtype = type_of(*model, what, "model");
   if (mtype != "BPE") fail(what, "model type '" + printable(mtype) + "' is not supported (only BPE)");
-  for (const char* key : {"dropout", "unk_token"})
-    if (member(*model, key)) fail(what, std::string("model.") + key + " is not supported");
+  // byte_fallback: SentencePiece-style BPE (Llama 2's tokenizer.json), checked with its normalizer below.
+  m->spm = get_bool(*model, "byte_fallback", false, what, "model");
+  if (member(*model, "dropout")) fail(what, "model.dropout is not supported");
+  if (member(*model, "unk_token") && !m->spm) fail(what, "model.unk_token is not supported");
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
     if (const json* v = member(*model, key); v && !(v->is_string() && v->get<std::string>().empty()))
       fail(what, std::string("model.") + key + " is not supported");
-  if (get_bool(*model, "byte_fallback", false, what, "model"))
-    fail(what, "model.byte_fallback is not supported");
   get_bool(*model, "fuse_unk", false, what, "model");
   m->ignore_merges = get_bool(*model, "ignore_merges", false, what, "model");
 
@@ -405,36 +477,42 @@ std::shared_ptr<ByteBpe::Impl> parse_json(std::string_view text, const std::stri
     }
   }
 
-  if (const json* n = member(j, "normalizer")) {
-    if (type_of(*n, what, "normalizer") != "NFC")
-      fail(what,
-           "normalizer '" + printable(type_of(*n, what, "normalizer")) + "' is not supported (null, NFC)");
-    m->nfc = true;
-  }
-  const json* pre = member(j, "pre_tokenizer");
-  if (!pre) fail(what, "pre_tokenizer is missing (ByteLevel is required)");
-  const std::string ptype = type_of(*pre, what, "pre_tokenizer");
-  if (ptype == "ByteLevel") {
-    byte_level(*pre, *m, "pre_tokenizer");
-  } else if (const json* list = member(*pre, "pretokenizers");
-             ptype == "Sequence" && list && list->is_array() && list->size() == 2 &&
-             type_of((*list)[0], what, "pre_tokenizer.pretokenizers[0]") == "Split") {
-    split_pretokenizer((*list)[0], (*list)[1], *m);
-  } else if (ptype == "Sequence") {
-    if (!list || !list->is_array() || list->size() != 2 ||
-        type_of((*list)[0], what, "pre_tokenizer.pretokenizers[0]") != "Digits" ||
-        type_of((*list)[1], what, "pre_tokenizer.pretokenizers[1]") != "ByteLevel")
-      fail(what, "pre_tokenizer Sequence is supported only as [Digits, ByteLevel] or [Split, ByteLevel]");
-    if (!get_bool((*list)[0], "individual_digits", false, what, "pre_tokenizer.pretokenizers[0]"))
-      fail(what, "pre_tokenizer Digits is supported only with individual_digits true");
-    m->digits = true;
-    byte_level((*list)[1], *m, "pre_tokenizer.pretokenizers[1]");
+  if (m->spm) {
+    sentencepiece_style(j, *m);
   } else {
-    fail(what, "pre_tokenizer '" + printable(ptype) +
-                   "' is not supported (ByteLevel, Sequence[Digits, ByteLevel], Sequence[Split, ByteLevel])");
+    if (const json* n = member(j, "normalizer")) {
+      if (type_of(*n, what, "normalizer") != "NFC")
+        fail(what,
+             "normalizer '" + printable(type_of(*n, what, "normalizer")) + "' is not supported (null, NFC)");
+      m->nfc = true;
+    }
+    const json* pre = member(j, "pre_tokenizer");
+    if (!pre) fail(what, "pre_tokenizer is missing (ByteLevel is required)");
+    const std::string ptype = type_of(*pre, what, "pre_tokenizer");
+    if (ptype == "ByteLevel") {
+      byte_level(*pre, *m, "pre_tokenizer");
+    } else if (const json* list = member(*pre, "pretokenizers");
+               ptype == "Sequence" && list && list->is_array() && list->size() == 2 &&
+               type_of((*list)[0], what, "pre_tokenizer.pretokenizers[0]") == "Split") {
+      split_pretokenizer((*list)[0], (*list)[1], *m);
+    } else if (ptype == "Sequence") {
+      if (!list || !list->is_array() || list->size() != 2 ||
+          type_of((*list)[0], what, "pre_tokenizer.pretokenizers[0]") != "Digits" ||
+          type_of((*list)[1], what, "pre_tokenizer.pretokenizers[1]") != "ByteLevel")
+        fail(what, "pre_tokenizer Sequence is supported only as [Digits, ByteLevel] or [Split, ByteLevel]");
+      if (!get_bool((*list)[0], "individual_digits", false, what, "pre_tokenizer.pretokenizers[0]"))
+        fail(what, "pre_tokenizer Digits is supported only with individual_digits true");
+      m->digits = true;
+      byte_level((*list)[1], *m, "pre_tokenizer.pretokenizers[1]");
+    } else {
+      fail(what,
+           "pre_tokenizer '" + printable(ptype) +
+               "' is not supported (ByteLevel, Sequence[Digits, ByteLevel], Sequence[Split, ByteLevel])");
+    }
+    if (const json* d = member(j, "decoder"); d && type_of(*d, what, "decoder") != "ByteLevel")
+      fail(what,
+           "decoder '" + printable(type_of(*d, what, "decoder")) + "' is not supported (only ByteLevel)");
   }
-  if (const json* d = member(j, "decoder"); d && type_of(*d, what, "decoder") != "ByteLevel")
-    fail(what, "decoder '" + printable(type_of(*d, what, "decoder")) + "' is not supported (only ByteLevel)");
 
   if (const json* post = member(j, "post_processor")) {
     const std::string type = type_of(*post, what, "post_processor");
@@ -534,12 +612,13 @@ ByteBpe ByteBpe::from_gguf(const Gguf& g, const std::string& what) {
   m->what = what;
   try {
     const std::string& model = g.get_string("tokenizer.ggml.model");
-    if (model != "gpt2")
-      fail(what,
-           "tokenizer.ggml.model '" + printable(model) + "' is not supported (only gpt2, byte-level BPE)");
+    if (model != "gpt2" && model != "llama")
+      fail(what, "tokenizer.ggml.model '" + printable(model) +
+                     "' is not supported (gpt2: byte-level BPE; llama: SentencePiece-style BPE)");
+    m->spm = model == "llama";
     const GgufValue* pre_v = g.find("tokenizer.ggml.pre");
-    if (!pre_v) fail(what, "tokenizer.ggml.pre is missing (the pre-tokenizer is unknown)");
-    const std::string& pre = g.get_string("tokenizer.ggml.pre");
+    if (!pre_v && !m->spm) fail(what, "tokenizer.ggml.pre is missing (the pre-tokenizer is unknown)");
+    const std::string pre = m->spm ? "gpt-2" : g.get_string("tokenizer.ggml.pre");  // llama: none
     // llama.cpp's names for the pre-tokenizers built here (llama-vocab.cpp); llama-bpe also ignores merges.
     if (pre == "smollm" || pre == "starcoder" || pre == "refact") {
       m->digits = true;
@@ -568,9 +647,11 @@ ByteBpe ByteBpe::from_gguf(const Gguf& g, const std::string& what) {
       m->vocab.try_emplace(tokens[i], id);  // a repeated token keeps its first id
       m->add_token(id, tokens[i]);
       const int64_t type = types ? (*types)[i] : 1;
-      if (type == 3 || type == 4) {  // CONTROL, USER_DEFINED: matched in the raw text like HF's added tokens
+      // UNKNOWN, CONTROL, USER_DEFINED: matched in the raw text like HF's added tokens (llama.cpp's special
+      // tokens)
+      if (type == 2 || type == 3 || type == 4) {
         if (tokens[i].empty()) continue;  // an empty token can never match
-        m->added.push_back({tokens[i], id, type == 3});
+        m->added.push_back({tokens[i], id, type != 4});
       }
     }
     if (g.find("tokenizer.ggml.merges")) {
@@ -585,6 +666,42 @@ ByteBpe ByteBpe::from_gguf(const Gguf& g, const std::string& what) {
                      "tokenizer.ggml.merges[" + std::to_string(r) + "]");
       }
     }
+    if (m->spm) {
+      // llama.cpp merges the adjacent pair whose joined text is the token of highest score (the leftmost of
+      // equal scores): every split of every normal token into two tokens is a merge, ranked by that score.
+      const GgufValue* sv = g.find("tokenizer.ggml.scores");
+      if (!sv || !sv->is_array() || (sv->elem != GgufType::kF32 && sv->elem != GgufType::kF64))
+        fail(what,
+             "tokenizer.ggml.scores is missing or not an ARRAY of floats (a llama vocabulary needs it)");
+      const std::vector<double>& scores = sv->floats;
+      if (scores.size() != tokens.size())
+        fail(what, "tokenizer.ggml.scores has " + std::to_string(scores.size()) + " entries for " +
+                       std::to_string(tokens.size()) + " tokens");
+      std::vector<double> distinct(scores);
+      std::sort(distinct.begin(), distinct.end(), std::greater<>());
+      distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+      for (size_t i = 0; i < tokens.size(); ++i) {
+        if (types && (*types)[i] != 1) continue;  // NORMAL tokens only
+        const std::string& t = tokens[i];
+        const auto rank = static_cast<int32_t>(
+            std::lower_bound(distinct.begin(), distinct.end(), scores[i], std::greater<>()) -
+            distinct.begin());
+        for (size_t cut = 1; cut < t.size(); ++cut) {
+          if ((static_cast<uint8_t>(t[cut]) & 0xC0) == 0x80) continue;  // inside a character
+          const auto a = m->vocab.find(std::string_view(t).substr(0, cut));
+          const auto b = m->vocab.find(std::string_view(t).substr(cut));
+          if (a != m->vocab.end() && b != m->vocab.end())
+            m->merges.try_emplace(pair_key(a->second, b->second), rank, static_cast<int32_t>(i));
+        }
+      }
+      m->spm_prefix =
+          g.find("tokenizer.ggml.add_space_prefix") ? g.get_bool("tokenizer.ggml.add_space_prefix") : true;
+      for (int b = 0; b < 256; ++b) {
+        char hex[8];
+        std::snprintf(hex, sizeof hex, "<0x%02X>", b);
+        if (!m->vocab.count(hex)) fail(what, std::string("a llama vocabulary without the byte token ") + hex);
+      }
+    }
     auto id_of = [&](const char* key) -> int32_t {
       if (!g.find(key)) return -1;
       const int64_t id = g.get_int(key);
@@ -596,7 +713,10 @@ ByteBpe ByteBpe::from_gguf(const Gguf& g, const std::string& what) {
     m->eos = id_of("tokenizer.ggml.eos_token_id");
     for (const char* key : {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"})  // as llama.cpp
       if (const int32_t id = id_of(key); id >= 0) m->stops.push_back(id);
-    auto flag = [&](const char* key) { return g.find(key) ? g.get_bool(key) : false; };
+    // Absent: false, but a llama (SentencePiece) vocabulary adds BOS unless told not to, as llama.cpp.
+    auto flag = [&](const char* key) {
+      return g.find(key) ? g.get_bool(key) : m->spm && std::string(key) == "tokenizer.ggml.add_bos_token";
+    };
     if (flag("tokenizer.ggml.add_bos_token")) {
       if (m->bos < 0) fail(what, "tokenizer.ggml.add_bos_token is true but there is no bos_token_id");
       m->prefix.push_back(m->bos);
@@ -657,6 +777,10 @@ std::vector<std::string> ByteBpe::split(std::string_view s) const {
     words.clear();
     m.words(s.substr(seg.begin, seg.end - seg.begin), words);
     for (const std::string& w : words) {
+      if (m.spm) {  // SentencePiece-style words are spelled as they are
+        out.push_back(w);
+        continue;
+      }
       std::string mapped;
       for (char c : w) mapped += bm.to_utf8[static_cast<uint8_t>(c)];
       out.push_back(std::move(mapped));
@@ -730,21 +854,38 @@ std::string ByteBpe::to_json() const {
     for (int32_t id : m.suffix) special(id, pair, 1);
     post = {{"type", "TemplateProcessing"}, {"single", single}, {"pair", pair}, {"special_tokens", specials}};
   }
-  const json j = {{"version", "1.0"},
-                  {"truncation", nullptr},
-                  {"padding", nullptr},
-                  {"added_tokens", added},
-                  {"normalizer", m.nfc ? json{{"type", "NFC"}} : json(nullptr)},
-                  {"pre_tokenizer", pre},
-                  {"post_processor", post},
-                  {"decoder", byte_level},
-                  {"model",
-                   {{"type", "BPE"},
-                    {"fuse_unk", false},
-                    {"byte_fallback", false},
-                    {"ignore_merges", m.ignore_merges},
-                    {"vocab", vocab},
-                    {"merges", merges}}}};
+  json j = {{"version", "1.0"},
+            {"truncation", nullptr},
+            {"padding", nullptr},
+            {"added_tokens", added},
+            {"normalizer", m.nfc ? json{{"type", "NFC"}} : json(nullptr)},
+            {"pre_tokenizer", pre},
+            {"post_processor", post},
+            {"decoder", byte_level},
+            {"model",
+             {{"type", "BPE"},
+              {"fuse_unk", false},
+              {"byte_fallback", false},
+              {"ignore_merges", m.ignore_merges},
+              {"vocab", vocab},
+              {"merges", merges}}}};
+  if (m.spm) {  // SentencePiece-style: as Llama 2's tokenizer.json
+    const std::string space = "\xE2\x96\x81";
+    const json replace = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", space}};
+    j["normalizer"] = {
+        {"type", "Sequence"},
+        {"normalizers", m.spm_prefix ? json::array({{{"type", "Prepend"}, {"prepend", space}}, replace})
+                                     : json::array({replace})}};
+    j["pre_tokenizer"] = nullptr;
+    j["decoder"] = {
+        {"type", "Sequence"},
+        {"decoders", json::array({{{"type", "Replace"}, {"pattern", {{"String", space}}}, {"content", " "}},
+                                  {{"type", "ByteFallback"}},
+                                  {{"type", "Fuse"}},
+                                  {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}};
+    j["model"]["byte_fallback"] = true;
+    j["model"]["fuse_unk"] = true;
+  }
   return j.dump(1);
 }
 
@@ -763,6 +904,19 @@ std::string ByteBpe::decode(const std::vector<int32_t>& ids, bool skip_special) 
   for (int32_t id : ids) {
     const std::string& t = token(id);
     if (skip_special && m.special[static_cast<size_t>(id)]) continue;
+    if (m.spm) {  // <0xXX> is its byte, U+2581 a space (HF's Replace, ByteFallback, Fuse decoders)
+      const auto b = std::find(std::begin(m.byte_id), std::end(m.byte_id), id);
+      if (b != std::end(m.byte_id)) {
+        bytes += static_cast<char>(b - std::begin(m.byte_id));
+        continue;
+      }
+      for (size_t i = 0; i < t.size();) {
+        const bool space = t.compare(i, 3, "\xE2\x96\x81") == 0;
+        bytes += space ? std::string(" ") : t.substr(i, 1);
+        i += space ? 3 : 1;
+      }
+      continue;
+    }
     for (size_t i = 0; i < t.size();) {
       char32_t c = 0;
       utf8proc_int32_t cp = -1;
@@ -781,6 +935,7 @@ std::string ByteBpe::decode(const std::vector<int32_t>& ids, bool skip_special) 
       i += static_cast<size_t>(n);
     }
   }
+  if (m.spm && !bytes.empty() && bytes[0] == ' ') bytes.erase(0, 1);  // HF's Strip(" ", 1, 0)
   // Invalid UTF-8 becomes U+FFFD, one per maximal invalid subpart (as Rust's from_utf8_lossy does).
   std::string out;
   out.reserve(bytes.size());

@@ -1,6 +1,7 @@
 // Byte-level BPE (GPT-2 style, as SmolLM2, Llama 3, Qwen2/3 and GGUF files with tokenizer.ggml.model "gpt2"
-// use it), producing the same ids as Hugging Face `tokenizers` for what it supports (docs/formats.md,
-// "Byte-level BPE"):
+// use it), and SentencePiece-style BPE (Llama 2, Mistral v0.1, TinyLlama; GGUF "llama": characters, U+2581
+// for spaces, byte fallback, docs/formats.md), producing the same ids as Hugging Face `tokenizers` (and, from
+// GGUF metadata, as llama.cpp) for what it supports (docs/formats.md, "Byte-level BPE"):
 //   normalizer      null or NFC
 //   pre_tokenizer   ByteLevel (use_regex: the GPT-2 regex; add_prefix_space), or a Sequence of
 //                   Digits (individual_digits: true) then ByteLevel, or of Split (Llama 3's or Qwen2's

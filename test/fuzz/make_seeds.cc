@@ -1,5 +1,6 @@
 // Writes the seed corpora for the fuzz harnesses: small valid files made with the library, one directory per
 // harness under argv[1]. Run by run.sh before fuzzing.
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -281,6 +282,37 @@ int main(int argc, char** argv) {
       const std::vector<uint8_t> file = encode_gguf(g);
       b.insert(b.end(), file.begin(), file.end());
       put(out / "bpe", std::string("gguf_") + pre, b);
+    }
+    // A SentencePiece-style ("llama") vocabulary: characters, U+2581, the 256 byte tokens, scores.
+    {
+      std::vector<std::string> spm = {"<unk>",
+                                      "<s>",
+                                      "</s>",
+                                      "\xe2\x96\x81",
+                                      "a",
+                                      "b",
+                                      "\xe2\x96\x81"
+                                      "a",
+                                      "ab"};
+      std::vector<int64_t> types = {2, 3, 3, 1, 1, 1, 1, 1};
+      std::vector<double> scores = {0, 0, 0, 0, 0, 0, -1, -2};
+      for (int byte = 0; byte < 256; ++byte) {
+        char hex[8];
+        std::snprintf(hex, sizeof hex, "<0x%02X>", byte);
+        spm.push_back(hex);
+        types.push_back(6);
+        scores.push_back(0);
+      }
+      Gguf s;
+      s.metadata = {{"tokenizer.ggml.model", GgufValue::of_string("llama")},
+                    {"tokenizer.ggml.tokens", GgufValue::of_strings(spm)},
+                    {"tokenizer.ggml.scores", GgufValue::of_floats(GgufType::kF32, scores)},
+                    {"tokenizer.ggml.token_type", GgufValue::of_ints(GgufType::kI32, types)},
+                    {"tokenizer.ggml.bos_token_id", GgufValue::of_int(GgufType::kU32, 1)}};
+      std::vector<uint8_t> b = {1};
+      const std::vector<uint8_t> file = encode_gguf(s);
+      b.insert(b.end(), file.begin(), file.end());
+      put(out / "bpe", "gguf_spm", b);
     }
   }
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -126,8 +127,10 @@ TEST(ByteBpe, FromGgufMetadata) {
   EXPECT_EQ(ByteBpe::from_gguf(tiny_gguf("qwen2"), "m.gguf").split("a123"),
             (std::vector<std::string>{"a", "1", "2", "3"}));
   Gguf g = tiny_gguf("smollm");
+  g.metadata[0].second = GgufValue::of_string("bert");
+  EXPECT_ERROR(ByteBpe::from_gguf(g, "m.gguf"), "tokenizer.ggml.model 'bert' is not supported");
   g.metadata[0].second = GgufValue::of_string("llama");
-  EXPECT_ERROR(ByteBpe::from_gguf(g, "m.gguf"), "tokenizer.ggml.model 'llama' is not supported");
+  EXPECT_ERROR(ByteBpe::from_gguf(g, "m.gguf"), "tokenizer.ggml.scores is missing");
   g = tiny_gguf("smollm");
   g.metadata[4].second = GgufValue::of_strings({"a b", "a z"});
   EXPECT_ERROR(ByteBpe::from_gguf(g, "m.gguf"),
@@ -206,6 +209,60 @@ TEST(ByteBpe, EndOfReplyIds) {
   EXPECT_FALSE(f.ends_reply(5));
 }
 
+// SentencePiece-style BPE (Llama 2's tokenizer.json; GGUF tokenizer.ggml.model "llama"): spaces as U+2581
+// with one in front of each text piece, merges over characters, byte fallback for characters without a
+// token, and decoding back; the GGUF form (scores, no merges) merges the same way.
+TEST(ByteBpe, SentencePieceStyle) {
+  const std::string sp = "\xe2\x96\x81";
+  std::vector<std::string> tokens = {"<unk>", "<s>", "</s>", sp, "a", "b", sp + "a", "ab"};
+  for (int b = 0; b < 256; ++b) {
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "<0x%02X>", b);
+    tokens.push_back(hex);
+  }
+  json vocab = json::object();
+  for (size_t i = 0; i < tokens.size(); ++i) vocab[tokens[i]] = i;
+  const json replace = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", sp}};
+  json j = {{"normalizer",
+             {{"type", "Sequence"}, {"normalizers", {{{"type", "Prepend"}, {"prepend", sp}}, replace}}}},
+            {"added_tokens", {{{"id", 1}, {"content", "<s>"}, {"special", true}}}},
+            {"model",
+             {{"type", "BPE"},
+              {"byte_fallback", true},
+              {"unk_token", "<unk>"},
+              {"vocab", vocab},
+              {"merges", {sp + " a", "a b"}}}}};
+  const ByteBpe t = ByteBpe::from_json(j.dump(), "spm.json");
+  // "ab a" -> "\u2581ab\u2581a": (\u2581 a) first, then nothing joins \u2581a and b.
+  EXPECT_EQ(t.encode("ab a"), (ids{6, 5, 6}));
+  EXPECT_EQ(t.encode("b<s>a"), (ids{3, 5, 1, 6}));                  // one U+2581 in front of each piece
+  EXPECT_EQ(t.encode("\xc3\xa9"), (ids{3, 8 + 0xC3, 8 + 0xA9}));    // no token for e-acute: its bytes
+  EXPECT_EQ(t.decode(t.encode("ab a \xc3\xa9")), "ab a \xc3\xa9");  // the leading U+2581 stripped
+  EXPECT_EQ(t.split("a b"), (std::vector<std::string>{sp + "a" + sp + "b"}));
+  // The GGUF form: scores rank the merges (\u2581a above ab), the file's BOS added by default.
+  Gguf g;
+  std::vector<int64_t> types(tokens.size(), 6);
+  std::vector<double> scores(tokens.size(), 0.0);
+  for (int i = 0; i < 8; ++i) types[i] = i == 0 ? 2 : i < 3 ? 3 : 1;
+  scores[6] = -1;
+  scores[7] = -2;
+  g.metadata = {{"tokenizer.ggml.model", GgufValue::of_string("llama")},
+                {"tokenizer.ggml.tokens", GgufValue::of_strings(tokens)},
+                {"tokenizer.ggml.scores", GgufValue::of_floats(GgufType::kF32, scores)},
+                {"tokenizer.ggml.token_type", GgufValue::of_ints(GgufType::kI32, types)},
+                {"tokenizer.ggml.bos_token_id", GgufValue::of_int(GgufType::kU32, 1)}};
+  const ByteBpe f = ByteBpe::from_gguf(g, "spm.gguf");
+  EXPECT_EQ(f.encode("ab a"), (ids{1, 6, 5, 6}));
+  EXPECT_EQ(ByteBpe::from_json(f.to_json(), "written").encode("ab a"), (ids{1, 6, 5, 6}));
+  tokens.pop_back();  // a missing byte token is refused
+  g.metadata[1].second = GgufValue::of_strings(tokens);
+  scores.pop_back();
+  types.pop_back();
+  g.metadata[2].second = GgufValue::of_floats(GgufType::kF32, scores);
+  g.metadata[3].second = GgufValue::of_ints(GgufType::kI32, types);
+  EXPECT_ERROR(ByteBpe::from_gguf(g, "spm.gguf"), "without the byte token <0xFF>");
+}
+
 TEST(ByteBpe, RefusesWhatItDoesNotSupport) {
   auto refused = [](const std::function<void(json&)>& change, const std::string& phrase) {
     json j = tiny_json();
@@ -231,7 +288,7 @@ TEST(ByteBpe, RefusesWhatItDoesNotSupport) {
           "use_regex and add_prefix_space false");
   refused([](json& j) { j["model"]["merges"] = {"a q"}; }, "model.merges[0] 'a q' uses a token not in");
   refused([](json& j) { j["model"]["merges"] = {{"a", "b"}, 7}; }, "model.merges[1] must be");
-  refused([](json& j) { j["model"]["byte_fallback"] = true; }, "byte_fallback is not supported");
+  refused([](json& j) { j["model"]["byte_fallback"] = true; }, "with byte_fallback the normalizer must be");
   refused([](json& j) { j["model"]["unk_token"] = "<unk>"; }, "unk_token is not supported");
   refused([](json& j) { j["model"]["vocab"]["zz"] = 1000; }, "model.vocab['zz'] must be an id in [0, 18)");
   refused([](json& j) { j["model"]["vocab"]["zz"] = 3; }, "id 3 is used twice");

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Byte-level BPE with Llama 3's and Qwen2's Split pre-tokenizers: sparse24 against Hugging Face `tokenizers`
+"""Byte-level BPE with Llama 3's and Qwen2's Split pre-tokenizers, and SentencePiece-style BPE (Llama 2's,
+Mistral v0.1's, TinyLlama's: U+2581 for spaces, byte fallback): sparse24 against Hugging Face `tokenizers`
 and against llama.cpp.
 
 No Llama 3 or Qwen tokenizer ships in the project's packages, so `tokenizers` trains one of each here on the
@@ -13,6 +14,11 @@ in both cases and with U+017F, CR/LF runs, digit runs, mixed whitespace, decompo
      gives; and those equal `tokenizers`' on every text whose NFC form is itself (llama.cpp does not
      normalize);
   3. `sparse24 convert`'s tokenizer.json writer (to_json) is read back by `tokenizers` to the same ids.
+The SentencePiece-style tokenizer ("spm") is checked the same way, its GGUF file as llama.cpp's converter
+writes a Llama 2 vocabulary (tokenizer.ggml.model "llama", a score per token: here minus the merge rank, so
+llama.cpp's highest-score-first merging replays the merges' order; byte tokens of type BYTE), except GGUF vs
+`tokenizers`: llama.cpp merges any two tokens that join into a token, where `tokenizers` merges only listed
+pairs, so the two may differ on some texts (counted, not asserted).
 Exit 0 when all agree, 1 naming the first difference.
 
   .venv/bin/python test/text/compare_split_tokenizers.py --sparse24 build/sparse24 \\
@@ -32,7 +38,9 @@ PATTERNS = {
     "qwen2": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
 }
 GGUF_PRE = {"llama3": "llama-bpe", "qwen2": "qwen2"}
-SPECIALS = {"llama3": ["<|begin_of_text|>", "<|end_of_text|>"], "qwen2": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]}
+SPECIALS = {"llama3": ["<|begin_of_text|>", "<|end_of_text|>"], "qwen2": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+            "spm": ["<unk>", "<s>", "</s>"]}
+BYTE_TOKENS = [f"<0x{b:02X}>" for b in range(256)]
 PIECES = ["'s", "'S", "'ll", "'LL", "'Re", "'ve", "'m", "'d", "'t", "'\u017f", "'", "''", " ", "  ", "   ", "\t",
           "\n", "\r\n", "\r", "\n\n", " \n", "\n ", " \r\n\t", "\u00a0", "\u3000", "\u2028", "1", "12", "123", "12345",
           "\u0663\u0664", "x", "Hello", "world", "LORD", "\u01c5", "!", "!!", "...", "?!", "\u00bf", "-", "--",
@@ -40,8 +48,26 @@ PIECES = ["'s", "'S", "'ll", "'LL", "'Re", "'ve", "'m", "'d", "'t", "'\u017f", "
           "<|im_start|>", "<|begin_of_text|>"]
 
 
+def train_spm(verses, out):
+    """Llama 2's tokenizer.json settings: BPE with byte fallback over characters, spaces as U+2581 with one
+    prepended, no pre-tokenizer, the byte-fallback decoders, <s> first."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, processors, trainers
+    tok = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>", fuse_unk=True))
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+    tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                     decoders.Strip(" ", 1, 0)])
+    trainer = trainers.BpeTrainer(vocab_size=3000, special_tokens=SPECIALS["spm"] + BYTE_TOKENS, show_progress=False)
+    tok.train_from_iterator(verses, trainer)
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", tok.token_to_id("<s>"))])
+    out.mkdir(parents=True, exist_ok=True)
+    tok.save(str(out / "tokenizer.json"))
+    return tok
+
+
 def train(kind, verses, out):
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    if kind == "spm":
+        return train_spm(verses, out)
     tok = Tokenizer(models.BPE(ignore_merges=kind == "llama3"))
     if kind == "qwen2":
         tok.normalizer = normalizers.NFC()
@@ -84,14 +110,24 @@ def write_gguf(kind, tok, path):
               "blk.0.ffn_up.weight": (16, 8), "blk.0.ffn_down.weight": (8, 16)}
     for name, shape in shapes.items():
         w.add_tensor(name, g.normal(0, 0.1, shape).astype(np.float32))
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre(GGUF_PRE[kind])
-    w.add_token_list([t for t, _ in ids])
-    w.add_token_types([3 if t in SPECIALS[kind] else 1 for t, _ in ids])
-    w.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in vocab["merges"]])
-    w.add_bos_token_id(tok.token_to_id(SPECIALS[kind][0]))
+    merges = [m if isinstance(m, str) else " ".join(m) for m in vocab["merges"]]
+    if kind == "spm":  # Llama 2's layout: scores (minus the merge rank), <unk> UNKNOWN, bytes BYTE
+        rank = {m.replace(" ", ""): r for r, m in enumerate(merges)}
+        w.add_tokenizer_model("llama")
+        w.add_token_list([t for t, _ in ids])
+        w.add_token_scores([-float(rank.get(t, 0)) if t in rank else 0.0 for t, _ in ids])
+        w.add_token_types([2 if t == "<unk>" else 3 if t in SPECIALS[kind] else 6 if t in BYTE_TOKENS else 1
+                           for t, _ in ids])
+        w.add_add_space_prefix(True)
+    else:
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre(GGUF_PRE[kind])
+        w.add_token_list([t for t, _ in ids])
+        w.add_token_types([3 if t in SPECIALS[kind] else 1 for t, _ in ids])
+        w.add_token_merges(merges)
+    w.add_bos_token_id(tok.token_to_id(SPECIALS[kind][1 if kind == "spm" else 0]))
     w.add_eos_token_id(tok.token_to_id(SPECIALS[kind][-1]))
-    w.add_add_bos_token(kind == "llama3")
+    w.add_add_bos_token(kind in ("llama3", "spm"))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -144,7 +180,7 @@ def main():
     stress = ["".join(rng.choice(PIECES) for _ in range(rng.randint(1, 12))) for _ in range(3000)]
     texts = verses + edge + stress
     failed = False
-    for kind in PATTERNS:
+    for kind in (*PATTERNS, "spm"):
         tok = train(kind, verses[:20000], work / kind)
         theirs = [e.ids for e in tok.encode_batch(texts)]
         ours = sparse24_ids(a.sparse24, work / kind, texts)
@@ -153,11 +189,15 @@ def main():
         write_gguf(kind, tok, gguf_path)
         ours_gguf = sparse24_ids(a.sparse24, gguf_path, texts)
         llm = llama_cpp.Llama(model_path=str(gguf_path), vocab_only=True, verbose=False)
-        cpp = [llm.tokenize(t.encode("utf-8"), add_bos=kind == "llama3", special=True) for t in texts]
+        cpp = [llm.tokenize(t.encode("utf-8"), add_bos=kind in ("llama3", "spm"), special=True) for t in texts]
         failed |= first_difference(f"{kind} GGUF vs llama.cpp", texts, ours_gguf, cpp)
         nfc = [i for i, t in enumerate(texts) if unicodedata.normalize("NFC", t) == t]
-        failed |= first_difference(f"{kind} GGUF vs tokenizers (NFC texts)", [texts[i] for i in nfc],
-                                   [ours_gguf[i] for i in nfc], [theirs[i] for i in nfc], tok)
+        if kind == "spm":
+            same = sum(ours_gguf[i] == theirs[i] for i in range(len(texts)))
+            print(f"spm: GGUF (llama.cpp's merging) equals tokenizers on {same} of {len(texts)} texts")
+        else:
+            failed |= first_difference(f"{kind} GGUF vs tokenizers (NFC texts)", [texts[i] for i in nfc],
+                                       [ours_gguf[i] for i in nfc], [theirs[i] for i in nfc], tok)
         # The tokenizer.json sparse24 writes (convert MODEL.gguf DIR), read by tokenizers.
         back = work / f"{kind}-back"
         r = subprocess.run([a.sparse24, "convert", str(gguf_path), str(back), "--to", "dense"], capture_output=True)
