@@ -5,27 +5,19 @@
 
 #include <algorithm>
 
+#include "code_ranges.h"
+
 namespace sparse24::text::bpe_detail {
 namespace {
 
-struct CodeRange {
-  char32_t lo, hi;
-};
 // HF's classes, measured (hf_bpe_classes.inc): Oniguruma's Unicode tables in the regex and Rust's in Digits
 // are newer than utf8proc's (Unicode 16 letters such as U+1C89 would otherwise be "other").
 #include "hf_bpe_classes.inc"
 
-template <size_t N>
-bool in(const CodeRange (&table)[N], char32_t c) {
-  const CodeRange* it =
-      std::upper_bound(table, table + N, c, [](char32_t x, const CodeRange& r) { return x < r.lo; });
-  return it != table && c <= (it - 1)->hi;
-}
-
 Cls classify(char32_t c) {
-  if (in(kHfSpace, c)) return Cls::kSpace;
-  if (in(kHfLetter, c)) return Cls::kLetter;
-  if (in(kHfNumber, c)) return Cls::kNumber;
+  if (in_ranges(kHfSpace, c)) return Cls::kSpace;
+  if (in_ranges(kHfLetter, c)) return Cls::kLetter;
+  if (in_ranges(kHfNumber, c)) return Cls::kNumber;
   return Cls::kOther;
 }
 
@@ -45,7 +37,7 @@ void chars_of(std::string_view s, std::vector<Char>& out) {
       ++i;
     } else {
       out.push_back({static_cast<char32_t>(cp), classify(static_cast<char32_t>(cp)),
-                     in(kHfDigit, static_cast<char32_t>(cp)), static_cast<uint32_t>(i),
+                     in_ranges(kHfDigit, static_cast<char32_t>(cp)), static_cast<uint32_t>(i),
                      static_cast<uint32_t>(i + static_cast<size_t>(n))});
       i += static_cast<size_t>(n);
     }

@@ -5,26 +5,18 @@
 #include <algorithm>
 #include <iterator>
 
+#include "code_ranges.h"
+
 namespace sparse24::text {
 
 namespace {
 
-struct CodeRange {
-  char32_t first, last;
-};
 #include "hf_unicode_tables.inc"
-
-template <size_t N>
-bool in(const CodeRange (&table)[N], char32_t c) {
-  const CodeRange* it =
-      std::upper_bound(table, table + N, c, [](char32_t x, const CodeRange& r) { return x < r.first; });
-  return it != table && c <= (it - 1)->last;
-}
 
 // HF's is_control: unicode_categories' is_other() (Cc, Cf, Co of its old tables), minus \t \n \r.
 bool is_control(char32_t c) {
   if (c < 0x80) return (c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7F;
-  return in(kHfControl, c);
+  return in_ranges(kHfControl, c);
 }
 
 // Rust's char::to_lowercase for c >= 0x80 other than U+0130: utf8proc's mapping unless HF's differs.
@@ -35,9 +27,11 @@ char32_t lower_char(char32_t c) {
   return static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c)));
 }
 
-bool nfd_kept(char32_t c) { return std::binary_search(std::begin(kHfNfdKept), std::end(kHfNfdKept), c); }
+bool nfd_kept(char32_t c) {
+  return std::binary_search(std::begin(kHfNfdKept), std::end(kHfNfdKept), c);
+}
 
-bool is_nonspacing_mark(char32_t c) { return c >= 0x80 && in(kHfNonspacingMark, c); }
+bool is_nonspacing_mark(char32_t c) { return c >= 0x80 && in_ranges(kHfNonspacingMark, c); }
 
 // BERT's "Chinese character" ranges, exactly as HF lists them (note 0x2B820-0x2B91F is not among them).
 bool is_cjk(char32_t c) {
@@ -115,7 +109,7 @@ bool is_rust_whitespace(char32_t c) {
 bool is_bert_punctuation(char32_t c) {
   if (c < 0x80)
     return (c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) || (c >= 123 && c <= 126);
-  return in(kHfPunctuation, c);
+  return in_ranges(kHfPunctuation, c);
 }
 
 void clean_text(std::u32string& s) {
