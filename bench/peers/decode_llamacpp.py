@@ -17,6 +17,7 @@ llama.cpp issue #20824), which a native build of llama-cpp-python enables there.
       --prompt-ids ids.txt --generate 128 --threads 1 --json out.json
 """
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -132,7 +133,11 @@ def main():
     with open(a.prompt_ids) as f:
         prompt = [int(x) for x in f.read().replace(",", " ").split()]
     os.makedirs(a.cache, exist_ok=True)
-    base = os.path.splitext(os.path.basename(os.path.dirname(os.path.abspath(a.gguf))))[0]
+    # One cache entry per source file (its directory, name and a hash of its path: two files in one directory,
+    # or two models' model.gguf, must not share one); remade when the source is newer.
+    src = os.path.abspath(a.gguf)
+    base = (f"{os.path.basename(os.path.dirname(src))}-{os.path.splitext(os.path.basename(src))[0]}-"
+            f"{hashlib.sha1(src.encode()).hexdigest()[:8]}")
     out = {}
     for kind in a.kinds.split(","):
         path = os.path.join(a.cache, f"{base}-{kind}.gguf")
