@@ -160,7 +160,8 @@ using LinearObserver = std::function<void(int64_t layer, int linear, const float
 
 class Decoder {
  public:
-  // m must outlive the Decoder: it reads m's embedding table and norm weights in place.
+  // m must outlive the Decoder, unchanged: it reads m's embedding table, norm weights and dense Linears'
+  // weights in place.
   Decoder(const DecoderModel& m, const DecoderOptions& o);
   ~Decoder();
   Decoder(Decoder&&) noexcept;

@@ -26,9 +26,12 @@ constexpr int64_t kInt8ScaleGroup = 64;
 struct Linear {
   int64_t m = 0, k = 0;
   std::optional<PackedMatrix> packed;
-  std::vector<float> w;
-  std::vector<float> bias;  // empty or m floats
+  std::vector<float> decompressed;  // a 2:4 Linear run dense: its weights expanded
+  const float* w = nullptr;         // dense weights: the model's (read in place) or `decompressed`
+  std::vector<float> bias;          // empty or m floats
 
+  Linear(const Linear&) = delete;  // w may point into decompressed: moved, never copied
+  Linear(Linear&&) = default;
   Linear(const Gemm& g, bool sparse, const DecoderOptions& d, bool both = false)
       : m(g.m), k(g.k), bias(g.bias) {
     if (!bias.empty() && static_cast<int64_t>(bias.size()) != m)
@@ -40,8 +43,11 @@ struct Linear {
       packed = pack(d.int8_weights ? quantize_int8(g.sparse, kInt8ScaleGroup) : g.sparse, o);
       return;
     }
-    w = g.pruned ? decompress(g.sparse).to_float() : g.dense;
-    if (static_cast<int64_t>(w.size()) != m * k) throw Error("layer '" + g.name + "': weight size mismatch");
+    if (g.pruned) decompressed = decompress(g.sparse).to_float();
+    const std::vector<float>& dense = g.pruned ? decompressed : g.dense;
+    if (static_cast<int64_t>(dense.size()) != m * k)
+      throw Error("layer '" + g.name + "': weight size mismatch");
+    w = dense.data();
   }
   void run(const float* x, float* y, int64_t n, int threads) const {
     if (packed) {
@@ -51,14 +57,14 @@ struct Linear {
     // One token: eight long row streams at once, as the head (oneDNN's sgemm streamed the decoder's short
     // rows at ~13 GB/s on one Zen 3 core, docs/performance.md).
     if (n == 1)
-      kernels::gemv_f32(w.data(), m, k, x, y, threads);
+      kernels::gemv_f32(w, m, k, x, y, threads);
     else
-      dnnl_sgemm('N', 'N', m, n, k, 1.0f, w.data(), k, x, n, 0.0f, y, n);
+      dnnl_sgemm('N', 'N', m, n, k, 1.0f, w, k, x, n, 0.0f, y, n);
     if (!bias.empty())
       for (int64_t r = 0; r < m; ++r)
         for (int64_t j = 0; j < n; ++j) y[r * n + j] += bias[r];
   }
-  size_t bytes() const { return packed ? packed->bytes() : w.size() * sizeof(float); }
+  size_t bytes() const { return packed ? packed->bytes() : static_cast<size_t>(m * k) * sizeof(float); }
 };
 
 struct LayerExec {

@@ -300,11 +300,11 @@ class GgufTensors {
       throw Error(path_ + ": tensor '" + name + "' has shape " + shape_string(t->shape) + ", expected " +
                   shape_string(shape));
     used_.insert(name);
-    std::vector<float> v = dequantize(*t).to_float();
+    std::vector<float> v = dequantize_floats(*t);
     for (float x : v)
       if (!std::isfinite(x)) throw Error(path_ + ": tensor '" + name + "' holds a non-finite value");
     h_ = fnv1a(h_, reinterpret_cast<const uint8_t*>(name.data()), name.size());
-    h_ = fnv1a(h_, t->bytes.data(), t->bytes.size());
+    h_ = fnv1a_words(h_, t->bytes.data(), t->bytes.size());
     // llama.cpp's RoPE order of Q's and K's rows, back to transformers'.
     const bool q = hf.find("self_attn.q_proj.") != std::string::npos;
     if (rope_rows_ && (q || hf.find("self_attn.k_proj.") != std::string::npos))

@@ -129,8 +129,8 @@ class Weights {
     for (const CheckpointTensor& t : ck_.tensors) {
       h = fnv1a(h, reinterpret_cast<const uint8_t*>(t.name.data()), t.name.size());
       const std::vector<uint8_t>& a = t.sparse ? t.sparse->values : t.dense.bytes;
-      h = fnv1a_words(h, a);
-      if (t.sparse) h = fnv1a_words(h, t.sparse->metadata);
+      h = fnv1a_words(h, a.data(), a.size());
+      if (t.sparse) h = fnv1a_words(h, t.sparse->metadata.data(), t.sparse->metadata.size());
     }
     return hex(h);
   }
@@ -139,15 +139,6 @@ class Weights {
   void finite(const std::string& name, const std::vector<float>& v) const {
     for (float x : v)
       if (!std::isfinite(x)) throw Error(what_ + ": tensor '" + name + "' holds a non-finite value");
-  }
-  static uint64_t fnv1a_words(uint64_t h, const std::vector<uint8_t>& b) {
-    size_t i = 0;
-    for (; i + 8 <= b.size(); i += 8) {
-      uint64_t w;
-      std::memcpy(&w, b.data() + i, 8);
-      h = (h ^ w) * 1099511628211ull;
-    }
-    return fnv1a(h, b.data() + i, b.size() - i);
   }
   Checkpoint ck_;
   std::string what_;

@@ -648,21 +648,41 @@ void dequantize_row(uint32_t type, const uint8_t* src, float* y, int64_t n) {
   throw Error("cannot dequantize ggml type " + ggml_type_name(type));
 }
 
-Tensor dequantize(const GgufTensor& t) {
+namespace {
+
+// t's element count, after checking that its bytes hold that many (before anything is allocated for them).
+size_t held_numel(const GgufTensor& t) {
   const GgmlTypeInfo* ti = ggml_type_info(t.type);
   const int64_t n = t.numel();
   if (!ti || n % ti->block != 0 || static_cast<uint64_t>(n / ti->block) * ti->block_bytes != t.bytes.size())
     throw Error("tensor '" + printable(t.name) + "': " + std::to_string(t.bytes.size()) +
                 " bytes do not hold " + ggml_type_name(t.type) + " " + shape_string(t.shape));
-  Tensor out;
-  out.dtype = DType::kF32;
-  out.shape = t.shape;
-  out.bytes.resize(static_cast<size_t>(n) * 4);
+  return static_cast<size_t>(n);
+}
+
+void dequantize_into(const GgufTensor& t, float* out, size_t n) {
   try {
-    dequantize_row(t.type, t.bytes.data(), reinterpret_cast<float*>(out.bytes.data()), n);
+    dequantize_row(t.type, t.bytes.data(), out, static_cast<int64_t>(n));
   } catch (const Error& e) {
     throw Error("tensor '" + printable(t.name) + "': " + e.what());
   }
+}
+
+}  // namespace
+
+Tensor dequantize(const GgufTensor& t) {
+  const size_t n = held_numel(t);
+  Tensor out;
+  out.dtype = DType::kF32;
+  out.shape = t.shape;
+  out.bytes.resize(n * 4);
+  dequantize_into(t, reinterpret_cast<float*>(out.bytes.data()), n);
+  return out;
+}
+
+std::vector<float> dequantize_floats(const GgufTensor& t) {
+  std::vector<float> out(held_numel(t));
+  dequantize_into(t, out.data(), out.size());
   return out;
 }
 
