@@ -27,9 +27,7 @@ char32_t lower_char(char32_t c) {
   return static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c)));
 }
 
-bool nfd_kept(char32_t c) {
-  return std::binary_search(std::begin(kHfNfdKept), std::end(kHfNfdKept), c);
-}
+bool nfd_kept(char32_t c) { return std::binary_search(std::begin(kHfNfdKept), std::end(kHfNfdKept), c); }
 
 bool is_nonspacing_mark(char32_t c) { return c >= 0x80 && in_ranges(kHfNonspacingMark, c); }
 
