@@ -4,8 +4,8 @@ weights ship in the project's packages; their shapes (hidden size, layers, heads
 bytes a token reads, and the architectures' extras (Qwen2's Q/K/V biases, Qwen3's Q/K norms) the work.
 
 The file is what llama.cpp's converter writes for the architecture: its metadata and tensor names, F16
-weights (1-D tensors F32), a byte-level vocabulary of the model's size (the 256 byte tokens, then filler
-tokens; one merge), the head tied where the model ties it.
+weights (1-D tensors F32), a vocabulary of the model's size (byte-level: the 256 byte tokens, filler tokens,
+one merge; or SentencePiece-style for TinyLlama), the head tied where the model ties it.
 
   .venv/bin/python bench/make_random_decoder.py --shape qwen2.5-0.5b --out /tmp/qwen2.5-0.5b.gguf
   build/sparse24 bench-decode /tmp/qwen2.5-0.5b.gguf --threads 1 --prompt 128 --generate 128
@@ -23,7 +23,35 @@ SHAPES = {
                        vocab=151936, tied=True, theta=1e6, ctx=40960),
     "llama3.2-1b": dict(arch="llama", hidden=2048, layers=16, heads=32, kv=8, head_dim=64, ffn=8192,
                         vocab=128256, tied=True, theta=5e5, ctx=131072),
+    # TinyLlama-1.1B: a SentencePiece-style ("llama") vocabulary and an untied head.
+    "tinyllama-1.1b": dict(arch="llama", hidden=2048, layers=22, heads=32, kv=4, head_dim=64, ffn=5632,
+                           vocab=32000, tied=False, theta=1e4, ctx=2048, spm=True),
 }
+
+
+def add_vocabulary(w, s):
+    """Byte-level: GPT-2's byte characters, one merge, fillers up to the vocabulary size. SentencePiece-style
+    (Llama 2's layout): <unk> <s> </s>, the 256 byte tokens, U+2581, fillers, with scores."""
+    if s.get("spm"):
+        tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + ["\u2581"]
+        tokens += [f"\u2581filler{i}" for i in range(s["vocab"] - len(tokens))]
+        w.add_tokenizer_model("llama")
+        w.add_token_list(tokens)
+        w.add_token_scores([0.0] * 259 + [-float(i) for i in range(len(tokens) - 259)])
+        w.add_token_types([2, 3, 3] + [6] * 256 + [1] * (len(tokens) - 259))
+        w.add_bos_token_id(1)
+        w.add_eos_token_id(2)
+        return
+    byte_chars = [chr(b) for b in range(33, 127)] + [chr(b) for b in range(161, 173)] + [chr(b) for b in range(174, 256)]
+    byte_chars += [chr(256 + i) for i in range(256 - len(byte_chars))]
+    tokens = byte_chars + ["\u0120\u0120"]  # and one merge (llama.cpp requires merges): two spaces
+    tokens += [f"<|filler_{i}|>" for i in range(s["vocab"] - len(tokens) - 1)] + ["<|endoftext|>"]
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2" if s["arch"] != "llama" else "llama-bpe")
+    w.add_token_list(tokens)
+    w.add_token_types([1] * (len(tokens) - 1) + [3])
+    w.add_token_merges(["\u0120 \u0120"])
+    w.add_eos_token_id(len(tokens) - 1)
 
 
 def main():
@@ -51,17 +79,7 @@ def main():
     w.add_layer_norm_rms_eps(1e-6)
     w.add_vocab_size(s["vocab"])
     w.add_file_type(int(gguf.LlamaFileType.MOSTLY_F16))
-    # GPT-2's byte characters, then fillers up to the vocabulary size.
-    byte_chars = [chr(b) for b in range(33, 127)] + [chr(b) for b in range(161, 173)] + [chr(b) for b in range(174, 256)]
-    byte_chars += [chr(256 + i) for i in range(256 - len(byte_chars))]
-    tokens = byte_chars + ["\u0120\u0120"]  # and one merge (llama.cpp requires merges): two spaces
-    tokens += [f"<|filler_{i}|>" for i in range(s["vocab"] - len(tokens) - 1)] + ["<|endoftext|>"]
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen2" if s["arch"] != "llama" else "llama-bpe")
-    w.add_token_list(tokens)
-    w.add_token_types([1] * (len(tokens) - 1) + [3])
-    w.add_token_merges(["\u0120 \u0120"])
-    w.add_eos_token_id(len(tokens) - 1)
+    add_vocabulary(w, s)
 
     def rnd(*shape, scale=0.02):
         return (g.standard_normal(shape, dtype=np.float32) * scale).astype(np.float16)
