@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <ctime>
@@ -246,11 +247,16 @@ class Renderer {
     if (is_int(a) && is_int(b) && op != "/") {
       const int64_t x = integer(a, line), y = integer(b, line);
       if ((op == "//" || op == "%") && y == 0) fail(line, "division by zero");
-      if (op == "+") return Value::of(x + y);
-      if (op == "-") return Value::of(x - y);
-      if (op == "*") return Value::of(x * y);
-      const int64_t q = x / y - ((x % y != 0 && (x < 0) != (y < 0)) ? 1 : 0);  // Python's floor division
-      return op == "//" ? Value::of(q) : Value::of(x - q * y);
+      // Python's integers are unbounded; past 64 bits this subset stops instead of wrapping.
+      int64_t z = 0;
+      if ((op == "+" && __builtin_add_overflow(x, y, &z)) ||
+          (op == "-" && __builtin_sub_overflow(x, y, &z)) ||
+          (op == "*" && __builtin_mul_overflow(x, y, &z)) ||
+          ((op == "//" || op == "%") && y == -1 && x == INT64_MIN))
+        fail(line, "integer overflow in '" + op + "' (64-bit integers)");
+      if (op == "+" || op == "-" || op == "*") return Value::of(z);
+      const bool round_down = x % y != 0 && (x < 0) != (y < 0);  // Python's floor division and modulo
+      return op == "//" ? Value::of(x / y - (round_down ? 1 : 0)) : Value::of(x % y + (round_down ? y : 0));
     }
     const double x = num(a, line), y = num(b, line);
     if ((op == "/" || op == "//" || op == "%") && y == 0) fail(line, "division by zero");
@@ -403,9 +409,10 @@ class Renderer {
                     step = n.size() > 2 ? n[2] : 1;
       if (step == 0) fail(line, "range with step 0");
       json r = json::array();
-      for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+      for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
         count(line);
         r.push_back(i);
+        if (__builtin_add_overflow(i, step, &i)) break;  // past 64 bits: past any stop
       }
       return Value::of(std::move(r));
     }
@@ -457,12 +464,18 @@ class Renderer {
         const auto r = std::from_chars(s.data(), s.data() + s.size(), x);
         return Value::of(r.ec == std::errc() && r.ptr == s.data() + s.size() ? x : 0);
       }
-      return Value::of(static_cast<int64_t>(num(j, line)));
+      const double d = num(j, line);
+      if (!(d > -9.2e18 && d < 9.2e18)) fail(line, "int of a number outside 64-bit integers");
+      return Value::of(static_cast<int64_t>(d));
     }
     if (f == "float")
       return Value::of(j.is_string() ? std::strtod(j.get<std::string>().c_str(), nullptr) : num(j, line));
-    if (f == "abs")
-      return is_int(j) ? Value::of(std::llabs(integer(j, line))) : Value::of(std::fabs(num(j, line)));
+    if (f == "abs") {
+      if (!is_int(j)) return Value::of(std::fabs(num(j, line)));
+      const int64_t n = integer(j, line);
+      if (n == INT64_MIN) fail(line, "integer overflow in 'abs' (64-bit integers)");
+      return Value::of(std::llabs(n));
+    }
     if (f == "first" || f == "last") {
       if (j.is_array()) return j.empty() ? Value{} : Value::of(f == "first" ? j.front() : j.back());
       if (j.is_string()) {
@@ -612,11 +625,12 @@ class Renderer {
     const int64_t start = clampi(so, step > 0 ? 0 : n - 1, true), stop = clampi(eo, step > 0 ? n : -1, false);
     json r = json::array();
     std::string s;
-    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+    for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
       if (is_str)
         s += c[i];
       else
         r.push_back(b[i]);
+      if (__builtin_add_overflow(i, step, &i)) break;  // past 64 bits: past the end
     }
     return is_str ? Value::of(s) : Value::of(std::move(r));
   }
@@ -656,7 +670,11 @@ class Renderer {
       case Expr::K::kNeg: {
         const Value v = eval(*e.a[0], line);
         const json& j = need(v, line, "'-'");
-        if (is_int(j)) return Value::of(-integer(j, line));
+        if (is_int(j)) {
+          const int64_t n = integer(j, line);
+          if (n == INT64_MIN) fail(line, "integer overflow in '-' (64-bit integers)");
+          return Value::of(-n);
+        }
         return Value::of(-num(j, line));
       }
       case Expr::K::kBin:

@@ -85,6 +85,27 @@ TEST(Jinja, OneLineErrors) {
   EXPECT_EQ(message("{{ 1 +"), "chat template line 1: unclosed '{{'");
   EXPECT_EQ(message("{{ x.y }}"), "chat template line 1: '.y' of an undefined value");
   EXPECT_EQ(message("{{ 1 // 0 }}"), "chat template line 1: division by zero");
+  // 64-bit integers stop where Python's would grow (the fuzzer's find: -7 * -7777777777777777777).
+  EXPECT_EQ(message("{{ -7 * -7777777777777777777 }}"),
+            "chat template line 1: integer overflow in '*' (64-bit integers)");
+  EXPECT_EQ(message("{{ 9223372036854775807 + 1 }}"),
+            "chat template line 1: integer overflow in '+' (64-bit integers)");
+  EXPECT_EQ(message("{{ -(-9223372036854775807 - 1) }}"),
+            "chat template line 1: integer overflow in '-' (64-bit integers)");
+  EXPECT_EQ(message("{{ (-9223372036854775807 - 1) // -1 }}"),
+            "chat template line 1: integer overflow in '//' (64-bit integers)");
+  EXPECT_EQ(message("{{ (-9223372036854775807 - 1)|abs }}"),
+            "chat template line 1: integer overflow in 'abs' (64-bit integers)");
+  EXPECT_EQ(message("{{ '1e300'|float|int }}"),
+            "chat template line 1: int of a number outside 64-bit integers");
+  // Steps past 64 bits end a range or a slice, as they would pass its end.
+  EXPECT_EQ(render("{{ range(9223372036854775806, 9223372036854775807, 5)|list }} "
+                   "{{ 'abc'[1::9223372036854775807] }} {{ [1, 2, 3][-2::-9223372036854775807] }}"),
+            "[9223372036854775806] b [2]");
+  // Floor division and modulo at the edges, as Python computes them.
+  EXPECT_EQ(
+      render("{{ 9223372036854775807 % -2 }} {{ 9223372036854775807 // -2 }} {{ -7 % -3 }} {{ 7 % -3 }}"),
+      "-1 -4611686018427387904 -1 -2");
   EXPECT_NE(
       message("{{ " + std::string(300, '(') + "1" + std::string(300, ')') + " }}").find("nested too deeply"),
       std::string::npos);
