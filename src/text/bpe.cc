@@ -87,9 +87,8 @@ std::string ByteBpe::decode(const std::vector<int32_t>& ids, bool skip_special) 
     const std::string& t = token(id);
     if (skip_special && m.special[static_cast<size_t>(id)]) continue;
     if (m.spm) {  // <0xXX> is its byte, U+2581 a space (HF's Replace, ByteFallback, Fuse decoders)
-      const auto b = std::find(std::begin(m.byte_id), std::end(m.byte_id), id);
-      if (b != std::end(m.byte_id)) {
-        bytes += static_cast<char>(b - std::begin(m.byte_id));
+      if (const int16_t b = m.byte_of[static_cast<size_t>(id)]; b >= 0) {
+        bytes += static_cast<char>(b);
         continue;
       }
       for (size_t i = 0; i < t.size();) {

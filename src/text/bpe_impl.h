@@ -82,6 +82,7 @@ struct ByteBpe::Impl {
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>, bpe_detail::MergeKeyHash>
       merges;            // (a, b) -> (rank, id)
   int32_t byte_id[256];  // the token of each single byte (-1 if the vocabulary lacks it: the byte is dropped)
+  std::vector<int16_t> byte_of;  // SentencePiece-style: id -> the byte its <0xXX> token stands for, or -1
   std::vector<AddedToken> added;
   std::vector<std::vector<size_t>> added_by_first_byte = std::vector<std::vector<size_t>>(256);
   enum class Regex { kGpt2, kLlama3, kQwen2 } regex = Regex::kGpt2;  // GPT-2's, or a Split's pattern
@@ -90,7 +91,6 @@ struct ByteBpe::Impl {
   // byte-level alphabet; spaces become U+2581 (with one prepended to every text piece when spm_prefix), the
   // symbols are characters, a character without a token falls back to its bytes' <0xXX> tokens.
   bool spm = false, spm_prefix = true;
-  int32_t unk = -1;                     // SentencePiece-style: the token for a byte that has no <0xXX> token
   bool digits = false;                  // Digits(individual_digits) before the regex
   bool add_prefix_space = false;        // ByteLevel.add_prefix_space
   bool ignore_merges = false;           // a word that is a token is not merged from its bytes
@@ -120,11 +120,16 @@ struct ByteBpe::Impl {
   // After the vocabulary and added tokens are in place.
   void finish() {
     const bpe_detail::ByteMap& bm = bpe_detail::byte_map();
+    byte_of.assign(tokens.size(), -1);
     for (int b = 0; b < 256; ++b) {
       char hex[8];
       std::snprintf(hex, sizeof hex, "<0x%02X>", b);
       auto it = vocab.find(spm ? std::string(hex) : bm.to_utf8[b]);
-      byte_id[b] = it == vocab.end() ? unk : it->second;
+      // SentencePiece-style byte fallback needs every byte's token (no unknown token stands in).
+      if (spm && it == vocab.end())
+        bpe_detail::fail(what, std::string("SentencePiece-style BPE without the byte token ") + hex);
+      byte_id[b] = it == vocab.end() ? -1 : it->second;
+      if (spm) byte_of[static_cast<size_t>(it->second)] = static_cast<int16_t>(b);
     }
     for (size_t i = 0; i < added.size(); ++i) {
       if (added[i].content.empty())

@@ -102,11 +102,6 @@ void sentencepiece_style(const json& j, ByteBpe::Impl& m) {
     if (type_of(*d, m.what, "decoder") != "Sequence" || types != "Replace,ByteFallback,Fuse,Strip")
       fail(m.what, "with byte_fallback the decoder must be Sequence[Replace, ByteFallback, Fuse, Strip]");
   }
-  for (int b = 0; b < 256; ++b) {
-    char hex[8];
-    std::snprintf(hex, sizeof hex, "<0x%02X>", b);
-    if (!m.vocab.count(hex)) fail(m.what, std::string("byte_fallback without the byte token ") + hex);
-  }
 }
 
 std::shared_ptr<ByteBpe::Impl> parse_json(std::string_view text, const std::string& what) {
@@ -403,11 +398,6 @@ ByteBpe ByteBpe::from_gguf(const Gguf& g, const std::string& what) {
       }
       m->spm_prefix =
           g.find("tokenizer.ggml.add_space_prefix") ? g.get_bool("tokenizer.ggml.add_space_prefix") : true;
-      for (int b = 0; b < 256; ++b) {
-        char hex[8];
-        std::snprintf(hex, sizeof hex, "<0x%02X>", b);
-        if (!m->vocab.count(hex)) fail(what, std::string("a llama vocabulary without the byte token ") + hex);
-      }
     }
     auto id_of = [&](const char* key) -> int32_t {
       if (!g.find(key)) return -1;
