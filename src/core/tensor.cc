@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "../kernels/convert.h"
 #include "sparse24/error.h"
 
 namespace sparse24 {
@@ -50,11 +51,7 @@ void Tensor::set(int64_t i, float v) {
 std::vector<float> Tensor::to_float() const {
   const int64_t n = numel();
   std::vector<float> out(static_cast<size_t>(n));
-  if (dtype == DType::kF32) {
-    if (n > 0) std::memcpy(out.data(), bytes.data(), static_cast<size_t>(n) * 4);
-    return out;
-  }
-  for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = get(i);
+  kernels::elements_to_floats(dtype, bytes.data(), n, out.data());
   return out;
 }
 

@@ -26,6 +26,7 @@ Gemm concat_rows(std::string name, const std::vector<const Gemm*>& parts) {
     g.m += p->m;
     g.pruned = g.pruned && p->pruned;
   }
+  if (!g.pruned) g.dense.reserve(static_cast<size_t>(g.m * g.k));
   for (const Gemm* p : parts) {
     g.sources.insert(g.sources.end(), p->sources.begin(), p->sources.end());
     g.bias.insert(g.bias.end(), p->bias.begin(), p->bias.end());
@@ -33,8 +34,12 @@ Gemm concat_rows(std::string name, const std::vector<const Gemm*>& parts) {
       g.sparse.values.insert(g.sparse.values.end(), p->sparse.values.begin(), p->sparse.values.end());
       g.sparse.metadata.insert(g.sparse.metadata.end(), p->sparse.metadata.begin(), p->sparse.metadata.end());
     } else {
-      const std::vector<float> w = p->pruned ? decompress(p->sparse).to_float() : p->dense;
-      g.dense.insert(g.dense.end(), w.begin(), w.end());
+      if (p->pruned) {
+        const std::vector<float> w = decompress(p->sparse).to_float();
+        g.dense.insert(g.dense.end(), w.begin(), w.end());
+      } else {
+        g.dense.insert(g.dense.end(), p->dense.begin(), p->dense.end());
+      }
     }
   }
   if (g.pruned) {

@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "kernels/attend.h"
+#include "kernels/convert.h"
 #include "ops.h"
 #include "sparse24/decoder.h"
 #include "sparse24/error.h"

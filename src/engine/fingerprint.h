@@ -14,14 +14,25 @@ inline uint64_t fnv1a(uint64_t h, const uint8_t* p, size_t n) {
   return h;
 }
 
-// FNV-1a over 8-byte words (then the tail bytewise): a different hash from fnv1a's, eight times fewer steps
-// for multi-gigabyte weights.
+// FNV-1a over 8-byte words in four interleaved lanes (word i into lane i % 4, joined by FNV steps), then
+// the last words and the tail bytes: a different hash from fnv1a's, whose four multiply chains run side by
+// side (a gigabyte of weights in about 0.1 s instead of one chain's latency per word).
 inline uint64_t fnv1a_words(uint64_t h, const uint8_t* p, size_t n) {
+  constexpr uint64_t kPrime = 1099511628211ull;
+  uint64_t lane[4] = {h, h ^ 1, h ^ 2, h ^ 3};
   size_t i = 0;
+  for (; i + 32 <= n; i += 32)
+    for (int k = 0; k < 4; ++k) {
+      uint64_t w;
+      std::memcpy(&w, p + i + 8 * k, 8);
+      lane[k] = (lane[k] ^ w) * kPrime;
+    }
+  h = lane[0];
+  for (int k = 1; k < 4; ++k) h = (h ^ lane[k]) * kPrime;
   for (; i + 8 <= n; i += 8) {
     uint64_t w;
     std::memcpy(&w, p + i, 8);
-    h = (h ^ w) * 1099511628211ull;
+    h = (h ^ w) * kPrime;
   }
   return fnv1a(h, p + i, n - i);
 }

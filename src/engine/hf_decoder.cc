@@ -301,8 +301,8 @@ class GgufTensors {
                   shape_string(shape));
     used_.insert(name);
     std::vector<float> v = dequantize_floats(*t);
-    for (float x : v)
-      if (!std::isfinite(x)) throw Error(path_ + ": tensor '" + name + "' holds a non-finite value");
+    if (!kernels::all_finite(v.data(), static_cast<int64_t>(v.size())))
+      throw Error(path_ + ": tensor '" + name + "' holds a non-finite value");
     h_ = fnv1a(h_, reinterpret_cast<const uint8_t*>(name.data()), name.size());
     h_ = fnv1a_words(h_, t->bytes.data(), t->bytes.size());
     // llama.cpp's RoPE order of Q's and K's rows, back to transformers'.

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "fingerprint.h"
+#include "kernels/convert.h"
 #include "sparse24/checkpoint.h"
 #include "sparse24/engine.h"
 #include "sparse24/error.h"
@@ -137,8 +138,8 @@ class Weights {
 
  private:
   void finite(const std::string& name, const std::vector<float>& v) const {
-    for (float x : v)
-      if (!std::isfinite(x)) throw Error(what_ + ": tensor '" + name + "' holds a non-finite value");
+    if (!kernels::all_finite(v.data(), static_cast<int64_t>(v.size())))
+      throw Error(what_ + ": tensor '" + name + "' holds a non-finite value");
   }
   Checkpoint ck_;
   std::string what_;

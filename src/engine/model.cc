@@ -9,6 +9,7 @@
 #include "fingerprint.h"
 #include "io/model_dir.h"
 #include "io/net_spec.h"
+#include "kernels/convert.h"
 #include "sparse24/engine.h"
 #include "sparse24/error.h"
 #include "sparse24/io.h"
@@ -35,8 +36,8 @@ class WeightFile {
                   ", the architecture needs F32 " + shape_string(shape));
     std::vector<float> v(t.bytes.size() / sizeof(float));
     std::memcpy(v.data(), t.bytes.data(), v.size() * sizeof(float));
-    for (float x : v)
-      if (!std::isfinite(x)) throw Error(path_ + ": tensor '" + name + "' holds a non-finite value");
+    if (!kernels::all_finite(v.data(), static_cast<int64_t>(v.size())))
+      throw Error(path_ + ": tensor '" + name + "' holds a non-finite value");
     return v;
   }
   Compressed compressed(const std::string& name, const std::vector<int64_t>& shape) {
@@ -48,9 +49,8 @@ class WeightFile {
     }
     used_.insert(name + ".values");
     used_.insert(name + ".metadata");
-    for (int64_t i = 0; i < c.rows * c.values_per_row(); ++i)
-      if (!std::isfinite(c.value(i / c.values_per_row(), i % c.values_per_row())))
-        throw Error(path_ + ": tensor '" + name + ".values' holds a non-finite value");
+    if (!kernels::all_finite(reinterpret_cast<const float*>(c.values.data()), c.rows * c.values_per_row()))
+      throw Error(path_ + ": tensor '" + name + ".values' holds a non-finite value");
     return c;
   }
   // Names a tensor the architecture did not use, if any.

@@ -11,6 +11,7 @@
 #include <string>
 #include <tuple>
 
+#include "../kernels/convert.h"
 #include "io_util.h"
 #include "sparse24/dtype.h"
 #include "sparse24/error.h"
@@ -618,14 +619,10 @@ void dequantize_row(uint32_t type, const uint8_t* src, float* y, int64_t n) {
       if (n > 0) std::memcpy(y, src, static_cast<size_t>(n) * 4);
       return;
     case GgmlType::kF16:
-      for (int64_t i = 0; i < n; ++i) y[i] = f16(src + 2 * i);
+      kernels::elements_to_floats(DType::kF16, src, n, y);
       return;
     case GgmlType::kBF16:
-      for (int64_t i = 0; i < n; ++i) {
-        uint16_t b;
-        std::memcpy(&b, src + 2 * i, 2);
-        y[i] = bf16_to_float(b);
-      }
+      kernels::elements_to_floats(DType::kBF16, src, n, y);
       return;
     case GgmlType::kQ4_0:
       for (int64_t i = 0; i < blocks; ++i) deq_q4_0(src + i * bb, y + i * kQK);

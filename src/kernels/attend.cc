@@ -80,13 +80,4 @@ void attend_values(const float* p, int64_t queries, int64_t ldp, const uint16_t*
   values(p, queries, ldp, v, len, d, out);
 }
 
-void floats_to_half(const float* x, int64_t n, uint16_t* y) {
-  if (attend_avx2_supported()) return floats_to_half_avx2(x, n, y);
-  for (int64_t i = 0; i < n; ++i) y[i] = float_to_half(x[i]);
-}
-void half_to_floats(const uint16_t* x, int64_t n, float* y) {
-  if (attend_avx2_supported()) return half_to_floats_avx2(x, n, y);
-  for (int64_t i = 0; i < n; ++i) y[i] = half_to_float(x[i]);
-}
-
 }  // namespace sparse24::kernels

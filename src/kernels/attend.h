@@ -19,9 +19,6 @@ void attend_values(const float* p, int64_t queries, int64_t ldp, const float* v,
                    float* out);
 void attend_values(const float* p, int64_t queries, int64_t ldp, const uint16_t* v, int64_t len, int64_t d,
                    float* out);
-// IEEE half <-> fp32 rows (round to nearest even), vectorised where the CPU has F16C.
-void floats_to_half(const float* x, int64_t n, uint16_t* y);
-void half_to_floats(const uint16_t* x, int64_t n, float* y);
 
 // The plain loops (fp32 accumulation in key / position order), for the tests and CPUs without AVX2.
 template <typename T>
@@ -39,8 +36,6 @@ void attend_scores_avx2(const float* q, int64_t queries, const T* k, int64_t len
 template <typename T>
 void attend_values_avx2(const float* p, int64_t queries, int64_t ldp, const T* v, int64_t len, int64_t d,
                         float* out);
-void floats_to_half_avx2(const float* x, int64_t n, uint16_t* y);
-void half_to_floats_avx2(const uint16_t* x, int64_t n, float* y);
 bool attend_avx2_supported();
 
 }  // namespace sparse24::kernels

@@ -127,18 +127,4 @@ template void attend_scores_avx2(const float*, int64_t, const uint16_t*, int64_t
 template void attend_values_avx2(const float*, int64_t, int64_t, const float*, int64_t, int64_t, float*);
 template void attend_values_avx2(const float*, int64_t, int64_t, const uint16_t*, int64_t, int64_t, float*);
 
-void floats_to_half_avx2(const float* x, int64_t n, uint16_t* y) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i),
-                     _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
-  for (; i < n; ++i) y[i] = float_to_half(x[i]);
-}
-
-void half_to_floats_avx2(const uint16_t* x, int64_t n, float* y) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, load8(x + i));
-  for (; i < n; ++i) y[i] = half_to_float(x[i]);
-}
-
 }  // namespace sparse24::kernels

@@ -1,0 +1,108 @@
+// Row conversions and the finiteness check (src/kernels/convert.h) against dtype.h's per-element values:
+// every half bit pattern through the F16C path and the plain loop, rows of every length around the
+// 8-element step and the 1,024-element blocks, odd source addresses, and a non-finite value at every
+// place of a row.
+#include "kernels/convert.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "../common/seed.h"
+
+namespace sparse24::kernels {
+namespace {
+
+using sparse24::testing::random_floats;
+using sparse24::testing::rng;
+
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+TEST(Convert, EveryHalfWidensAsDtype) {
+  std::vector<uint16_t> h(65536);
+  for (int i = 0; i < 65536; ++i) h[i] = static_cast<uint16_t>(i);
+  std::vector<float> y(h.size());
+  half_to_floats(h.data(), 65536, y.data());
+  for (int i = 0; i < 65536; ++i) {
+    // NaNs compare by class: F16C sets a signalling NaN's quiet bit, the scalar widening keeps the payload.
+    if (std::isnan(y[i]) || std::isnan(half_to_float(h[i]))) {
+      ASSERT_TRUE(std::isnan(y[i]) && std::isnan(half_to_float(h[i]))) << i;
+      continue;
+    }
+    ASSERT_EQ(bits(y[i]), bits(half_to_float(h[i]))) << i;
+  }
+  if (!f16c_supported()) GTEST_SKIP() << "no F16C: the plain loop only";
+  std::vector<float> f(h.size());
+  half_to_floats_f16c(h.data(), 65536, f.data());
+  for (int i = 0; i < 65536; ++i)
+    if (!std::isnan(f[i])) {
+      ASSERT_EQ(bits(f[i]), bits(half_to_float(h[i]))) << i;
+    }
+}
+
+TEST(Convert, FloatsNarrowToHalfAsDtype) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(3);
+  for (int64_t n : {1, 7, 8, 9, 100, 1025}) {
+    std::vector<float> x = random_floats(g, n, -70000, 70000);  // beyond half's range too: inf
+    x[0] = 1e-6f;                                               // a subnormal half
+    if (n > 2) x[1] = 6.1e-5f, x[2] = -65520.f;                 // the normal edge; rounds to -inf
+    std::vector<uint16_t> h(n);
+    floats_to_half(x.data(), n, h.data());
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(h[i], float_to_half(x[i])) << x[i];
+  }
+}
+
+TEST(Convert, ElementsWidenAsDtypeFromAnyAddress) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(4);
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kI8})
+    for (int64_t n : {0, 1, 7, 8, 9, 1023, 1024, 1025, 3000})
+      for (size_t offset : {0, 1, 3}) {
+        std::vector<uint8_t> raw(offset + static_cast<size_t>(n) * dtype_size(t));
+        for (uint8_t& b : raw) b = static_cast<uint8_t>(g());
+        std::vector<float> y(static_cast<size_t>(n));
+        elements_to_floats(t, raw.data() + offset, n, y.data());
+        for (int64_t i = 0; i < n; ++i) {
+          const float want = element_to_float(t, raw.data() + offset + i * dtype_size(t));
+          if (std::isnan(want)) {
+            ASSERT_TRUE(std::isnan(y[i])) << dtype_name(t) << " n " << n << " at " << i;
+          } else {
+            ASSERT_EQ(bits(y[i]), bits(want)) << dtype_name(t) << " n " << n << " at " << i;
+          }
+        }
+      }
+}
+
+TEST(Convert, AllFiniteFindsEveryNonFiniteValue) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(5);
+  const float bad[] = {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                       std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN()};
+  for (int64_t n : {1, 15, 16, 17, 1023, 1024, 1025, 2100}) {
+    std::vector<float> x = random_floats(g, n, -1, 1);
+    x[0] = std::numeric_limits<float>::max();
+    x[n - 1] = -std::numeric_limits<float>::max();
+    ASSERT_TRUE(all_finite(x.data(), n)) << n;
+    for (int64_t at = 0; at < n; at += (n > 100 ? 37 : 1))
+      for (float b : bad) {
+        std::vector<float> y = x;
+        y[at] = b;
+        ASSERT_FALSE(all_finite(y.data(), n)) << "n " << n << " at " << at << " value " << b;
+      }
+    std::vector<float> y = x;
+    y[n - 1] = bad[2];
+    ASSERT_FALSE(all_finite(y.data(), n)) << "last of " << n;
+  }
+  EXPECT_TRUE(all_finite(nullptr, 0));
+}
+
+}  // namespace
+}  // namespace sparse24::kernels
