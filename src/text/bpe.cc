@@ -36,7 +36,7 @@ std::vector<int32_t> ByteBpe::encode(std::string_view s, int64_t max_length, boo
       continue;
     }
     words.clear();
-    m.words(s.substr(seg.begin, seg.end - seg.begin), words);
+    m.words(s.substr(seg.begin, seg.end - seg.begin), seg.begin == 0, words);
     for (const std::string& w : words) m.bpe(w, ids);
   }
   const size_t specials = add_special ? m.prefix.size() + m.suffix.size() : 0;
@@ -65,7 +65,7 @@ std::vector<std::string> ByteBpe::split(std::string_view s) const {
       continue;
     }
     words.clear();
-    m.words(s.substr(seg.begin, seg.end - seg.begin), words);
+    m.words(s.substr(seg.begin, seg.end - seg.begin), seg.begin == 0, words);
     for (const std::string& w : words) {
       if (m.spm) {  // SentencePiece-style words are spelled as they are
         out.push_back(w);
@@ -116,7 +116,7 @@ std::string ByteBpe::decode(const std::vector<int32_t>& ids, bool skip_special) 
       i += static_cast<size_t>(n);
     }
   }
-  if (m.spm && !bytes.empty() && bytes[0] == ' ') bytes.erase(0, 1);  // HF's Strip(" ", 1, 0)
+  if (m.spm && m.spm_strip && !bytes.empty() && bytes[0] == ' ') bytes.erase(0, 1);  // HF's Strip(" ", 1, 0)
   // Invalid UTF-8 becomes U+FFFD, one per maximal invalid subpart (as Rust's from_utf8_lossy does).
   std::string out;
   out.reserve(bytes.size());

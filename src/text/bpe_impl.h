@@ -10,6 +10,7 @@
 #include <queue>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "bpe.h"
@@ -87,13 +88,20 @@ struct ByteBpe::Impl {
   std::vector<std::vector<size_t>> added_by_first_byte = std::vector<std::vector<size_t>>(256);
   enum class Regex { kGpt2, kLlama3, kQwen2 } regex = Regex::kGpt2;  // GPT-2's, or a Split's pattern
   bool nfc = false;                                                  // the NFC normalizer
-  // SentencePiece-style BPE (Llama 2, Mistral v0.1, TinyLlama; GGUF tokenizer.ggml.model "llama"): no
-  // byte-level alphabet; spaces become U+2581 (with one prepended to every text piece when spm_prefix), the
-  // symbols are characters, a character without a token falls back to its bytes' <0xXX> tokens.
-  bool spm = false, spm_prefix = true;
-  bool digits = false;                  // Digits(individual_digits) before the regex
-  bool add_prefix_space = false;        // ByteLevel.add_prefix_space
-  bool ignore_merges = false;           // a word that is a token is not merged from its bytes
+  // SentencePiece-style BPE (Llama 2, Mistral, TinyLlama; GGUF tokenizer.ggml.model "llama"): no
+  // byte-level alphabet; spaces become U+2581, the symbols are characters, a character without a token
+  // falls back to its bytes' <0xXX> tokens. Where a U+2581 is put in front of a text piece (one between
+  // added tokens): kEvery in front of every piece (Llama 2's Prepend normalizer, llama.cpp's
+  // add_space_prefix); a Metaspace pre-tokenizer's prepend_scheme "always" in front of every piece that does
+  // not start with a space, "first" only in front of the text's start if it does not; kNone nowhere.
+  enum class SpmPrefix { kNone, kEvery, kAlways, kFirst };
+  bool spm = false;
+  SpmPrefix spm_prefix = SpmPrefix::kEvery;
+  bool spm_split = false;         // Metaspace's split: every U+2581 starts a new word
+  bool spm_strip = true;          // the decoder's Strip(" ", 1, 0): one leading space of the text removed
+  bool digits = false;            // Digits(individual_digits) before the regex
+  bool add_prefix_space = false;  // ByteLevel.add_prefix_space
+  bool ignore_merges = false;     // a word that is a token is not merged from its bytes
   std::vector<int32_t> prefix, suffix;  // the post-processor's specials around the sequence
   int32_t bos = -1, eos = -1;
   std::vector<int32_t> stops;  // besides eos, ids that end a generated reply (stops())
@@ -171,12 +179,20 @@ struct ByteBpe::Impl {
     if (text_start < s.size()) out.push_back({text_start, s.size(), -1});
   }
 
-  // The pre-tokenized words of a text piece, as byte ranges of `s`.
-  void words(std::string_view s, std::vector<std::string>& out) const {
-    if (spm) {  // the piece is one word: U+2581 for each space, and one in front
-      std::string w = spm_prefix ? "\xE2\x96\x81" : "";
-      for (char c : s) w += c == ' ' ? std::string("\xE2\x96\x81") : std::string(1, c);
-      out.push_back(std::move(w));
+  // The pre-tokenized words of a text piece, as byte ranges of `s` (`at_start`: the piece begins the text).
+  void words(std::string_view s, bool at_start, std::vector<std::string>& out) const {
+    if (spm) {  // U+2581 for each space, one in front (spm_prefix), then one word or a word per U+2581
+      static const std::string kSpace = "\xE2\x96\x81";
+      const bool space_first = !s.empty() && s[0] == ' ';
+      const bool lead = spm_prefix == SpmPrefix::kEvery ||
+                        (spm_prefix == SpmPrefix::kAlways && !space_first) ||
+                        (spm_prefix == SpmPrefix::kFirst && at_start && !space_first);
+      std::string w = lead ? kSpace : "";
+      for (char c : s) {
+        if (c == ' ' && spm_split && !w.empty()) out.push_back(std::exchange(w, std::string()));
+        w += c == ' ' ? kSpace : std::string(1, c);
+      }
+      if (!w.empty()) out.push_back(std::move(w));
       return;
     }
     std::string normalized;

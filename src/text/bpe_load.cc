@@ -67,12 +67,16 @@ void split_pretokenizer(const json& split, const json& bl, ByteBpe::Impl& m) {
 
 namespace {
 
-// SentencePiece-style BPE in tokenizer.json (Llama 2, Mistral v0.1, TinyLlama): normalizer
-// Sequence[Prepend("\u2581"), Replace(" ", "\u2581")] (or the Replace alone), no pre-tokenizer, the
-// byte-fallback decoders; every <0xXX> byte token present.
+// SentencePiece-style BPE in tokenizer.json, in one of its two forms: Llama 2's, Mistral v0.1's and
+// TinyLlama's (normalizer Sequence[Prepend("\u2581"), Replace(" ", "\u2581")] or the Replace alone, no
+// pre-tokenizer), or the one transformers writes for a non-legacy tokenizer and newer Mistral releases ship
+// (no normalizer, a Metaspace("\u2581") pre-tokenizer with its prepend_scheme and split); the byte-fallback
+// decoders, with or without the Strip that removes the prepended space; every <0xXX> byte token present.
 void sentencepiece_style(const json& j, ByteBpe::Impl& m) {
+  using Prefix = ByteBpe::Impl::SpmPrefix;
   static const std::string kSpace = "\xE2\x96\x81";
   const json* n = member(j, "normalizer");
+  const json* pre = member(j, "pre_tokenizer");
   const json* list = n && n->is_object() ? member(*n, "normalizers") : nullptr;
   auto is_replace = [&](const json& r) {
     const json* pattern = r.is_object() ? member(r, "pattern") : nullptr;
@@ -81,26 +85,52 @@ void sentencepiece_style(const json& j, ByteBpe::Impl& m) {
            r["content"] == kSpace;
   };
   bool ok = false;
-  if (list && list->is_array() && type_of(*n, m.what, "normalizer") == "Sequence") {
+  if (pre) {  // the Metaspace form
+    const std::string where = "pre_tokenizer";
+    if (n) fail(m.what, "with a Metaspace pre-tokenizer there must be no normalizer");
+    if (type_of(*pre, m.what, where) != "Metaspace")
+      fail(m.what,
+           "with byte_fallback the pre_tokenizer must be Metaspace (or none, with Llama 2's normalizer)");
+    const json* r = member(*pre, "replacement");
+    if (!r || *r != kSpace) fail(m.what, "pre_tokenizer Metaspace's replacement must be \"\u2581\"");
+    // Before tokenizers 0.19 a Metaspace always split, and add_prefix_space said always or never.
+    m.spm_split = get_bool(*pre, "split", true, m.what, where);
+    std::string scheme = get_bool(*pre, "add_prefix_space", true, m.what, where) ? "always" : "never";
+    if (const json* p = member(*pre, "prepend_scheme")) {
+      if (!p->is_string()) fail(m.what, "pre_tokenizer Metaspace's prepend_scheme is not a string");
+      scheme = p->get<std::string>();
+    }
+    if (scheme == "first")
+      m.spm_prefix = Prefix::kFirst;
+    else if (scheme == "always")
+      m.spm_prefix = Prefix::kAlways;
+    else if (scheme == "never")
+      m.spm_prefix = Prefix::kNone;
+    else
+      fail(m.what, "pre_tokenizer Metaspace's prepend_scheme '" + printable(scheme) +
+                       "' is not supported (first, always, never)");
+    ok = true;
+  } else if (list && list->is_array() && type_of(*n, m.what, "normalizer") == "Sequence") {
     if (list->size() == 2 && (*list)[0].is_object() && member((*list)[0], "type") &&
         (*list)[0]["type"] == "Prepend" && member((*list)[0], "prepend") && (*list)[0]["prepend"] == kSpace &&
         is_replace((*list)[1]))
-      ok = true, m.spm_prefix = true;
+      ok = true, m.spm_prefix = Prefix::kEvery;
     else if (list->size() == 1 && is_replace((*list)[0]))
-      ok = true, m.spm_prefix = false;
+      ok = true, m.spm_prefix = Prefix::kNone;
   }
   if (!ok)
     fail(m.what,
          "with byte_fallback the normalizer must be Sequence[Prepend(\"\u2581\"), Replace(\" \", "
-         "\"\u2581\")] (SentencePiece-style BPE)");
-  if (member(j, "pre_tokenizer")) fail(m.what, "with byte_fallback there must be no pre_tokenizer");
+         "\"\u2581\")] or the pre_tokenizer Metaspace(\"\u2581\") (SentencePiece-style BPE)");
   if (const json* d = member(j, "decoder")) {
     const json* ds = d->is_object() ? member(*d, "decoders") : nullptr;
     std::string types;
     for (const json& x : ds && ds->is_array() ? *ds : json::array())
       types += (types.empty() ? "" : ",") + type_of(x, m.what, "decoder.decoders");
-    if (type_of(*d, m.what, "decoder") != "Sequence" || types != "Replace,ByteFallback,Fuse,Strip")
-      fail(m.what, "with byte_fallback the decoder must be Sequence[Replace, ByteFallback, Fuse, Strip]");
+    if (type_of(*d, m.what, "decoder") != "Sequence" ||
+        (types != "Replace,ByteFallback,Fuse,Strip" && types != "Replace,ByteFallback,Fuse"))
+      fail(m.what, "with byte_fallback the decoder must be Sequence[Replace, ByteFallback, Fuse(, Strip)]");
+    m.spm_strip = types.size() > std::string("Replace,ByteFallback,Fuse").size();
   }
 }
 
@@ -396,8 +426,9 @@ ByteBpe ByteBpe::from_gguf(const Gguf& g, const std::string& what) {
             m->merges.try_emplace(pair_key(a->second, b->second), rank, static_cast<int32_t>(i));
         }
       }
-      m->spm_prefix =
+      const bool prefix =
           g.find("tokenizer.ggml.add_space_prefix") ? g.get_bool("tokenizer.ggml.add_space_prefix") : true;
+      m->spm_prefix = prefix ? Impl::SpmPrefix::kEvery : Impl::SpmPrefix::kNone;
     }
     auto id_of = [&](const char* key) -> int32_t {
       if (!g.find(key)) return -1;
@@ -511,20 +542,31 @@ std::string ByteBpe::to_json() const {
               {"ignore_merges", m.ignore_merges},
               {"vocab", vocab},
               {"merges", merges}}}};
-  if (m.spm) {  // SentencePiece-style: as Llama 2's tokenizer.json
+  if (m.spm) {  // SentencePiece-style: Llama 2's form, or the Metaspace one (sentencepiece_style)
+    using Prefix = Impl::SpmPrefix;
     const std::string space = "\xE2\x96\x81";
     const json replace = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", space}};
-    j["normalizer"] = {
-        {"type", "Sequence"},
-        {"normalizers", m.spm_prefix ? json::array({{{"type", "Prepend"}, {"prepend", space}}, replace})
-                                     : json::array({replace})}};
-    j["pre_tokenizer"] = nullptr;
-    j["decoder"] = {
-        {"type", "Sequence"},
-        {"decoders", json::array({{{"type", "Replace"}, {"pattern", {{"String", space}}}, {"content", " "}},
-                                  {{"type", "ByteFallback"}},
-                                  {{"type", "Fuse"}},
-                                  {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}};
+    if (m.spm_prefix == Prefix::kEvery || (m.spm_prefix == Prefix::kNone && !m.spm_split)) {
+      j["normalizer"] = {
+          {"type", "Sequence"},
+          {"normalizers", m.spm_prefix == Prefix::kEvery
+                              ? json::array({{{"type", "Prepend"}, {"prepend", space}}, replace})
+                              : json::array({replace})}};
+      j["pre_tokenizer"] = nullptr;
+    } else {
+      j["normalizer"] = nullptr;
+      j["pre_tokenizer"] = {{"type", "Metaspace"},
+                            {"replacement", space},
+                            {"prepend_scheme", m.spm_prefix == Prefix::kFirst    ? "first"
+                                               : m.spm_prefix == Prefix::kAlways ? "always"
+                                                                                 : "never"},
+                            {"split", m.spm_split}};
+    }
+    json decoders = json::array({{{"type", "Replace"}, {"pattern", {{"String", space}}}, {"content", " "}},
+                                 {{"type", "ByteFallback"}},
+                                 {{"type", "Fuse"}}});
+    if (m.spm_strip) decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
+    j["decoder"] = {{"type", "Sequence"}, {"decoders", decoders}};
     j["model"]["byte_fallback"] = true;
     j["model"]["fuse_unk"] = true;
   }

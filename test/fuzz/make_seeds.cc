@@ -313,6 +313,31 @@ int main(int argc, char** argv) {
       const std::vector<uint8_t> file = encode_gguf(s);
       b.insert(b.end(), file.begin(), file.end());
       put(out / "bpe", "gguf_spm", b);
+      // The same vocabulary as tokenizer.json in the Metaspace form (no normalizer, prepend_scheme first).
+      nlohmann::json vocab = nlohmann::json::object();
+      for (size_t i = 0; i < spm.size(); ++i) vocab[spm[i]] = i;
+      const std::string sp = "\xe2\x96\x81";
+      const nlohmann::json j = {
+          {"added_tokens", {{{"id", 1}, {"content", "<s>"}, {"special", true}}}},
+          {"pre_tokenizer",
+           {{"type", "Metaspace"}, {"replacement", sp}, {"prepend_scheme", "first"}, {"split", false}}},
+          {"decoder",
+           {{"type", "Sequence"},
+            {"decoders",
+             {{{"type", "Replace"}, {"pattern", {{"String", sp}}}, {"content", " "}},
+              {{"type", "ByteFallback"}},
+              {{"type", "Fuse"}},
+              {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}},
+          {"model",
+           {{"type", "BPE"},
+            {"byte_fallback", true},
+            {"unk_token", "<unk>"},
+            {"vocab", vocab},
+            {"merges", {sp + " a", "a b"}}}}};
+      const std::string text = j.dump();
+      b.assign(1, 0);
+      b.insert(b.end(), text.begin(), text.end());
+      put(out / "bpe", "json_metaspace", b);
     }
   }
 

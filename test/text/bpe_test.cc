@@ -263,6 +263,75 @@ TEST(ByteBpe, SentencePieceStyle) {
   EXPECT_ERROR(ByteBpe::from_gguf(g, "spm.gguf"), "without the byte token <0xFF>");
 }
 
+// The Metaspace form (transformers' non-legacy Llama tokenizer, newer Mistral releases): the same vocabulary
+// and merges, a U+2581 put in front as prepend_scheme says (not before a piece that starts with a space), a
+// word per U+2581 with split; every form written back and read again gives the same ids. Values checked
+// against tokenizers 0.23.
+TEST(ByteBpe, SentencePieceMetaspace) {
+  const std::string sp = "\xe2\x96\x81";
+  std::vector<std::string> tokens = {"<unk>", "<s>", "</s>", sp, "a", "b", sp + "a", "ab", sp + sp};
+  for (int b = 0; b < 256; ++b) {
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "<0x%02X>", b);
+    tokens.push_back(hex);
+  }
+  json vocab = json::object();
+  for (size_t i = 0; i < tokens.size(); ++i) vocab[tokens[i]] = i;
+  const json decoders = {{{"type", "Replace"}, {"pattern", {{"String", sp}}}, {"content", " "}},
+                         {{"type", "ByteFallback"}},
+                         {{"type", "Fuse"}}};
+  auto make = [&](const std::string& scheme, bool split, bool strip) {
+    json d = decoders;
+    if (strip) d.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
+    const json j = {
+        {"normalizer", nullptr},
+        {"pre_tokenizer",
+         {{"type", "Metaspace"}, {"replacement", sp}, {"prepend_scheme", scheme}, {"split", split}}},
+        {"decoder", {{"type", "Sequence"}, {"decoders", d}}},
+        {"added_tokens", {{{"id", 1}, {"content", "<s>"}, {"special", true}}}},
+        {"model",
+         {{"type", "BPE"},
+          {"byte_fallback", true},
+          {"unk_token", "<unk>"},
+          {"vocab", vocab},
+          {"merges", {sp + " a", "a b", sp + " " + sp}}}}};
+    const ByteBpe t = ByteBpe::from_json(j.dump(), "meta.json");
+    const ByteBpe back = ByteBpe::from_json(t.to_json(), "written");
+    for (const char* text : {"a b", " a", "  a", "<s>a", "a<s>a", "a<s> a", "ab  a"})
+      EXPECT_EQ(back.encode(text), t.encode(text)) << scheme << " " << split << " " << text;
+    return t;
+  };
+  const ByteBpe first = make("first", false, true);
+  EXPECT_EQ(first.encode("a b"), (ids{6, 3, 5}));
+  EXPECT_EQ(first.encode(" a"), (ids{6}));  // no U+2581 before a leading space
+  EXPECT_EQ(first.encode("  a"), (ids{3, 6}));
+  EXPECT_EQ(first.encode("a  "), (ids{6, 8}));  // one word: the U+2581 pair merges
+  EXPECT_EQ(first.encode("<s>a"), (ids{1, 4}));
+  EXPECT_EQ(first.encode("a<s>a"), (ids{6, 1, 4}));  // only at the text's start
+  EXPECT_EQ(first.decode(first.encode("ab a")), "ab a");
+  const ByteBpe always = make("always", false, true);
+  EXPECT_EQ(always.encode("a<s>a"), (ids{6, 1, 6}));
+  EXPECT_EQ(always.encode("a<s> a"), (ids{6, 1, 6}));
+  const ByteBpe never = make("never", false, false);
+  EXPECT_EQ(never.encode("a b"), (ids{4, 3, 5}));
+  EXPECT_EQ(never.encode("ab a"), (ids{7, 6}));
+  EXPECT_EQ(never.decode(never.encode(" a")), " a");  // no Strip in its decoder
+  const ByteBpe split = make("always", true, true);
+  EXPECT_EQ(split.encode("a  "), (ids{6, 3, 3}));  // a word per U+2581: the pair cannot merge
+  EXPECT_EQ(split.split("ab a"), (std::vector<std::string>{sp + "ab", sp + "a"}));
+  // Before tokenizers 0.19: add_prefix_space instead of prepend_scheme, and no split (it always split).
+  json old = json::parse(first.to_json());
+  old["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", sp}, {"add_prefix_space", true}};
+  EXPECT_EQ(ByteBpe::from_json(old.dump(), "old.json").encode("a  "), (ids{6, 3, 3}));
+  old["pre_tokenizer"]["prepend_scheme"] = "sometimes";
+  EXPECT_ERROR(ByteBpe::from_json(old.dump(), "old.json"), "prepend_scheme 'sometimes' is not supported");
+  old["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "_"}};
+  EXPECT_ERROR(ByteBpe::from_json(old.dump(), "old.json"), "replacement must be");
+  old["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", sp}};
+  old["normalizer"] = {{"type", "NFC"}};
+  EXPECT_ERROR(ByteBpe::from_json(old.dump(), "old.json"), "there must be no normalizer");
+}
+
 TEST(ByteBpe, RefusesWhatItDoesNotSupport) {
   auto refused = [](const std::function<void(json&)>& change, const std::string& phrase) {
     json j = tiny_json();
@@ -288,7 +357,14 @@ TEST(ByteBpe, RefusesWhatItDoesNotSupport) {
           "use_regex and add_prefix_space false");
   refused([](json& j) { j["model"]["merges"] = {"a q"}; }, "model.merges[0] 'a q' uses a token not in");
   refused([](json& j) { j["model"]["merges"] = {{"a", "b"}, 7}; }, "model.merges[1] must be");
-  refused([](json& j) { j["model"]["byte_fallback"] = true; }, "with byte_fallback the normalizer must be");
+  refused([](json& j) { j["model"]["byte_fallback"] = true; },
+          "with byte_fallback the pre_tokenizer must be");
+  refused(
+      [](json& j) {
+        j["model"]["byte_fallback"] = true;
+        j.erase("pre_tokenizer");
+      },
+      "with byte_fallback the normalizer must be");
   refused([](json& j) { j["model"]["unk_token"] = "<unk>"; }, "unk_token is not supported");
   refused([](json& j) { j["model"]["vocab"]["zz"] = 1000; }, "model.vocab['zz'] must be an id in [0, 18)");
   refused([](json& j) { j["model"]["vocab"]["zz"] = 3; }, "id 3 is used twice");

@@ -18,7 +18,9 @@ The SentencePiece-style tokenizer ("spm") is checked the same way, its GGUF file
 writes a Llama 2 vocabulary (tokenizer.ggml.model "llama", a score per token: here minus the merge rank, so
 llama.cpp's highest-score-first merging replays the merges' order; byte tokens of type BYTE), except GGUF vs
 `tokenizers`: llama.cpp merges any two tokens that join into a token, where `tokenizers` merges only listed
-pairs, so the two may differ on some texts (counted, not asserted).
+pairs, so the two may differ on some texts (counted, not asserted). The same vocabulary in tokenizer.json's
+other SentencePiece form (no normalizer, a Metaspace pre-tokenizer: transformers' non-legacy Llama tokenizer,
+newer Mistral releases), with each prepend_scheme and with split, is checked against `tokenizers` too.
 Exit 0 when all agree, 1 naming the first difference.
 
   .venv/bin/python test/text/compare_split_tokenizers.py --sparse24 build/sparse24 \\
@@ -45,7 +47,7 @@ PIECES = ["'s", "'S", "'ll", "'LL", "'Re", "'ve", "'m", "'d", "'t", "'\u017f", "
           "\n", "\r\n", "\r", "\n\n", " \n", "\n ", " \r\n\t", "\u00a0", "\u3000", "\u2028", "1", "12", "123", "12345",
           "\u0663\u0664", "x", "Hello", "world", "LORD", "\u01c5", "!", "!!", "...", "?!", "\u00bf", "-", "--",
           "\u00e9", "e\u0301", "A\u030a", "\u4e2d\u6587", "\U0001f642", "\u00bd", "\u2167", "_", "__init__",
-          "<|im_start|>", "<|begin_of_text|>"]
+          "<|im_start|>", "<|begin_of_text|>", "<s>", "</s>"]
 
 
 def train_spm(verses, out):
@@ -62,6 +64,22 @@ def train_spm(verses, out):
     out.mkdir(parents=True, exist_ok=True)
     tok.save(str(out / "tokenizer.json"))
     return tok
+
+
+# Metaspace variants of the "spm" vocabulary: (prepend_scheme, split); "never" has no Strip decoder.
+METASPACE = [("first", False), ("always", False), ("never", False), ("always", True)]
+
+
+def metaspace_variant(tok, scheme, split, out):
+    from tokenizers import Tokenizer
+    j = json.loads(tok.to_str())
+    j["normalizer"] = None
+    j["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": scheme, "split": split}
+    if scheme == "never":
+        j["decoder"]["decoders"] = [d for d in j["decoder"]["decoders"] if d["type"] != "Strip"]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "tokenizer.json").write_text(json.dumps(j, ensure_ascii=False), encoding="utf-8")
+    return Tokenizer.from_file(str(out / "tokenizer.json"))
 
 
 def train(kind, verses, out):
@@ -209,6 +227,17 @@ def main():
         if not failed:
             print(f"{kind}: {len(texts)} texts identical (directory vs tokenizers, GGUF vs llama.cpp, "
                   f"GGUF vs tokenizers on {len(nfc)} NFC texts)")
+        if kind != "spm":
+            continue
+        for scheme, split in METASPACE:
+            name = f"spm-metaspace-{scheme}{'-split' if split else ''}"
+            variant = metaspace_variant(tok, scheme, split, work / name)
+            ours = sparse24_ids(a.sparse24, work / name, texts)
+            bad = first_difference(f"{name} directory vs tokenizers", texts, ours,
+                                   [e.ids for e in variant.encode_batch(texts)], variant)
+            failed |= bad
+            if not bad:
+                print(f"{name}: {len(texts)} texts identical (directory vs tokenizers)")
     return 1 if failed else 0
 
 
