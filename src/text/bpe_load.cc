@@ -70,22 +70,30 @@ namespace {
 // SentencePiece-style BPE in tokenizer.json, in one of its two forms: Llama 2's, Mistral v0.1's and
 // TinyLlama's (normalizer Sequence[Prepend("\u2581"), Replace(" ", "\u2581")] or the Replace alone, no
 // pre-tokenizer), or the one transformers writes for a non-legacy tokenizer and newer Mistral releases ship
-// (no normalizer, a Metaspace("\u2581") pre-tokenizer with its prepend_scheme and split); the byte-fallback
-// decoders, with or without the Strip that removes the prepended space; every <0xXX> byte token present.
+// (no normalizer, a Metaspace("\u2581") pre-tokenizer with its prepend_scheme and split); Gemma's is the
+// first without the Prepend (its Replace alone, not in a Sequence, and a Split on " " after it, which finds
+// no space left: nothing to split). The byte-fallback decoders, with or without the Strip that removes the
+// prepended space; every <0xXX> byte token present.
 void sentencepiece_style(const json& j, ByteBpe::Impl& m) {
   using Prefix = ByteBpe::Impl::SpmPrefix;
   static const std::string kSpace = "\xE2\x96\x81";
   const json* n = member(j, "normalizer");
   const json* pre = member(j, "pre_tokenizer");
   const json* list = n && n->is_object() ? member(*n, "normalizers") : nullptr;
-  auto is_replace = [&](const json& r) {
+  auto string_pattern = [](const json& r, const char* type, const char* text) {
     const json* pattern = r.is_object() ? member(r, "pattern") : nullptr;
-    return r.is_object() && member(r, "type") && r["type"] == "Replace" && pattern && pattern->is_object() &&
-           member(*pattern, "String") && (*pattern)["String"] == " " && member(r, "content") &&
-           r["content"] == kSpace;
+    return r.is_object() && member(r, "type") && r["type"] == type && pattern && pattern->is_object() &&
+           member(*pattern, "String") && (*pattern)["String"] == text;
+  };
+  auto is_replace = [&](const json& r) {
+    return string_pattern(r, "Replace", " ") && member(r, "content") && r["content"] == kSpace;
   };
   bool ok = false;
-  if (pre) {  // the Metaspace form
+  if (n && is_replace(*n)) {  // Gemma's: the Replace alone, then (optionally) a Split on the gone spaces
+    if (pre && !string_pattern(*pre, "Split", " "))
+      fail(m.what, "after the Replace normalizer the pre_tokenizer must be none or a Split on \" \"");
+    ok = true, m.spm_prefix = Prefix::kNone;
+  } else if (pre) {  // the Metaspace form
     const std::string where = "pre_tokenizer";
     if (n) fail(m.what, "with a Metaspace pre-tokenizer there must be no normalizer");
     if (type_of(*pre, m.what, where) != "Metaspace")

@@ -319,6 +319,19 @@ TEST(ByteBpe, SentencePieceMetaspace) {
   const ByteBpe split = make("always", true, true);
   EXPECT_EQ(split.encode("a  "), (ids{6, 3, 3}));  // a word per U+2581: the pair cannot merge
   EXPECT_EQ(split.split("ab a"), (std::vector<std::string>{sp + "ab", sp + "a"}));
+  // Gemma's form: the Replace normalizer alone and a Split on " " after it (no space left to split on).
+  json gemma = json::parse(never.to_json());
+  gemma["normalizer"] = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", sp}};
+  gemma["pre_tokenizer"] = {{"type", "Split"},
+                            {"pattern", {{"String", " "}}},
+                            {"behavior", "MergedWithPrevious"},
+                            {"invert", false}};
+  const ByteBpe gem = ByteBpe::from_json(gemma.dump(), "gemma.json");
+  for (const char* text : {"a b", "ab a", "a  ", " a", "<s> a"})
+    EXPECT_EQ(gem.encode(text), never.encode(text)) << text;
+  EXPECT_EQ(gem.decode(gem.encode(" a b")), " a b");
+  gemma["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", sp}};
+  EXPECT_ERROR(ByteBpe::from_json(gemma.dump(), "gemma.json"), "must be none or a Split on \" \"");
   // Before tokenizers 0.19: add_prefix_space instead of prepend_scheme, and no split (it always split).
   json old = json::parse(first.to_json());
   old["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", sp}, {"add_prefix_space", true}};

@@ -20,7 +20,8 @@ llama.cpp's highest-score-first merging replays the merges' order; byte tokens o
 `tokenizers`: llama.cpp merges any two tokens that join into a token, where `tokenizers` merges only listed
 pairs, so the two may differ on some texts (counted, not asserted). The same vocabulary in tokenizer.json's
 other SentencePiece form (no normalizer, a Metaspace pre-tokenizer: transformers' non-legacy Llama tokenizer,
-newer Mistral releases), with each prepend_scheme and with split, is checked against `tokenizers` too.
+newer Mistral releases), with each prepend_scheme and with split, and in Gemma's (a Replace normalizer alone, no
+space prepended), is checked against `tokenizers` too.
 Exit 0 when all agree, 1 naming the first difference.
 
   .venv/bin/python test/text/compare_split_tokenizers.py --sparse24 build/sparse24 \\
@@ -66,16 +67,29 @@ def train_spm(verses, out):
     return tok
 
 
-# Metaspace variants of the "spm" vocabulary: (prepend_scheme, split); "never" has no Strip decoder.
-METASPACE = [("first", False), ("always", False), ("never", False), ("always", True)]
+def metaspace(scheme, split):
+    return {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": scheme, "split": split}
 
 
-def metaspace_variant(tok, scheme, split, out):
+# The "spm" vocabulary in tokenizer.json's other forms: (normalizer, pre_tokenizer, Strip in the decoder).
+# Metaspace with each prepend_scheme and with split; Gemma's Replace alone and a Split on " " after it.
+VARIANTS = {
+    "spm-metaspace-first": (None, metaspace("first", False), True),
+    "spm-metaspace-always": (None, metaspace("always", False), True),
+    "spm-metaspace-never": (None, metaspace("never", False), False),
+    "spm-metaspace-always-split": (None, metaspace("always", True), True),
+    "spm-gemma": ({"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"},
+                  {"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithPrevious", "invert": False},
+                  False),
+}
+
+
+def variant(tok, normalizer, pre_tokenizer, strip, out):
     from tokenizers import Tokenizer
     j = json.loads(tok.to_str())
-    j["normalizer"] = None
-    j["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": scheme, "split": split}
-    if scheme == "never":
+    j["normalizer"] = normalizer
+    j["pre_tokenizer"] = pre_tokenizer
+    if not strip:
         j["decoder"]["decoders"] = [d for d in j["decoder"]["decoders"] if d["type"] != "Strip"]
     out.mkdir(parents=True, exist_ok=True)
     (out / "tokenizer.json").write_text(json.dumps(j, ensure_ascii=False), encoding="utf-8")
@@ -229,12 +243,11 @@ def main():
                   f"GGUF vs tokenizers on {len(nfc)} NFC texts)")
         if kind != "spm":
             continue
-        for scheme, split in METASPACE:
-            name = f"spm-metaspace-{scheme}{'-split' if split else ''}"
-            variant = metaspace_variant(tok, scheme, split, work / name)
+        for name, (normalizer, pre_tokenizer, strip) in VARIANTS.items():
+            other = variant(tok, normalizer, pre_tokenizer, strip, work / name)
             ours = sparse24_ids(a.sparse24, work / name, texts)
             bad = first_difference(f"{name} directory vs tokenizers", texts, ours,
-                                   [e.ids for e in variant.encode_batch(texts)], variant)
+                                   [e.ids for e in other.encode_batch(texts)], other)
             failed |= bad
             if not bad:
                 print(f"{name}: {len(texts)} texts identical (directory vs tokenizers)")
