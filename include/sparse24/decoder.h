@@ -1,7 +1,7 @@
-// Decoder language models (Llama-style: Llama, Mistral, Qwen2, Qwen3) at batch 1: a prompt is prefilled in
-// one pass, then tokens are decoded one at a time against a KV cache. Every Linear is a GEMM through the same
-// dense (oneDNN) or 2:4 sparse kernels as the encoder engine; at batch 1 the sparse kernels run their
-// memory-bound GEMV layout.
+// Decoder language models (Llama-style: Llama, Mistral, Qwen2, Qwen3, Gemma 3) at batch 1: a prompt is
+// prefilled in one pass, then tokens are decoded one at a time against a KV cache. Every Linear is a GEMM
+// through the same dense (oneDNN) or 2:4 sparse kernels as the encoder engine; at batch 1 the sparse kernels
+// run their memory-bound GEMV layout.
 //
 //   DecoderModel m = load_hf_decoder("models/SmolLM2-135M-Instruct-hf");  // or load_decoder(dir or .gguf)
 //   Decoder d(m, {});                                  // dense weights dense, 2:4 weights sparse
@@ -13,8 +13,11 @@
 // h += o(attn(rope(q(rms(h))), rope(k(rms(h))), v(rms(h)))); h += down(silu(gate(rms(h))) * up(rms(h)));
 // logits = head(rms(h)), the head being the embedding table when the embeddings are tied. The Llama-style
 // architectures differ only in what that pass has: Linears with biases (Qwen2's Q, K and V; Llama's
-// attention_bias and mlp_bias), an RMSNorm over each head of Q and K before RoPE (Qwen3), a sliding
-// attention window (Mistral; the context is capped at the window, within which attention is full).
+// attention_bias and mlp_bias), an RMSNorm over each head of Q and K before RoPE (Qwen3, Gemma 3), a sliding
+// attention window in every layer (Mistral) or in some (Gemma 3, whose sliding layers have their own RoPE),
+// and Gemma 3's changes: embeddings times sqrt(hidden), each sublayer's output RMS-normalized before its
+// residual add, GELU (tanh form) for SiLU, the scores scaled by query_pre_attn_scalar^-1/2, the logits
+// optionally soft-capped. (Gemma's RMSNorm weights are stored as w - 1: the loader adds the 1.)
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -31,8 +34,8 @@ struct Gguf;
 
 namespace sparse24::engine {
 
-// RoPE's frequencies: "default" (inv_freq[i] = theta^(-2i/d)) or "llama3" (Llama 3.1's wavelength-dependent
-// rescaling of them).
+// RoPE's frequencies: "default" (inv_freq[i] = theta^(-2i/d)), "linear" (those divided by factor) or
+// "llama3" (Llama 3.1's wavelength-dependent rescaling of them).
 struct RopeConfig {
   double theta = 10000.0;
   std::string type = "default";
@@ -48,12 +51,22 @@ struct DecoderConfig {
   RopeConfig rope;
   bool tied = true;            // the output head is the embedding table
   bool qk_norm = false;        // Q's and K's heads are RMS-normalized before RoPE (DecoderLayer::q_norm)
-  int64_t sliding_window = 0;  // > 0: a token attends to the last this many; the context is capped at it
+  int64_t sliding_window = 0;  // > 0: in the sliding layers a token attends to the last this many positions
+  std::vector<bool> sliding;   // per layer: whether it slides (empty: every layer, when sliding_window > 0)
+  bool sliding_rope = false;   // the sliding layers rotate with rope_sliding instead of rope (Gemma 3)
+  RopeConfig rope_sliding;
+  // Gemma 3's differences.
+  float embed_scale = 1.0f;     // the embeddings are multiplied by this (Gemma: sqrt(hidden) in fp32)
+  float attn_scale = 0.0f;      // the scores' scale; 0: 1 / sqrt(head_dim)
+  bool gelu = false;            // the MLP's gate through GELU's tanh form instead of SiLU
+  bool sandwich_norms = false;  // attention's and the MLP's outputs RMS-normalized before the residual add
+  float final_softcap = 0.0f;   // > 0: logits = cap * tanh(logits / cap)
 };
 
 struct DecoderLayer {
-  std::vector<float> attn_norm, ffn_norm;  // RMSNorm weights, hidden floats each
-  std::vector<float> q_norm, k_norm;       // config.qk_norm: per-head RMSNorm weights, head_dim each
+  std::vector<float> attn_norm, ffn_norm;          // RMSNorm weights, hidden floats each
+  std::vector<float> q_norm, k_norm;               // config.qk_norm: per-head RMSNorm weights, head_dim each
+  std::vector<float> attn_out_norm, ffn_out_norm;  // config.sandwich_norms: the sublayers' output norms
   // Each GEMM may carry a bias (Gemm::bias, m floats; Q, K and V's joined as their rows are).
   Gemm qkv;      // [(heads + 2 kv_heads) * head_dim, hidden]: Q rows, then K, then V
   Gemm o;        // [hidden, heads * head_dim]
@@ -110,8 +123,9 @@ std::vector<float> rope_inv_freq(const RopeConfig& r, int64_t head_dim);
 void rope(float* x, int64_t heads, int64_t head_dim, int64_t n, int64_t pos0, const float* cos_sin);
 // [positions, head_dim / 2] (cos, sin) pairs of position * inv_freq, as transformers computes them (fp32).
 std::vector<float> rope_table(const std::vector<float>& inv_freq, int64_t positions);
-// y[:, j] = silu(gu[i, j]) * gu[ffn + i, j] for gu [2 ffn, n].
-void swiglu(const float* gu, int64_t ffn, int64_t n, float* y);
+// y[:, j] = silu(gu[i, j]) * gu[ffn + i, j] for gu [2 ffn, n]; with gelu, GELU's tanh form for silu
+// (transformers' gelu_pytorch_tanh).
+void swiglu(const float* gu, int64_t ffn, int64_t n, float* y, bool gelu = false);
 // One layer's KV cache: the keys and values of kv_heads heads at up to `capacity` positions, [kv_heads,
 // capacity, d] token-major, held as fp32 (k, v) or as IEEE half (kh, vh; `half`).
 struct KvCache {
@@ -125,12 +139,13 @@ struct KvCache {
 // Grouped-query causal attention with a KV cache. qkv [(heads + 2 kv_heads) * d, n] holds the n new tokens
 // (Q, K, V rows, RoPE already applied to Q and K), at positions pos0 .. pos0 + n - 1. Their K and V are
 // written into the cache (rounded to half in a half cache), then query head h attends to the keys of kv
-// head h / (heads / kv_heads) at positions 0 .. its own. out: [heads * d, n]. d <= 512. scratch:
+// head h / (heads / kv_heads) at positions 0 .. its own (with window > 0, the last `window` of them), the
+// scores scaled by `scale` (0: 1 / sqrt(d)). out: [heads * d, n]. d <= 512. scratch:
 // attention_scratch(threads, heads, kv_heads, d, capacity, cache.half) floats. Fewer than 8 new tokens run
 // one position at a time (kernels/attend.h: a kv head's query heads read each cached row once); more run as
 // oneDNN GEMMs over blocks of queries.
 void attention_cached(const float* qkv, int64_t heads, int64_t n, int64_t pos0, KvCache& cache, float* out,
-                      float* scratch, int threads);
+                      float* scratch, int threads, float scale = 0.0f, int64_t window = 0);
 int64_t attention_scratch(int threads, int64_t heads, int64_t kv_heads, int64_t d, int64_t capacity,
                           bool half);
 }  // namespace detail

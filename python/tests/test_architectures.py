@@ -1,5 +1,6 @@
 """The Llama-style decoder architectures (Llama with attention and MLP biases, Mistral with a sliding window,
-Qwen2 with Q/K/V biases, Qwen3 with per-head Q/K norms) against the real implementations: small random
+Qwen2 with Q/K/V biases, Qwen3 with per-head Q/K norms, Gemma 3 with sliding and full layers, sandwich
+norms, GELU, its scales and a logit soft cap) against the real implementations: small random
 models made by transformers from its own configs, run by sparse24 from their directories, pruned 2:4, and as
 GGUF files (written here under llama.cpp's conventions) run by sparse24, by llama.cpp (llama-cpp-python) and
 converted back to directories that transformers loads."""
@@ -21,9 +22,11 @@ SHAPE = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_atte
              num_key_value_heads=2, max_position_embeddings=128, rms_norm_eps=1e-5, rope_theta=10000.0)
 ARCHS = {
     "llama": dict(attention_bias=True, mlp_bias=True, tie_word_embeddings=True),
-    "mistral": dict(sliding_window=24, tie_word_embeddings=False),
+    "mistral": dict(sliding_window=5, tie_word_embeddings=False),
     "qwen2": dict(tie_word_embeddings=True),
     "qwen3": dict(head_dim=16, tie_word_embeddings=False),
+    "gemma3_text": dict(head_dim=16, sliding_window=4, layer_types=["sliding_attention", "full_attention"],
+                        rope_local_base_freq=100.0, query_pre_attn_scalar=24, final_logit_softcapping=30.0),
 }
 # llama.cpp's general.architecture for each (Mistral's files are written as llama's).
 GGUF_ARCH = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
@@ -72,7 +75,7 @@ def logits_of(model, ids):
 def test_directories_match_transformers(arch_model):
     arch, path, ref = arch_model
     d = sparse24.Decoder.load(str(path), max_context=64)
-    assert d.capacity == (24 if arch == "mistral" else 64)  # Mistral's sliding window caps the context
+    assert d.capacity == 64  # a sliding window (Mistral's, Gemma 3's) does not cap the context
     for text in TEXT:
         ids = d.tokenize(text)[:d.capacity]
         want = logits_of(ref, ids)

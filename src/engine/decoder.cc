@@ -71,6 +71,7 @@ struct LayerExec {
   const DecoderLayer* src = nullptr;
   Linear qkv, o, gate_up, down;
   detail::KvCache kv;
+  int64_t window = 0;  // > 0: a sliding layer's window
 };
 
 }  // namespace
@@ -101,7 +102,7 @@ struct Decoder::Impl {
   std::vector<float> head_scales;   //   (kernels::gemv_i8: as llama.cpp's Q8_0 head)
   std::vector<float> column;        // one token's final-norm output (the bf16 / int8 head's input)
   std::vector<LayerExec> layers;
-  std::vector<float> cos_sin;
+  std::vector<float> cos_sin, cos_sin_sliding;  // RoPE tables (the sliding layers' own, if they have one)
   int sparse = 0;
   // Activations for up to `cols` tokens per call (grown on demand).
   int64_t cols = 0;
@@ -138,14 +139,19 @@ struct Decoder::Impl {
           const float* w = (hd < c.heads ? L.src->q_norm : L.src->k_norm).data();
           detail::rms_norm(rows, c.head_dim, n, w, c.eps, rows);
         }
-      detail::rope(qkv.data(), c.heads + c.kv_heads, c.head_dim, n, pos, cos_sin.data());  // Q and K
-      detail::attention_cached(qkv.data(), c.heads, n, pos, L.kv, ctx.data(), scratch.data(), threads);
+      const float* table = L.window > 0 && c.sliding_rope ? cos_sin_sliding.data() : cos_sin.data();
+      detail::rope(qkv.data(), c.heads + c.kv_heads, c.head_dim, n, pos, table);  // Q and K
+      detail::attention_cached(qkv.data(), c.heads, n, pos, L.kv, ctx.data(), scratch.data(), threads,
+                               c.attn_scale, L.window);
       run(L.o, 1, ctx.data(), tmp.data());
+      if (c.sandwich_norms)
+        detail::rms_norm(tmp.data(), H, n, L.src->attn_out_norm.data(), c.eps, tmp.data());
       for (int64_t i = 0; i < H * n; ++i) hs[i] += tmp[i];
       detail::rms_norm(hs, H, n, L.src->ffn_norm.data(), c.eps, x.data());
       run(L.gate_up, 2, x.data(), gu.data());
-      detail::swiglu(gu.data(), c.ffn, n, act.data());
+      detail::swiglu(gu.data(), c.ffn, n, act.data(), c.gelu);
       run(L.down, 3, act.data(), tmp.data());
+      if (c.sandwich_norms) detail::rms_norm(tmp.data(), H, n, L.src->ffn_out_norm.data(), c.eps, tmp.data());
       for (int64_t i = 0; i < H * n; ++i) hs[i] += tmp[i];
     }
   }
@@ -158,8 +164,9 @@ Decoder::Decoder(const DecoderModel& m, const DecoderOptions& o) : impl_(std::ma
   if (o.max_context < 1) throw Error("the context must hold at least one token");
   s.threads = o.threads;
   s.capacity = std::min(o.max_context, s.c.max_positions);
-  // Within its window a sliding-window model attends to every position, as this decoder does.
-  if (s.c.sliding_window > 0) s.capacity = std::min(s.capacity, s.c.sliding_window);
+  if (s.c.layers != static_cast<int64_t>(m.layers.size()) ||
+      (!s.c.sliding.empty() && s.c.sliding.size() != m.layers.size()))
+    throw Error("decoder: the config's layer count does not match the model's layers");
   s.embed = &m.embed;
   s.norm = m.norm;
   if (o.bf16_weights && o.int8_weights)
@@ -184,17 +191,24 @@ Decoder::Decoder(const DecoderModel& m, const DecoderOptions& o) : impl_(std::ma
     s.head.emplace(m.head, false, o);
   }
   for (const DecoderLayer& l : m.layers) {
-    const auto d = static_cast<size_t>(s.c.head_dim);
+    const auto d = static_cast<size_t>(s.c.head_dim), hidden = static_cast<size_t>(s.c.hidden);
     if (s.c.qk_norm && (l.q_norm.size() != d || l.k_norm.size() != d))
       throw Error("decoder: a layer's q_norm / k_norm is not head_dim floats");
+    if (l.attn_norm.size() != hidden || l.ffn_norm.size() != hidden ||
+        (s.c.sandwich_norms && (l.attn_out_norm.size() != hidden || l.ffn_out_norm.size() != hidden)))
+      throw Error("decoder: a layer's norms are not hidden floats");
     const bool both = o.prefill_layout;
     s.layers.push_back({&l, Linear(l.qkv, sparse, o, both), Linear(l.o, sparse, o, both),
                         Linear(l.gate_up, sparse, o, both), Linear(l.down, sparse, o, both),
                         detail::KvCache(s.c.kv_heads, s.capacity, s.c.head_dim, o.kv_half)});
-    const LayerExec& e = s.layers.back();
+    LayerExec& e = s.layers.back();
+    const size_t at = s.layers.size() - 1;
+    if (s.c.sliding_window > 0 && (s.c.sliding.empty() || s.c.sliding[at])) e.window = s.c.sliding_window;
     for (const Linear* lin : {&e.qkv, &e.o, &e.gate_up, &e.down}) s.sparse += lin->packed ? 1 : 0;
   }
   s.cos_sin = detail::rope_table(detail::rope_inv_freq(s.c.rope, s.c.head_dim), s.capacity);
+  if (s.c.sliding_rope)
+    s.cos_sin_sliding = detail::rope_table(detail::rope_inv_freq(s.c.rope_sliding, s.c.head_dim), s.capacity);
   s.scratch.resize(static_cast<size_t>(
       detail::attention_scratch(o.threads, s.c.heads, s.c.kv_heads, s.c.head_dim, s.capacity, o.kv_half)));
   s.last.resize(s.c.hidden);
@@ -250,7 +264,9 @@ size_t Decoder::weight_bytes() const {
     b += s.embed->size() * sizeof(float) + (s.head ? s.head->bytes() : 0);
   for (const LayerExec& e : s.layers)
     b += e.qkv.bytes() + e.o.bytes() + e.gate_up.bytes() + e.down.bytes() +
-         (e.src->attn_norm.size() + e.src->ffn_norm.size()) * sizeof(float);
+         (e.src->attn_norm.size() + e.src->ffn_norm.size() + e.src->attn_out_norm.size() +
+          e.src->ffn_out_norm.size() + e.src->q_norm.size() + e.src->k_norm.size()) *
+             sizeof(float);
   return b;
 }
 
@@ -271,7 +287,7 @@ void Decoder::forward(const int32_t* ids, int64_t n, float* logits, bool all) {
   float* h = s.h.data();
   for (int64_t j = 0; j < n; ++j) {  // embeddings, feature-major
     const float* e = s.embed->data() + static_cast<int64_t>(ids[j]) * H;
-    for (int64_t r = 0; r < H; ++r) h[r * n + j] = e[r];
+    for (int64_t r = 0; r < H; ++r) h[r * n + j] = e[r] * c.embed_scale;
   }
   s.layers_forward(h, n, nullptr);
   s.pos += n;
@@ -284,29 +300,35 @@ void Decoder::forward(const int32_t* ids, int64_t n, float* logits, bool all) {
     in = s.last.data();
   }
   detail::rms_norm(in, H, m, s.norm.data(), c.eps, s.x.data());
-  if (!s.head_bf16.empty() || !s.head_i8.empty()) {
-    for (int64_t j = 0; j < m; ++j) {
-      for (int64_t r = 0; r < H; ++r) s.column[r] = s.x[r * m + j];
-      float* y = logits + j * c.vocab;
-      if (s.head_i8.empty())
-        kernels::gemv_bf16(s.head_bf16.data(), c.vocab, H, s.column.data(), y, s.threads);
-      else
-        kernels::gemv_i8(s.head_i8.data(), s.head_scales.data(), c.vocab, H, s.column.data(), y, s.threads);
+  auto head = [&] {
+    if (!s.head_bf16.empty() || !s.head_i8.empty()) {
+      for (int64_t j = 0; j < m; ++j) {
+        for (int64_t r = 0; r < H; ++r) s.column[r] = s.x[r * m + j];
+        float* y = logits + j * c.vocab;
+        if (s.head_i8.empty())
+          kernels::gemv_bf16(s.head_bf16.data(), c.vocab, H, s.column.data(), y, s.threads);
+        else
+          kernels::gemv_i8(s.head_i8.data(), s.head_scales.data(), c.vocab, H, s.column.data(), y, s.threads);
+      }
+      return;
     }
-    return;
-  }
-  if (s.head) {
-    std::vector<float> y(static_cast<size_t>(c.vocab * m));
-    s.head->run(s.x.data(), y.data(), m, s.threads);
-    for (int64_t v = 0; v < c.vocab; ++v)
-      for (int64_t j = 0; j < m; ++j) logits[j * c.vocab + v] = y[v * m + j];
-    return;
-  }
-  // One token: the tied head as a GEMV over the embedding table, eight long row streams at once (25 GB/s
-  // on one Zen 3 core where oneDNN's sgemm streamed these 2.3 KB rows at 14-15; gemv_avx2.cc).
-  if (m == 1) return kernels::gemv_f32(s.embed->data(), c.vocab, H, s.x.data(), logits, s.threads);
-  // logits [m, vocab] = x^T [m, H] embed^T [H, vocab].
-  dnnl_sgemm('T', 'T', m, c.vocab, H, 1.0f, s.x.data(), m, s.embed->data(), H, 0.0f, logits, c.vocab);
+    if (s.head) {
+      std::vector<float> y(static_cast<size_t>(c.vocab * m));
+      s.head->run(s.x.data(), y.data(), m, s.threads);
+      for (int64_t v = 0; v < c.vocab; ++v)
+        for (int64_t j = 0; j < m; ++j) logits[j * c.vocab + v] = y[v * m + j];
+      return;
+    }
+    // One token: the tied head as a GEMV over the embedding table, eight long row streams at once (25 GB/s
+    // on one Zen 3 core where oneDNN's sgemm streamed these 2.3 KB rows at 14-15; gemv_avx2.cc).
+    if (m == 1) return kernels::gemv_f32(s.embed->data(), c.vocab, H, s.x.data(), logits, s.threads);
+    // logits [m, vocab] = x^T [m, H] embed^T [H, vocab].
+    dnnl_sgemm('T', 'T', m, c.vocab, H, 1.0f, s.x.data(), m, s.embed->data(), H, 0.0f, logits, c.vocab);
+  };
+  head();
+  if (c.final_softcap > 0.0f)  // Gemma's soft cap, as transformers computes it
+    for (int64_t i = 0; i < m * c.vocab; ++i)
+      logits[i] = std::tanh(logits[i] / c.final_softcap) * c.final_softcap;
 }
 
 Perplexity perplexity(Decoder& d, const std::vector<int32_t>& ids, int64_t ctx,

@@ -32,7 +32,12 @@ std::vector<float> rope_inv_freq(const RopeConfig& r, int64_t head_dim) {
     inv[i] = 1.0f /
              std::pow(static_cast<float>(r.theta), static_cast<float>(2 * i) / static_cast<float>(head_dim));
   if (r.type == "default") return inv;
-  if (r.type != "llama3") throw Error("rope type '" + r.type + "' is not supported (default, llama3)");
+  if (r.type == "linear") {  // positions divided by factor (transformers divides inv_freq)
+    for (float& f : inv) f = static_cast<float>(f / r.factor);
+    return inv;
+  }
+  if (r.type != "llama3")
+    throw Error("rope type '" + r.type + "' is not supported (default, linear, llama3)");
   // Llama 3.1: wavelengths shorter than original / high_freq_factor are kept, longer than original /
   // low_freq_factor divided by factor, and those between interpolated.
   const double orig = static_cast<double>(r.original_max_positions);
@@ -77,7 +82,15 @@ void rope(float* x, int64_t heads, int64_t head_dim, int64_t n, int64_t pos0, co
     }
 }
 
-void swiglu(const float* gu, int64_t ffn, int64_t n, float* y) {
+void swiglu(const float* gu, int64_t ffn, int64_t n, float* y, bool gelu) {
+  if (gelu) {                             // PyTorch's gelu(approximate="tanh")
+    const float k = 0.7978845608028654f;  // sqrt(2 / pi)
+    for (int64_t i = 0; i < ffn * n; ++i) {
+      const float g = gu[i];
+      y[i] = 0.5f * g * (1.0f + std::tanh(k * (g + 0.044715f * g * g * g))) * gu[ffn * n + i];
+    }
+    return;
+  }
   for (int64_t i = 0; i < ffn * n; ++i) {
     const float g = gu[i];
     y[i] = g / (1.0f + std::exp(-g)) * gu[ffn * n + i];
@@ -99,9 +112,9 @@ int64_t per_thread(int64_t group, int64_t d, int64_t capacity, bool half) {
   return std::max(group * (2 * d + capacity), kQueryBlock * capacity + (half ? 2 * capacity * d : 0));
 }
 
-// The first `rows` cache rows of kv head g as fp32: the rows themselves, or widened into buf.
-const float* rows_f32(const KvCache& kv, bool keys, int64_t g, int64_t rows, float* buf) {
-  const int64_t off = g * kv.capacity * kv.d;
+// Cache rows from .. from + rows - 1 of kv head g as fp32: the rows themselves, or widened into buf.
+const float* rows_f32(const KvCache& kv, bool keys, int64_t g, int64_t from, int64_t rows, float* buf) {
+  const int64_t off = (g * kv.capacity + from) * kv.d;
   if (!kv.half) return (keys ? kv.k.data() : kv.v.data()) + off;
   kernels::half_to_floats((keys ? kv.kh.data() : kv.vh.data()) + off, rows * kv.d, buf);
   return buf;
@@ -128,10 +141,14 @@ int64_t attention_scratch(int threads, int64_t heads, int64_t kv_heads, int64_t 
 }
 
 void attention_cached(const float* qkv, int64_t heads, int64_t n, int64_t pos0, KvCache& kv, float* out,
-                      float* scratch, int threads) {
+                      float* scratch, int threads, float scale, int64_t window) {
   const int64_t kv_heads = kv.kv_heads, d = kv.d, capacity = kv.capacity;
-  if (kv_heads <= 0 || heads % kv_heads != 0 || pos0 < 0 || n < 1 || pos0 + n > capacity || d < 1 || d > 512)
+  if (kv_heads <= 0 || heads % kv_heads != 0 || pos0 < 0 || n < 1 || pos0 + n > capacity || d < 1 ||
+      d > 512 || window < 0)
     throw Error("attention: bad heads or cache position");
+  if (scale == 0.0f) scale = 1.0f / std::sqrt(static_cast<float>(d));
+  // The first key position p attends to.
+  auto first_key = [window](int64_t p) { return window > 0 ? std::max<int64_t>(0, p + 1 - window) : 0; };
   const float* k_new = qkv + heads * d * n;
   const float* v_new = k_new + kv_heads * d * n;
   for (int64_t g = 0; g < kv_heads; ++g)  // the new keys and values into the cache, token-major
@@ -150,7 +167,6 @@ void attention_cached(const float* qkv, int64_t heads, int64_t n, int64_t pos0, 
         std::copy(vr, vr + d, kv.v.data() + at);
       }
     }
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const int64_t group = heads / kv_heads, stride = per_thread(group, d, capacity, kv.half);
   if (n < kGemmFrom) {
     // One task per (kv head, position, span of keys): the kv head's query heads read each cached key and
@@ -160,14 +176,16 @@ void attention_cached(const float* qkv, int64_t heads, int64_t n, int64_t pos0, 
     const int64_t pairs = kv_heads * n;
     int64_t spans = 1;
     if (threads > 1 && pairs < 2 * threads)
-      spans = std::min({(2 * threads + pairs - 1) / pairs, (pos0 + 1) / kMinSpan, kMaxSpans});
+      spans =
+          std::min({(2 * threads + pairs - 1) / pairs, (pos0 + 1 - first_key(pos0)) / kMinSpan, kMaxSpans});
     spans = std::max<int64_t>(spans, 1);
     const int64_t tasks = pairs * spans, part_floats = group * (d + 2);
     std::vector<float> parts(spans > 1 ? static_cast<size_t>(tasks * part_floats) : 0);
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1) if (threads > 1 && tasks > 1)
     for (int64_t task = 0; task < tasks; ++task) {
-      const int64_t pair = task / spans, span = task % spans, g = pair / n, j = pair % n, len = pos0 + j + 1;
-      const int64_t t0 = len * span / spans, keys = len * (span + 1) / spans - t0;
+      const int64_t pair = task / spans, span = task % spans, g = pair / n, j = pair % n;
+      const int64_t first = first_key(pos0 + j), len = pos0 + j + 1 - first;
+      const int64_t t0 = first + len * span / spans, keys = first + len * (span + 1) / spans - t0;
       float* q = scratch + static_cast<int64_t>(omp_get_thread_num()) * stride;
       float* o = q + group * d;
       float* p = o + group * d;
@@ -210,23 +228,26 @@ void attention_cached(const float* qkv, int64_t heads, int64_t n, int64_t pos0, 
     }
     return;
   }
-  // Blocks of kQueryBlock queries per task: S = scale Q K^T over the keys up to the block's last position
-  // (one GEMM), each row's softmax over the keys up to its own position (zero beyond), then O = S V.
+  // Blocks of kQueryBlock queries per task: S = scale Q K^T over the keys from the block's first row's first
+  // key up to its last position (one GEMM), each row's softmax over its own keys (zero elsewhere), then
+  // O = S V.
   const int64_t blocks = (n + kQueryBlock - 1) / kQueryBlock, tasks = heads * blocks;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1) if (threads > 1 && tasks > 1)
   for (int64_t task = 0; task < tasks; ++task) {
     const int64_t h = task / blocks, j0 = task % blocks * kQueryBlock;
-    const int64_t rows = std::min(kQueryBlock, n - j0), keys = pos0 + j0 + rows;
+    const int64_t rows = std::min(kQueryBlock, n - j0), kf = first_key(pos0 + j0),
+                  keys = pos0 + j0 + rows - kf;
     float* s = scratch + static_cast<int64_t>(omp_get_thread_num()) * stride;
     float* wide = s + kQueryBlock * capacity;  // the half cache's rows widened: keys, then values
-    const float* kc = rows_f32(kv, true, h / group, keys, wide);
-    const float* vc = rows_f32(kv, false, h / group, keys, wide + capacity * d);
+    const float* kc = rows_f32(kv, true, h / group, kf, keys, wide);
+    const float* vc = rows_f32(kv, false, h / group, kf, keys, wide + capacity * d);
     dnnl_sgemm('T', 'T', rows, keys, d, scale, qkv + h * d * n + j0, n, kc, d, 0.0f, s, keys);
     for (int64_t i = 0; i < rows; ++i) {
       float* row = s + i * keys;
-      const int64_t len = pos0 + j0 + i + 1;
-      softmax_rows(row, 1, len);
-      std::fill(row + len, row + keys, 0.0f);
+      const int64_t lo = first_key(pos0 + j0 + i) - kf, hi = pos0 + j0 + i + 1 - kf;
+      std::fill(row, row + lo, 0.0f);
+      softmax_rows(row + lo, 1, hi - lo);
+      std::fill(row + hi, row + keys, 0.0f);
     }
     dnnl_sgemm('T', 'T', d, rows, keys, 1.0f, vc, d, s, keys, 0.0f, out + h * d * n + j0, n);
   }

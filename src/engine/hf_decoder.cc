@@ -1,8 +1,8 @@
-// Llama-style decoders (Llama, Mistral, Qwen2, Qwen3) into a DecoderModel, from a Hugging Face directory
-// or a GGUF file: the config read and bounded once (GGUF metadata is mapped onto config.json's fields and
-// bounded by the same code), then one builder asks for the tensors by transformers' names (a GGUF file
-// answers under llama.cpp's) and joins them into the decoder's Linears (Q, K and V into one GEMM, gate and
-// up into another, so a decoded token runs four GEMMs per layer).
+// Llama-style decoders (Llama, Mistral, Qwen2, Qwen3, Gemma 3) into a DecoderModel, from a Hugging Face
+// directory or a GGUF file: the config read and bounded once (GGUF metadata is mapped onto config.json's
+// fields and bounded by the same code), then one builder asks for the tensors by transformers' names (a GGUF
+// file answers under llama.cpp's) and joins them into the decoder's Linears (Q, K and V into one GEMM, gate
+// and up into another, so a decoded token runs four GEMMs per layer).
 #include <cmath>
 #include <filesystem>
 #include <set>
@@ -21,26 +21,22 @@ namespace {
 using detail::Fields;
 using detail::json;
 
-RopeConfig read_rope(const json& j, const std::string& what) {
+// RoPE from a rope-parameters object (or none: theta alone).
+RopeConfig read_rope_params(const json* params, double theta, const std::string& what) {
   RopeConfig r;
-  // transformers 5 keeps rope_theta and the scaling in "rope_parameters"; older configs have rope_theta
-  // and "rope_scaling" at the top level.
-  const json* params = nullptr;
-  for (const char* key : {"rope_parameters", "rope_scaling"})
-    if (j.contains(key) && !j[key].is_null()) {
-      if (!j[key].is_object()) throw Error(what + ": '" + key + "' is not an object");
-      params = &j[key];
-      break;
-    }
-  const Fields top{j, what};
-  r.theta = top.number("rope_theta", 10000.0, 1.0, 1e12);
+  r.theta = theta;
   if (params == nullptr) return r;
+  if (!params->is_object()) throw Error(what + ": the rope parameters are not an object");
   const Fields f{*params, what + " (rope parameters)"};
   r.theta = f.number("rope_theta", r.theta, 1.0, 1e12);
   r.type = f.string("rope_type", f.string("type", "default"));
   if (r.type == "default") return r;
+  if (r.type == "linear") {
+    r.factor = f.number("factor", 1.0, 1e-3, 1e6);
+    return r;
+  }
   if (r.type != "llama3")
-    throw Error(what + ": rope type '" + r.type + "' is not supported (default, llama3)");
+    throw Error(what + ": rope type '" + r.type + "' is not supported (default, linear, llama3)");
   r.factor = f.number("factor", 8.0, 1e-3, 1e6);
   r.low_freq_factor = f.number("low_freq_factor", 1.0, 1e-6, 1e6);
   r.high_freq_factor = f.number("high_freq_factor", 4.0, 1e-6, 1e6);
@@ -48,6 +44,28 @@ RopeConfig read_rope(const json& j, const std::string& what) {
     throw Error(what + ": rope high_freq_factor must exceed low_freq_factor");
   r.original_max_positions = f.integer_or("original_max_position_embeddings", 8192, 1, 1 << 24);
   return r;
+}
+
+const json* non_null(const json& j, const char* key) {
+  return j.contains(key) && !j[key].is_null() ? &j[key] : nullptr;
+}
+
+// transformers 5 keeps rope_theta and the scaling in "rope_parameters"; older configs have rope_theta
+// and "rope_scaling" at the top level. With per-layer-type parameters (Gemma 3: "full_attention" and
+// "sliding_attention" objects), the full layers' RoPE, the sliding layers' in *sliding.
+RopeConfig read_rope(const json& j, const std::string& what, double default_theta = 10000.0,
+                     RopeConfig* sliding = nullptr, double sliding_theta = 10000.0) {
+  const json* params = non_null(j, "rope_parameters");
+  if (params == nullptr) params = non_null(j, "rope_scaling");
+  const double theta = Fields{j, what}.number("rope_theta", default_theta, 1.0, 1e12);
+  if (sliding != nullptr) {
+    if (params != nullptr && params->is_object() && params->contains("full_attention")) {
+      *sliding = read_rope_params(non_null(*params, "sliding_attention"), sliding_theta, what + " (sliding)");
+      return read_rope_params(non_null(*params, "full_attention"), theta, what);
+    }
+    *sliding = read_rope_params(nullptr, sliding_theta, what);  // the old form scales the full layers only
+  }
+  return read_rope_params(params, theta, what);
 }
 
 // The Llama-style architectures: one forward pass (decoder.h), these differences.
@@ -59,18 +77,54 @@ struct Architecture {
   bool qk_norm;            // q_norm / k_norm over each head (Qwen3)
   bool sliding_always;     // sliding_window applies as given (Mistral); else only with use_sliding_window
   bool gguf_rope_rows;     // llama.cpp reorders Q's and K's rows for its RoPE (not for NEOX-RoPE models)
+  bool gemma3;             // Gemma 3's forward pass and config fields (decoder.h), norms stored as w - 1
 };
+// gguf "": not read from GGUF files under a name of its own (Mistral's are written as llama's; Gemma 3's
+// llama.cpp files, with their +1 norms, shifted RoPE bases and per-size attention scales, are not read).
 constexpr Architecture kArchitectures[] = {
-    {"llama", "LlamaForCausalLM", "llama", false, false, false, true},
-    {"mistral", "MistralForCausalLM", "", false, false, true, true},
-    {"qwen2", "Qwen2ForCausalLM", "qwen2", true, false, false, false},
-    {"qwen3", "Qwen3ForCausalLM", "qwen3", false, true, false, false},
+    {"llama", "LlamaForCausalLM", "llama", false, false, false, true, false},
+    {"mistral", "MistralForCausalLM", "", false, false, true, true, false},
+    {"qwen2", "Qwen2ForCausalLM", "qwen2", true, false, false, false, false},
+    {"qwen3", "Qwen3ForCausalLM", "qwen3", false, true, false, false, false},
+    {"gemma3_text", "Gemma3ForCausalLM", "", false, true, false, false, true},
 };
 
 const Architecture* find_architecture(const std::string& model_type) {
   for (const Architecture& a : kArchitectures)
     if (model_type == a.model_type) return &a;
   return nullptr;
+}
+
+// Gemma 3's config fields (Gemma3TextConfig): GELU, the scales, the sliding layers.
+void read_gemma3(const json& j, const std::string& what, DecoderConfig& c) {
+  const Fields f{j, what};
+  const std::string act = f.string("hidden_activation", "gelu_pytorch_tanh");
+  if (act != "gelu_pytorch_tanh")
+    throw Error(what + ": hidden_activation '" + act + "' is not supported (gelu_pytorch_tanh)");
+  c.gelu = c.sandwich_norms = true;
+  c.embed_scale = static_cast<float>(std::sqrt(static_cast<double>(c.hidden)));
+  c.attn_scale = static_cast<float>(1.0 / std::sqrt(f.number("query_pre_attn_scalar", 256.0, 1e-6, 1e9)));
+  if (non_null(j, "attn_logit_softcapping"))
+    throw Error(what + ": attn_logit_softcapping is not supported (Gemma 2's; Gemma 3 has none)");
+  if (j.contains("use_bidirectional_attention") && f.boolean("use_bidirectional_attention"))
+    throw Error(what + ": use_bidirectional_attention is not supported (a decoder attends causally)");
+  if (non_null(j, "final_logit_softcapping"))
+    c.final_softcap = static_cast<float>(f.number("final_logit_softcapping", 0.0, 1e-6, 1e9));
+  if (!non_null(j, "sliding_window")) return;
+  c.sliding_window = f.integer("sliding_window", 1, 1 << 24);
+  // layer_types (transformers 5), or sliding_window_pattern: every pattern-th layer attends to everything.
+  if (const json* types = non_null(j, "layer_types")) {
+    if (!types->is_array() || static_cast<int64_t>(types->size()) != c.layers)
+      throw Error(what + ": 'layer_types' is not a list of num_hidden_layers names");
+    for (const json& t : *types) {
+      if (t != "sliding_attention" && t != "full_attention")
+        throw Error(what + ": a layer type is not sliding_attention or full_attention");
+      c.sliding.push_back(t == "sliding_attention");
+    }
+    return;
+  }
+  const int64_t pattern = f.integer_or("sliding_window_pattern", 6, 1, 1 << 20);
+  for (int64_t l = 0; l < c.layers; ++l) c.sliding.push_back((l + 1) % pattern != 0);
 }
 
 // Which Linears carry a bias (Gemm::bias).
@@ -101,8 +155,12 @@ DecoderConfig read_decoder_config(const json& j, const std::string& what, Biases
   c.ffn = f.integer("intermediate_size", 4, 1 << 18);
   c.max_positions = f.integer_or("max_position_embeddings", 2048, 1, 1 << 24);
   c.eps = static_cast<float>(f.number("rms_norm_eps", 1e-6, 1e-30, 0.1));
-  const std::string act = f.string("hidden_act", "silu");
-  if (act != "silu") throw Error(what + ": hidden_act '" + act + "' is not supported (silu)");
+  if (arch->gemma3) {
+    read_gemma3(j, what, c);
+  } else {
+    const std::string act = f.string("hidden_act", "silu");
+    if (act != "silu") throw Error(what + ": hidden_act '" + act + "' is not supported (silu)");
+  }
   // Llama's attention_bias covers Q, K, V and O (Qwen3's too); Qwen2's Q, K and V always have one.
   biases.qkv = arch->qkv_bias || f.boolean("attention_bias");
   biases.o = !arch->qkv_bias && f.boolean("attention_bias");
@@ -111,9 +169,14 @@ DecoderConfig read_decoder_config(const json& j, const std::string& what, Biases
   if (arch->sliding_always || f.boolean("use_sliding_window"))
     if (j.contains("sliding_window") && !j["sliding_window"].is_null())
       c.sliding_window = f.integer("sliding_window", 1, 1 << 24);
-  // transformers' configs default to untied embeddings (Qwen's and Mistral's write the field).
-  c.tied = j.contains("tie_word_embeddings") && f.boolean("tie_word_embeddings");
-  c.rope = read_rope(j, what);
+  // transformers' configs default to untied embeddings (Qwen's and Mistral's write the field), Gemma 3's to
+  // tied ones (its configs on the Hub leave the field out).
+  c.tied = j.contains("tie_word_embeddings") ? f.boolean("tie_word_embeddings") : arch->gemma3;
+  if (arch->gemma3)
+    c.rope = read_rope(j, what, 1e6, &c.rope_sliding, f.number("rope_local_base_freq", 10000.0, 1.0, 1e12));
+  else
+    c.rope = read_rope(j, what);
+  c.sliding_rope = arch->gemma3 && c.sliding_window > 0;
   return c;
 }
 
@@ -123,8 +186,16 @@ template <class Src>
 DecoderModel build_decoder(const DecoderConfig& c, const Biases& b, Src& w, const std::string& what) {
   DecoderModel m;
   m.config = c;
+  // Gemma's RMSNorms multiply by 1 + w (in fp32, as transformers): its weights with the 1 added.
+  const bool plus_one = find_architecture(c.model_type)->gemma3;
+  auto norm = [&](const std::string& name, int64_t size) {
+    std::vector<float> v = w.dense(name, {size});
+    if (plus_one)
+      for (float& x : v) x += 1.0f;
+    return v;
+  };
   m.embed = w.dense("model.embed_tokens.weight", {c.vocab, c.hidden});
-  m.norm = w.dense("model.norm.weight", {c.hidden});
+  m.norm = norm("model.norm.weight", c.hidden);
   if (!c.tied) {
     m.head = w.linear("lm_head", "lm_head", c.vocab, c.hidden, false);
     if (m.head.pruned) throw Error(what + ": the output head 'lm_head.weight' must be dense");
@@ -134,11 +205,17 @@ DecoderModel build_decoder(const DecoderConfig& c, const Biases& b, Src& w, cons
     const std::string p = "model.layers." + std::to_string(l) + ".";
     const std::string name = "layer" + std::to_string(l) + ".";
     DecoderLayer L;
-    L.attn_norm = w.dense(p + "input_layernorm.weight", {c.hidden});
-    L.ffn_norm = w.dense(p + "post_attention_layernorm.weight", {c.hidden});
+    L.attn_norm = norm(p + "input_layernorm.weight", c.hidden);
+    if (c.sandwich_norms) {  // Gemma: post_attention_layernorm is attention's output norm
+      L.attn_out_norm = norm(p + "post_attention_layernorm.weight", c.hidden);
+      L.ffn_norm = norm(p + "pre_feedforward_layernorm.weight", c.hidden);
+      L.ffn_out_norm = norm(p + "post_feedforward_layernorm.weight", c.hidden);
+    } else {
+      L.ffn_norm = norm(p + "post_attention_layernorm.weight", c.hidden);
+    }
     if (c.qk_norm) {
-      L.q_norm = w.dense(p + "self_attn.q_norm.weight", {c.head_dim});
-      L.k_norm = w.dense(p + "self_attn.k_norm.weight", {c.head_dim});
+      L.q_norm = norm(p + "self_attn.q_norm.weight", c.head_dim);
+      L.k_norm = norm(p + "self_attn.k_norm.weight", c.head_dim);
     }
     const Gemm q = w.linear(p + "self_attn.q_proj", name + "q", q_rows, c.hidden, b.qkv);
     const Gemm k = w.linear(p + "self_attn.k_proj", name + "k", kv_rows, c.hidden, b.qkv);

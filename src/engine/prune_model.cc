@@ -508,7 +508,8 @@ PruneModelReport prune_hf_decoder(HfDir& dir, const PruneModelOptions& o) {
       if (ids[j] < 0 || ids[j] >= c.vocab)
         throw Error("calibration token id " + std::to_string(ids[j]) + " outside the vocabulary");
       for (int64_t r = 0; r < c.hidden; ++r)
-        h[static_cast<size_t>(r * n + j)] = work.embed[static_cast<size_t>(ids[j] * c.hidden + r)];
+        h[static_cast<size_t>(r * n + j)] =
+            work.embed[static_cast<size_t>(ids[j] * c.hidden + r)] * c.embed_scale;
     }
     hidden.push_back(std::move(h));
     capacity = std::max(capacity, n);
@@ -526,6 +527,7 @@ PruneModelReport prune_hf_decoder(HfDir& dir, const PruneModelOptions& o) {
   auto layer_decoder = [&](DecoderModel& one, int64_t l) {
     one.config = c;
     one.config.layers = 1;
+    if (!c.sliding.empty()) one.config.sliding = {c.sliding[static_cast<size_t>(l)]};
     one.layers = {work.layers[l]};
     return Decoder(one, dopt);
   };

@@ -37,13 +37,18 @@ class PruneDecoder : public HfDecoderDir {
 
 // Wanda, layer by layer: each layer's Linears see the inputs the earlier layers, already pruned, give them.
 // The direct computation: the double reference collects the inputs on the weights pruned so far, Wanda
-// prunes that layer, and on to the next.
-TEST_F(PruneDecoder, WandaCalibratesLayerByLayerOnThePrunedModel) {
+// prunes that layer, and on to the next. A Llama, and a Gemma 3 (scaled embeddings, sliding and full
+// layers, sandwich norms: what each layer computes on its own during calibration).
+class PruneDecoderArch : public PruneDecoder, public ::testing::WithParamInterface<bool> {};
+INSTANTIATE_TEST_SUITE_P(LlamaAndGemma3, PruneDecoderArch, ::testing::Bool());
+TEST_P(PruneDecoderArch, WandaCalibratesLayerByLayerOnThePrunedModel) {
   SPARSE24_SEED_TRACE();
   auto g = rng(11);
   t_.layers = 3;
+  t_.gemma3 = GetParam();
+  t_.window = t_.gemma3 ? 3 : 0;
   DecoderModel m = tiny_model(g, t_);
-  write(m, config());
+  write(m, t_.gemma3 ? gemma3_config() : config());
   const auto seqs = sequences(g, 5);
   HfDir d = read_hf_dir(dir_.string());
   PruneModelOptions o;

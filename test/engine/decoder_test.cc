@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -104,6 +105,9 @@ TEST(DecoderOps, RopeFrequencies) {
   const std::vector<float> plain = detail::rope_inv_freq(RopeConfig{10000, "default"}, 128);
   EXPECT_FLOAT_EQ(scaled[0], plain[0]);
   EXPECT_NEAR(scaled[63], plain[63] / 8, 1e-12);
+  rc.type = "linear";  // Gemma 3's larger models: every frequency divided by the factor
+  const std::vector<float> linear = detail::rope_inv_freq(rc, 128);
+  for (int i = 0; i < 64; ++i) EXPECT_FLOAT_EQ(linear[i], plain[i] / 8);
   rc.type = "yarn";
   EXPECT_THROW(detail::rope_inv_freq(rc, 8), Error);
 }
@@ -124,7 +128,10 @@ TEST(DecoderOps, CachedAttentionMatchesReferenceInAnyChunks) {
             if (half)  // a half cache holds K and V rounded: the reference sees the same values
               for (int64_t r = hs.q * d; r < rows; ++r)
                 for (int64_t j = 0; j < n; ++j) qkv[r * n + j] = half_to_float(float_to_half(qkv[r * n + j]));
-            const std::vector<double> ref = ref_attention(qkv, hs.q, hs.kv, d, n);
+            // A sliding window (none, 1, 7, or 260: past 256 positions split into spans) and a scale.
+            const int64_t window = std::array<int64_t, 4>{0, 1, 7, 260}[g() % 4];
+            const float scale = g() % 2 ? 0.0f : 0.37f;
+            const std::vector<double> ref = ref_attention(qkv, hs.q, hs.kv, d, n, scale, window);
             detail::KvCache kv(hs.kv, cap, d, half);
             std::vector<float> scratch(detail::attention_scratch(threads, hs.q, hs.kv, d, cap, half));
             // Chunks of random sizes: pieces of 1-4 tokens (one position at a time; on 2 threads past 256
@@ -138,12 +145,13 @@ TEST(DecoderOps, CachedAttentionMatchesReferenceInAnyChunks) {
               std::vector<float> part(rows * len), out(hs.q * d * len);
               for (int64_t r = 0; r < rows; ++r)
                 for (int64_t j = 0; j < len; ++j) part[r * len + j] = qkv[r * n + pos + j];
-              detail::attention_cached(part.data(), hs.q, len, pos, kv, out.data(), scratch.data(), threads);
+              detail::attention_cached(part.data(), hs.q, len, pos, kv, out.data(), scratch.data(), threads,
+                                       scale, window);
               for (int64_t r = 0; r < hs.q * d; ++r)
                 for (int64_t j = 0; j < len; ++j)
                   ASSERT_NEAR(out[r * len + j], ref[r * n + pos + j], 1e-5)
                       << hs.q << "/" << hs.kv << " d=" << d << " n=" << n << " pos=" << pos
-                      << " half=" << half;
+                      << " half=" << half << " window=" << window << " scale=" << scale;
               pos += len;
             }
             std::vector<float> out(hs.q * d * 4);
@@ -229,6 +237,43 @@ TEST(Decoder, BiasesAndQkNormMatchReference) {
   for (int64_t v = 0; v < t.vocab; ++v) {
     EXPECT_NEAR(b[v], a[v], 0.05f + 0.02f * std::fabs(a[v])) << v;
     EXPECT_NEAR(c[v], a[v], 0.05f + 0.02f * std::fabs(a[v])) << v;
+  }
+}
+
+// Gemma 3's forward pass (sliding layers of 3 positions with their own RoPE beside full ones, Q/K norms,
+// sandwich norms, GELU, the embedding and score scales, the soft cap), dense and 2:4, in one pass (the
+// GEMM path) and token by token past the window (the one-position path), fp32 and half KV caches.
+TEST(Decoder, Gemma3MatchesReference) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(34);
+  Tiny t;
+  t.gemma3 = true;
+  t.window = 3;
+  t.layers = 3;
+  DecoderModel m = tiny_model(g, t);
+  const std::vector<int32_t> ids = random_ids(g, 13, t.vocab);
+  for (bool pruned : {false, true}) {
+    if (pruned) m.prune_magnitude();
+    const std::vector<double> ref = ref_forward(m, ids);
+    for (bool half : {false, true})
+      for (int threads : {1, 2}) {
+        DecoderOptions o;
+        o.mode = pruned ? Mode::kSparse : Mode::kDense;
+        o.threads = threads;
+        o.max_context = 32;
+        o.kv_half = half;
+        const double tol = half ? 0.02 : 2e-4;  // a half cache rounds K and V
+        Decoder dec(m, o);
+        std::vector<float> all(ids.size() * t.vocab), last(t.vocab);
+        dec.forward(ids.data(), static_cast<int64_t>(ids.size()), all.data(), true);
+        for (size_t i = 0; i < all.size(); ++i) ASSERT_NEAR(all[i], ref[i], tol) << "logit " << i;
+        dec.reset();
+        dec.forward(ids.data(), 2, last.data());
+        for (size_t j = 2; j < ids.size(); ++j) {
+          dec.forward(&ids[j], 1, last.data());
+          for (int64_t v = 0; v < t.vocab; ++v) ASSERT_NEAR(last[v], ref[j * t.vocab + v], tol) << j;
+        }
+      }
   }
 }
 
@@ -427,14 +472,15 @@ TEST_F(HfDecoderDir, LoadsWhatItWrote) {
 }
 
 // Each architecture's directory (transformers' names and config fields) loads to the model written: Qwen2
-// (Q, K, V biases), Qwen3 (per-head Q/K norms), Mistral (a sliding window caps the context), Llama with
-// attention_bias and mlp_bias.
+// (Q, K, V biases), Qwen3 (per-head Q/K norms), Mistral (a sliding window of 4 positions over 9 tokens),
+// Llama with attention_bias and mlp_bias.
 TEST_F(HfDecoderDir, ArchitecturesLoadWhatTheyWrote) {
   SPARSE24_SEED_TRACE();
   auto g = rng(32);
   for (const std::string type : {"qwen2", "qwen3", "mistral", "llama"}) {
     t_.biases = type == "qwen2" || type == "llama";
     t_.qk_norm = type == "qwen3";
+    t_.window = type == "mistral" ? 4 : 0;
     DecoderModel m = tiny_model(g, t_);
     json c = config();
     c["model_type"] = type;
@@ -442,7 +488,7 @@ TEST_F(HfDecoderDir, ArchitecturesLoadWhatTheyWrote) {
       for (DecoderLayer& L : m.layers)
         for (Gemm* gm : {&L.o, &L.gate_up, &L.down}) gm->bias.clear();
     if (type == "llama") c["attention_bias"] = c["mlp_bias"] = true;
-    if (type == "mistral") c["sliding_window"] = 16;
+    if (type == "mistral") c["sliding_window"] = 4;
     if (type == "qwen2") c["sliding_window"] = 8;  // not used without use_sliding_window
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
@@ -451,8 +497,8 @@ TEST_F(HfDecoderDir, ArchitecturesLoadWhatTheyWrote) {
     const DecoderModel back = load_hf_decoder(dir_.string());
     EXPECT_EQ(back.config.model_type, type);
     EXPECT_EQ(back.config.qk_norm, type == "qwen3");
-    EXPECT_EQ(back.config.sliding_window, type == "mistral" ? 16 : 0) << type;
-    EXPECT_EQ(Decoder(back, {}).capacity(), type == "mistral" ? 16 : 64) << type;
+    EXPECT_EQ(back.config.sliding_window, type == "mistral" ? 4 : 0) << type;
+    EXPECT_EQ(Decoder(back, {}).capacity(), 64) << type;  // a window does not cap the context
     const std::vector<int32_t> ids = random_ids(g, 9, t_.vocab);
     SCOPED_TRACE(type);
     expect_logits_match(back, ids, ref_forward(m, ids));
@@ -464,6 +510,53 @@ TEST_F(HfDecoderDir, ArchitecturesLoadWhatTheyWrote) {
           << load_error();
     }
   }
+  t_ = Tiny();
+}
+
+// Gemma 3 (Gemma3ForCausalLM's names and config fields; norms stored as w - 1): the config in
+// transformers 5's form (layer_types, per-layer-type rope_parameters) and in the Hub's older one
+// (sliding_window_pattern, rope_theta and rope_local_base_freq) load to the model written; its refusals.
+TEST_F(HfDecoderDir, Gemma3LoadsWhatItWrote) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(33);
+  t_.gemma3 = true;
+  t_.window = 3;
+  const DecoderModel m = tiny_model(g, t_);
+  const json now = gemma3_config();
+  json old = now;
+  old.erase("layer_types");
+  old.erase("rope_parameters");
+  old["sliding_window_pattern"] = 2;
+  old["rope_theta"] = 100000.0;
+  old["rope_local_base_freq"] = 50.0;
+  old["rope_scaling"] = nullptr;
+  const std::vector<int32_t> ids = random_ids(g, 11, t_.vocab);
+  const std::vector<double> ref = ref_forward(m, ids);
+  for (const json& cfg : {now, old}) {
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    write(m, cfg);
+    const DecoderModel back = load_hf_decoder(dir_.string());
+    EXPECT_TRUE(back.config.tied && back.config.gelu && back.config.sandwich_norms &&
+                back.config.sliding_rope);
+    EXPECT_EQ(back.config.sliding, (std::vector<bool>{true, false}));
+    EXPECT_EQ(back.config.attn_scale, 0.25f);
+    EXPECT_EQ(back.config.final_softcap, 3.0f);
+    EXPECT_EQ(back.config.rope_sliding.theta, 50.0);
+    expect_logits_match(back, ids, ref);
+  }
+  auto refused = [&](const std::function<void(json&)>& change, const std::string& phrase) {
+    json cfg = now;
+    change(cfg);
+    std::filesystem::remove(dir_ / "config.json");
+    std::ofstream(dir_ / "config.json") << cfg.dump();
+    EXPECT_NE(load_error().find(phrase), std::string::npos) << load_error();
+  };
+  refused([](json& j) { j["attn_logit_softcapping"] = 50.0; }, "attn_logit_softcapping is not supported");
+  refused([](json& j) { j["hidden_activation"] = "gelu"; }, "hidden_activation 'gelu' is not supported");
+  refused([](json& j) { j["layer_types"] = {"full_attention"}; }, "'layer_types' is not a list");
+  refused([](json& j) { j["layer_types"][0] = "chunked_attention"; }, "a layer type is not");
+  refused([](json& j) { j["use_bidirectional_attention"] = true; }, "use_bidirectional_attention");
   t_ = Tiny();
 }
 

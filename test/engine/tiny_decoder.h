@@ -1,6 +1,7 @@
-// A tiny random Llama for the decoder tests (decoder_test.cc, decoder_prune_test.cc): the model, a
-// double-precision reference forward pass written from transformers' modeling_llama.py (with a hook that
-// sees each Linear's input), and a fixture that writes the model as a Hugging Face llama directory.
+// A tiny random Llama (or Gemma 3) for the decoder tests (decoder_test.cc, decoder_prune_test.cc): the
+// model, a double-precision reference forward pass written from transformers' modeling_llama.py and
+// modeling_gemma3.py (with a hook that sees each Linear's input), and a fixture that writes the model as a
+// Hugging Face directory.
 #pragma once
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -48,26 +49,28 @@ inline void ref_rope(double* v, int64_t d, int64_t pos, const std::vector<float>
   }
 }
 
-// Naive causal GQA over all tokens at once (token-major q [n][heads][d], k, v [n][kv][d]).
+// Naive causal GQA over all tokens at once (feature-major qkv [(heads + 2 kvh) * d, n]); scale 0: 1/sqrt(d);
+// window > 0: each token sees the last `window` positions.
 inline std::vector<double> ref_attention(const std::vector<float>& qkv, int64_t heads, int64_t kvh, int64_t d,
-                                         int64_t n) {
+                                         int64_t n, double scale = 0, int64_t window = 0) {
+  if (scale == 0) scale = 1.0 / std::sqrt(static_cast<double>(d));
   auto at = [&](int64_t row, int64_t j) { return static_cast<double>(qkv[row * n + j]); };
   std::vector<double> out(heads * d * n);
   for (int64_t h = 0; h < heads; ++h)
     for (int64_t i = 0; i < n; ++i) {
-      const int64_t g = h / (heads / kvh);
-      std::vector<double> s(i + 1);
+      const int64_t g = h / (heads / kvh), t0 = window > 0 ? std::max<int64_t>(0, i + 1 - window) : 0;
+      std::vector<double> s(i + 1 - t0);
       double mx = -1e300, sum = 0;
-      for (int64_t t = 0; t <= i; ++t) {
+      for (int64_t t = t0; t <= i; ++t) {
         double dot = 0;
         for (int64_t c = 0; c < d; ++c) dot += at(h * d + c, i) * at(heads * d + g * d + c, t);
-        s[t] = dot / std::sqrt(static_cast<double>(d));
-        mx = std::max(mx, s[t]);
+        s[t - t0] = dot * scale;
+        mx = std::max(mx, s[t - t0]);
       }
       for (double& v : s) sum += (v = std::exp(v - mx));
       for (int64_t c = 0; c < d; ++c) {
         double acc = 0;
-        for (int64_t t = 0; t <= i; ++t) acc += s[t] * at((heads + kvh) * d + g * d + c, t);
+        for (int64_t t = t0; t <= i; ++t) acc += s[t - t0] * at((heads + kvh) * d + g * d + c, t);
         out[(h * d + c) * n + i] = acc / sum;
       }
     }
@@ -80,6 +83,8 @@ struct Tiny {
   int64_t vocab = 37, hidden = 24, layers = 2, heads = 6, kv = 2, d = 4, ffn = 40;
   bool biases = false;   // every GEMM has a bias (Llama's attention_bias and mlp_bias)
   bool qk_norm = false;  // Qwen3's per-head Q/K RMSNorm
+  bool gemma3 = false;   // Gemma 3: Q/K norms, sandwich norms, GELU, scales, soft cap, sliding layers
+  int64_t window = 0;    // > 0: a sliding window (Gemma 3: layers 0, 2, ...; else every layer)
 };
 
 inline Gemm random_gemm(std::mt19937_64& g, const std::string& name, int64_t m, int64_t k) {
@@ -105,7 +110,18 @@ inline DecoderModel tiny_model(std::mt19937_64& g, const Tiny& t) {
   c.max_positions = 64;
   c.eps = 1e-5f;
   c.rope.theta = 100000;
-  c.qk_norm = t.qk_norm;
+  c.qk_norm = t.qk_norm || t.gemma3;
+  c.sliding_window = t.window;
+  if (t.gemma3) {
+    c.model_type = "gemma3_text";
+    c.gelu = c.sandwich_norms = true;
+    c.embed_scale = std::sqrt(static_cast<float>(t.hidden));
+    c.attn_scale = 0.25f;  // query_pre_attn_scalar 16
+    c.final_softcap = 3.0f;
+    for (int64_t l = 0; l < t.layers; ++l) c.sliding.push_back(l % 2 == 0);
+    c.sliding_rope = t.window > 0;
+    c.rope_sliding.theta = 50;
+  }
   m.embed = random_floats(g, t.vocab * t.hidden);
   m.norm = random_floats(g, t.hidden, 0.5f, 1.5f);
   for (int64_t l = 0; l < t.layers; ++l) {
@@ -118,9 +134,13 @@ inline DecoderModel tiny_model(std::mt19937_64& g, const Tiny& t) {
     L.down = random_gemm(g, "down", t.hidden, t.ffn);
     if (t.biases)
       for (Gemm* gm : {&L.qkv, &L.o, &L.gate_up, &L.down}) gm->bias = random_floats(g, gm->m, -0.5f, 0.5f);
-    if (t.qk_norm) {
+    if (c.qk_norm) {
       L.q_norm = random_floats(g, t.d, 0.5f, 1.5f);
       L.k_norm = random_floats(g, t.d, 0.5f, 1.5f);
+    }
+    if (c.sandwich_norms) {
+      L.attn_out_norm = random_floats(g, t.hidden, 0.5f, 1.5f);
+      L.ffn_out_norm = random_floats(g, t.hidden, 0.5f, 1.5f);
     }
     m.layers.push_back(std::move(L));
   }
@@ -140,9 +160,10 @@ inline std::vector<double> ref_forward(const DecoderModel& m, const std::vector<
   const DecoderConfig& c = m.config;
   const int64_t n = static_cast<int64_t>(ids.size()), H = c.hidden, d = c.head_dim;
   const std::vector<float> inv = detail::rope_inv_freq(c.rope, d);
+  const std::vector<float> inv_sliding = detail::rope_inv_freq(c.rope_sliding, d);
   std::vector<std::vector<double>> h(n, std::vector<double>(H));
   for (int64_t j = 0; j < n; ++j)
-    for (int64_t r = 0; r < H; ++r) h[j][r] = m.embed[ids[j] * H + r];
+    for (int64_t r = 0; r < H; ++r) h[j][r] = m.embed[ids[j] * H + r] * static_cast<double>(c.embed_scale);
   int64_t layer = 0;
   auto matvec = [&](const Gemm& g, const std::vector<double>& x) {
     if (hook)
@@ -161,6 +182,7 @@ inline std::vector<double> ref_forward(const DecoderModel& m, const std::vector<
     return y;
   };
   for (const DecoderLayer& L : m.layers) {
+    const bool sliding = c.sliding_window > 0 && (c.sliding.empty() || c.sliding[layer]);
     const int64_t rows = (c.heads + 2 * c.kv_heads) * d;
     std::vector<float> qkv(rows * n);  // feature-major, for ref_attention
     for (int64_t j = 0; j < n; ++j) {
@@ -171,20 +193,29 @@ inline std::vector<double> ref_forward(const DecoderModel& m, const std::vector<
           const std::vector<double> normed = ref_rms(head, hd < c.heads ? L.q_norm : L.k_norm, c.eps);
           std::copy(normed.begin(), normed.end(), y.begin() + hd * d);
         }
-        ref_rope(y.data() + hd * d, d, j, inv);
+        ref_rope(y.data() + hd * d, d, j, sliding && c.sliding_rope ? inv_sliding : inv);
       }
       for (int64_t r = 0; r < rows; ++r) qkv[r * n + j] = static_cast<float>(y[r]);
     }
-    const std::vector<double> ctx = ref_attention(qkv, c.heads, c.kv_heads, d, n);
+    const std::vector<double> ctx =
+        ref_attention(qkv, c.heads, c.kv_heads, d, n, c.attn_scale, sliding ? c.sliding_window : 0);
     for (int64_t j = 0; j < n; ++j) {
       std::vector<double> a(c.heads * d);
       for (int64_t r = 0; r < c.heads * d; ++r) a[r] = ctx[r * n + j];
-      const std::vector<double> o = matvec(L.o, a);
+      std::vector<double> o = matvec(L.o, a);
+      if (c.sandwich_norms) o = ref_rms(o, L.attn_out_norm, c.eps);
       for (int64_t r = 0; r < H; ++r) h[j][r] += o[r];
       const std::vector<double> gu = matvec(L.gate_up, ref_rms(h[j], L.ffn_norm, c.eps));
       std::vector<double> act(c.ffn);
-      for (int64_t i = 0; i < c.ffn; ++i) act[i] = gu[i] / (1 + std::exp(-gu[i])) * gu[c.ffn + i];
-      const std::vector<double> dn = matvec(L.down, act);
+      for (int64_t i = 0; i < c.ffn; ++i) {
+        const double x = gu[i];
+        const double gate = c.gelu
+                                ? 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)))
+                                : x / (1 + std::exp(-x));
+        act[i] = gate * gu[c.ffn + i];
+      }
+      std::vector<double> dn = matvec(L.down, act);
+      if (c.sandwich_norms) dn = ref_rms(dn, L.ffn_out_norm, c.eps);
       for (int64_t r = 0; r < H; ++r) h[j][r] += dn[r];
     }
     ++layer;
@@ -196,6 +227,8 @@ inline std::vector<double> ref_forward(const DecoderModel& m, const std::vector<
     for (int64_t v = 0; v < c.vocab; ++v)
       for (int64_t r = 0; r < H; ++r) logits[j * c.vocab + v] += head[v * H + r] * x[r];
   }
+  if (c.final_softcap > 0)
+    for (double& v : logits) v = std::tanh(v / c.final_softcap) * c.final_softcap;
   return logits;
 }
 
@@ -240,20 +273,52 @@ class HfDecoderDir : public ::testing::Test {
             {"tie_word_embeddings", true},
             {"rope_parameters", {{"rope_theta", 100000.0}, {"rope_type", "default"}}}};
   }
+  // Gemma 3's config.json for t_ (gemma3 and window set) in transformers 5's form: tied by default, layer
+  // types and per-layer-type RoPE as tiny_model makes them.
+  json gemma3_config() const {
+    json c = config();
+    c.erase("rope_parameters");
+    c.erase("tie_word_embeddings");
+    c["model_type"] = "gemma3_text";
+    c["hidden_activation"] = "gelu_pytorch_tanh";
+    c["query_pre_attn_scalar"] = 16;
+    c["final_logit_softcapping"] = 3.0;
+    c["attn_logit_softcapping"] = nullptr;
+    c["sliding_window"] = t_.window;
+    c["layer_types"] = json::array();
+    for (int64_t l = 0; l < t_.layers; ++l)
+      c["layer_types"].push_back(l % 2 == 0 ? "sliding_attention" : "full_attention");
+    c["rope_parameters"] = {{"full_attention", {{"rope_type", "default"}, {"rope_theta", 100000.0}}},
+                            {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 50.0}}}};
+    return c;
+  }
   // Writes the model's weights under transformers' names (Q, K, V and gate, up split again).
   void write(const DecoderModel& m, const json& cfg, bool drop_one = false, bool extra = false) {
     SafeTensors st;
     auto add = [&](const std::string& name, const std::vector<float>& v, std::vector<int64_t> shape) {
       st.add(name, to_st(Tensor::from_float(v, shape)));
     };
+    // Gemma stores its RMSNorm weights as w - 1.
+    auto norm = [&](const std::string& name, std::vector<float> v) {
+      if (t_.gemma3)
+        for (float& x : v) x -= 1.0f;
+      const auto size = static_cast<int64_t>(v.size());
+      add(name, v, {size});
+    };
     add("model.embed_tokens.weight", m.embed, {t_.vocab, t_.hidden});
-    if (!drop_one) add("model.norm.weight", m.norm, {t_.hidden});
+    if (!drop_one) norm("model.norm.weight", m.norm);
     if (extra) add("model.unexpected.weight", m.norm, {t_.hidden});
     for (int64_t l = 0; l < t_.layers; ++l) {
       const DecoderLayer& L = m.layers[l];
       const std::string p = "model.layers." + std::to_string(l) + ".";
-      add(p + "input_layernorm.weight", L.attn_norm, {t_.hidden});
-      add(p + "post_attention_layernorm.weight", L.ffn_norm, {t_.hidden});
+      norm(p + "input_layernorm.weight", L.attn_norm);
+      if (t_.gemma3) {
+        norm(p + "post_attention_layernorm.weight", L.attn_out_norm);
+        norm(p + "pre_feedforward_layernorm.weight", L.ffn_norm);
+        norm(p + "post_feedforward_layernorm.weight", L.ffn_out_norm);
+      } else {
+        norm(p + "post_attention_layernorm.weight", L.ffn_norm);
+      }
       const std::vector<float> qkv = weights_of(L.qkv), gu = weights_of(L.gate_up);
       const int64_t H = t_.hidden, q = t_.heads * t_.d, kv = t_.kv * t_.d;
       auto rows = [&](const std::vector<float>& w, int64_t from, int64_t count) {
@@ -267,8 +332,8 @@ class HfDecoderDir : public ::testing::Test {
       add(p + "mlp.up_proj.weight", rows(gu, t_.ffn, t_.ffn), {t_.ffn, H});
       add(p + "mlp.down_proj.weight", weights_of(L.down), {H, t_.ffn});
       if (!L.q_norm.empty()) {
-        add(p + "self_attn.q_norm.weight", L.q_norm, {t_.d});
-        add(p + "self_attn.k_norm.weight", L.k_norm, {t_.d});
+        norm(p + "self_attn.q_norm.weight", L.q_norm);
+        norm(p + "self_attn.k_norm.weight", L.k_norm);
       }
       // Biases as far as the architecture has them (Qwen2: Q, K and V only).
       auto bias = [&](const std::string& name, const Gemm& g, int64_t from, int64_t count) {
