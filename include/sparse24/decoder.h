@@ -44,7 +44,7 @@ struct RopeConfig {
 };
 
 struct DecoderConfig {
-  std::string model_type;  // config.json's: "llama", "mistral", "qwen2", "qwen3" (decoder_architectures())
+  std::string model_type;  // config.json's: "llama", "mistral", "qwen2", "qwen3", "gemma3_text"
   int64_t vocab = 0, hidden = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0, ffn = 0;
   int64_t max_positions = 0;
   float eps = 1e-6f;
@@ -85,7 +85,7 @@ struct DecoderModel {
   void prune_magnitude();
 };
 
-// The config.json model_types this engine loads, e.g. "llama, mistral, qwen2, qwen3".
+// The config.json model_types this engine loads, e.g. "llama, mistral, qwen2, qwen3, gemma3_text".
 std::string decoder_architectures();
 // True when DIR/config.json names a decoder architecture this engine loads.
 bool is_hf_decoder(const std::string& dir);
@@ -95,7 +95,8 @@ bool is_hf_decoder(const std::string& dir);
 // Error naming the file and the field or tensor.
 DecoderModel load_hf_decoder(const std::string& dir);
 DecoderModel load_hf_decoder(HfDir dir);
-// Loads a GGUF file (gguf.h) of general.architecture "llama", "qwen2" or "qwen3": its ARCH.* metadata
+// Loads a GGUF file (gguf.h) of general.architecture "llama", "qwen2", "qwen3" or "gemma3" (its norms
+// stored as 1 + w, its sliding layers and score scale as llama.cpp's loader derives them): its ARCH.* metadata
 // bounded as config.json's fields are, llama.cpp's tensor names, every supported ggml type dequantized to
 // fp32 (the weights carry the file's rounding), Q's and K's rows put back into transformers' RoPE layout
 // (llama only: llama.cpp reorders them for its RoPE), the head tied when the file has no output.weight.

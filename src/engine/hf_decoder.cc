@@ -79,14 +79,13 @@ struct Architecture {
   bool gguf_rope_rows;     // llama.cpp reorders Q's and K's rows for its RoPE (not for NEOX-RoPE models)
   bool gemma3;             // Gemma 3's forward pass and config fields (decoder.h), norms stored as w - 1
 };
-// gguf "": not read from GGUF files under a name of its own (Mistral's are written as llama's; Gemma 3's
-// llama.cpp files, with their +1 norms, shifted RoPE bases and per-size attention scales, are not read).
+// gguf "": not read from GGUF files under a name of its own (Mistral's are written as llama's).
 constexpr Architecture kArchitectures[] = {
     {"llama", "LlamaForCausalLM", "llama", false, false, false, true, false},
     {"mistral", "MistralForCausalLM", "", false, false, true, true, false},
     {"qwen2", "Qwen2ForCausalLM", "qwen2", true, false, false, false, false},
     {"qwen3", "Qwen3ForCausalLM", "qwen3", false, true, false, false, false},
-    {"gemma3_text", "Gemma3ForCausalLM", "", false, true, false, false, true},
+    {"gemma3_text", "Gemma3ForCausalLM", "gemma3", false, true, false, false, true},
 };
 
 const Architecture* find_architecture(const std::string& model_type) {
@@ -183,11 +182,12 @@ DecoderConfig read_decoder_config(const json& j, const std::string& what, Biases
 // The forward pass's tensors asked for by transformers' names (Src: detail::Weights for a Hugging Face
 // directory, GgufTensors for a GGUF file).
 template <class Src>
-DecoderModel build_decoder(const DecoderConfig& c, const Biases& b, Src& w, const std::string& what) {
+DecoderModel build_decoder(const DecoderConfig& c, const Biases& b, Src& w, const std::string& what,
+                           bool plus_one) {
   DecoderModel m;
   m.config = c;
-  // Gemma's RMSNorms multiply by 1 + w (in fp32, as transformers): its weights with the 1 added.
-  const bool plus_one = find_architecture(c.model_type)->gemma3;
+  // plus_one: Gemma's RMSNorms multiply by 1 + w (in fp32, as transformers) and its checkpoints store w; a
+  // GGUF file stores 1 + w (llama.cpp's converter adds the 1).
   auto norm = [&](const std::string& name, int64_t size) {
     std::vector<float> v = w.dense(name, {size});
     if (plus_one)
@@ -257,7 +257,7 @@ DecoderModel load_hf_decoder(HfDir d) {
   const DecoderConfig c = read_decoder_config(cj, config_path, b);
   const std::string what = d.shards.size() == 1 ? d.shards[0] : d.dir;
   detail::Weights w(std::move(d.weights), what);
-  DecoderModel m = build_decoder(c, b, w, what);
+  DecoderModel m = build_decoder(c, b, w, what, find_architecture(c.model_type)->gemma3);
   w.check_all_used([&](const std::string& n) {
     return n.find("rotary_emb.inv_freq") != std::string::npos || (c.tied && n == "lm_head.weight");
   });
@@ -266,6 +266,44 @@ DecoderModel load_hf_decoder(HfDir d) {
 }
 
 namespace {
+
+// Gemma 3's fields from llama.cpp's metadata, as its loader reads them: the sliding window and which layers
+// slide (attention.sliding_window_pattern: a flag per layer, or n: every n-th layer full; absent: 6), the
+// sliding layers' RoPE base (rope.freq_base_swa, absent: 10,000), the scores' scale (1/sqrt(head_dim), or
+// 1/sqrt(hidden / heads) for the 62-layer 27B), the logit soft cap.
+void gemma3_gguf_config(const Gguf& g, const std::string& a, bool linear, json& j) {
+  j["hidden_activation"] = "gelu_pytorch_tanh";
+  const auto number = [&](const std::string& key, double fallback) {
+    return g.find(a + "." + key) ? g.get_float(a + "." + key) : fallback;
+  };
+  json full = {{"rope_type", linear ? "linear" : "default"}, {"rope_theta", number("rope.freq_base", 1e6)}};
+  if (linear) full["factor"] = number("rope.scaling.factor", 1.0);
+  j["rope_parameters"] = {
+      {"full_attention", full},
+      {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", number("rope.freq_base_swa", 1e4)}}}};
+  j.erase("rope_theta");
+  const int64_t layers = j.value("num_hidden_layers", int64_t{0}),
+                heads = j.value("num_attention_heads", int64_t{1});
+  const int64_t hidden = j.value("hidden_size", int64_t{0});
+  j["query_pre_attn_scalar"] =
+      layers == 62 ? hidden / std::max<int64_t>(heads, 1) : j.value("head_dim", int64_t{256});
+  if (g.find(a + ".final_logit_softcapping"))
+    j["final_logit_softcapping"] = g.get_float(a + ".final_logit_softcapping");
+  const GgufValue* window = g.find(a + ".attention.sliding_window");
+  if (window == nullptr || g.get_int(a + ".attention.sliding_window") <= 0) return;
+  j["sliding_window"] = g.get_int(a + ".attention.sliding_window");
+  json types = json::array();
+  const GgufValue* pattern = g.find(a + ".attention.sliding_window_pattern");
+  if (pattern != nullptr && pattern->is_array()) {
+    for (int64_t flag : g.get_ints(a + ".attention.sliding_window_pattern"))
+      types.push_back(flag != 0 ? "sliding_attention" : "full_attention");
+  } else {
+    const int64_t n = pattern != nullptr ? g.get_int(a + ".attention.sliding_window_pattern") : 6;
+    for (int64_t l = 0; l < layers; ++l)
+      types.push_back(n > 0 && l % n < n - 1 ? "sliding_attention" : "full_attention");
+  }
+  j["layer_types"] = types;
+}
 
 // GGUF metadata (general.architecture and ARCH.* keys) as the config.json fields read_decoder_config
 // bounds. An absent key is left out (the config's default applies, or its error names the field).
@@ -308,10 +346,13 @@ json gguf_config(const Gguf& g, const std::string& what) {
     j["vocab_size"] = t->shape[0];
   }
   const GgufValue* scaling = g.find(a + ".rope.scaling.type");
-  if (scaling != nullptr &&
+  const bool linear = found->gemma3 && scaling != nullptr && !scaling->is_array() &&
+                      scaling->type == GgufType::kString && scaling->strings[0] == "linear";
+  if (scaling != nullptr && !linear &&
       (scaling->is_array() || scaling->type != GgufType::kString || scaling->strings[0] != "none"))
     throw Error(what + ": rope scaling '" + (scaling->strings.empty() ? "?" : scaling->strings[0]) +
                 "' is not supported");
+  if (found->gemma3) gemma3_gguf_config(g, a, linear, j);
   if (g.find_tensor("rope_freqs.weight") != nullptr)
     throw Error(what + ": rope frequency factors (rope_freqs.weight, Llama 3.1 scaling) are not supported");
   j["tie_word_embeddings"] = g.find_tensor("output.weight") == nullptr;
@@ -334,8 +375,9 @@ std::vector<float> unpermute_rope_rows(const std::vector<float>& w, int64_t head
   return out;
 }
 
-// transformers' name of a decoder tensor -> llama.cpp's ("" when it has none).
-std::string gguf_name(const std::string& hf) {
+// transformers' name of a decoder tensor -> llama.cpp's ("" when it has none). Gemma's four layer norms
+// have names of their own (its post_attention_layernorm is attention's output norm).
+std::string gguf_name(const std::string& hf, bool gemma) {
   static const std::pair<const char*, const char*> kTop[] = {
       {"model.embed_tokens.weight", "token_embd.weight"},
       {"model.norm.weight", "output_norm.weight"},
@@ -354,6 +396,13 @@ std::string gguf_name(const std::string& hf) {
       {"self_attn.q_norm", "attn_q_norm"}, {"self_attn.k_norm", "attn_k_norm"},
       {"mlp.gate_proj", "ffn_gate"},       {"mlp.up_proj", "ffn_up"},
       {"mlp.down_proj", "ffn_down"}};
+  static const std::pair<const char*, const char*> kGemma[] = {
+      {"input_layernorm", "attn_norm"},
+      {"post_attention_layernorm", "post_attention_norm"},
+      {"pre_feedforward_layernorm", "ffn_norm"},
+      {"post_feedforward_layernorm", "post_ffw_norm"}};
+  for (const auto& [h, g] : kGemma)
+    if (gemma && rest == std::string(h) + ".weight") return "blk." + layer + "." + g + ".weight";
   for (const auto& [h, g] : kLayer) {
     const std::string hs = h;
     if (rest.compare(0, hs.size(), hs) == 0 && (rest == hs + ".weight" || rest == hs + ".bias"))
@@ -370,7 +419,7 @@ class GgufTensors {
   GgufTensors(const Gguf& g, const std::string& path, const DecoderConfig& c, bool rope_rows, bool keep)
       : g_(g), path_(path), c_(c), rope_rows_(rope_rows), keep_(keep) {}
   std::vector<float> dense(const std::string& hf, const std::vector<int64_t>& shape) {
-    const std::string name = gguf_name(hf);
+    const std::string name = gguf_name(hf, c_.sandwich_norms);
     const GgufTensor* t = g_.find_tensor(name);
     if (t == nullptr) throw Error(path_ + ": missing tensor '" + name + "'");
     if (t->shape != shape)
@@ -386,7 +435,12 @@ class GgufTensors {
     const bool q = hf.find("self_attn.q_proj.") != std::string::npos;
     if (rope_rows_ && (q || hf.find("self_attn.k_proj.") != std::string::npos))
       v = unpermute_rope_rows(v, q ? c_.heads : c_.kv_heads, c_.head_dim, shape.size() == 2 ? shape[1] : 1);
-    if (keep_) kept.push_back({hf, Tensor::from_float(v, shape)});
+    if (keep_) {  // as a Hugging Face checkpoint holds it: Gemma's norms as w - 1
+      std::vector<float> k = v;
+      if (c_.sandwich_norms && hf.size() > 11 && hf.compare(hf.size() - 11, 11, "norm.weight") == 0)
+        for (float& x : k) x -= 1.0f;
+      kept.push_back({hf, Tensor::from_float(k, shape)});
+    }
     return v;
   }
   Gemm linear(const std::string& prefix, const std::string& layer, int64_t out, int64_t in, bool bias) {
@@ -427,7 +481,7 @@ DecoderModel read_gguf_decoder(const Gguf& g, const std::string& path,
                 std::to_string(g.get_int(a + ".rope.dimension_count")) + ", head size " +
                 std::to_string(c.head_dim) + ") is not supported");
   GgufTensors w(g, path, c, arch.gguf_rope_rows, kept != nullptr);
-  DecoderModel m = build_decoder(c, b, w, path);
+  DecoderModel m = build_decoder(c, b, w, path, false);
   w.check_all_used();
   m.fingerprint = w.fingerprint();
   if (kept != nullptr) *kept = std::move(w.kept);
@@ -453,7 +507,7 @@ void gguf_to_hf_dir(const std::string& path, const std::string& out_dir) {
   json config = gguf_config(f.gguf, path);
   config["architectures"] = json::array({find_architecture(m.config.model_type)->hf_class});
   config["torch_dtype"] = "float32";
-  config["hidden_act"] = "silu";
+  if (!m.config.gelu) config["hidden_act"] = "silu";
   if (tok.bos_id() >= 0) config["bos_token_id"] = tok.bos_id();
   if (tok.eos_id() >= 0) config["eos_token_id"] = tok.eos_id();
   HfDir d;

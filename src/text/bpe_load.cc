@@ -437,6 +437,7 @@ ByteBpe ByteBpe::from_gguf(const Gguf& g, const std::string& what) {
       const bool prefix =
           g.find("tokenizer.ggml.add_space_prefix") ? g.get_bool("tokenizer.ggml.add_space_prefix") : true;
       m->spm_prefix = prefix ? Impl::SpmPrefix::kEvery : Impl::SpmPrefix::kNone;
+      m->spm_strip = prefix;  // llama.cpp removes a leading space in decoding only where it put one
     }
     auto id_of = [&](const char* key) -> int32_t {
       if (!g.find(key)) return -1;

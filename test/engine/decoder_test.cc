@@ -635,6 +635,17 @@ Gguf tiny_gguf(const DecoderModel& m, const Tiny& t, GgufWriter& w, bool untied 
                   {a + "rope.dimension_count", GgufValue::of_int(GgufType::kU32, t.d)},
                   {a + "rope.freq_base", GgufValue::of_float(GgufType::kF32, 100000.0)},
                   {a + "attention.layer_norm_rms_epsilon", GgufValue::of_float(GgufType::kF32, 1e-5)}};
+  if (t.gemma3) {  // llama.cpp's Gemma 3 keys (its norms are stored as 1 + w, which m holds)
+    std::vector<int64_t> sliding;
+    for (bool s : m.config.sliding) sliding.push_back(s);
+    w.g.metadata.push_back({a + "attention.sliding_window", GgufValue::of_int(GgufType::kU32, t.window)});
+    w.g.metadata.push_back(
+        {a + "attention.sliding_window_pattern", GgufValue::of_ints(GgufType::kBool, sliding)});
+    w.g.metadata.push_back(
+        {a + "rope.freq_base_swa", GgufValue::of_float(GgufType::kF32, m.config.rope_sliding.theta)});
+    w.g.metadata.push_back(
+        {a + "final_logit_softcapping", GgufValue::of_float(GgufType::kF32, m.config.final_softcap)});
+  }
   const bool permute = arch == "llama";
   const int64_t H = t.hidden, q = t.heads * t.d, kv = t.kv * t.d;
   w.add("token_embd.weight", m.embed, {t.vocab, H});
@@ -649,6 +660,10 @@ Gguf tiny_gguf(const DecoderModel& m, const Tiny& t, GgufWriter& w, bool untied 
     };
     w.add(p + "attn_norm.weight", L.attn_norm, {H});
     w.add(p + "ffn_norm.weight", L.ffn_norm, {H});
+    if (t.gemma3) {
+      w.add(p + "post_attention_norm.weight", L.attn_out_norm, {H});
+      w.add(p + "post_ffw_norm.weight", L.ffn_out_norm, {H});
+    }
     auto rope_rows = [&](const std::vector<float>& v, int64_t heads, int64_t cols) {
       return permute ? permute_for_gguf(v, heads, t.d, cols) : v;
     };
@@ -761,14 +776,20 @@ TEST_F(HfDecoderDir, GgufConvertsToAHuggingFaceDirectory) {
 
 // Qwen2 (Q, K, V biases) and Qwen3 (Q/K norms) as llama.cpp writes them (their RoPE rows as they are): the
 // model, and the Hugging Face directory gguf_to_hf_dir makes of the file.
-TEST_F(HfDecoderDir, GgufQwenFilesLoadAndConvert) {
+TEST_F(HfDecoderDir, GgufQwenAndGemmaFilesLoadAndConvert) {
   SPARSE24_SEED_TRACE();
   auto g = rng(33);
-  for (const std::string arch : {"qwen2", "qwen3"}) {
+  for (const std::string arch : {"qwen2", "qwen3", "gemma3"}) {
     Tiny t;
     t.biases = arch == "qwen2";
     t.qk_norm = arch == "qwen3";
+    t.gemma3 = arch == "gemma3";
+    t.window = t.gemma3 ? 3 : 0;
+    t.layers = t.gemma3 ? 3 : t.layers;
     DecoderModel m = tiny_model(g, t);
+    // llama.cpp scales Gemma 3's scores by 1/sqrt(head_dim) (query_pre_attn_scalar = head_dim but in the
+    // 27B).
+    if (t.gemma3) m.config.attn_scale = 1.0f / std::sqrt(static_cast<float>(t.d));
     for (DecoderLayer& L : m.layers)
       for (Gemm* gm : {&L.o, &L.gate_up, &L.down}) gm->bias.clear();
     GgufWriter w;
@@ -777,16 +798,18 @@ TEST_F(HfDecoderDir, GgufQwenFilesLoadAndConvert) {
     const std::vector<double> ref = ref_forward(m, ids);
     SCOPED_TRACE(arch);
     const DecoderModel back = load_gguf_decoder(file, "tiny.gguf");
-    EXPECT_EQ(back.config.model_type, arch);
+    EXPECT_EQ(back.config.model_type, t.gemma3 ? "gemma3_text" : arch);
     expect_logits_match(back, ids, ref);
     add_tiny_tokenizer(file, t.vocab);
     const std::string gguf = (dir_ / (arch + ".gguf")).string(), out = (dir_ / arch).string();
     write_file_atomic(gguf, encode_gguf(file));
     gguf_to_hf_dir(gguf, out);
     const json config = json::parse(std::ifstream(out + "/config.json"));
-    EXPECT_EQ(config["model_type"], arch);
-    EXPECT_EQ(config["architectures"][0], arch == "qwen2" ? "Qwen2ForCausalLM" : "Qwen3ForCausalLM");
-    expect_logits_match(load_hf_decoder(out), ids, ref);
+    EXPECT_EQ(config["model_type"], t.gemma3 ? "gemma3_text" : arch);
+    EXPECT_EQ(config["architectures"][0], arch == "qwen2"   ? "Qwen2ForCausalLM"
+                                          : arch == "qwen3" ? "Qwen3ForCausalLM"
+                                                            : "Gemma3ForCausalLM");
+    expect_logits_match(load_hf_decoder(out), ids, ref);  // Gemma's norms written back as w - 1
   }
 }
 

@@ -383,7 +383,7 @@ int main(int argc, char** argv) {
     put(out / "gguf_decoder", "tiny_llama", encode_gguf(g));
     // The same as Qwen2 (Q, K, V biases) and Qwen3 (Q/K norms): their ARCH.* keys and extra tensors.
     const Gguf llama = g;
-    for (const std::string arch : {"qwen2", "qwen3"}) {
+    for (const std::string arch : {"qwen2", "qwen3", "gemma3"}) {
       g = llama;
       for (auto& [key, value] : g.metadata)
         if (key.rfind("llama.", 0) == 0) key = arch + key.substr(5);
@@ -395,6 +395,14 @@ int main(int argc, char** argv) {
       } else {
         add("blk.0.attn_q_norm.weight", {4});
         add("blk.0.attn_k_norm.weight", {4});
+      }
+      if (arch == "gemma3") {  // its output norms, window, sliding flags and the sliding layers' RoPE base
+        add("blk.0.post_attention_norm.weight", {8});
+        add("blk.0.post_ffw_norm.weight", {8});
+        g.metadata.push_back({"gemma3.attention.sliding_window", GgufValue::of_int(GgufType::kU32, 4)});
+        g.metadata.push_back(
+            {"gemma3.attention.sliding_window_pattern", GgufValue::of_ints(GgufType::kBool, {1})});
+        g.metadata.push_back({"gemma3.rope.freq_base_swa", GgufValue::of_float(GgufType::kF32, 100.0)});
       }
       put(out / "gguf_decoder", "tiny_" + arch, encode_gguf(g));
     }
