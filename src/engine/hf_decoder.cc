@@ -287,10 +287,10 @@ void gemma3_gguf_config(const Gguf& g, const std::string& a, bool linear, json& 
   const int64_t hidden = j.value("hidden_size", int64_t{0});
   j["query_pre_attn_scalar"] =
       layers == 62 ? hidden / std::max<int64_t>(heads, 1) : j.value("head_dim", int64_t{256});
-  if (g.find(a + ".final_logit_softcapping"))
-    j["final_logit_softcapping"] = g.get_float(a + ".final_logit_softcapping");
-  const GgufValue* window = g.find(a + ".attention.sliding_window");
-  if (window == nullptr || g.get_int(a + ".attention.sliding_window") <= 0) return;
+  if (g.find(a + ".final_logit_softcapping") && g.get_float(a + ".final_logit_softcapping") != 0.0)
+    j["final_logit_softcapping"] = g.get_float(a + ".final_logit_softcapping");  // 0: none, as llama.cpp
+  if (g.find(a + ".attention.sliding_window") == nullptr || g.get_int(a + ".attention.sliding_window") <= 0)
+    return;
   j["sliding_window"] = g.get_int(a + ".attention.sliding_window");
   json types = json::array();
   const GgufValue* pattern = g.find(a + ".attention.sliding_window_pattern");
