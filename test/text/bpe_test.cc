@@ -209,29 +209,44 @@ TEST(ByteBpe, EndOfReplyIds) {
   EXPECT_FALSE(f.ends_reply(5));
 }
 
-// SentencePiece-style BPE (Llama 2's tokenizer.json; GGUF tokenizer.ggml.model "llama"): spaces as U+2581
-// with one in front of each text piece, merges over characters, byte fallback for characters without a
-// token, and decoding back; the GGUF form (scores, no merges) merges the same way.
-TEST(ByteBpe, SentencePieceStyle) {
-  const std::string sp = "\xe2\x96\x81";
-  std::vector<std::string> tokens = {"<unk>", "<s>", "</s>", sp, "a", "b", sp + "a", "ab"};
+// The tokens followed by the 256 byte tokens <0x00> .. <0xFF> (a SentencePiece-style vocabulary), and a
+// tokenizer.json vocab of them (token -> its index).
+std::vector<std::string> with_byte_tokens(std::vector<std::string> tokens) {
   for (int b = 0; b < 256; ++b) {
     char hex[8];
     std::snprintf(hex, sizeof hex, "<0x%02X>", b);
     tokens.push_back(hex);
   }
+  return tokens;
+}
+json vocab_of(const std::vector<std::string>& tokens) {
   json vocab = json::object();
   for (size_t i = 0; i < tokens.size(); ++i) vocab[tokens[i]] = i;
+  return vocab;
+}
+// A SentencePiece-style tokenizer.json without its normalizer, pre-tokenizer and decoder: BPE with byte
+// fallback, <s> (id 1) special.
+json spm_json(const json& vocab, const json& merges) {
+  return {{"added_tokens", {{{"id", 1}, {"content", "<s>"}, {"special", true}}}},
+          {"model",
+           {{"type", "BPE"},
+            {"byte_fallback", true},
+            {"unk_token", "<unk>"},
+            {"vocab", vocab},
+            {"merges", merges}}}};
+}
+
+// SentencePiece-style BPE (Llama 2's tokenizer.json; GGUF tokenizer.ggml.model "llama"): spaces as U+2581
+// with one in front of each text piece, merges over characters, byte fallback for characters without a
+// token, and decoding back; the GGUF form (scores, no merges) merges the same way.
+TEST(ByteBpe, SentencePieceStyle) {
+  const std::string sp = "\xe2\x96\x81";
+  std::vector<std::string> tokens = with_byte_tokens({"<unk>", "<s>", "</s>", sp, "a", "b", sp + "a", "ab"});
+  const json vocab = vocab_of(tokens);
   const json replace = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", sp}};
-  json j = {{"normalizer",
-             {{"type", "Sequence"}, {"normalizers", {{{"type", "Prepend"}, {"prepend", sp}}, replace}}}},
-            {"added_tokens", {{{"id", 1}, {"content", "<s>"}, {"special", true}}}},
-            {"model",
-             {{"type", "BPE"},
-              {"byte_fallback", true},
-              {"unk_token", "<unk>"},
-              {"vocab", vocab},
-              {"merges", {sp + " a", "a b"}}}}};
+  json j = spm_json(vocab, {sp + " a", "a b"});
+  j["normalizer"] = {{"type", "Sequence"},
+                     {"normalizers", {{{"type", "Prepend"}, {"prepend", sp}}, replace}}};
   const ByteBpe t = ByteBpe::from_json(j.dump(), "spm.json");
   // "ab a" -> "\u2581ab\u2581a": (\u2581 a) first, then nothing joins \u2581a and b.
   EXPECT_EQ(t.encode("ab a"), (ids{6, 5, 6}));
@@ -269,32 +284,18 @@ TEST(ByteBpe, SentencePieceStyle) {
 // against tokenizers 0.23.
 TEST(ByteBpe, SentencePieceMetaspace) {
   const std::string sp = "\xe2\x96\x81";
-  std::vector<std::string> tokens = {"<unk>", "<s>", "</s>", sp, "a", "b", sp + "a", "ab", sp + sp};
-  for (int b = 0; b < 256; ++b) {
-    char hex[8];
-    std::snprintf(hex, sizeof hex, "<0x%02X>", b);
-    tokens.push_back(hex);
-  }
-  json vocab = json::object();
-  for (size_t i = 0; i < tokens.size(); ++i) vocab[tokens[i]] = i;
+  const json vocab =
+      vocab_of(with_byte_tokens({"<unk>", "<s>", "</s>", sp, "a", "b", sp + "a", "ab", sp + sp}));
   const json decoders = {{{"type", "Replace"}, {"pattern", {{"String", sp}}}, {"content", " "}},
                          {{"type", "ByteFallback"}},
                          {{"type", "Fuse"}}};
   auto make = [&](const std::string& scheme, bool split, bool strip) {
     json d = decoders;
     if (strip) d.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
-    const json j = {
-        {"normalizer", nullptr},
-        {"pre_tokenizer",
-         {{"type", "Metaspace"}, {"replacement", sp}, {"prepend_scheme", scheme}, {"split", split}}},
-        {"decoder", {{"type", "Sequence"}, {"decoders", d}}},
-        {"added_tokens", {{{"id", 1}, {"content", "<s>"}, {"special", true}}}},
-        {"model",
-         {{"type", "BPE"},
-          {"byte_fallback", true},
-          {"unk_token", "<unk>"},
-          {"vocab", vocab},
-          {"merges", {sp + " a", "a b", sp + " " + sp}}}}};
+    json j = spm_json(vocab, {sp + " a", "a b", sp + " " + sp});
+    j["pre_tokenizer"] = {
+        {"type", "Metaspace"}, {"replacement", sp}, {"prepend_scheme", scheme}, {"split", split}};
+    j["decoder"] = {{"type", "Sequence"}, {"decoders", d}};
     const ByteBpe t = ByteBpe::from_json(j.dump(), "meta.json");
     const ByteBpe back = ByteBpe::from_json(t.to_json(), "written");
     for (const char* text : {"a b", " a", "  a", "<s>a", "a<s>a", "a<s> a", "ab  a"})
