@@ -96,11 +96,11 @@ bool is_hf_decoder(const std::string& dir);
 DecoderModel load_hf_decoder(const std::string& dir);
 DecoderModel load_hf_decoder(HfDir dir);
 // Loads a GGUF file (gguf.h) of general.architecture "llama", "qwen2", "qwen3" or "gemma3" (its norms
-// stored as 1 + w, its sliding layers and score scale as llama.cpp's loader derives them): its ARCH.* metadata
-// bounded as config.json's fields are, llama.cpp's tensor names, every supported ggml type dequantized to
-// fp32 (the weights carry the file's rounding), Q's and K's rows put back into transformers' RoPE layout
-// (llama only: llama.cpp reorders them for its RoPE), the head tied when the file has no output.weight.
-// RoPE scaling (rope.scaling.type other than none, rope_freqs.weight) is refused.
+// stored as 1 + w, its sliding layers and score scale as llama.cpp's loader derives them): its ARCH.*
+// metadata bounded as config.json's fields are, llama.cpp's tensor names, every supported ggml type
+// dequantized to fp32 (the weights carry the file's rounding), Q's and K's rows put back into transformers'
+// RoPE layout (llama only: llama.cpp reorders them for its RoPE), the head tied when the file has no
+// output.weight. RoPE scaling (rope.scaling.type other than none, rope_freqs.weight) is refused.
 DecoderModel load_gguf_decoder(const std::string& path);
 DecoderModel load_gguf_decoder(const Gguf& gguf, const std::string& what);  // a parsed file (gguf.h)
 // A GGUF decoder (checked as load_gguf_decoder checks it) as a new Hugging Face directory OUT_DIR:
