@@ -17,7 +17,7 @@ void elements_to_floats(DType t, const uint8_t* p, int64_t n, float* y);
 // Whether no x[i] is an infinity or a NaN.
 bool all_finite(const float* x, int64_t n);
 
-// The F16C paths (convert_avx2.cc): call only where f16c_supported().
+// The F16C paths (convert_avx2.cc): call only where f16c_supported() (taken as AVX2: every AVX2 CPU has it).
 bool f16c_supported();
 void floats_to_half_f16c(const float* x, int64_t n, uint16_t* y);
 void half_to_floats_f16c(const uint16_t* x, int64_t n, float* y);

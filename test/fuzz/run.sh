@@ -13,6 +13,7 @@ out=${FUZZ_BUILD_DIR:-build-fuzz}
 cxx=${FUZZ_CXX:-clang++-14}
 harnesses=(${FUZZ_ONLY:-safetensors gguf compressed_file bitmask24 npy metadata engine_model tokenizer bpe hf_encoder gguf_decoder jinja})
 lib_sources=(src/core/dtype.cc src/core/tensor.cc src/core/pattern.cc src/core/mask.cc src/core/compressed.cc
+             src/kernels/convert.cc src/kernels/convert_avx2.cc
              src/io/file.cc src/io/npy.cc src/io/safetensors.cc src/io/gguf.cc src/io/compressed_file.cc src/io/bitmask24.cc
              src/io/checkpoint.cc src/io/model_dir.cc src/io/net_spec.cc src/io/hf_dir.cc
              src/engine/model.cc src/engine/builder.cc src/engine/hf_encoder.cc src/engine/hf_decoder.cc
@@ -27,8 +28,10 @@ objects=()
 for src in "${lib_sources[@]}"; do
   obj="$out/obj/$(basename "${src%.cc}").o"
   # Rebuild when the source or any project header is newer than the object.
-  if [ ! -f "$obj" ] || [ -n "$(find "$src" include src/io/io_util.h src/io/*.h src/engine/*.h src/text/*.h src/text/*.inc -newer "$obj" -print -quit)" ]; then
-    "$cxx" "${flags[@]}" -fsanitize=fuzzer-no-link -c "$src" -o "$obj"
+  if [ ! -f "$obj" ] || [ -n "$(find "$src" include src/io/io_util.h src/io/*.h src/engine/*.h src/text/*.h src/text/*.inc src/kernels/convert.h -newer "$obj" -print -quit)" ]; then
+    isa=()  # an ISA file gets its flags (it runs only after the CPU check)
+    [ "$src" = src/kernels/convert_avx2.cc ] && isa=(-mavx -mf16c)
+    "$cxx" "${flags[@]}" "${isa[@]}" -fsanitize=fuzzer-no-link -c "$src" -o "$obj"
   fi
   objects+=("$obj")
 done
