@@ -1,4 +1,4 @@
-// Decoder language models (Llama-style: Llama, Mistral, Qwen2, Qwen3, Gemma 3) at batch 1: a prompt is
+// Decoder language models (Llama-style: Llama, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3) at batch 1: a prompt is
 // prefilled in one pass, then tokens are decoded one at a time against a KV cache. Every Linear is a GEMM
 // through the same dense (oneDNN) or 2:4 sparse kernels as the encoder engine; at batch 1 the sparse kernels
 // run their memory-bound GEMV layout.
@@ -44,7 +44,7 @@ struct RopeConfig {
 };
 
 struct DecoderConfig {
-  std::string model_type;  // config.json's: "llama", "mistral", "qwen2", "qwen3", "gemma3_text"
+  std::string model_type;  // config.json's: "llama", "mistral", "qwen2", "qwen3", "gemma3_text", "phi3"
   int64_t vocab = 0, hidden = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0, ffn = 0;
   int64_t max_positions = 0;
   float eps = 1e-6f;
@@ -85,7 +85,7 @@ struct DecoderModel {
   void prune_magnitude();
 };
 
-// The config.json model_types this engine loads, e.g. "llama, mistral, qwen2, qwen3, gemma3_text".
+// The config.json model_types this engine loads, e.g. "llama, mistral, qwen2, qwen3, gemma3_text, phi3".
 std::string decoder_architectures();
 // True when DIR/config.json names a decoder architecture this engine loads.
 bool is_hf_decoder(const std::string& dir);

@@ -25,6 +25,7 @@ ARCHS = {
     "mistral": dict(sliding_window=5, tie_word_embeddings=False),
     "qwen2": dict(tie_word_embeddings=True),
     "qwen3": dict(head_dim=16, tie_word_embeddings=False),
+    "phi3": dict(sliding_window=6, tie_word_embeddings=False, pad_token_id=0, bos_token_id=0, eos_token_id=0),
     "gemma3_text": dict(head_dim=16, sliding_window=4, layer_types=["sliding_attention", "full_attention"],
                         rope_local_base_freq=100.0, query_pre_attn_scalar=24, final_logit_softcapping=30.0),
 }

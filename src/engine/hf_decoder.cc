@@ -78,14 +78,17 @@ struct Architecture {
   bool sliding_always;     // sliding_window applies as given (Mistral); else only with use_sliding_window
   bool gguf_rope_rows;     // llama.cpp reorders Q's and K's rows for its RoPE (not for NEOX-RoPE models)
   bool gemma3;             // Gemma 3's forward pass and config fields (decoder.h), norms stored as w - 1
+  bool fused;              // Q, K and V in one tensor (qkv_proj), gate and up in another (gate_up_proj)
 };
 // gguf "": not read from GGUF files under a name of its own (Mistral's are written as llama's).
+// Phi-3's llama.cpp files (fused tensors under other names, its own window handling) are not read.
 constexpr Architecture kArchitectures[] = {
-    {"llama", "LlamaForCausalLM", "llama", false, false, false, true, false},
-    {"mistral", "MistralForCausalLM", "", false, false, true, true, false},
-    {"qwen2", "Qwen2ForCausalLM", "qwen2", true, false, false, false, false},
-    {"qwen3", "Qwen3ForCausalLM", "qwen3", false, true, false, false, false},
-    {"gemma3_text", "Gemma3ForCausalLM", "gemma3", false, true, false, false, true},
+    {"llama", "LlamaForCausalLM", "llama", false, false, false, true, false, false},
+    {"mistral", "MistralForCausalLM", "", false, false, true, true, false, false},
+    {"qwen2", "Qwen2ForCausalLM", "qwen2", true, false, false, false, false, false},
+    {"qwen3", "Qwen3ForCausalLM", "qwen3", false, true, false, false, false, false},
+    {"gemma3_text", "Gemma3ForCausalLM", "gemma3", false, true, false, false, true, false},
+    {"phi3", "Phi3ForCausalLM", "", false, false, true, false, false, true},
 };
 
 const Architecture* find_architecture(const std::string& model_type) {
@@ -176,6 +179,11 @@ DecoderConfig read_decoder_config(const json& j, const std::string& what, Biases
   else
     c.rope = read_rope(j, what);
   c.sliding_rope = arch->gemma3 && c.sliding_window > 0;
+  // RoPE over part of each head (Phi-4-mini's partial_rotary_factor 0.75) is not built.
+  for (const json* o : {&j, non_null(j, "rope_parameters"), non_null(j, "rope_scaling")})
+    if (o != nullptr && o->is_object() && non_null(*o, "partial_rotary_factor") &&
+        Fields{*o, what}.number("partial_rotary_factor", 1.0, 0.0, 1.0) != 1.0)
+      throw Error(what + ": partial_rotary_factor below 1 (RoPE over part of a head) is not supported");
   return c;
 }
 
@@ -183,11 +191,13 @@ DecoderConfig read_decoder_config(const json& j, const std::string& what, Biases
 // directory, GgufTensors for a GGUF file).
 template <class Src>
 DecoderModel build_decoder(const DecoderConfig& c, const Biases& b, Src& w, const std::string& what,
-                           bool plus_one) {
+                           bool from_gguf) {
   DecoderModel m;
   m.config = c;
-  // plus_one: Gemma's RMSNorms multiply by 1 + w (in fp32, as transformers) and its checkpoints store w; a
-  // GGUF file stores 1 + w (llama.cpp's converter adds the 1).
+  const Architecture& arch = *find_architecture(c.model_type);
+  // Gemma's RMSNorms multiply by 1 + w (in fp32, as transformers) and its checkpoints store w; a GGUF file
+  // stores 1 + w (llama.cpp's converter adds the 1).
+  const bool plus_one = arch.gemma3 && !from_gguf;
   auto norm = [&](const std::string& name, int64_t size) {
     std::vector<float> v = w.dense(name, {size});
     if (plus_one)
@@ -217,14 +227,19 @@ DecoderModel build_decoder(const DecoderConfig& c, const Biases& b, Src& w, cons
       L.q_norm = norm(p + "self_attn.q_norm.weight", c.head_dim);
       L.k_norm = norm(p + "self_attn.k_norm.weight", c.head_dim);
     }
-    const Gemm q = w.linear(p + "self_attn.q_proj", name + "q", q_rows, c.hidden, b.qkv);
-    const Gemm k = w.linear(p + "self_attn.k_proj", name + "k", kv_rows, c.hidden, b.qkv);
-    const Gemm v = w.linear(p + "self_attn.v_proj", name + "v", kv_rows, c.hidden, b.qkv);
-    L.qkv = concat_rows(name + "qkv", {&q, &k, &v});
+    if (arch.fused) {  // Phi-3: the joined GEMMs as they are stored
+      L.qkv = w.linear(p + "self_attn.qkv_proj", name + "qkv", q_rows + 2 * kv_rows, c.hidden, b.qkv);
+      L.gate_up = w.linear(p + "mlp.gate_up_proj", name + "gate_up", 2 * c.ffn, c.hidden, b.mlp);
+    } else {
+      const Gemm q = w.linear(p + "self_attn.q_proj", name + "q", q_rows, c.hidden, b.qkv);
+      const Gemm k = w.linear(p + "self_attn.k_proj", name + "k", kv_rows, c.hidden, b.qkv);
+      const Gemm v = w.linear(p + "self_attn.v_proj", name + "v", kv_rows, c.hidden, b.qkv);
+      L.qkv = concat_rows(name + "qkv", {&q, &k, &v});
+      const Gemm gate = w.linear(p + "mlp.gate_proj", name + "gate", c.ffn, c.hidden, b.mlp);
+      const Gemm up = w.linear(p + "mlp.up_proj", name + "up", c.ffn, c.hidden, b.mlp);
+      L.gate_up = concat_rows(name + "gate_up", {&gate, &up});
+    }
     L.o = w.linear(p + "self_attn.o_proj", name + "o", c.hidden, q_rows, b.o);
-    const Gemm gate = w.linear(p + "mlp.gate_proj", name + "gate", c.ffn, c.hidden, b.mlp);
-    const Gemm up = w.linear(p + "mlp.up_proj", name + "up", c.ffn, c.hidden, b.mlp);
-    L.gate_up = concat_rows(name + "gate_up", {&gate, &up});
     L.down = w.linear(p + "mlp.down_proj", name + "down", c.hidden, c.ffn, b.mlp);
     m.layers.push_back(std::move(L));
   }
@@ -257,7 +272,7 @@ DecoderModel load_hf_decoder(HfDir d) {
   const DecoderConfig c = read_decoder_config(cj, config_path, b);
   const std::string what = d.shards.size() == 1 ? d.shards[0] : d.dir;
   detail::Weights w(std::move(d.weights), what);
-  DecoderModel m = build_decoder(c, b, w, what, find_architecture(c.model_type)->gemma3);
+  DecoderModel m = build_decoder(c, b, w, what, false);
   w.check_all_used([&](const std::string& n) {
     return n.find("rotary_emb.inv_freq") != std::string::npos || (c.tied && n == "lm_head.weight");
   });
@@ -481,7 +496,7 @@ DecoderModel read_gguf_decoder(const Gguf& g, const std::string& path,
                 std::to_string(g.get_int(a + ".rope.dimension_count")) + ", head size " +
                 std::to_string(c.head_dim) + ") is not supported");
   GgufTensors w(g, path, c, arch.gguf_rope_rows, kept != nullptr);
-  DecoderModel m = build_decoder(c, b, w, path, false);
+  DecoderModel m = build_decoder(c, b, w, path, true);
   w.check_all_used();
   m.fingerprint = w.fingerprint();
   if (kept != nullptr) *kept = std::move(w.kept);

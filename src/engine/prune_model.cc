@@ -569,12 +569,14 @@ PruneModelReport prune_hf_decoder(HfDir& dir, const PruneModelOptions& o) {
       // residual stream.
       Producer p;
       p.reason = kResidual;
-      if (which == 1) {
+      if (which == 1 && L.qkv.sources.size() == 3) {
         p.rows_of = {L.qkv.sources[2]};
         p.head_dim = c.head_dim;
         p.group = c.heads / c.kv_heads;
-      } else if (which == 3) {
+      } else if (which == 3 && L.gate_up.sources.size() == 2) {
         p.rows_of = L.gate_up.sources;
+      } else if (which == 1 || which == 3) {  // Phi-3: the producer's rows share a tensor with others
+        p.reason = "its producer is stored fused with other rows (qkv_proj / gate_up_proj): not permuted";
       }
       pruner.prune(gemm_of(L, which), targets[l][which], stats.count(which) ? &stats.at(which) : nullptr, p,
                    units);

@@ -228,6 +228,36 @@ TEST_F(PruneDecoder, SparseGptBeatsMagnitudeOnItsObjective) {
   }
 }
 
+// Phi-3 stores V with Q and K, gate with up: nothing can absorb the O and down Linears' permutations, which
+// are left out with the reason; the pruned directory loads and runs.
+TEST_F(PruneDecoder, FusedTensorsAreNotPermuted) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(13);
+  t_.fused = true;
+  const DecoderModel m = tiny_model(g, t_);
+  json cfg = config();
+  cfg["model_type"] = "phi3";
+  write(m, cfg);
+  HfDir d = read_hf_dir(dir_.string());
+  PruneModelOptions o;
+  o.method = PruneMethod::kWanda;
+  o.permute = true;
+  o.permute_seconds = 0.05;
+  o.calibration_ids = sequences(g, 3);
+  const PruneModelReport r = prune_hf_decoder(d, o);
+  EXPECT_EQ(r.weights.size(),
+            static_cast<size_t>(4 * t_.layers));  // qkv_proj, o_proj, gate_up_proj, down_proj
+  for (const PrunedWeight& pw : r.weights) {
+    EXPECT_TRUE(pw.perm.empty()) << pw.name;
+    if (pw.name.find("o_proj") != std::string::npos || pw.name.find("down_proj") != std::string::npos) {
+      EXPECT_NE(pw.permutation.find("fused"), std::string::npos) << pw.name << ": " << pw.permutation;
+    }
+  }
+  const DecoderModel back = load_hf_decoder(d);
+  EXPECT_EQ(Decoder(back, {}).sparse_linears(), 4 * static_cast<int>(t_.layers));
+  t_ = Tiny();
+}
+
 TEST_F(PruneDecoder, BadRequestsAreErrors) {
   auto g = rng(14);
   write(tiny_model(g, t_), config());

@@ -473,14 +473,15 @@ TEST_F(HfDecoderDir, LoadsWhatItWrote) {
 
 // Each architecture's directory (transformers' names and config fields) loads to the model written: Qwen2
 // (Q, K, V biases), Qwen3 (per-head Q/K norms), Mistral (a sliding window of 4 positions over 9 tokens),
-// Llama with attention_bias and mlp_bias.
+// Llama with attention_bias and mlp_bias, Phi-3 (Q, K, V in one tensor and gate, up in another; a window).
 TEST_F(HfDecoderDir, ArchitecturesLoadWhatTheyWrote) {
   SPARSE24_SEED_TRACE();
   auto g = rng(32);
-  for (const std::string type : {"qwen2", "qwen3", "mistral", "llama"}) {
+  for (const std::string type : {"qwen2", "qwen3", "mistral", "llama", "phi3"}) {
     t_.biases = type == "qwen2" || type == "llama";
     t_.qk_norm = type == "qwen3";
-    t_.window = type == "mistral" ? 4 : 0;
+    t_.window = type == "mistral" || type == "phi3" ? 4 : 0;
+    t_.fused = type == "phi3";
     DecoderModel m = tiny_model(g, t_);
     json c = config();
     c["model_type"] = type;
@@ -488,7 +489,7 @@ TEST_F(HfDecoderDir, ArchitecturesLoadWhatTheyWrote) {
       for (DecoderLayer& L : m.layers)
         for (Gemm* gm : {&L.o, &L.gate_up, &L.down}) gm->bias.clear();
     if (type == "llama") c["attention_bias"] = c["mlp_bias"] = true;
-    if (type == "mistral") c["sliding_window"] = 4;
+    if (type == "mistral" || type == "phi3") c["sliding_window"] = 4;
     if (type == "qwen2") c["sliding_window"] = 8;  // not used without use_sliding_window
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
@@ -497,7 +498,7 @@ TEST_F(HfDecoderDir, ArchitecturesLoadWhatTheyWrote) {
     const DecoderModel back = load_hf_decoder(dir_.string());
     EXPECT_EQ(back.config.model_type, type);
     EXPECT_EQ(back.config.qk_norm, type == "qwen3");
-    EXPECT_EQ(back.config.sliding_window, type == "mistral" ? 4 : 0) << type;
+    EXPECT_EQ(back.config.sliding_window, t_.window) << type;
     EXPECT_EQ(Decoder(back, {}).capacity(), 64) << type;  // a window does not cap the context
     const std::vector<int32_t> ids = random_ids(g, 9, t_.vocab);
     SCOPED_TRACE(type);
@@ -580,6 +581,14 @@ TEST_F(HfDecoderDir, OneLineErrors) {
   c["hidden_act"] = "gelu";
   write(m, c);
   EXPECT_NE(load_error().find("hidden_act"), std::string::npos) << load_error();
+  c = config();
+  c["rope_parameters"]["partial_rotary_factor"] = 0.75;  // Phi-4-mini's
+  write(m, c);
+  EXPECT_NE(load_error().find("partial_rotary_factor below 1"), std::string::npos) << load_error();
+  c["rope_parameters"]["partial_rotary_factor"] = 1.0;
+  c["rope_parameters"]["rope_type"] = "longrope";  // the 128k Phi-3s
+  write(m, c);
+  EXPECT_NE(load_error().find("rope type 'longrope'"), std::string::npos) << load_error();
   write(m, config(), /*drop_one=*/true);
   EXPECT_NE(load_error().find("missing tensor 'model.norm.weight'"), std::string::npos) << load_error();
   write(m, config(), false, /*extra=*/true);

@@ -85,6 +85,7 @@ struct Tiny {
   bool qk_norm = false;  // Qwen3's per-head Q/K RMSNorm
   bool gemma3 = false;   // Gemma 3: Q/K norms, sandwich norms, GELU, scales, soft cap, sliding layers
   int64_t window = 0;    // > 0: a sliding window (Gemma 3: layers 0, 2, ...; else every layer)
+  bool fused = false;    // written as Phi-3 writes it: qkv_proj and gate_up_proj tensors
 };
 
 inline Gemm random_gemm(std::mt19937_64& g, const std::string& name, int64_t m, int64_t k) {
@@ -324,12 +325,17 @@ class HfDecoderDir : public ::testing::Test {
       auto rows = [&](const std::vector<float>& w, int64_t from, int64_t count) {
         return std::vector<float>(w.begin() + from * H, w.begin() + (from + count) * H);
       };
-      add(p + "self_attn.q_proj.weight", rows(qkv, 0, q), {q, H});
-      add(p + "self_attn.k_proj.weight", rows(qkv, q, kv), {kv, H});
-      add(p + "self_attn.v_proj.weight", rows(qkv, q + kv, kv), {kv, H});
+      if (t_.fused) {
+        add(p + "self_attn.qkv_proj.weight", qkv, {q + 2 * kv, H});
+        add(p + "mlp.gate_up_proj.weight", gu, {2 * t_.ffn, H});
+      } else {
+        add(p + "self_attn.q_proj.weight", rows(qkv, 0, q), {q, H});
+        add(p + "self_attn.k_proj.weight", rows(qkv, q, kv), {kv, H});
+        add(p + "self_attn.v_proj.weight", rows(qkv, q + kv, kv), {kv, H});
+        add(p + "mlp.gate_proj.weight", rows(gu, 0, t_.ffn), {t_.ffn, H});
+        add(p + "mlp.up_proj.weight", rows(gu, t_.ffn, t_.ffn), {t_.ffn, H});
+      }
       add(p + "self_attn.o_proj.weight", weights_of(L.o), {H, q});
-      add(p + "mlp.gate_proj.weight", rows(gu, 0, t_.ffn), {t_.ffn, H});
-      add(p + "mlp.up_proj.weight", rows(gu, t_.ffn, t_.ffn), {t_.ffn, H});
       add(p + "mlp.down_proj.weight", weights_of(L.down), {H, t_.ffn});
       if (!L.q_norm.empty()) {
         norm(p + "self_attn.q_norm.weight", L.q_norm);
