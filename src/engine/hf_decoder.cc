@@ -452,7 +452,7 @@ class GgufTensors {
       v = unpermute_rope_rows(v, q ? c_.heads : c_.kv_heads, c_.head_dim, shape.size() == 2 ? shape[1] : 1);
     if (keep_) {  // as a Hugging Face checkpoint holds it: Gemma's norms as w - 1
       std::vector<float> k = v;
-      if (c_.sandwich_norms && hf.size() > 11 && hf.compare(hf.size() - 11, 11, "norm.weight") == 0)
+      if (c_.sandwich_norms && hf.ends_with("norm.weight"))
         for (float& x : k) x -= 1.0f;
       kept.push_back({hf, Tensor::from_float(k, shape)});
     }

@@ -66,11 +66,6 @@ inline uint64_t pair_key(int32_t a, int32_t b) {
   return static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32 | static_cast<uint32_t>(b);
 }
 
-inline const json* member(const json& j, const char* key) {
-  auto it = j.find(key);
-  return it == j.end() || it->is_null() ? nullptr : &*it;
-}
-
 }  // namespace bpe_detail
 
 struct ByteBpe::Impl {

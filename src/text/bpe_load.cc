@@ -5,26 +5,16 @@
 #include "bpe_impl.h"
 #include "sparse24/gguf.h"
 #include "sparse24/io.h"
+#include "tokenizer_json.h"
 
 namespace sparse24::text {
 
 using namespace bpe_detail;  // NOLINT: the tokenizer's own helpers (bpe_impl.h)
+using tokenizer_json::get_bool;
+using tokenizer_json::member;
+using tokenizer_json::type_of;
 
 namespace {
-
-bool get_bool(const json& j, const char* key, bool dflt, const std::string& what, const std::string& where) {
-  const json* v = member(j, key);
-  if (!v) return dflt;
-  if (!v->is_boolean()) fail(what, where + "." + key + " must be true or false");
-  return v->get<bool>();
-}
-
-std::string type_of(const json& j, const std::string& what, const std::string& where) {
-  if (!j.is_object()) fail(what, where + " must be an object");
-  const json* t = member(j, "type");
-  if (!t || !t->is_string()) fail(what, where + ".type is missing");
-  return t->get<std::string>();
-}
 
 int32_t to_id(const json& v, const std::string& what, const std::string& where, size_t limit) {
   if (!v.is_number_integer() || v.get<int64_t>() < 0 || static_cast<uint64_t>(v.get<int64_t>()) >= limit)
@@ -138,7 +128,7 @@ void sentencepiece_style(const json& j, ByteBpe::Impl& m) {
     if (type_of(*d, m.what, "decoder") != "Sequence" ||
         (types != "Replace,ByteFallback,Fuse,Strip" && types != "Replace,ByteFallback,Fuse"))
       fail(m.what, "with byte_fallback the decoder must be Sequence[Replace, ByteFallback, Fuse(, Strip)]");
-    m.spm_strip = types.size() > std::string("Replace,ByteFallback,Fuse").size();
+    m.spm_strip = types == "Replace,ByteFallback,Fuse,Strip";
   }
 }
 
@@ -146,14 +136,8 @@ std::shared_ptr<ByteBpe::Impl> parse_json(std::string_view text, const std::stri
   using Impl = ByteBpe::Impl;
   auto m = std::make_shared<Impl>();
   m->what = what;
-  const json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) fail(what, "not valid JSON");
-  if (!j.is_object()) fail(what, "not a JSON object");
-
+  const json j = tokenizer_json::open(text, what, "BPE");
   const json* model = member(j, "model");
-  if (!model) fail(what, "model is missing");
-  const std::string mtype = type_of(*model, what, "model");
-  if (mtype != "BPE") fail(what, "model type '" + printable(mtype) + "' is not supported (only BPE)");
   // byte_fallback: SentencePiece-style BPE (Llama 2's tokenizer.json), checked with its normalizer below.
   m->spm = get_bool(*model, "byte_fallback", false, what, "model");
   if (member(*model, "dropout")) fail(what, "model.dropout is not supported");
@@ -164,12 +148,7 @@ std::shared_ptr<ByteBpe::Impl> parse_json(std::string_view text, const std::stri
   get_bool(*model, "fuse_unk", false, what, "model");
   m->ignore_merges = get_bool(*model, "ignore_merges", false, what, "model");
 
-  const json* vocab = member(*model, "vocab");
-  if (!vocab || !vocab->is_object()) fail(what, "model.vocab must be an object {token: id}");
-  const json* added = member(j, "added_tokens");
-  if (added && !added->is_array()) fail(what, "added_tokens must be an array");
-  // Ids index a table, so they must stay below the number of entries (no huge sparse ids).
-  const size_t limit = vocab->size() + (added ? added->size() : 0);
+  const auto [vocab, added, limit] = tokenizer_json::entries(j, *model, what);
   m->vocab.reserve(vocab->size());
   for (const auto& [token, id_json] : vocab->items()) {
     const int32_t id = to_id(id_json, what, "model.vocab['" + printable(token) + "']", limit);

@@ -16,6 +16,7 @@
 
 #include "sparse24/error.h"
 #include "sparse24/io.h"
+#include "tokenizer_json.h"
 #include "unicode.h"
 
 namespace sparse24::text {
@@ -191,33 +192,11 @@ struct WordPiece::Impl {
 
 namespace {
 
-[[noreturn]] void fail(const std::string& what, const std::string& problem) {
-  throw Error(what + ": " + problem);
-}
-
-const json* member(const json& obj, const char* key) {
-  const auto it = obj.find(key);
-  return it == obj.end() || it->is_null() ? nullptr : &*it;
-}
-
-bool get_bool(const json& obj, const char* key, bool dflt, const std::string& what,
-              const std::string& where) {
-  const json* v = member(obj, key);
-  if (!v) return dflt;
-  if (!v->is_boolean()) fail(what, where + "." + key + " must be true or false");
-  return v->get<bool>();
-}
-
-std::string get_string(const json& obj, const char* key, const std::string& what, const std::string& where,
-                       const char* dflt = nullptr) {
-  const json* v = member(obj, key);
-  if (!v) {
-    if (dflt) return dflt;
-    fail(what, where + "." + key + " is missing");
-  }
-  if (!v->is_string()) fail(what, where + "." + key + " must be a string");
-  return v->get<std::string>();
-}
+using tokenizer_json::fail;
+using tokenizer_json::get_bool;
+using tokenizer_json::get_string;
+using tokenizer_json::member;
+using tokenizer_json::type_of;
 
 int32_t to_id(const json& v, const std::string& what, const std::string& where) {
   if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX)
@@ -232,11 +211,6 @@ BertNorm parse_bert_normalizer(const json& n, const std::string& what, const std
   b.lowercase = get_bool(n, "lowercase", true, what, where);
   b.strip_accents = get_bool(n, "strip_accents", b.lowercase, what, where);  // null: same as lowercase
   return b;
-}
-
-std::string type_of(const json& obj, const std::string& what, const std::string& where) {
-  if (!obj.is_object()) fail(what, where + " must be an object or null");
-  return get_string(obj, "type", what, where);
 }
 
 void parse_normalizer(const json& n, WordPiece::Impl& m, const std::string& where) {
@@ -348,14 +322,8 @@ void finish(WordPiece::Impl& m) {
 WordPiece WordPiece::from_json(std::string_view text, const std::string& what) {
   auto m = std::make_shared<Impl>();
   m->what = what;
-  const json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) fail(what, "not valid JSON");
-  if (!j.is_object()) fail(what, "not a JSON object");
-
+  const json j = tokenizer_json::open(text, what, "WordPiece");
   const json* model = member(j, "model");
-  if (!model) fail(what, "model is missing");
-  const std::string mtype = type_of(*model, what, "model");
-  if (mtype != "WordPiece") fail(what, "model type '" + mtype + "' is not supported (only WordPiece)");
   m->unk_token = get_string(*model, "unk_token", what, "model", "[UNK]");
   m->prefix = get_string(*model, "continuing_subword_prefix", what, "model", "##");
   if (const json* mc = member(*model, "max_input_chars_per_word")) {
@@ -363,12 +331,7 @@ WordPiece WordPiece::from_json(std::string_view text, const std::string& what) {
       fail(what, "model.max_input_chars_per_word must be a non-negative integer");
     m->max_chars = static_cast<int64_t>(std::min<uint64_t>(mc->get<uint64_t>(), INT64_MAX));
   }
-  const json* vocab = member(*model, "vocab");
-  if (!vocab || !vocab->is_object()) fail(what, "model.vocab must be an object {token: id}");
-  const json* added = member(j, "added_tokens");
-  if (added && !added->is_array()) fail(what, "added_tokens must be an array");
-  // Ids index a table, so they must stay below the number of entries (no huge sparse ids).
-  const size_t limit = vocab->size() + (added ? added->size() : 0);
+  const auto [vocab, added, limit] = tokenizer_json::entries(j, *model, what);
   m->vocab.reserve(vocab->size());
   for (const auto& [token, id_json] : vocab->items()) {
     const int32_t id = to_id(id_json, what, "model.vocab['" + token + "']");
