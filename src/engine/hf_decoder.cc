@@ -21,6 +21,8 @@ namespace {
 using detail::Fields;
 using detail::json;
 
+constexpr int64_t kMaxLayers = 1024;  // num_hidden_layers' bound
+
 // RoPE from a rope-parameters object (or none: theta alone).
 RopeConfig read_rope_params(const json* params, double theta, const std::string& what) {
   RopeConfig r;
@@ -144,7 +146,7 @@ DecoderConfig read_decoder_config(const json& j, const std::string& what, Biases
                 decoder_architectures() + ")");
   c.vocab = f.integer("vocab_size", 1, 1 << 22);
   c.hidden = f.integer("hidden_size", 4, 1 << 15);
-  c.layers = f.integer("num_hidden_layers", 1, 1024);
+  c.layers = f.integer("num_hidden_layers", 1, kMaxLayers);
   c.heads = f.integer("num_attention_heads", 1, 1024);
   c.kv_heads = f.integer_or("num_key_value_heads", c.heads, 1, c.heads);
   if (c.heads % c.kv_heads != 0)
@@ -312,9 +314,9 @@ void gemma3_gguf_config(const Gguf& g, const std::string& a, bool linear, json& 
   if (pattern != nullptr && pattern->is_array()) {
     for (int64_t flag : g.get_ints(a + ".attention.sliding_window_pattern"))
       types.push_back(flag != 0 ? "sliding_attention" : "full_attention");
-  } else {
+  } else {  // a layer count out of bounds gets no list (read_decoder_config refuses it)
     const int64_t n = pattern != nullptr ? g.get_int(a + ".attention.sliding_window_pattern") : 6;
-    for (int64_t l = 0; l < layers; ++l)
+    for (int64_t l = 0; l < std::min(layers, kMaxLayers + 1); ++l)
       types.push_back(n > 0 && l % n < n - 1 ? "sliding_attention" : "full_attention");
   }
   j["layer_types"] = types;

@@ -866,6 +866,22 @@ TEST(GgufDecoder, OneLineErrors) {
   e = error_of([&](Gguf& f) { f.tensors[0].type = static_cast<uint32_t>(GgmlType::kQ5_K); });
   EXPECT_NE(e.find("Q5_K"), std::string::npos) << e;
   EXPECT_NE(e.find("token_embd.weight"), std::string::npos) << e;
+  // A Gemma 3 file's layer count is bounded before its sliding-layer list is built (a fuzzer's input once
+  // asked for 2^40 entries).
+  Tiny gt;
+  gt.gemma3 = true;
+  gt.window = 3;
+  const DecoderModel gm = tiny_model(g, gt);
+  GgufWriter gw;
+  Gguf gf = tiny_gguf(gm, gt, gw, false, "gemma3");
+  set(gf, "gemma3.block_count", GgufValue::of_int(GgufType::kU64, int64_t{1} << 40));
+  set(gf, "gemma3.attention.sliding_window_pattern", GgufValue::of_int(GgufType::kU32, 6));
+  try {
+    load_gguf_decoder(gf, "tiny.gguf");
+    ADD_FAILURE() << "a 2^40-layer Gemma 3 file loaded";
+  } catch (const Error& x) {
+    EXPECT_NE(std::string(x.what()).find("num_hidden_layers"), std::string::npos) << x.what();
+  }
   std::vector<uint8_t> nan(t.hidden * sizeof(float), 0xff);
   e = error_of([&](Gguf& f) { f.tensors[1].bytes = nan; });
   EXPECT_NE(e.find("non-finite"), std::string::npos) << e;
