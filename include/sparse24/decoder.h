@@ -1,7 +1,7 @@
-// Decoder language models (Llama-style: Llama, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3) at batch 1: a prompt is
-// prefilled in one pass, then tokens are decoded one at a time against a KV cache. Every Linear is a GEMM
-// through the same dense (oneDNN) or 2:4 sparse kernels as the encoder engine; at batch 1 the sparse kernels
-// run their memory-bound GEMV layout.
+// Decoder language models (Llama-style: Llama, Mistral, Qwen2, Qwen3, Gemma 2, Gemma 3, Phi-3) at batch 1: a
+// prompt is prefilled in one pass, then tokens are decoded one at a time against a KV cache. Every Linear is
+// a GEMM through the same dense (oneDNN) or 2:4 sparse kernels as the encoder engine; at batch 1 the sparse
+// kernels run their memory-bound GEMV layout.
 //
 //   DecoderModel m = load_hf_decoder("models/SmolLM2-135M-Instruct-hf");  // or load_decoder(dir or .gguf)
 //   Decoder d(m, {});                                  // dense weights dense, 2:4 weights sparse
@@ -14,10 +14,10 @@
 // logits = head(rms(h)), the head being the embedding table when the embeddings are tied. The Llama-style
 // architectures differ only in what that pass has: Linears with biases (Qwen2's Q, K and V; Llama's
 // attention_bias and mlp_bias), an RMSNorm over each head of Q and K before RoPE (Qwen3, Gemma 3), a sliding
-// attention window in every layer (Mistral) or in some (Gemma 3, whose sliding layers have their own RoPE),
-// and Gemma 3's changes: embeddings times sqrt(hidden), each sublayer's output RMS-normalized before its
-// residual add, GELU (tanh form) for SiLU, the scores scaled by query_pre_attn_scalar^-1/2, the logits
-// optionally soft-capped. (Gemma's RMSNorm weights are stored as w - 1: the loader adds the 1.)
+// attention window in every layer (Mistral) or in some (Gemma 2; Gemma 3, whose sliding layers have their own
+// RoPE), and Gemma's changes: embeddings times sqrt(hidden), each sublayer's output RMS-normalized before its
+// residual add, GELU (tanh form) for SiLU, the scores scaled by query_pre_attn_scalar^-1/2, the logits (and
+// in Gemma 2 the scores) soft-capped. (Gemma's RMSNorm weights are stored as w - 1: the loader adds the 1.)
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -44,7 +44,8 @@ struct RopeConfig {
 };
 
 struct DecoderConfig {
-  std::string model_type;  // config.json's: "llama", "mistral", "qwen2", "qwen3", "gemma3_text", "phi3"
+  std::string model_type;  // config.json's: "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text",
+                           // "phi3"
   int64_t vocab = 0, hidden = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0, ffn = 0;
   int64_t max_positions = 0;
   float eps = 1e-6f;
@@ -55,12 +56,13 @@ struct DecoderConfig {
   std::vector<bool> sliding;   // per layer: whether it slides (empty: every layer, when sliding_window > 0)
   bool sliding_rope = false;   // the sliding layers rotate with rope_sliding instead of rope (Gemma 3)
   RopeConfig rope_sliding;
-  // Gemma 3's differences.
+  // Gemma's differences.
   float embed_scale = 1.0f;     // the embeddings are multiplied by this (Gemma: sqrt(hidden) in fp32)
   float attn_scale = 0.0f;      // the scores' scale; 0: 1 / sqrt(head_dim)
   bool gelu = false;            // the MLP's gate through GELU's tanh form instead of SiLU
   bool sandwich_norms = false;  // attention's and the MLP's outputs RMS-normalized before the residual add
   float final_softcap = 0.0f;   // > 0: logits = cap * tanh(logits / cap)
+  float attn_softcap = 0.0f;    // > 0: scores = cap * tanh(scores / cap) before the softmax (Gemma 2)
 };
 
 struct DecoderLayer {
@@ -85,7 +87,7 @@ struct DecoderModel {
   void prune_magnitude();
 };
 
-// The config.json model_types this engine loads, e.g. "llama, mistral, qwen2, qwen3, gemma3_text, phi3".
+// The config.json model_types this engine loads, e.g. "llama, mistral, qwen2, qwen3, gemma2, ..., phi3".
 std::string decoder_architectures();
 // True when DIR/config.json names a decoder architecture this engine loads.
 bool is_hf_decoder(const std::string& dir);
@@ -95,12 +97,12 @@ bool is_hf_decoder(const std::string& dir);
 // Error naming the file and the field or tensor.
 DecoderModel load_hf_decoder(const std::string& dir);
 DecoderModel load_hf_decoder(HfDir dir);
-// Loads a GGUF file (gguf.h) of general.architecture "llama", "qwen2", "qwen3" or "gemma3" (its norms
-// stored as 1 + w, its sliding layers and score scale as llama.cpp's loader derives them): its ARCH.*
-// metadata bounded as config.json's fields are, llama.cpp's tensor names, every supported ggml type
-// dequantized to fp32 (the weights carry the file's rounding), Q's and K's rows put back into transformers'
-// RoPE layout (llama only: llama.cpp reorders them for its RoPE), the head tied when the file has no
-// output.weight. RoPE scaling (rope.scaling.type other than none, rope_freqs.weight) is refused.
+// Loads a GGUF file (gguf.h) of general.architecture "llama", "qwen2", "qwen3", "gemma2" or "gemma3" (Gemma's
+// norms stored as 1 + w, its sliding layers, score scale and soft caps as llama.cpp's loader derives them):
+// its ARCH.* metadata bounded as config.json's fields are, llama.cpp's tensor names, every supported ggml
+// type dequantized to fp32 (the weights carry the file's rounding), Q's and K's rows put back into
+// transformers' RoPE layout (llama only: llama.cpp reorders them for its RoPE), the head tied when the file
+// has no output.weight. RoPE scaling (rope.scaling.type other than none, rope_freqs.weight) is refused.
 DecoderModel load_gguf_decoder(const std::string& path);
 DecoderModel load_gguf_decoder(const Gguf& gguf, const std::string& what);  // a parsed file (gguf.h)
 // A GGUF decoder (checked as load_gguf_decoder checks it) as a new Hugging Face directory OUT_DIR:
@@ -137,16 +139,21 @@ struct KvCache {
   std::vector<float> k, v;
   std::vector<uint16_t> kh, vh;
 };
+// What a layer's attention does beyond plain causal softmax(Q K^T / sqrt(d)) V.
+struct AttentionOptions {
+  float scale = 0.0f;    // the scores' scale (0: 1 / sqrt(d))
+  int64_t window = 0;    // > 0: a position attends to the last `window` positions only (itself included)
+  float softcap = 0.0f;  // > 0: scores = softcap * tanh(scores / softcap) before the softmax (Gemma 2)
+};
 // Grouped-query causal attention with a KV cache. qkv [(heads + 2 kv_heads) * d, n] holds the n new tokens
 // (Q, K, V rows, RoPE already applied to Q and K), at positions pos0 .. pos0 + n - 1. Their K and V are
 // written into the cache (rounded to half in a half cache), then query head h attends to the keys of kv
-// head h / (heads / kv_heads) at positions 0 .. its own (with window > 0, the last `window` of them), the
-// scores scaled by `scale` (0: 1 / sqrt(d)). out: [heads * d, n]. d <= 512. scratch:
-// attention_scratch(threads, heads, kv_heads, d, capacity, cache.half) floats. Fewer than 8 new tokens run
-// one position at a time (kernels/attend.h: a kv head's query heads read each cached row once); more run as
-// oneDNN GEMMs over blocks of queries.
+// head h / (heads / kv_heads) at positions 0 .. its own (with a window, the last `window` of them).
+// out: [heads * d, n]. d <= 512. scratch: attention_scratch(threads, heads, kv_heads, d, capacity,
+// cache.half) floats. Fewer than 8 new tokens run one position at a time (kernels/attend.h: a kv head's
+// query heads read each cached row once); more run as oneDNN GEMMs over blocks of queries.
 void attention_cached(const float* qkv, int64_t heads, int64_t n, int64_t pos0, KvCache& cache, float* out,
-                      float* scratch, int threads, float scale = 0.0f, int64_t window = 0);
+                      float* scratch, int threads, const AttentionOptions& options = {});
 int64_t attention_scratch(int threads, int64_t heads, int64_t kv_heads, int64_t d, int64_t capacity,
                           bool half);
 }  // namespace detail

@@ -1,6 +1,6 @@
 """The Llama-style decoder architectures (Llama with attention and MLP biases, Mistral with a sliding window,
-Qwen2 with Q/K/V biases, Qwen3 with per-head Q/K norms, Gemma 3 with sliding and full layers, sandwich
-norms, GELU, its scales and a logit soft cap) against the real implementations: small random
+Qwen2 with Q/K/V biases, Qwen3 with per-head Q/K norms, Gemma 2 and 3 with sliding and full layers, sandwich
+norms, GELU, their scales and logit soft caps, Gemma 2's soft-capped scores) against the real implementations: small random
 models made by transformers from its own configs, run by sparse24 from their directories, pruned 2:4, and as
 GGUF files (written here under llama.cpp's conventions) run by sparse24, by llama.cpp (llama-cpp-python) and
 converted back to directories that transformers loads."""
@@ -26,14 +26,17 @@ ARCHS = {
     "qwen2": dict(tie_word_embeddings=True),
     "qwen3": dict(head_dim=16, tie_word_embeddings=False),
     "phi3": dict(sliding_window=6, tie_word_embeddings=False, pad_token_id=0, bos_token_id=0, eos_token_id=0),
+    # A score cap of 0.5 bends these models' scores (Gemma 2's own 50 would not).
+    "gemma2": dict(head_dim=16, sliding_window=4, layer_types=["sliding_attention", "full_attention"],
+                   query_pre_attn_scalar=24, attn_logit_softcapping=0.5, final_logit_softcapping=30.0),
     "gemma3_text": dict(head_dim=16, sliding_window=4, layer_types=["sliding_attention", "full_attention"],
                         rope_local_base_freq=100.0, query_pre_attn_scalar=24, final_logit_softcapping=30.0),
 }
 # llama.cpp's general.architecture for each (Mistral's files are written as llama's).
-GGUF_ARCH = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma3_text": "gemma3"}
-# llama.cpp takes Gemma 3's score scale from head_dim (from hidden / heads for the 62-layer 27B): the GGUF
-# test's model has query_pre_attn_scalar = head_dim, as Gemma 3's sizes but the 27B do.
-GGUF_OVERRIDES = {"gemma3_text": dict(query_pre_attn_scalar=16)}
+GGUF_ARCH = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2", "gemma3_text": "gemma3"}
+# llama.cpp takes Gemma's score scale from head_dim (from hidden / heads for the 27Bs): the GGUF test's
+# models have query_pre_attn_scalar = head_dim, as Gemma's sizes but the 27Bs do.
+GGUF_OVERRIDES = {"gemma2": dict(query_pre_attn_scalar=16), "gemma3_text": dict(query_pre_attn_scalar=16)}
 TOL = 1e-3  # max abs on logits spanning about -10 .. 10
 
 
@@ -112,8 +115,9 @@ def test_pruned_checkpoints_run_sparse_like_transformers(arch_model, cli, tmp_pa
 
 def write_gguf(model, arch, tokenizer_json, path):
     """The model as llama.cpp's converter writes it: its tensor names and metadata, fp32, the tokenizer's
-    tokens and merges; for the llama architecture Q's and K's rows in llama.cpp's RoPE order; for Gemma 3 its
-    norms as 1 + w, its sliding window, which layers slide, the sliding layers' RoPE base and the soft cap."""
+    tokens and merges; for the llama architecture Q's and K's rows in llama.cpp's RoPE order; for Gemma its
+    norms as 1 + w, its sliding window and soft caps; for Gemma 3 which layers slide and the sliding layers'
+    RoPE base (Gemma 2's layers slide in turn)."""
     gguf = pytest.importorskip("gguf")
     c = model.config
     g = GGUF_ARCH[arch]
@@ -128,14 +132,17 @@ def write_gguf(model, arch, tokenizer_json, path):
     w.add_key_length(head_dim)
     w.add_value_length(head_dim)
     w.add_rope_dimension_count(head_dim)
-    gemma = g == "gemma3"
+    gemma = g.startswith("gemma")
     rope = getattr(c, "rope_parameters", None) or {"rope_theta": c.rope_theta}
-    w.add_rope_freq_base((rope["full_attention"] if gemma else rope)["rope_theta"])
+    w.add_rope_freq_base((rope["full_attention"] if g == "gemma3" else rope)["rope_theta"])
     if gemma:
-        w.add_float32("gemma3.rope.freq_base_swa", rope["sliding_attention"]["rope_theta"])
         w.add_sliding_window(c.sliding_window)
+        w.add_float32(f"{g}.final_logit_softcapping", c.final_logit_softcapping)
+    if g == "gemma2":
+        w.add_float32("gemma2.attn_logit_softcapping", c.attn_logit_softcapping)
+    if g == "gemma3":
+        w.add_float32("gemma3.rope.freq_base_swa", rope["sliding_attention"]["rope_theta"])
         w.add_array("gemma3.attention.sliding_window_pattern", [t == "sliding_attention" for t in c.layer_types])
-        w.add_float32("gemma3.final_logit_softcapping", c.final_logit_softcapping)
     w.add_layer_norm_rms_eps(c.rms_norm_eps)
     w.add_vocab_size(c.vocab_size)
     tok = json.loads(tokenizer_json.read_text())
@@ -203,7 +210,7 @@ def test_gguf_files_match_transformers_and_llama_cpp(arch, tokenizer_json, cli, 
     theirs = np.array(llm.scores[:len(ids)], dtype=np.float32)
     # Gemma's GELU: llama.cpp's CPU path looks it up in an fp16 table (input and output rounded to half),
     # which moved these logits by up to 8e-3 (transformers with that rounding agrees with llama.cpp to 9e-4).
-    tol = 0.02 if arch == "gemma3_text" else TOL
+    tol = 0.02 if arch.startswith("gemma") else TOL
     np.testing.assert_allclose(got, theirs, atol=tol, rtol=0, err_msg=f"{arch} llama.cpp")
     assert (got.argmax(1) == theirs.argmax(1)).all(), arch
     # `convert MODEL.gguf DIR`: a directory transformers loads to the same model.

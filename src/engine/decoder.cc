@@ -142,7 +142,7 @@ struct Decoder::Impl {
       const float* table = L.window > 0 && c.sliding_rope ? cos_sin_sliding.data() : cos_sin.data();
       detail::rope(qkv.data(), c.heads + c.kv_heads, c.head_dim, n, pos, table);  // Q and K
       detail::attention_cached(qkv.data(), c.heads, n, pos, L.kv, ctx.data(), scratch.data(), threads,
-                               c.attn_scale, L.window);
+                               {c.attn_scale, L.window, c.attn_softcap});
       run(L.o, 1, ctx.data(), tmp.data());
       if (c.sandwich_norms)
         detail::rms_norm(tmp.data(), H, n, L.src->attn_out_norm.data(), c.eps, tmp.data());

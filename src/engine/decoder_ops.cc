@@ -141,12 +141,17 @@ int64_t attention_scratch(int threads, int64_t heads, int64_t kv_heads, int64_t 
 }
 
 void attention_cached(const float* qkv, int64_t heads, int64_t n, int64_t pos0, KvCache& kv, float* out,
-                      float* scratch, int threads, float scale, int64_t window) {
-  const int64_t kv_heads = kv.kv_heads, d = kv.d, capacity = kv.capacity;
+                      float* scratch, int threads, const AttentionOptions& options) {
+  const int64_t kv_heads = kv.kv_heads, d = kv.d, capacity = kv.capacity, window = options.window;
   if (kv_heads <= 0 || heads % kv_heads != 0 || pos0 < 0 || n < 1 || pos0 + n > capacity || d < 1 ||
-      d > 512 || window < 0)
-    throw Error("attention: bad heads or cache position");
-  if (scale == 0.0f) scale = 1.0f / std::sqrt(static_cast<float>(d));
+      d > 512 || window < 0 || !(options.softcap >= 0.0f))
+    throw Error("attention: bad heads, cache position or options");
+  const float scale = options.scale != 0.0f ? options.scale : 1.0f / std::sqrt(static_cast<float>(d));
+  const float cap = options.softcap;
+  auto soft_cap = [cap](float* x, int64_t count) {  // as transformers: (x / cap).tanh() * cap
+    if (cap > 0.0f)
+      for (int64_t i = 0; i < count; ++i) x[i] = std::tanh(x[i] / cap) * cap;
+  };
   // The first key position p attends to.
   auto first_key = [window](int64_t p) { return window > 0 ? std::max<int64_t>(0, p + 1 - window) : 0; };
   const float* k_new = qkv + heads * d * n;
@@ -195,6 +200,7 @@ void attention_cached(const float* qkv, int64_t heads, int64_t n, int64_t pos0, 
       float* dst = spans > 1 ? parts.data() + task * part_floats : o;
       auto attend = [&](const auto* k, const auto* v) {  // the cache's rows, fp32 or half
         kernels::attend_scores(q, group, k + at, keys, d, scale, p, keys);
+        soft_cap(p, group * keys);
         if (spans > 1)
           softmax_rows(p, group, keys, dst + group * d, dst + group * d + group);
         else
@@ -246,6 +252,7 @@ void attention_cached(const float* qkv, int64_t heads, int64_t n, int64_t pos0, 
       float* row = s + i * keys;
       const int64_t lo = first_key(pos0 + j0 + i) - kf, hi = pos0 + j0 + i + 1 - kf;
       std::fill(row, row + lo, 0.0f);
+      soft_cap(row + lo, hi - lo);
       softmax_rows(row + lo, 1, hi - lo);
       std::fill(row + hi, row + keys, 0.0f);
     }

@@ -79,18 +79,20 @@ struct Architecture {
   bool qk_norm;            // q_norm / k_norm over each head (Qwen3)
   bool sliding_always;     // sliding_window applies as given (Mistral); else only with use_sliding_window
   bool gguf_rope_rows;     // llama.cpp reorders Q's and K's rows for its RoPE (not for NEOX-RoPE models)
-  bool gemma3;             // Gemma 3's forward pass and config fields (decoder.h), norms stored as w - 1
+  int gemma;               // 2, 3: Gemma 2's or Gemma 3's forward pass and config fields (decoder.h), norms
+                           // stored as w - 1
   bool fused;              // Q, K and V in one tensor (qkv_proj), gate and up in another (gate_up_proj)
 };
 // gguf "": not read from GGUF files under a name of its own (Mistral's are written as llama's).
 // Phi-3's llama.cpp files (fused tensors under other names, its own window handling) are not read.
 constexpr Architecture kArchitectures[] = {
-    {"llama", "LlamaForCausalLM", "llama", false, false, false, true, false, false},
-    {"mistral", "MistralForCausalLM", "", false, false, true, true, false, false},
-    {"qwen2", "Qwen2ForCausalLM", "qwen2", true, false, false, false, false, false},
-    {"qwen3", "Qwen3ForCausalLM", "qwen3", false, true, false, false, false, false},
-    {"gemma3_text", "Gemma3ForCausalLM", "gemma3", false, true, false, false, true, false},
-    {"phi3", "Phi3ForCausalLM", "", false, false, true, false, false, true},
+    {"llama", "LlamaForCausalLM", "llama", false, false, false, true, 0, false},
+    {"mistral", "MistralForCausalLM", "", false, false, true, true, 0, false},
+    {"qwen2", "Qwen2ForCausalLM", "qwen2", true, false, false, false, 0, false},
+    {"qwen3", "Qwen3ForCausalLM", "qwen3", false, true, false, false, 0, false},
+    {"gemma2", "Gemma2ForCausalLM", "gemma2", false, false, false, false, 2, false},
+    {"gemma3_text", "Gemma3ForCausalLM", "gemma3", false, true, false, false, 3, false},
+    {"phi3", "Phi3ForCausalLM", "", false, false, true, false, 0, true},
 };
 
 const Architecture* find_architecture(const std::string& model_type) {
@@ -99,8 +101,10 @@ const Architecture* find_architecture(const std::string& model_type) {
   return nullptr;
 }
 
-// Gemma 3's config fields (Gemma3TextConfig): GELU, the scales, the sliding layers.
-void read_gemma3(const json& j, const std::string& what, DecoderConfig& c) {
+// Gemma 2's and Gemma 3's config fields (Gemma2Config, Gemma3TextConfig), with transformers' defaults for
+// absent ones (null: none): GELU, the scales, the soft caps (Gemma 2: 50 on the scores, 30 on the logits),
+// the sliding layers (a window of 4096; Gemma 2: every other layer, Gemma 3: five of every six).
+void read_gemma(const json& j, const std::string& what, int version, DecoderConfig& c) {
   const Fields f{j, what};
   const std::string act = f.string("hidden_activation", "gelu_pytorch_tanh");
   if (act != "gelu_pytorch_tanh")
@@ -108,14 +112,16 @@ void read_gemma3(const json& j, const std::string& what, DecoderConfig& c) {
   c.gelu = c.sandwich_norms = true;
   c.embed_scale = static_cast<float>(std::sqrt(static_cast<double>(c.hidden)));
   c.attn_scale = static_cast<float>(1.0 / std::sqrt(f.number("query_pre_attn_scalar", 256.0, 1e-6, 1e9)));
-  if (non_null(j, "attn_logit_softcapping"))
-    throw Error(what + ": attn_logit_softcapping is not supported (Gemma 2's; Gemma 3 has none)");
-  if (j.contains("use_bidirectional_attention") && f.boolean("use_bidirectional_attention"))
+  if (non_null(j, "use_bidirectional_attention") && f.boolean("use_bidirectional_attention"))
     throw Error(what + ": use_bidirectional_attention is not supported (a decoder attends causally)");
-  if (non_null(j, "final_logit_softcapping"))
-    c.final_softcap = static_cast<float>(f.number("final_logit_softcapping", 0.0, 1e-6, 1e9));
-  if (!non_null(j, "sliding_window")) return;
-  c.sliding_window = f.integer("sliding_window", 1, 1 << 24);
+  auto cap = [&](const char* field, double fallback) {
+    if (!j.contains(field)) return static_cast<float>(fallback);
+    return non_null(j, field) ? static_cast<float>(f.number(field, 0.0, 1e-6, 1e9)) : 0.0f;
+  };
+  c.attn_softcap = cap("attn_logit_softcapping", version == 2 ? 50.0 : 0.0);
+  c.final_softcap = cap("final_logit_softcapping", version == 2 ? 30.0 : 0.0);
+  if (j.contains("sliding_window") && !non_null(j, "sliding_window")) return;
+  c.sliding_window = f.integer_or("sliding_window", 4096, 1, 1 << 24);
   // layer_types (transformers 5), or sliding_window_pattern: every pattern-th layer attends to everything.
   if (const json* types = non_null(j, "layer_types")) {
     if (!types->is_array() || static_cast<int64_t>(types->size()) != c.layers)
@@ -127,7 +133,7 @@ void read_gemma3(const json& j, const std::string& what, DecoderConfig& c) {
     }
     return;
   }
-  const int64_t pattern = f.integer_or("sliding_window_pattern", 6, 1, 1 << 20);
+  const int64_t pattern = version == 2 ? 2 : f.integer_or("sliding_window_pattern", 6, 1, 1 << 20);
   for (int64_t l = 0; l < c.layers; ++l) c.sliding.push_back((l + 1) % pattern != 0);
 }
 
@@ -159,8 +165,8 @@ DecoderConfig read_decoder_config(const json& j, const std::string& what, Biases
   c.ffn = f.integer("intermediate_size", 4, 1 << 18);
   c.max_positions = f.integer_or("max_position_embeddings", 2048, 1, 1 << 24);
   c.eps = static_cast<float>(f.number("rms_norm_eps", 1e-6, 1e-30, 0.1));
-  if (arch->gemma3) {
-    read_gemma3(j, what, c);
+  if (arch->gemma != 0) {
+    read_gemma(j, what, arch->gemma, c);
   } else {
     const std::string act = f.string("hidden_act", "silu");
     if (act != "silu") throw Error(what + ": hidden_act '" + act + "' is not supported (silu)");
@@ -173,14 +179,14 @@ DecoderConfig read_decoder_config(const json& j, const std::string& what, Biases
   if (arch->sliding_always || f.boolean("use_sliding_window"))
     if (j.contains("sliding_window") && !j["sliding_window"].is_null())
       c.sliding_window = f.integer("sliding_window", 1, 1 << 24);
-  // transformers' configs default to untied embeddings (Qwen's and Mistral's write the field), Gemma 3's to
-  // tied ones (its configs on the Hub leave the field out).
-  c.tied = j.contains("tie_word_embeddings") ? f.boolean("tie_word_embeddings") : arch->gemma3;
-  if (arch->gemma3)
+  // transformers' configs default to untied embeddings (Qwen's and Mistral's write the field), Gemma's to
+  // tied ones (Gemma 3's configs on the Hub leave the field out).
+  c.tied = j.contains("tie_word_embeddings") ? f.boolean("tie_word_embeddings") : arch->gemma != 0;
+  if (arch->gemma == 3)
     c.rope = read_rope(j, what, 1e6, &c.rope_sliding, f.number("rope_local_base_freq", 10000.0, 1.0, 1e12));
   else
     c.rope = read_rope(j, what);
-  c.sliding_rope = arch->gemma3 && c.sliding_window > 0;
+  c.sliding_rope = arch->gemma == 3 && c.sliding_window > 0;
   // RoPE over part of each head (Phi-4-mini's partial_rotary_factor 0.75) is not built.
   for (const json* o : {&j, non_null(j, "rope_parameters"), non_null(j, "rope_scaling")})
     if (o != nullptr && o->is_object() && non_null(*o, "partial_rotary_factor") &&
@@ -199,7 +205,7 @@ DecoderModel build_decoder(const DecoderConfig& c, const Biases& b, Src& w, cons
   const Architecture& arch = *find_architecture(c.model_type);
   // Gemma's RMSNorms multiply by 1 + w (in fp32, as transformers) and its checkpoints store w; a GGUF file
   // stores 1 + w (llama.cpp's converter adds the 1).
-  const bool plus_one = arch.gemma3 && !from_gguf;
+  const bool plus_one = arch.gemma != 0 && !from_gguf;
   auto norm = [&](const std::string& name, int64_t size) {
     std::vector<float> v = w.dense(name, {size});
     if (plus_one)
@@ -284,38 +290,50 @@ DecoderModel load_hf_decoder(HfDir d) {
 
 namespace {
 
-// Gemma 3's fields from llama.cpp's metadata, as its loader reads them: the sliding window and which layers
-// slide (attention.sliding_window_pattern: a flag per layer, or n: every n-th layer full; absent: 6), the
+// Gemma 2's and 3's fields from llama.cpp's metadata, as its loader reads them: the sliding window (absent:
+// 4096 for Gemma 2, none for Gemma 3) and which layers slide (Gemma 2: every other one; Gemma 3:
+// attention.sliding_window_pattern, a flag per layer or n: every n-th layer full; absent: 6), Gemma 3's
 // sliding layers' RoPE base (rope.freq_base_swa, absent: 10,000), the scores' scale (1/sqrt(head_dim), or
-// 1/sqrt(hidden / heads) for the 62-layer 27B), the logit soft cap.
-void gemma3_gguf_config(const Gguf& g, const std::string& a, bool linear, json& j) {
+// 1/sqrt(hidden / heads) for the 27Bs: 46 layers in Gemma 2, 62 in Gemma 3), the soft caps (0: none;
+// absent: Gemma 2's 50 and 30; Gemma 3 has none on the scores).
+void gemma_gguf_config(const Gguf& g, const std::string& a, int version, bool linear, json& j) {
   j["hidden_activation"] = "gelu_pytorch_tanh";
   const auto number = [&](const std::string& key, double fallback) {
     return g.find(a + "." + key) ? g.get_float(a + "." + key) : fallback;
   };
-  json full = {{"rope_type", linear ? "linear" : "default"}, {"rope_theta", number("rope.freq_base", 1e6)}};
-  if (linear) full["factor"] = number("rope.scaling.factor", 1.0);
-  j["rope_parameters"] = {
-      {"full_attention", full},
-      {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", number("rope.freq_base_swa", 1e4)}}}};
-  j.erase("rope_theta");
+  if (version == 3) {
+    json full = {{"rope_type", linear ? "linear" : "default"}, {"rope_theta", number("rope.freq_base", 1e6)}};
+    if (linear) full["factor"] = number("rope.scaling.factor", 1.0);
+    j["rope_parameters"] = {
+        {"full_attention", full},
+        {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", number("rope.freq_base_swa", 1e4)}}}};
+    j.erase("rope_theta");
+  }
   const int64_t layers = j.value("num_hidden_layers", int64_t{0}),
                 heads = j.value("num_attention_heads", int64_t{1});
   const int64_t hidden = j.value("hidden_size", int64_t{0});
-  j["query_pre_attn_scalar"] =
-      layers == 62 ? hidden / std::max<int64_t>(heads, 1) : j.value("head_dim", int64_t{256});
-  if (g.find(a + ".final_logit_softcapping") && g.get_float(a + ".final_logit_softcapping") != 0.0)
-    j["final_logit_softcapping"] = g.get_float(a + ".final_logit_softcapping");  // 0: none, as llama.cpp
-  if (g.find(a + ".attention.sliding_window") == nullptr || g.get_int(a + ".attention.sliding_window") <= 0)
+  j["query_pre_attn_scalar"] = layers == (version == 2 ? 46 : 62) ? hidden / std::max<int64_t>(heads, 1)
+                                                                  : j.value("head_dim", int64_t{256});
+  const double attn_cap = version == 2 ? number("attn_logit_softcapping", 50.0) : 0.0,
+               final_cap = number("final_logit_softcapping", version == 2 ? 30.0 : 0.0);
+  j["attn_logit_softcapping"] = attn_cap != 0.0 ? json(attn_cap) : json(nullptr);
+  j["final_logit_softcapping"] = final_cap != 0.0 ? json(final_cap) : json(nullptr);
+  const GgufValue* window = g.find(a + ".attention.sliding_window");
+  const int64_t w = window != nullptr ? g.get_int(a + ".attention.sliding_window") : version == 2 ? 4096 : 0;
+  if (w <= 0) {
+    j["sliding_window"] = nullptr;
     return;
-  j["sliding_window"] = g.get_int(a + ".attention.sliding_window");
+  }
+  j["sliding_window"] = w;
   json types = json::array();
   const GgufValue* pattern = g.find(a + ".attention.sliding_window_pattern");
-  if (pattern != nullptr && pattern->is_array()) {
+  if (version == 3 && pattern != nullptr && pattern->is_array()) {
     for (int64_t flag : g.get_ints(a + ".attention.sliding_window_pattern"))
       types.push_back(flag != 0 ? "sliding_attention" : "full_attention");
   } else {  // a layer count out of bounds gets no list (read_decoder_config refuses it)
-    const int64_t n = pattern != nullptr ? g.get_int(a + ".attention.sliding_window_pattern") : 6;
+    const int64_t n = version == 2         ? 2
+                      : pattern != nullptr ? g.get_int(a + ".attention.sliding_window_pattern")
+                                           : 6;
     for (int64_t l = 0; l < std::min(layers, kMaxLayers + 1); ++l)
       types.push_back(n > 0 && l % n < n - 1 ? "sliding_attention" : "full_attention");
   }
@@ -363,13 +381,13 @@ json gguf_config(const Gguf& g, const std::string& what) {
     j["vocab_size"] = t->shape[0];
   }
   const GgufValue* scaling = g.find(a + ".rope.scaling.type");
-  const bool linear = found->gemma3 && scaling != nullptr && !scaling->is_array() &&
+  const bool linear = found->gemma == 3 && scaling != nullptr && !scaling->is_array() &&
                       scaling->type == GgufType::kString && scaling->strings[0] == "linear";
   if (scaling != nullptr && !linear &&
       (scaling->is_array() || scaling->type != GgufType::kString || scaling->strings[0] != "none"))
     throw Error(what + ": rope scaling '" + (scaling->strings.empty() ? "?" : scaling->strings[0]) +
                 "' is not supported");
-  if (found->gemma3) gemma3_gguf_config(g, a, linear, j);
+  if (found->gemma != 0) gemma_gguf_config(g, a, found->gemma, linear, j);
   if (g.find_tensor("rope_freqs.weight") != nullptr)
     throw Error(what + ": rope frequency factors (rope_freqs.weight, Llama 3.1 scaling) are not supported");
   j["tie_word_embeddings"] = g.find_tensor("output.weight") == nullptr;

@@ -45,10 +45,10 @@ TEST_P(PruneDecoderArch, WandaCalibratesLayerByLayerOnThePrunedModel) {
   SPARSE24_SEED_TRACE();
   auto g = rng(11);
   t_.layers = 3;
-  t_.gemma3 = GetParam();
-  t_.window = t_.gemma3 ? 3 : 0;
+  t_.gemma = GetParam() ? 3 : 0;
+  t_.window = t_.gemma != 0 ? 3 : 0;
   DecoderModel m = tiny_model(g, t_);
-  write(m, t_.gemma3 ? gemma3_config() : config());
+  write(m, t_.gemma != 0 ? gemma_config() : config());
   const auto seqs = sequences(g, 5);
   HfDir d = read_hf_dir(dir_.string());
   PruneModelOptions o;

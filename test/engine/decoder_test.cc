@@ -130,8 +130,8 @@ TEST(DecoderOps, CachedAttentionMatchesReferenceInAnyChunks) {
                 for (int64_t j = 0; j < n; ++j) qkv[r * n + j] = half_to_float(float_to_half(qkv[r * n + j]));
             // A sliding window (none, 1, 7, or 260: past 256 positions split into spans) and a scale.
             const int64_t window = std::array<int64_t, 4>{0, 1, 7, 260}[g() % 4];
-            const float scale = g() % 2 ? 0.0f : 0.37f;
-            const std::vector<double> ref = ref_attention(qkv, hs.q, hs.kv, d, n, scale, window);
+            const float scale = g() % 2 ? 0.0f : 0.37f, softcap = g() % 2 ? 0.0f : 0.9f;
+            const std::vector<double> ref = ref_attention(qkv, hs.q, hs.kv, d, n, scale, window, softcap);
             detail::KvCache kv(hs.kv, cap, d, half);
             std::vector<float> scratch(detail::attention_scratch(threads, hs.q, hs.kv, d, cap, half));
             // Chunks of random sizes: pieces of 1-4 tokens (one position at a time; on 2 threads past 256
@@ -146,12 +146,12 @@ TEST(DecoderOps, CachedAttentionMatchesReferenceInAnyChunks) {
               for (int64_t r = 0; r < rows; ++r)
                 for (int64_t j = 0; j < len; ++j) part[r * len + j] = qkv[r * n + pos + j];
               detail::attention_cached(part.data(), hs.q, len, pos, kv, out.data(), scratch.data(), threads,
-                                       scale, window);
+                                       {scale, window, softcap});
               for (int64_t r = 0; r < hs.q * d; ++r)
                 for (int64_t j = 0; j < len; ++j)
                   ASSERT_NEAR(out[r * len + j], ref[r * n + pos + j], 1e-5)
                       << hs.q << "/" << hs.kv << " d=" << d << " n=" << n << " pos=" << pos
-                      << " half=" << half << " window=" << window << " scale=" << scale;
+                      << " half=" << half << " window=" << window << " scale=" << scale << " cap=" << softcap;
               pos += len;
             }
             std::vector<float> out(hs.q * d * 4);
@@ -240,14 +240,17 @@ TEST(Decoder, BiasesAndQkNormMatchReference) {
   }
 }
 
-// Gemma 3's forward pass (sliding layers of 3 positions with their own RoPE beside full ones, Q/K norms,
-// sandwich norms, GELU, the embedding and score scales, the soft cap), dense and 2:4, in one pass (the
-// GEMM path) and token by token past the window (the one-position path), fp32 and half KV caches.
-TEST(Decoder, Gemma3MatchesReference) {
+// Gemma 2's and 3's forward passes (sliding layers of 3 positions beside full ones, with their own RoPE in
+// Gemma 3; sandwich norms, GELU, the embedding and score scales, the logit soft cap; Gemma 3's Q/K norms,
+// Gemma 2's soft-capped scores), dense and 2:4, in one pass (the GEMM path) and token by token past the
+// window (the one-position path), fp32 and half KV caches.
+class DecoderGemma : public ::testing::TestWithParam<int> {};
+INSTANTIATE_TEST_SUITE_P(Gemma2And3, DecoderGemma, ::testing::Values(2, 3));
+TEST_P(DecoderGemma, MatchesReference) {
   SPARSE24_SEED_TRACE();
   auto g = rng(34);
   Tiny t;
-  t.gemma3 = true;
+  t.gemma = GetParam();
   t.window = 3;
   t.layers = 3;
   DecoderModel m = tiny_model(g, t);
@@ -514,50 +517,72 @@ TEST_F(HfDecoderDir, ArchitecturesLoadWhatTheyWrote) {
   t_ = Tiny();
 }
 
-// Gemma 3 (Gemma3ForCausalLM's names and config fields; norms stored as w - 1): the config in
-// transformers 5's form (layer_types, per-layer-type rope_parameters) and in the Hub's older one
-// (sliding_window_pattern, rope_theta and rope_local_base_freq) load to the model written; its refusals.
-TEST_F(HfDecoderDir, Gemma3LoadsWhatItWrote) {
+// Gemma 2 and 3 (Gemma2ForCausalLM's and Gemma3ForCausalLM's names and config fields; norms stored as
+// w - 1): the config in transformers 5's form (layer_types, Gemma 3's per-layer-type rope_parameters) and in
+// the Hub's older one (Gemma 3's sliding_window_pattern, rope_theta and rope_local_base_freq; Gemma 2's
+// every other layer sliding) load to the model written; transformers' defaults for absent fields; refusals.
+TEST_F(HfDecoderDir, GemmaLoadsWhatItWrote) {
   SPARSE24_SEED_TRACE();
   auto g = rng(33);
-  t_.gemma3 = true;
-  t_.window = 3;
-  const DecoderModel m = tiny_model(g, t_);
-  const json now = gemma3_config();
-  json old = now;
-  old.erase("layer_types");
-  old.erase("rope_parameters");
-  old["sliding_window_pattern"] = 2;
-  old["rope_theta"] = 100000.0;
-  old["rope_local_base_freq"] = 50.0;
-  old["rope_scaling"] = nullptr;
-  const std::vector<int32_t> ids = random_ids(g, 11, t_.vocab);
-  const std::vector<double> ref = ref_forward(m, ids);
-  for (const json& cfg : {now, old}) {
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-    write(m, cfg);
-    const DecoderModel back = load_hf_decoder(dir_.string());
-    EXPECT_TRUE(back.config.tied && back.config.gelu && back.config.sandwich_norms &&
-                back.config.sliding_rope);
-    EXPECT_EQ(back.config.sliding, (std::vector<bool>{true, false}));
-    EXPECT_EQ(back.config.attn_scale, 0.25f);
-    EXPECT_EQ(back.config.final_softcap, 3.0f);
-    EXPECT_EQ(back.config.rope_sliding.theta, 50.0);
-    expect_logits_match(back, ids, ref);
-  }
-  auto refused = [&](const std::function<void(json&)>& change, const std::string& phrase) {
-    json cfg = now;
-    change(cfg);
+  for (int version : {2, 3}) {
+    SCOPED_TRACE(version);
+    t_ = Tiny();
+    t_.gemma = version;
+    t_.window = 3;
+    const DecoderModel m = tiny_model(g, t_);
+    const json now = gemma_config();
+    json old = now;
+    old.erase("layer_types");
+    if (version == 3) {
+      old.erase("rope_parameters");
+      old["sliding_window_pattern"] = 2;
+      old["rope_theta"] = 100000.0;
+      old["rope_local_base_freq"] = 50.0;
+      old["rope_scaling"] = nullptr;
+    }
+    const std::vector<int32_t> ids = random_ids(g, 11, t_.vocab);
+    const std::vector<double> ref = ref_forward(m, ids);
+    for (const json& cfg : {now, old}) {
+      std::filesystem::remove_all(dir_);
+      std::filesystem::create_directories(dir_);
+      write(m, cfg);
+      const DecoderModel back = load_hf_decoder(dir_.string());
+      EXPECT_TRUE(back.config.tied && back.config.gelu && back.config.sandwich_norms);
+      EXPECT_EQ(back.config.sliding_rope, version == 3);
+      EXPECT_EQ(back.config.qk_norm, version == 3);
+      EXPECT_EQ(back.config.sliding, (std::vector<bool>{true, false}));
+      EXPECT_EQ(back.config.attn_scale, 0.25f);
+      EXPECT_EQ(back.config.final_softcap, 3.0f);
+      EXPECT_EQ(back.config.attn_softcap, version == 2 ? 1.5f : 0.0f);
+      if (version == 3) {
+        EXPECT_EQ(back.config.rope_sliding.theta, 50.0);
+      }
+      expect_logits_match(back, ids, ref);
+    }
+    // Absent fields take transformers' defaults: a window of 4096, Gemma 2's soft caps 50 and 30.
+    json bare = now;
+    for (const char* field :
+         {"sliding_window", "layer_types", "attn_logit_softcapping", "final_logit_softcapping"})
+      bare.erase(field);
     std::filesystem::remove(dir_ / "config.json");
-    std::ofstream(dir_ / "config.json") << cfg.dump();
-    EXPECT_NE(load_error().find(phrase), std::string::npos) << load_error();
-  };
-  refused([](json& j) { j["attn_logit_softcapping"] = 50.0; }, "attn_logit_softcapping is not supported");
-  refused([](json& j) { j["hidden_activation"] = "gelu"; }, "hidden_activation 'gelu' is not supported");
-  refused([](json& j) { j["layer_types"] = {"full_attention"}; }, "'layer_types' is not a list");
-  refused([](json& j) { j["layer_types"][0] = "chunked_attention"; }, "a layer type is not");
-  refused([](json& j) { j["use_bidirectional_attention"] = true; }, "use_bidirectional_attention");
+    std::ofstream(dir_ / "config.json") << bare.dump();
+    const DecoderConfig c = load_hf_decoder(dir_.string()).config;
+    EXPECT_EQ(c.sliding_window, 4096);
+    EXPECT_EQ(c.attn_softcap, version == 2 ? 50.0f : 0.0f);
+    EXPECT_EQ(c.final_softcap, version == 2 ? 30.0f : 0.0f);
+    auto refused = [&](const std::function<void(json&)>& change, const std::string& phrase) {
+      json cfg = now;
+      change(cfg);
+      std::filesystem::remove(dir_ / "config.json");
+      std::ofstream(dir_ / "config.json") << cfg.dump();
+      EXPECT_NE(load_error().find(phrase), std::string::npos) << load_error();
+    };
+    refused([](json& j) { j["attn_logit_softcapping"] = -1.0; }, "attn_logit_softcapping");
+    refused([](json& j) { j["hidden_activation"] = "gelu"; }, "hidden_activation 'gelu' is not supported");
+    refused([](json& j) { j["layer_types"] = {"full_attention"}; }, "'layer_types' is not a list");
+    refused([](json& j) { j["layer_types"][0] = "chunked_attention"; }, "a layer type is not");
+    refused([](json& j) { j["use_bidirectional_attention"] = true; }, "use_bidirectional_attention");
+  }
   t_ = Tiny();
 }
 
@@ -629,7 +654,8 @@ std::vector<float> permute_for_gguf(const std::vector<float>& w, int64_t heads, 
   return out;
 }
 
-// arch: "llama" (Q's and K's rows in llama.cpp's RoPE order), "qwen2" or "qwen3" (NEOX RoPE: as they are).
+// arch: "llama" (Q's and K's rows in llama.cpp's RoPE order), "qwen2", "qwen3", "gemma2" or "gemma3" (NEOX
+// RoPE: as they are).
 Gguf tiny_gguf(const DecoderModel& m, const Tiny& t, GgufWriter& w, bool untied = false,
                const std::string& arch = "llama") {
   const std::string a = arch + ".";
@@ -644,16 +670,22 @@ Gguf tiny_gguf(const DecoderModel& m, const Tiny& t, GgufWriter& w, bool untied 
                   {a + "rope.dimension_count", GgufValue::of_int(GgufType::kU32, t.d)},
                   {a + "rope.freq_base", GgufValue::of_float(GgufType::kF32, 100000.0)},
                   {a + "attention.layer_norm_rms_epsilon", GgufValue::of_float(GgufType::kF32, 1e-5)}};
-  if (t.gemma3) {  // llama.cpp's Gemma 3 keys (its norms are stored as 1 + w, which m holds)
+  // llama.cpp's Gemma keys (its norms are stored as 1 + w, which m holds; Gemma 2's layers slide in turn).
+  if (t.gemma != 0) {
+    w.g.metadata.push_back({a + "attention.sliding_window", GgufValue::of_int(GgufType::kU32, t.window)});
+    w.g.metadata.push_back(
+        {a + "final_logit_softcapping", GgufValue::of_float(GgufType::kF32, m.config.final_softcap)});
+  }
+  if (t.gemma == 2)
+    w.g.metadata.push_back(
+        {a + "attn_logit_softcapping", GgufValue::of_float(GgufType::kF32, m.config.attn_softcap)});
+  if (t.gemma == 3) {
     std::vector<int64_t> sliding;
     for (bool s : m.config.sliding) sliding.push_back(s);
-    w.g.metadata.push_back({a + "attention.sliding_window", GgufValue::of_int(GgufType::kU32, t.window)});
     w.g.metadata.push_back(
         {a + "attention.sliding_window_pattern", GgufValue::of_ints(GgufType::kBool, sliding)});
     w.g.metadata.push_back(
         {a + "rope.freq_base_swa", GgufValue::of_float(GgufType::kF32, m.config.rope_sliding.theta)});
-    w.g.metadata.push_back(
-        {a + "final_logit_softcapping", GgufValue::of_float(GgufType::kF32, m.config.final_softcap)});
   }
   const bool permute = arch == "llama";
   const int64_t H = t.hidden, q = t.heads * t.d, kv = t.kv * t.d;
@@ -669,7 +701,7 @@ Gguf tiny_gguf(const DecoderModel& m, const Tiny& t, GgufWriter& w, bool untied 
     };
     w.add(p + "attn_norm.weight", L.attn_norm, {H});
     w.add(p + "ffn_norm.weight", L.ffn_norm, {H});
-    if (t.gemma3) {
+    if (t.gemma != 0) {
       w.add(p + "post_attention_norm.weight", L.attn_out_norm, {H});
       w.add(p + "post_ffw_norm.weight", L.ffn_out_norm, {H});
     }
@@ -788,17 +820,17 @@ TEST_F(HfDecoderDir, GgufConvertsToAHuggingFaceDirectory) {
 TEST_F(HfDecoderDir, GgufQwenAndGemmaFilesLoadAndConvert) {
   SPARSE24_SEED_TRACE();
   auto g = rng(33);
-  for (const std::string arch : {"qwen2", "qwen3", "gemma3"}) {
+  for (const std::string arch : {"qwen2", "qwen3", "gemma2", "gemma3"}) {
     Tiny t;
     t.biases = arch == "qwen2";
     t.qk_norm = arch == "qwen3";
-    t.gemma3 = arch == "gemma3";
-    t.window = t.gemma3 ? 3 : 0;
-    t.layers = t.gemma3 ? 3 : t.layers;
+    t.gemma = arch == "gemma2" ? 2 : arch == "gemma3" ? 3 : 0;
+    t.window = t.gemma != 0 ? 3 : 0;
+    t.layers = t.gemma != 0 ? 3 : t.layers;
     DecoderModel m = tiny_model(g, t);
-    // llama.cpp scales Gemma 3's scores by 1/sqrt(head_dim) (query_pre_attn_scalar = head_dim but in the
-    // 27B).
-    if (t.gemma3) m.config.attn_scale = 1.0f / std::sqrt(static_cast<float>(t.d));
+    // llama.cpp scales Gemma's scores by 1/sqrt(head_dim) (query_pre_attn_scalar = head_dim but in the
+    // 27Bs).
+    if (t.gemma != 0) m.config.attn_scale = 1.0f / std::sqrt(static_cast<float>(t.d));
     for (DecoderLayer& L : m.layers)
       for (Gemm* gm : {&L.o, &L.gate_up, &L.down}) gm->bias.clear();
     GgufWriter w;
@@ -807,17 +839,19 @@ TEST_F(HfDecoderDir, GgufQwenAndGemmaFilesLoadAndConvert) {
     const std::vector<double> ref = ref_forward(m, ids);
     SCOPED_TRACE(arch);
     const DecoderModel back = load_gguf_decoder(file, "tiny.gguf");
-    EXPECT_EQ(back.config.model_type, t.gemma3 ? "gemma3_text" : arch);
+    const std::string type = arch == "gemma3" ? "gemma3_text" : arch;
+    EXPECT_EQ(back.config.model_type, type);
     expect_logits_match(back, ids, ref);
     add_tiny_tokenizer(file, t.vocab);
     const std::string gguf = (dir_ / (arch + ".gguf")).string(), out = (dir_ / arch).string();
     write_file_atomic(gguf, encode_gguf(file));
     gguf_to_hf_dir(gguf, out);
     const json config = json::parse(std::ifstream(out + "/config.json"));
-    EXPECT_EQ(config["model_type"], t.gemma3 ? "gemma3_text" : arch);
-    EXPECT_EQ(config["architectures"][0], arch == "qwen2"   ? "Qwen2ForCausalLM"
-                                          : arch == "qwen3" ? "Qwen3ForCausalLM"
-                                                            : "Gemma3ForCausalLM");
+    EXPECT_EQ(config["model_type"], type);
+    EXPECT_EQ(config["architectures"][0], arch == "qwen2"    ? "Qwen2ForCausalLM"
+                                          : arch == "qwen3"  ? "Qwen3ForCausalLM"
+                                          : arch == "gemma2" ? "Gemma2ForCausalLM"
+                                                             : "Gemma3ForCausalLM");
     expect_logits_match(load_hf_decoder(out), ids, ref);  // Gemma's norms written back as w - 1
   }
 }
@@ -869,7 +903,7 @@ TEST(GgufDecoder, OneLineErrors) {
   // A Gemma 3 file's layer count is bounded before its sliding-layer list is built (a fuzzer's input once
   // asked for 2^40 entries).
   Tiny gt;
-  gt.gemma3 = true;
+  gt.gemma = 3;
   gt.window = 3;
   const DecoderModel gm = tiny_model(g, gt);
   GgufWriter gw;

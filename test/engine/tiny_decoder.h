@@ -50,9 +50,10 @@ inline void ref_rope(double* v, int64_t d, int64_t pos, const std::vector<float>
 }
 
 // Naive causal GQA over all tokens at once (feature-major qkv [(heads + 2 kvh) * d, n]); scale 0: 1/sqrt(d);
-// window > 0: each token sees the last `window` positions.
+// window > 0: each token sees the last `window` positions; softcap > 0: scores = cap tanh(scores / cap).
 inline std::vector<double> ref_attention(const std::vector<float>& qkv, int64_t heads, int64_t kvh, int64_t d,
-                                         int64_t n, double scale = 0, int64_t window = 0) {
+                                         int64_t n, double scale = 0, int64_t window = 0,
+                                         double softcap = 0) {
   if (scale == 0) scale = 1.0 / std::sqrt(static_cast<double>(d));
   auto at = [&](int64_t row, int64_t j) { return static_cast<double>(qkv[row * n + j]); };
   std::vector<double> out(heads * d * n);
@@ -65,6 +66,7 @@ inline std::vector<double> ref_attention(const std::vector<float>& qkv, int64_t 
         double dot = 0;
         for (int64_t c = 0; c < d; ++c) dot += at(h * d + c, i) * at(heads * d + g * d + c, t);
         s[t - t0] = dot * scale;
+        if (softcap > 0) s[t - t0] = std::tanh(s[t - t0] / softcap) * softcap;
         mx = std::max(mx, s[t - t0]);
       }
       for (double& v : s) sum += (v = std::exp(v - mx));
@@ -83,9 +85,11 @@ struct Tiny {
   int64_t vocab = 37, hidden = 24, layers = 2, heads = 6, kv = 2, d = 4, ffn = 40;
   bool biases = false;   // every GEMM has a bias (Llama's attention_bias and mlp_bias)
   bool qk_norm = false;  // Qwen3's per-head Q/K RMSNorm
-  bool gemma3 = false;   // Gemma 3: Q/K norms, sandwich norms, GELU, scales, soft cap, sliding layers
-  int64_t window = 0;    // > 0: a sliding window (Gemma 3: layers 0, 2, ...; else every layer)
-  bool fused = false;    // written as Phi-3 writes it: qkv_proj and gate_up_proj tensors
+  // 2 or 3: Gemma 2 or 3 (sandwich norms, GELU, scales, a logit soft cap, sliding layers; Gemma 2's scores
+  // soft-capped, Gemma 3's Q/K norms and the sliding layers' own RoPE).
+  int gemma = 0;
+  int64_t window = 0;  // > 0: a sliding window (Gemma: layers 0, 2, ...; else every layer)
+  bool fused = false;  // written as Phi-3 writes it: qkv_proj and gate_up_proj tensors
 };
 
 inline Gemm random_gemm(std::mt19937_64& g, const std::string& name, int64_t m, int64_t k) {
@@ -111,16 +115,17 @@ inline DecoderModel tiny_model(std::mt19937_64& g, const Tiny& t) {
   c.max_positions = 64;
   c.eps = 1e-5f;
   c.rope.theta = 100000;
-  c.qk_norm = t.qk_norm || t.gemma3;
+  c.qk_norm = t.qk_norm || t.gemma == 3;
   c.sliding_window = t.window;
-  if (t.gemma3) {
-    c.model_type = "gemma3_text";
+  if (t.gemma != 0) {
+    c.model_type = t.gemma == 2 ? "gemma2" : "gemma3_text";
     c.gelu = c.sandwich_norms = true;
     c.embed_scale = std::sqrt(static_cast<float>(t.hidden));
     c.attn_scale = 0.25f;  // query_pre_attn_scalar 16
     c.final_softcap = 3.0f;
     for (int64_t l = 0; l < t.layers; ++l) c.sliding.push_back(l % 2 == 0);
-    c.sliding_rope = t.window > 0;
+    if (t.gemma == 2) c.attn_softcap = 1.5f;  // small enough to bend these scores
+    c.sliding_rope = t.gemma == 3 && t.window > 0;
     c.rope_sliding.theta = 50;
   }
   m.embed = random_floats(g, t.vocab * t.hidden);
@@ -198,8 +203,8 @@ inline std::vector<double> ref_forward(const DecoderModel& m, const std::vector<
       }
       for (int64_t r = 0; r < rows; ++r) qkv[r * n + j] = static_cast<float>(y[r]);
     }
-    const std::vector<double> ctx =
-        ref_attention(qkv, c.heads, c.kv_heads, d, n, c.attn_scale, sliding ? c.sliding_window : 0);
+    const std::vector<double> ctx = ref_attention(qkv, c.heads, c.kv_heads, d, n, c.attn_scale,
+                                                  sliding ? c.sliding_window : 0, c.attn_softcap);
     for (int64_t j = 0; j < n; ++j) {
       std::vector<double> a(c.heads * d);
       for (int64_t r = 0; r < c.heads * d; ++r) a[r] = ctx[r * n + j];
@@ -274,23 +279,23 @@ class HfDecoderDir : public ::testing::Test {
             {"tie_word_embeddings", true},
             {"rope_parameters", {{"rope_theta", 100000.0}, {"rope_type", "default"}}}};
   }
-  // Gemma 3's config.json for t_ (gemma3 and window set) in transformers 5's form: tied by default, layer
-  // types and per-layer-type RoPE as tiny_model makes them.
-  json gemma3_config() const {
+  // Gemma's config.json for t_ (gemma and window set) in transformers 5's form: tied by default, layer types
+  // (and Gemma 3's per-layer-type RoPE) as tiny_model makes them.
+  json gemma_config() const {
     json c = config();
-    c.erase("rope_parameters");
     c.erase("tie_word_embeddings");
-    c["model_type"] = "gemma3_text";
+    c["model_type"] = t_.gemma == 2 ? "gemma2" : "gemma3_text";
     c["hidden_activation"] = "gelu_pytorch_tanh";
     c["query_pre_attn_scalar"] = 16;
     c["final_logit_softcapping"] = 3.0;
-    c["attn_logit_softcapping"] = nullptr;
+    c["attn_logit_softcapping"] = t_.gemma == 2 ? json(1.5) : json(nullptr);
     c["sliding_window"] = t_.window;
     c["layer_types"] = json::array();
     for (int64_t l = 0; l < t_.layers; ++l)
       c["layer_types"].push_back(l % 2 == 0 ? "sliding_attention" : "full_attention");
-    c["rope_parameters"] = {{"full_attention", {{"rope_type", "default"}, {"rope_theta", 100000.0}}},
-                            {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 50.0}}}};
+    if (t_.gemma == 3)
+      c["rope_parameters"] = {{"full_attention", {{"rope_type", "default"}, {"rope_theta", 100000.0}}},
+                              {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 50.0}}}};
     return c;
   }
   // Writes the model's weights under transformers' names (Q, K, V and gate, up split again).
@@ -301,7 +306,7 @@ class HfDecoderDir : public ::testing::Test {
     };
     // Gemma stores its RMSNorm weights as w - 1.
     auto norm = [&](const std::string& name, std::vector<float> v) {
-      if (t_.gemma3)
+      if (t_.gemma != 0)
         for (float& x : v) x -= 1.0f;
       const auto size = static_cast<int64_t>(v.size());
       add(name, v, {size});
@@ -313,7 +318,7 @@ class HfDecoderDir : public ::testing::Test {
       const DecoderLayer& L = m.layers[l];
       const std::string p = "model.layers." + std::to_string(l) + ".";
       norm(p + "input_layernorm.weight", L.attn_norm);
-      if (t_.gemma3) {
+      if (t_.gemma != 0) {
         norm(p + "post_attention_layernorm.weight", L.attn_out_norm);
         norm(p + "pre_feedforward_layernorm.weight", L.ffn_norm);
         norm(p + "post_feedforward_layernorm.weight", L.ffn_out_norm);

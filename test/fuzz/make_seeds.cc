@@ -381,9 +381,10 @@ int main(int argc, char** argv) {
     add("blk.0.ffn_up.weight", {8, 8});
     add("blk.0.ffn_down.weight", {8, 8});
     put(out / "gguf_decoder", "tiny_llama", encode_gguf(g));
-    // The same as Qwen2 (Q, K, V biases) and Qwen3 (Q/K norms): their ARCH.* keys and extra tensors.
+    // The same as Qwen2 (Q, K, V biases), Qwen3 (Q/K norms), Gemma 2 and 3: their ARCH.* keys and extra
+    // tensors.
     const Gguf llama = g;
-    for (const std::string arch : {"qwen2", "qwen3", "gemma3"}) {
+    for (const std::string arch : {"qwen2", "qwen3", "gemma2", "gemma3"}) {
       g = llama;
       for (auto& [key, value] : g.metadata)
         if (key.rfind("llama.", 0) == 0) key = arch + key.substr(5);
@@ -392,13 +393,17 @@ int main(int argc, char** argv) {
         add("blk.0.attn_q.bias", {8});
         add("blk.0.attn_k.bias", {4});
         add("blk.0.attn_v.bias", {4});
-      } else {
+      } else if (arch != "gemma2") {
         add("blk.0.attn_q_norm.weight", {4});
         add("blk.0.attn_k_norm.weight", {4});
       }
-      if (arch == "gemma3") {  // its output norms, window, sliding flags and the sliding layers' RoPE base
+      if (arch == "gemma2")  // its score cap (the window and which layers slide: llama.cpp's defaults)
+        g.metadata.push_back({"gemma2.attn_logit_softcapping", GgufValue::of_float(GgufType::kF32, 50.0)});
+      if (arch.starts_with("gemma")) {  // their output norms
         add("blk.0.post_attention_norm.weight", {8});
         add("blk.0.post_ffw_norm.weight", {8});
+      }
+      if (arch == "gemma3") {  // its window, sliding flags and the sliding layers' RoPE base
         g.metadata.push_back({"gemma3.attention.sliding_window", GgufValue::of_int(GgufType::kU32, 4)});
         g.metadata.push_back(
             {"gemma3.attention.sliding_window_pattern", GgufValue::of_ints(GgufType::kBool, {1})});
