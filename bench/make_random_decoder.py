@@ -2,7 +2,7 @@
 times sparse24 and llama.cpp on it; decoding speed does not depend on the weights' values). No Qwen or Llama 3
 weights ship in the project's packages; their shapes (hidden size, layers, heads, vocabulary) decide the
 bytes a token reads, and the architectures' extras (Qwen2's Q/K/V biases, Qwen3's Q/K norms, Gemma 3's four
-norms per layer, GELU and sliding layers) the work.
+norms per layer, GELU and sliding layers, Gemma 2's soft-capped scores) the work.
 
 The file is what llama.cpp's converter writes for the architecture: its metadata and tensor names, F16
 weights (1-D tensors F32), a vocabulary of the model's size (byte-level: the 256 byte tokens, filler tokens,
@@ -27,6 +27,10 @@ SHAPES = {
     # TinyLlama-1.1B: a SentencePiece-style ("llama") vocabulary and an untied head.
     "tinyllama-1.1b": dict(arch="llama", hidden=2048, layers=22, heads=32, kv=4, head_dim=64, ffn=5632,
                            vocab=32000, tied=False, theta=1e4, ctx=2048, spm=True),
+    # Gemma 2: SentencePiece-style vocabulary without a space prefix, 4096-position windows in every other
+    # layer, the scores soft-capped at 50 and the logits at 30, a 256,000-token tied head.
+    "gemma2-2b": dict(arch="gemma2", hidden=2304, layers=26, heads=8, kv=4, head_dim=256, ffn=9216,
+                      vocab=256000, tied=True, theta=1e4, ctx=8192, spm=True, window=4096),
     # Gemma 3: SentencePiece-style vocabulary without a space prefix, 512-position windows in five of every
     # six layers, a 262,144-token tied head (most of the 270M model's bytes).
     "gemma3-270m": dict(arch="gemma3", hidden=640, layers=18, heads=4, kv=1, head_dim=256, ffn=2048,
@@ -48,7 +52,7 @@ def add_vocabulary(w, s):
         w.add_token_types([2, 3, 3] + [6] * 256 + [1] * (len(tokens) - 259))
         w.add_bos_token_id(1)
         w.add_eos_token_id(2)
-        if s["arch"] == "gemma3":
+        if s["arch"].startswith("gemma"):
             w.add_add_space_prefix(False)
         return
     byte_chars = [chr(b) for b in range(33, 127)] + [chr(b) for b in range(161, 173)] + [chr(b) for b in range(174, 256)]
@@ -90,7 +94,11 @@ def main():
     w.add_file_type(int(gguf.LlamaFileType.MOSTLY_F16))
     if "window" in s:
         w.add_sliding_window(s["window"])
-        w.add_float32(s["arch"] + ".rope.freq_base_swa", 10000.0)
+    if s["arch"] == "gemma3":
+        w.add_float32("gemma3.rope.freq_base_swa", 10000.0)
+    if s["arch"] == "gemma2":
+        w.add_float32("gemma2.attn_logit_softcapping", 50.0)
+        w.add_float32("gemma2.final_logit_softcapping", 30.0)
     add_vocabulary(w, s)
 
     def rnd(*shape, scale=0.02):
@@ -118,7 +126,7 @@ def main():
         if s["arch"] in ("qwen3", "gemma3"):
             w.add_tensor(p + "attn_q_norm.weight", np.ones(D, np.float32))
             w.add_tensor(p + "attn_k_norm.weight", np.ones(D, np.float32))
-        if s["arch"] == "gemma3":  # norms stored as 1 + w, as llama.cpp's converter writes them
+        if s["arch"].startswith("gemma"):  # norms stored as 1 + w, as llama.cpp's converter writes them
             w.add_tensor(p + "post_attention_norm.weight", np.ones(H, np.float32))
             w.add_tensor(p + "post_ffw_norm.weight", np.ones(H, np.float32))
     w.write_header_to_file()

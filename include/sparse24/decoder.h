@@ -34,13 +34,17 @@ struct Gguf;
 
 namespace sparse24::engine {
 
-// RoPE's frequencies: "default" (inv_freq[i] = theta^(-2i/d)), "linear" (those divided by factor) or
-// "llama3" (Llama 3.1's wavelength-dependent rescaling of them).
+// RoPE's frequencies: "default" (inv_freq[i] = theta^(-2i/d)), "linear" (those divided by factor),
+// "llama3" (Llama 3.1's wavelength-dependent rescaling of them) or "longrope" (Phi-3's: each divided by its
+// own factor, short_factor while the sequence holds at most original_max_positions tokens and long_factor
+// beyond, cos and sin multiplied by attention_factor).
 struct RopeConfig {
   double theta = 10000.0;
   std::string type = "default";
   double factor = 1.0, low_freq_factor = 1.0, high_freq_factor = 4.0;
   int64_t original_max_positions = 8192;
+  std::vector<double> short_factor, long_factor;  // longrope: one per frequency
+  double attention_factor = 1.0;                  // longrope
 };
 
 struct DecoderConfig {
@@ -50,8 +54,9 @@ struct DecoderConfig {
   int64_t max_positions = 0;
   float eps = 1e-6f;
   RopeConfig rope;
-  bool tied = true;            // the output head is the embedding table
-  bool qk_norm = false;        // Q's and K's heads are RMS-normalized before RoPE (DecoderLayer::q_norm)
+  int64_t rotary_dim = 0;  // > 0: RoPE rotates each head's first rotary_dim dims only (partial_rotary_factor)
+  bool tied = true;        // the output head is the embedding table
+  bool qk_norm = false;    // Q's and K's heads are RMS-normalized before RoPE (DecoderLayer::q_norm)
   int64_t sliding_window = 0;  // > 0: in the sliding layers a token attends to the last this many positions
   std::vector<bool> sliding;   // per layer: whether it slides (empty: every layer, when sliding_window > 0)
   bool sliding_rope = false;   // the sliding layers rotate with rope_sliding instead of rope (Gemma 3)
@@ -119,13 +124,17 @@ DecoderModel load_decoder(const std::string& path);
 namespace detail {
 // Per column j: y[:, j] = x[:, j] / sqrt(mean(x[:, j]^2) + eps) * w.
 void rms_norm(const float* x, int64_t rows, int64_t n, const float* w, float eps, float* y);
-// RoPE's inverse frequencies, head_dim / 2 of them.
-std::vector<float> rope_inv_freq(const RopeConfig& r, int64_t head_dim);
+// RoPE's inverse frequencies for `dim` rotated dims, dim / 2 of them (longrope: with the long factors when
+// `long_factors`, else the short ones).
+std::vector<float> rope_inv_freq(const RopeConfig& r, int64_t dim, bool long_factors = false);
 // Rotates each head of x [heads * head_dim, n] in place, column j at position pos0 + j, in transformers'
-// rotate_half layout (pairs i and i + head_dim / 2). cos_sin: [positions, head_dim / 2] pairs (cos, sin).
-void rope(float* x, int64_t heads, int64_t head_dim, int64_t n, int64_t pos0, const float* cos_sin);
-// [positions, head_dim / 2] (cos, sin) pairs of position * inv_freq, as transformers computes them (fp32).
-std::vector<float> rope_table(const std::vector<float>& inv_freq, int64_t positions);
+// rotate_half layout over the head's first `rotary_dim` dims (0: all; pairs i and i + rotary_dim / 2), the
+// rest left as they are. cos_sin: [positions, rotary_dim / 2] pairs (cos, sin).
+void rope(float* x, int64_t heads, int64_t head_dim, int64_t n, int64_t pos0, const float* cos_sin,
+          int64_t rotary_dim = 0);
+// [positions, inv_freq.size()] (cos, sin) pairs of position * inv_freq, as transformers computes them
+// (fp32), multiplied by `scale` (longrope's attention_factor).
+std::vector<float> rope_table(const std::vector<float>& inv_freq, int64_t positions, float scale = 1.0f);
 // y[:, j] = silu(gu[i, j]) * gu[ffn + i, j] for gu [2 ffn, n]; with gelu, GELU's tanh form for silu
 // (transformers' gelu_pytorch_tanh).
 void swiglu(const float* gu, int64_t ffn, int64_t n, float* y, bool gelu = false);

@@ -219,3 +219,28 @@ def test_gguf_files_match_transformers_and_llama_cpp(arch, tokenizer_json, cli, 
     assert cfg["model_type"] == arch
     back = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "back"), dtype=torch.float32).eval()
     np.testing.assert_allclose(logits_of(back, ids), want, atol=1e-5, rtol=0, err_msg=f"{arch} converted")
+
+
+def test_phi3_longrope_over_part_of_each_head(tokenizer_json, tmp_path):
+    """Phi-4-mini's RoPE over the first 12 of each head's 16 dims (partial_rotary_factor 0.75) with Phi-3's
+    longrope: the short factors while the sequence holds at most original_max_position_embeddings (16) tokens,
+    the long ones for all of it beyond, cos and sin scaled by sqrt(1 + ln(128 / 16) / ln(16)). One pass at
+    lengths around the switch, then token by token across it, against transformers on the sequence so far."""
+    g = np.random.default_rng(5)
+    rope = {"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.75,
+            "short_factor": (1 + g.random(6)).tolist(), "long_factor": (1 + 20 * g.random(6)).tolist()}
+    ref = make_model("phi3", tokenizer_json, tmp_path / "hf", rope_parameters=rope,
+                     original_max_position_embeddings=16)
+    cfg = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert "longrope" in json.dumps(cfg) and "0.75" in json.dumps(cfg)
+    d = sparse24.Decoder.load(str(tmp_path / "hf"), max_context=64)
+    ids = d.tokenize(TEXT[1])
+    assert len(ids) > 20
+    for n in (10, 16, 17, len(ids)):
+        d.reset()
+        np.testing.assert_allclose(d.forward(ids[:n]), logits_of(ref, ids[:n])[-1], atol=TOL, rtol=0, err_msg=n)
+    d.reset()
+    d.forward(ids[:3])
+    for j in range(3, len(ids)):
+        np.testing.assert_allclose(d.forward([ids[j]]), logits_of(ref, ids[:j + 1])[-1], atol=TOL, rtol=0,
+                                   err_msg=f"token {j}")

@@ -102,11 +102,26 @@ struct Decoder::Impl {
   std::vector<float> head_scales;   //   (kernels::gemv_i8: as llama.cpp's Q8_0 head)
   std::vector<float> column;        // one token's final-norm output (the bf16 / int8 head's input)
   std::vector<LayerExec> layers;
-  std::vector<float> cos_sin, cos_sin_sliding;  // RoPE tables (the sliding layers' own, if they have one)
+  // RoPE tables: the sliding layers' own if they have one; longrope's long-factor table, used while the
+  // sequence is longer than rope.original_max_positions (`long_rope`: what the cache's keys were rotated by).
+  std::vector<float> cos_sin, cos_sin_sliding, cos_sin_long;
+  bool long_rope = false;
   int sparse = 0;
   // Activations for up to `cols` tokens per call (grown on demand).
   int64_t cols = 0;
   std::vector<float> h, x, qkv, ctx, tmp, gu, act, scratch, last;
+
+  // The n tokens' embeddings through every layer into h, their K and V appended to the cache.
+  void append(const int32_t* tokens, int64_t n) {
+    reserve(n);
+    for (int64_t j = 0; j < n; ++j) {  // embeddings, feature-major
+      const float* e = embed->data() + static_cast<int64_t>(tokens[j]) * c.hidden;
+      for (int64_t r = 0; r < c.hidden; ++r) h[r * n + j] = e[r] * c.embed_scale;
+    }
+    layers_forward(h.data(), n, nullptr);
+    pos += n;
+    ids.insert(ids.end(), tokens, tokens + n);
+  }
 
   void reserve(int64_t n) {
     if (n <= cols) return;
@@ -139,8 +154,10 @@ struct Decoder::Impl {
           const float* w = (hd < c.heads ? L.src->q_norm : L.src->k_norm).data();
           detail::rms_norm(rows, c.head_dim, n, w, c.eps, rows);
         }
-      const float* table = L.window > 0 && c.sliding_rope ? cos_sin_sliding.data() : cos_sin.data();
-      detail::rope(qkv.data(), c.heads + c.kv_heads, c.head_dim, n, pos, table);  // Q and K
+      const float* table = L.window > 0 && c.sliding_rope ? cos_sin_sliding.data()
+                           : long_rope                    ? cos_sin_long.data()
+                                                          : cos_sin.data();
+      detail::rope(qkv.data(), c.heads + c.kv_heads, c.head_dim, n, pos, table, c.rotary_dim);  // Q and K
       detail::attention_cached(qkv.data(), c.heads, n, pos, L.kv, ctx.data(), scratch.data(), threads,
                                {c.attn_scale, L.window, c.attn_softcap});
       run(L.o, 1, ctx.data(), tmp.data());
@@ -206,9 +223,14 @@ Decoder::Decoder(const DecoderModel& m, const DecoderOptions& o) : impl_(std::ma
     if (s.c.sliding_window > 0 && (s.c.sliding.empty() || s.c.sliding[at])) e.window = s.c.sliding_window;
     for (const Linear* lin : {&e.qkv, &e.o, &e.gate_up, &e.down}) s.sparse += lin->packed ? 1 : 0;
   }
-  s.cos_sin = detail::rope_table(detail::rope_inv_freq(s.c.rope, s.c.head_dim), s.capacity);
+  const int64_t rd = s.c.rotary_dim > 0 ? s.c.rotary_dim : s.c.head_dim;
+  if (rd % 2 != 0 || rd > s.c.head_dim) throw Error("decoder: rotary_dim must be even and at most head_dim");
+  const auto af = static_cast<float>(s.c.rope.attention_factor);
+  s.cos_sin = detail::rope_table(detail::rope_inv_freq(s.c.rope, rd), s.capacity, af);
+  if (s.c.rope.type == "longrope")
+    s.cos_sin_long = detail::rope_table(detail::rope_inv_freq(s.c.rope, rd, true), s.capacity, af);
   if (s.c.sliding_rope)
-    s.cos_sin_sliding = detail::rope_table(detail::rope_inv_freq(s.c.rope_sliding, s.c.head_dim), s.capacity);
+    s.cos_sin_sliding = detail::rope_table(detail::rope_inv_freq(s.c.rope_sliding, rd), s.capacity);
   s.scratch.resize(static_cast<size_t>(
       detail::attention_scratch(o.threads, s.c.heads, s.c.kv_heads, s.c.head_dim, s.capacity, o.kv_half)));
   s.last.resize(s.c.hidden);
@@ -247,6 +269,7 @@ void Decoder::run_layers(float* h, int64_t n, const LinearObserver& observe) {
   s.reserve(n);
   s.pos = 0;
   s.ids.clear();
+  s.long_rope = !s.cos_sin_long.empty() && n > s.c.rope.original_max_positions;
   s.layers_forward(h, n, observe ? &observe : nullptr);
   s.pos = 0;
 }
@@ -282,16 +305,20 @@ void Decoder::forward(const int32_t* ids, int64_t n, float* logits, bool all) {
       throw Error("decoder: token id " + std::to_string(ids[j]) + " outside the vocabulary of " +
                   std::to_string(c.vocab));
   set_threads(s.threads);
-  s.reserve(n);
+  // longrope: a sequence longer than original_max_positions is rotated with the long factors throughout,
+  // as transformers rotates it (Phi-3's generate() recomputes its cache when the sequence grows past that);
+  // when the cache holds keys rotated the other way, the tokens it holds are run again first.
+  if (!s.cos_sin_long.empty() && (s.pos + n > c.rope.original_max_positions) != s.long_rope) {
+    const std::vector<int32_t> held = std::move(s.ids);
+    s.ids.clear();
+    s.pos = 0;
+    s.long_rope = !s.long_rope;
+    for (size_t at = 0; at < held.size(); at += 512)
+      s.append(held.data() + at, std::min<int64_t>(512, static_cast<int64_t>(held.size() - at)));
+  }
+  s.append(ids, n);
   const int64_t H = c.hidden;
   float* h = s.h.data();
-  for (int64_t j = 0; j < n; ++j) {  // embeddings, feature-major
-    const float* e = s.embed->data() + static_cast<int64_t>(ids[j]) * H;
-    for (int64_t r = 0; r < H; ++r) h[r * n + j] = e[r] * c.embed_scale;
-  }
-  s.layers_forward(h, n, nullptr);
-  s.pos += n;
-  s.ids.insert(s.ids.end(), ids, ids + n);
   // The head over the final norm of every new token, or of the last one only.
   const int64_t m = all ? n : 1;
   const float* in = h;

@@ -26,18 +26,29 @@ void rms_norm(const float* x, int64_t rows, int64_t n, const float* w, float eps
     for (int64_t j = 0; j < n; ++j) y[r * n + j] = w[r] * (x[r * n + j] * ss[j]);
 }
 
-std::vector<float> rope_inv_freq(const RopeConfig& r, int64_t head_dim) {
-  std::vector<float> inv(static_cast<size_t>(head_dim / 2));
-  for (int64_t i = 0; i < head_dim / 2; ++i)  // fp32 as transformers computes it
-    inv[i] = 1.0f /
-             std::pow(static_cast<float>(r.theta), static_cast<float>(2 * i) / static_cast<float>(head_dim));
+std::vector<float> rope_inv_freq(const RopeConfig& r, int64_t dim, bool long_factors) {
+  std::vector<float> inv(static_cast<size_t>(dim / 2));
+  for (int64_t i = 0; i < dim / 2; ++i)  // fp32 as transformers computes it
+    inv[i] =
+        1.0f / std::pow(static_cast<float>(r.theta), static_cast<float>(2 * i) / static_cast<float>(dim));
   if (r.type == "default") return inv;
+  if (r.type == "longrope") {  // 1 / (factor_i * theta^(2i/dim)), in fp32
+    const std::vector<double>& f = long_factors ? r.long_factor : r.short_factor;
+    if (f.size() != inv.size())
+      throw Error("rope: longrope has " + std::to_string(f.size()) + " factors for " +
+                  std::to_string(inv.size()) + " frequencies");
+    for (size_t i = 0; i < inv.size(); ++i)
+      inv[i] =
+          1.0f / (static_cast<float>(f[i]) *
+                  std::pow(static_cast<float>(r.theta), static_cast<float>(2 * i) / static_cast<float>(dim)));
+    return inv;
+  }
   if (r.type == "linear") {  // positions divided by factor (transformers divides inv_freq)
     for (float& f : inv) f = static_cast<float>(f / r.factor);
     return inv;
   }
   if (r.type != "llama3")
-    throw Error("rope type '" + r.type + "' is not supported (default, linear, llama3)");
+    throw Error("rope type '" + r.type + "' is not supported (default, linear, llama3, longrope)");
   // Llama 3.1: wavelengths shorter than original / high_freq_factor are kept, longer than original /
   // low_freq_factor divided by factor, and those between interpolated.
   const double orig = static_cast<double>(r.original_max_positions);
@@ -55,20 +66,21 @@ std::vector<float> rope_inv_freq(const RopeConfig& r, int64_t head_dim) {
   return inv;
 }
 
-std::vector<float> rope_table(const std::vector<float>& inv_freq, int64_t positions) {
+std::vector<float> rope_table(const std::vector<float>& inv_freq, int64_t positions, float scale) {
   const size_t half = inv_freq.size();
   std::vector<float> t(static_cast<size_t>(positions) * half * 2);
   for (int64_t p = 0; p < positions; ++p)
     for (size_t i = 0; i < half; ++i) {
       const float angle = static_cast<float>(p) * inv_freq[i];  // fp32 product, as transformers
-      t[(p * half + i) * 2] = static_cast<float>(std::cos(static_cast<double>(angle)));
-      t[(p * half + i) * 2 + 1] = static_cast<float>(std::sin(static_cast<double>(angle)));
+      t[(p * half + i) * 2] = static_cast<float>(std::cos(static_cast<double>(angle))) * scale;
+      t[(p * half + i) * 2 + 1] = static_cast<float>(std::sin(static_cast<double>(angle))) * scale;
     }
   return t;
 }
 
-void rope(float* x, int64_t heads, int64_t head_dim, int64_t n, int64_t pos0, const float* cos_sin) {
-  const int64_t half = head_dim / 2;
+void rope(float* x, int64_t heads, int64_t head_dim, int64_t n, int64_t pos0, const float* cos_sin,
+          int64_t rotary_dim) {
+  const int64_t half = (rotary_dim > 0 ? rotary_dim : head_dim) / 2;
   for (int64_t h = 0; h < heads; ++h)
     for (int64_t i = 0; i < half; ++i) {
       float* a = x + (h * head_dim + i) * n;

@@ -32,13 +32,34 @@ RopeConfig read_rope_params(const json* params, double theta, const std::string&
   const Fields f{*params, what + " (rope parameters)"};
   r.theta = f.number("rope_theta", r.theta, 1.0, 1e12);
   r.type = f.string("rope_type", f.string("type", "default"));
+  if (r.type == "su") r.type = "longrope";  // the first Phi-3 configs' name for it (Phi3Config maps it)
   if (r.type == "default") return r;
+  if (r.type == "longrope") {  // the rest (original positions, attention factor) in read_longrope
+    auto factors = [&](const char* key) {
+      const json* v = params->contains(key) ? &(*params)[key] : nullptr;
+      if (v == nullptr || !v->is_array() || v->empty() || v->size() > 1024)
+        throw Error(what + ": longrope's '" + key + "' is not a list of numbers");
+      std::vector<double> out;
+      for (const json& x : *v) {
+        if (!x.is_number() || !(x.get<double>() > 0.0 && x.get<double>() < 1e9))
+          throw Error(what + ": longrope's '" + key + "' holds a value that is not a positive number");
+        out.push_back(x.get<double>());
+      }
+      return out;
+    };
+    r.short_factor = factors("short_factor");
+    r.long_factor = factors("long_factor");
+    r.factor = f.number("factor", 0.0, 0.0, 1e6);  // 0: max_position_embeddings / original
+    r.attention_factor = f.number("attention_factor", 0.0, 0.0, 1e3);  // 0: from the factor
+    r.original_max_positions = f.integer_or("original_max_position_embeddings", 0, 1, 1 << 24);
+    return r;
+  }
   if (r.type == "linear") {
     r.factor = f.number("factor", 1.0, 1e-3, 1e6);
     return r;
   }
   if (r.type != "llama3")
-    throw Error(what + ": rope type '" + r.type + "' is not supported (default, linear, llama3)");
+    throw Error(what + ": rope type '" + r.type + "' is not supported (default, linear, llama3, longrope)");
   r.factor = f.number("factor", 8.0, 1e-3, 1e6);
   r.low_freq_factor = f.number("low_freq_factor", 1.0, 1e-6, 1e6);
   r.high_freq_factor = f.number("high_freq_factor", 4.0, 1e-6, 1e6);
@@ -137,6 +158,27 @@ void read_gemma(const json& j, const std::string& what, int version, DecoderConf
   for (int64_t l = 0; l < c.layers; ++l) c.sliding.push_back((l + 1) % pattern != 0);
 }
 
+// longrope's fields beyond its factors, as transformers' _compute_longrope_parameters reads them: the
+// original context (in the rope parameters or, as Phi-3's configs have it, at the top level), the factor
+// (absent: max_position_embeddings / original) and the attention factor (absent: sqrt(1 + ln(factor) /
+// ln(original)), 1 when the factor is at most 1); a factor per rotated frequency.
+void read_longrope(const json& j, const std::string& what, DecoderConfig& c) {
+  RopeConfig& r = c.rope;
+  if (r.original_max_positions == 0)
+    r.original_max_positions = Fields{j, what}.integer("original_max_position_embeddings", 1, 1 << 24);
+  if (r.factor == 0.0)
+    r.factor = static_cast<double>(c.max_positions) / static_cast<double>(r.original_max_positions);
+  if (r.attention_factor == 0.0)
+    r.attention_factor =
+        r.factor <= 1.0
+            ? 1.0
+            : std::sqrt(1.0 + std::log(r.factor) / std::log(static_cast<double>(r.original_max_positions)));
+  const size_t freqs = static_cast<size_t>((c.rotary_dim > 0 ? c.rotary_dim : c.head_dim) / 2);
+  if (r.short_factor.size() != freqs || r.long_factor.size() != freqs)
+    throw Error(what + ": longrope's short_factor and long_factor must have " + std::to_string(freqs) +
+                " values (one per rotated frequency)");
+}
+
 // Which Linears carry a bias (Gemm::bias).
 struct Biases {
   bool qkv = false, o = false, mlp = false;
@@ -187,11 +229,18 @@ DecoderConfig read_decoder_config(const json& j, const std::string& what, Biases
   else
     c.rope = read_rope(j, what);
   c.sliding_rope = arch->gemma == 3 && c.sliding_window > 0;
-  // RoPE over part of each head (Phi-4-mini's partial_rotary_factor 0.75) is not built.
+  // RoPE over the first int(head_dim * partial_rotary_factor) dims of each head (Phi-4-mini's 0.75), the
+  // factor at the top level or among the rope parameters.
   for (const json* o : {&j, non_null(j, "rope_parameters"), non_null(j, "rope_scaling")})
-    if (o != nullptr && o->is_object() && non_null(*o, "partial_rotary_factor") &&
-        Fields{*o, what}.number("partial_rotary_factor", 1.0, 0.0, 1.0) != 1.0)
-      throw Error(what + ": partial_rotary_factor below 1 (RoPE over part of a head) is not supported");
+    if (o != nullptr && o->is_object() && non_null(*o, "partial_rotary_factor")) {
+      const double p = Fields{*o, what}.number("partial_rotary_factor", 1.0, 0.0, 1.0);
+      const auto dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * p);
+      if (dim < 2 || dim % 2 != 0)
+        throw Error(what + ": partial_rotary_factor gives " + std::to_string(dim) +
+                    " rotated dims of a head (must be even and at least 2)");
+      c.rotary_dim = dim == c.head_dim ? 0 : dim;
+    }
+  if (c.rope.type == "longrope") read_longrope(j, what, c);
   return c;
 }
 

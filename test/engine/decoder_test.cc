@@ -68,28 +68,31 @@ TEST(DecoderOps, SwigluMatchesReference) {
 TEST(DecoderOps, RopeMatchesReference) {
   SPARSE24_SEED_TRACE();
   auto g = rng(3);
+  // Every head dim rotated, or its first rd only (partial_rotary_factor; the rest left as it is).
   for (const char* type : {"default", "llama3"})
     for (int64_t d : {2, 8, 64})
-      for (int64_t n : {1, 3, 7}) {
-        RopeConfig rc;
-        rc.theta = 100000;
-        rc.type = type;
-        rc.factor = 8;
-        rc.original_max_positions = 64;
-        const int64_t heads = 3, pos0 = 5;
-        const std::vector<float> inv = detail::rope_inv_freq(rc, d);
-        const std::vector<float> table = detail::rope_table(inv, pos0 + n);
-        std::vector<float> x = random_floats(g, heads * d * n);
-        const std::vector<float> x0 = x;
-        detail::rope(x.data(), heads, d, n, pos0, table.data());
-        for (int64_t h = 0; h < heads; ++h)
-          for (int64_t j = 0; j < n; ++j) {
-            std::vector<double> v(d);
-            for (int64_t c = 0; c < d; ++c) v[c] = x0[(h * d + c) * n + j];
-            ref_rope(v.data(), d, pos0 + j, inv);
-            for (int64_t c = 0; c < d; ++c) ASSERT_NEAR(x[(h * d + c) * n + j], v[c], 2e-6) << type << d;
-          }
-      }
+      for (int64_t rd : {d, d / 2 + d / 2 % 2})
+        for (int64_t n : {1, 3, 7}) {
+          RopeConfig rc;
+          rc.theta = 100000;
+          rc.type = type;
+          rc.factor = 8;
+          rc.original_max_positions = 64;
+          const int64_t heads = 3, pos0 = 5;
+          const std::vector<float> inv = detail::rope_inv_freq(rc, rd);
+          const std::vector<float> table = detail::rope_table(inv, pos0 + n);
+          std::vector<float> x = random_floats(g, heads * d * n);
+          const std::vector<float> x0 = x;
+          detail::rope(x.data(), heads, d, n, pos0, table.data(), rd);
+          for (int64_t h = 0; h < heads; ++h)
+            for (int64_t j = 0; j < n; ++j) {
+              std::vector<double> v(d);
+              for (int64_t c = 0; c < d; ++c) v[c] = x0[(h * d + c) * n + j];
+              ref_rope(v.data(), rd, pos0 + j, inv);
+              for (int64_t c = 0; c < d; ++c)
+                ASSERT_NEAR(x[(h * d + c) * n + j], v[c], 2e-6) << type << " d=" << d << " rd=" << rd;
+            }
+        }
 }
 
 TEST(DecoderOps, RopeFrequencies) {
@@ -102,12 +105,30 @@ TEST(DecoderOps, RopeFrequencies) {
   rc.factor = 8;
   rc.original_max_positions = 8192;
   const std::vector<float> scaled = detail::rope_inv_freq(rc, 128);
-  const std::vector<float> plain = detail::rope_inv_freq(RopeConfig{10000, "default"}, 128);
+  RopeConfig base;
+  base.theta = 10000;
+  const std::vector<float> plain = detail::rope_inv_freq(base, 128);
   EXPECT_FLOAT_EQ(scaled[0], plain[0]);
   EXPECT_NEAR(scaled[63], plain[63] / 8, 1e-12);
   rc.type = "linear";  // Gemma 3's larger models: every frequency divided by the factor
   const std::vector<float> linear = detail::rope_inv_freq(rc, 128);
   for (int i = 0; i < 64; ++i) EXPECT_FLOAT_EQ(linear[i], plain[i] / 8);
+  // longrope (Phi-3): each frequency divided by its own factor, the short or the long ones.
+  rc.type = "longrope";
+  for (int i = 0; i < 3; ++i) {
+    rc.short_factor.push_back(1.0 + i);
+    rc.long_factor.push_back(10.0 + i);
+  }
+  const std::vector<float> shorter = detail::rope_inv_freq(rc, 6),
+                           longer = detail::rope_inv_freq(rc, 6, true);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_NEAR(shorter[i], std::pow(10000.0, -2.0 * i / 6) / (1.0 + i), 1e-6);
+    EXPECT_NEAR(longer[i], std::pow(10000.0, -2.0 * i / 6) / (10.0 + i), 1e-7);
+  }
+  EXPECT_THROW(detail::rope_inv_freq(rc, 8), Error);                      // 3 factors for 4 frequencies
+  const std::vector<float> table = detail::rope_table(shorter, 5, 1.5f);  // cos and sin scaled
+  EXPECT_NEAR(table[(4 * 3 + 1) * 2], 1.5 * std::cos(4.0 * shorter[1]), 1e-6);
+  EXPECT_NEAR(table[(4 * 3 + 1) * 2 + 1], 1.5 * std::sin(4.0 * shorter[1]), 1e-6);
   rc.type = "yarn";
   EXPECT_THROW(detail::rope_inv_freq(rc, 8), Error);
 }
@@ -422,6 +443,51 @@ TEST(Decoder, IncrementalDecodingEqualsFullRecomputation) {
   }
 }
 
+// Phi-3's longrope over part of each head (Phi-4-mini's partial_rotary_factor): the short factors while the
+// sequence holds at most original_max_positions tokens, the long ones for all of it beyond (transformers
+// picks them by the sequence's length), cos and sin scaled. In one pass, and token by token across the switch
+// (the cache's keys rotated again) and back (rewound below it).
+TEST(Decoder, LongRopeOverPartOfEachHead) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(35);
+  Tiny t;
+  t.d = 8;
+  DecoderModel m = tiny_model(g, t);
+  DecoderConfig& c = m.config;
+  c.rotary_dim = 6;  // 3 frequencies per head, 2 dims left as they are
+  c.rope.type = "longrope";
+  c.rope.short_factor = {1.0, 1.5, 2.0};
+  c.rope.long_factor = {4.0, 9.0, 20.0};
+  c.rope.original_max_positions = 7;
+  c.rope.attention_factor = 1.2;
+  const std::vector<int32_t> ids = random_ids(g, 13, t.vocab);
+  auto expect_last = [&](const std::vector<float>& got, int64_t len) {
+    const std::vector<double> ref = ref_forward(m, std::vector<int32_t>(ids.begin(), ids.begin() + len));
+    for (int64_t v = 0; v < t.vocab; ++v) ASSERT_NEAR(got[v], ref[(len - 1) * t.vocab + v], 2e-4) << len;
+  };
+  for (int threads : {1, 2}) {
+    DecoderOptions o;
+    o.max_context = 32;
+    o.threads = threads;
+    Decoder dec(m, o);
+    std::vector<float> last(t.vocab);
+    for (int64_t len : {5, 7, 8, 13}) {
+      dec.reset();
+      dec.forward(ids.data(), len, last.data());
+      expect_last(last, len);
+    }
+    dec.reset();
+    dec.forward(ids.data(), 3, last.data());
+    for (int64_t j = 3; j < 13; ++j) {
+      dec.forward(&ids[j], 1, last.data());
+      expect_last(last, j + 1);
+    }
+    dec.rewind(5);
+    dec.forward(&ids[5], 1, last.data());
+    expect_last(last, 6);
+  }
+}
+
 // Perplexity: whole windows only, every token but a window's first scored from the reference's logits.
 TEST(Decoder, PerplexityMatchesReference) {
   SPARSE24_SEED_TRACE();
@@ -607,13 +673,21 @@ TEST_F(HfDecoderDir, OneLineErrors) {
   write(m, c);
   EXPECT_NE(load_error().find("hidden_act"), std::string::npos) << load_error();
   c = config();
-  c["rope_parameters"]["partial_rotary_factor"] = 0.75;  // Phi-4-mini's
+  c["rope_parameters"]["partial_rotary_factor"] = 0.75;  // 3 of head_dim 4
   write(m, c);
-  EXPECT_NE(load_error().find("partial_rotary_factor below 1"), std::string::npos) << load_error();
+  EXPECT_NE(load_error().find("partial_rotary_factor gives 3 rotated dims"), std::string::npos)
+      << load_error();
   c["rope_parameters"]["partial_rotary_factor"] = 1.0;
   c["rope_parameters"]["rope_type"] = "longrope";  // the 128k Phi-3s
   write(m, c);
-  EXPECT_NE(load_error().find("rope type 'longrope'"), std::string::npos) << load_error();
+  EXPECT_NE(load_error().find("longrope's 'short_factor' is not a list"), std::string::npos) << load_error();
+  c["rope_parameters"]["short_factor"] = {1.0, 2.0, 3.0};
+  c["rope_parameters"]["long_factor"] = {1.0, 2.0, 3.0};
+  write(m, c);
+  EXPECT_NE(load_error().find("original_max_position_embeddings"), std::string::npos) << load_error();
+  c["original_max_position_embeddings"] = 16;
+  write(m, c);
+  EXPECT_NE(load_error().find("must have 2 values"), std::string::npos) << load_error();
   write(m, config(), /*drop_one=*/true);
   EXPECT_NE(load_error().find("missing tensor 'model.norm.weight'"), std::string::npos) << load_error();
   write(m, config(), false, /*extra=*/true);

@@ -38,11 +38,12 @@ inline std::vector<double> ref_rms(const std::vector<double>& x, const std::vect
   return y;
 }
 
-// rotate_half: x' = x * cos + rotate_half(x) * sin, rotate_half(x) = (-x2, x1).
-inline void ref_rope(double* v, int64_t d, int64_t pos, const std::vector<float>& inv) {
+// rotate_half over the first d dims: x' = x * cos + rotate_half(x) * sin, rotate_half(x) = (-x2, x1); cos
+// and sin times `scale` (longrope's attention factor).
+inline void ref_rope(double* v, int64_t d, int64_t pos, const std::vector<float>& inv, double scale = 1) {
   const int64_t half = d / 2;
   for (int64_t i = 0; i < half; ++i) {
-    const double a = static_cast<double>(pos) * inv[i], c = std::cos(a), s = std::sin(a);
+    const double a = static_cast<double>(pos) * inv[i], c = std::cos(a) * scale, s = std::sin(a) * scale;
     const double x1 = v[i], x2 = v[i + half];
     v[i] = x1 * c - x2 * s;
     v[i + half] = x2 * c + x1 * s;
@@ -165,8 +166,12 @@ inline std::vector<double> ref_forward(const DecoderModel& m, const std::vector<
                                        const RefHook& hook = {}) {
   const DecoderConfig& c = m.config;
   const int64_t n = static_cast<int64_t>(ids.size()), H = c.hidden, d = c.head_dim;
-  const std::vector<float> inv = detail::rope_inv_freq(c.rope, d);
-  const std::vector<float> inv_sliding = detail::rope_inv_freq(c.rope_sliding, d);
+  // RoPE over the first rd dims of a head; longrope's long factors for a sequence longer than its original
+  // context (transformers picks them by the sequence's length).
+  const int64_t rd = c.rotary_dim > 0 ? c.rotary_dim : d;
+  const bool long_rope = c.rope.type == "longrope" && n > c.rope.original_max_positions;
+  const std::vector<float> inv = detail::rope_inv_freq(c.rope, rd, long_rope);
+  const std::vector<float> inv_sliding = detail::rope_inv_freq(c.rope_sliding, rd);
   std::vector<std::vector<double>> h(n, std::vector<double>(H));
   for (int64_t j = 0; j < n; ++j)
     for (int64_t r = 0; r < H; ++r) h[j][r] = m.embed[ids[j] * H + r] * static_cast<double>(c.embed_scale);
@@ -199,7 +204,10 @@ inline std::vector<double> ref_forward(const DecoderModel& m, const std::vector<
           const std::vector<double> normed = ref_rms(head, hd < c.heads ? L.q_norm : L.k_norm, c.eps);
           std::copy(normed.begin(), normed.end(), y.begin() + hd * d);
         }
-        ref_rope(y.data() + hd * d, d, j, sliding && c.sliding_rope ? inv_sliding : inv);
+        if (sliding && c.sliding_rope)
+          ref_rope(y.data() + hd * d, rd, j, inv_sliding);
+        else
+          ref_rope(y.data() + hd * d, rd, j, inv, c.rope.attention_factor);
       }
       for (int64_t r = 0; r < rows; ++r) qkv[r * n + j] = static_cast<float>(y[r]);
     }
