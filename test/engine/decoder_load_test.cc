@@ -1,0 +1,496 @@
+// The decoder loaders (decoder.h): Hugging Face directories of each architecture and GGUF files as llama.cpp
+// writes them load to the model written (its logits against the double reference, tiny_decoder.h), convert
+// to directories, and refuse what they do not support with one-line errors. The forward pass itself:
+// decoder_test.cc.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+
+#include "../common/seed.h"
+#include "sparse24/compressed.h"
+#include "sparse24/decoder.h"
+#include "sparse24/dtype.h"
+#include "sparse24/error.h"
+#include "sparse24/gguf.h"
+#include "sparse24/io.h"
+#include "text/bpe.h"
+#include "tiny_decoder.h"
+
+namespace sparse24::engine {
+namespace {
+TEST_F(HfDecoderDir, LoadsWhatItWrote) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(7);
+  const DecoderModel m = tiny_model(g, t_);
+  write(m, config());
+  EXPECT_TRUE(is_hf_decoder(dir_.string()));
+  const DecoderModel back = load_hf_decoder(dir_.string());
+  EXPECT_EQ(back.config.kv_heads, t_.kv);
+  EXPECT_EQ(back.config.rope.theta, 100000.0);
+  const std::vector<int32_t> ids = random_ids(g, 9, t_.vocab);
+  const std::vector<double> ref = ref_forward(m, ids);
+  expect_logits_match(back, ids, ref);
+}
+
+// Each architecture's directory (transformers' names and config fields) loads to the model written: Qwen2
+// (Q, K, V biases), Qwen3 (per-head Q/K norms), Mistral (a sliding window of 4 positions over 9 tokens),
+// Llama with attention_bias and mlp_bias, Phi-3 (Q, K, V in one tensor and gate, up in another; a window).
+TEST_F(HfDecoderDir, ArchitecturesLoadWhatTheyWrote) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(32);
+  for (const std::string type : {"qwen2", "qwen3", "mistral", "llama", "phi3"}) {
+    t_.biases = type == "qwen2" || type == "llama";
+    t_.qk_norm = type == "qwen3";
+    t_.window = type == "mistral" || type == "phi3" ? 4 : 0;
+    t_.fused = type == "phi3";
+    DecoderModel m = tiny_model(g, t_);
+    json c = config();
+    c["model_type"] = type;
+    if (type == "qwen2")  // Qwen2: Q, K and V only
+      for (DecoderLayer& L : m.layers)
+        for (Gemm* gm : {&L.o, &L.gate_up, &L.down}) gm->bias.clear();
+    if (type == "llama") c["attention_bias"] = c["mlp_bias"] = true;
+    if (type == "mistral" || type == "phi3") c["sliding_window"] = 4;
+    if (type == "qwen2") c["sliding_window"] = 8;  // not used without use_sliding_window
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    write(m, c);
+    EXPECT_TRUE(is_hf_decoder(dir_.string())) << type;
+    const DecoderModel back = load_hf_decoder(dir_.string());
+    EXPECT_EQ(back.config.model_type, type);
+    EXPECT_EQ(back.config.qk_norm, type == "qwen3");
+    EXPECT_EQ(back.config.sliding_window, t_.window) << type;
+    EXPECT_EQ(Decoder(back, {}).capacity(), 64) << type;  // a window does not cap the context
+    const std::vector<int32_t> ids = random_ids(g, 9, t_.vocab);
+    SCOPED_TRACE(type);
+    expect_logits_match(back, ids, ref_forward(m, ids));
+    if (type == "qwen2") {  // its biases are not optional, nor are Qwen3's norms
+      std::filesystem::remove(dir_ / "model.safetensors");
+      for (DecoderLayer& L : m.layers) L.qkv.bias.clear();
+      write(m, c);
+      EXPECT_NE(load_error().find("missing tensor 'model.layers.0.self_attn.q_proj.bias'"), std::string::npos)
+          << load_error();
+    }
+  }
+  t_ = Tiny();
+}
+
+// Gemma 2 and 3 (Gemma2ForCausalLM's and Gemma3ForCausalLM's names and config fields; norms stored as
+// w - 1): the config in transformers 5's form (layer_types, Gemma 3's per-layer-type rope_parameters) and in
+// the Hub's older one (Gemma 3's sliding_window_pattern, rope_theta and rope_local_base_freq; Gemma 2's
+// every other layer sliding) load to the model written; transformers' defaults for absent fields; refusals.
+TEST_F(HfDecoderDir, GemmaLoadsWhatItWrote) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(33);
+  for (int version : {2, 3}) {
+    SCOPED_TRACE(version);
+    t_ = Tiny();
+    t_.gemma = version;
+    t_.window = 3;
+    const DecoderModel m = tiny_model(g, t_);
+    const json now = gemma_config();
+    json old = now;
+    old.erase("layer_types");
+    if (version == 3) {
+      old.erase("rope_parameters");
+      old["sliding_window_pattern"] = 2;
+      old["rope_theta"] = 100000.0;
+      old["rope_local_base_freq"] = 50.0;
+      old["rope_scaling"] = nullptr;
+    }
+    const std::vector<int32_t> ids = random_ids(g, 11, t_.vocab);
+    const std::vector<double> ref = ref_forward(m, ids);
+    for (const json& cfg : {now, old}) {
+      std::filesystem::remove_all(dir_);
+      std::filesystem::create_directories(dir_);
+      write(m, cfg);
+      const DecoderModel back = load_hf_decoder(dir_.string());
+      EXPECT_TRUE(back.config.tied && back.config.gelu && back.config.sandwich_norms);
+      EXPECT_EQ(back.config.sliding_rope, version == 3);
+      EXPECT_EQ(back.config.qk_norm, version == 3);
+      EXPECT_EQ(back.config.sliding, (std::vector<bool>{true, false}));
+      EXPECT_EQ(back.config.attn_scale, 0.25f);
+      EXPECT_EQ(back.config.final_softcap, 3.0f);
+      EXPECT_EQ(back.config.attn_softcap, version == 2 ? 1.5f : 0.0f);
+      if (version == 3) {
+        EXPECT_EQ(back.config.rope_sliding.theta, 50.0);
+      }
+      expect_logits_match(back, ids, ref);
+    }
+    // Absent fields take transformers' defaults: a window of 4096, Gemma 2's soft caps 50 and 30.
+    json bare = now;
+    for (const char* field :
+         {"sliding_window", "layer_types", "attn_logit_softcapping", "final_logit_softcapping"})
+      bare.erase(field);
+    std::filesystem::remove(dir_ / "config.json");
+    std::ofstream(dir_ / "config.json") << bare.dump();
+    const DecoderConfig c = load_hf_decoder(dir_.string()).config;
+    EXPECT_EQ(c.sliding_window, 4096);
+    EXPECT_EQ(c.attn_softcap, version == 2 ? 50.0f : 0.0f);
+    EXPECT_EQ(c.final_softcap, version == 2 ? 30.0f : 0.0f);
+    auto refused = [&](const std::function<void(json&)>& change, const std::string& phrase) {
+      json cfg = now;
+      change(cfg);
+      std::filesystem::remove(dir_ / "config.json");
+      std::ofstream(dir_ / "config.json") << cfg.dump();
+      EXPECT_NE(load_error().find(phrase), std::string::npos) << load_error();
+    };
+    refused([](json& j) { j["attn_logit_softcapping"] = -1.0; }, "attn_logit_softcapping");
+    refused([](json& j) { j["hidden_activation"] = "gelu"; }, "hidden_activation 'gelu' is not supported");
+    refused([](json& j) { j["layer_types"] = {"full_attention"}; }, "'layer_types' is not a list");
+    refused([](json& j) { j["layer_types"][0] = "chunked_attention"; }, "a layer type is not");
+    refused([](json& j) { j["use_bidirectional_attention"] = true; }, "use_bidirectional_attention");
+  }
+  t_ = Tiny();
+}
+
+TEST_F(HfDecoderDir, OneLineErrors) {
+  auto g = rng(8);
+  const DecoderModel m = tiny_model(g, t_);
+  json c = config();
+  c["model_type"] = "gpt2";
+  write(m, c);
+  EXPECT_NE(load_error().find("model_type 'gpt2'"), std::string::npos) << load_error();
+  EXPECT_FALSE(is_hf_decoder(dir_.string()));
+  c = config();
+  c["rope_parameters"]["rope_type"] = "yarn";
+  write(m, c);
+  EXPECT_NE(load_error().find("rope type 'yarn'"), std::string::npos) << load_error();
+  c = config();
+  c["num_key_value_heads"] = 4;
+  write(m, c);
+  EXPECT_NE(load_error().find("num_key_value_heads"), std::string::npos) << load_error();
+  c = config();
+  c["hidden_act"] = "gelu";
+  write(m, c);
+  EXPECT_NE(load_error().find("hidden_act"), std::string::npos) << load_error();
+  c = config();
+  c["rope_parameters"]["partial_rotary_factor"] = 0.75;  // 3 of head_dim 4
+  write(m, c);
+  EXPECT_NE(load_error().find("partial_rotary_factor gives 3 rotated dims"), std::string::npos)
+      << load_error();
+  c["rope_parameters"]["partial_rotary_factor"] = 1.0;
+  c["rope_parameters"]["rope_type"] = "longrope";  // the 128k Phi-3s
+  write(m, c);
+  EXPECT_NE(load_error().find("longrope's 'short_factor' is not a list"), std::string::npos) << load_error();
+  c["rope_parameters"]["short_factor"] = {1.0, 2.0, 3.0};
+  c["rope_parameters"]["long_factor"] = {1.0, 2.0, 3.0};
+  write(m, c);
+  EXPECT_NE(load_error().find("original_max_position_embeddings"), std::string::npos) << load_error();
+  c["original_max_position_embeddings"] = 16;
+  write(m, c);
+  EXPECT_NE(load_error().find("must have 2 values"), std::string::npos) << load_error();
+  write(m, config(), /*drop_one=*/true);
+  EXPECT_NE(load_error().find("missing tensor 'model.norm.weight'"), std::string::npos) << load_error();
+  write(m, config(), false, /*extra=*/true);
+  EXPECT_NE(load_error().find("'model.unexpected.weight' is not used"), std::string::npos) << load_error();
+  c = config();
+  c["hidden_size"] = 25;
+  write(m, c);
+  EXPECT_NE(load_error().find("model.embed_tokens.weight"), std::string::npos) << load_error();
+  for (const std::string& e : {load_error()}) EXPECT_EQ(e.find('\n'), std::string::npos);
+}
+
+// ---- GGUF -----------------------------------------------------------------------------------------------
+
+// The tiny model as llama.cpp writes it: its tensor names, F32, Q's and K's rows in its RoPE order.
+struct GgufWriter {
+  std::vector<std::vector<uint8_t>> storage;
+  Gguf g;
+  void add(const std::string& name, const std::vector<float>& v, std::vector<int64_t> shape) {
+    storage.emplace_back(v.size() * sizeof(float));
+    std::memcpy(storage.back().data(), v.data(), storage.back().size());
+    GgufTensor t;
+    t.name = name;
+    t.shape = std::move(shape);
+    t.type = static_cast<uint32_t>(GgmlType::kF32);
+    t.bytes = storage.back();
+    g.tensors.push_back(t);
+  }
+};
+
+// transformers' rotate_half rows -> llama.cpp's: file row 2i + s of a head is row s * d/2 + i.
+std::vector<float> permute_for_gguf(const std::vector<float>& w, int64_t heads, int64_t d, int64_t cols) {
+  std::vector<float> out(w.size());
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < d / 2; ++i)
+      for (int64_t s = 0; s < 2; ++s)
+        for (int64_t c = 0; c < cols; ++c)
+          out[(h * d + 2 * i + s) * cols + c] = w[(h * d + s * d / 2 + i) * cols + c];
+  return out;
+}
+
+// arch: "llama" (Q's and K's rows in llama.cpp's RoPE order), "qwen2", "qwen3", "gemma2" or "gemma3" (NEOX
+// RoPE: as they are).
+Gguf tiny_gguf(const DecoderModel& m, const Tiny& t, GgufWriter& w, bool untied = false,
+               const std::string& arch = "llama") {
+  const std::string a = arch + ".";
+  w.g.metadata = {{"general.architecture", GgufValue::of_string(arch)},
+                  {a + "block_count", GgufValue::of_int(GgufType::kU32, t.layers)},
+                  {a + "context_length", GgufValue::of_int(GgufType::kU32, 64)},
+                  {a + "embedding_length", GgufValue::of_int(GgufType::kU32, t.hidden)},
+                  {a + "feed_forward_length", GgufValue::of_int(GgufType::kU32, t.ffn)},
+                  {a + "attention.head_count", GgufValue::of_int(GgufType::kU32, t.heads)},
+                  {a + "attention.head_count_kv", GgufValue::of_int(GgufType::kU32, t.kv)},
+                  {a + "attention.key_length", GgufValue::of_int(GgufType::kU32, t.d)},
+                  {a + "rope.dimension_count", GgufValue::of_int(GgufType::kU32, t.d)},
+                  {a + "rope.freq_base", GgufValue::of_float(GgufType::kF32, 100000.0)},
+                  {a + "attention.layer_norm_rms_epsilon", GgufValue::of_float(GgufType::kF32, 1e-5)}};
+  // llama.cpp's Gemma keys (its norms are stored as 1 + w, which m holds; Gemma 2's layers slide in turn).
+  if (t.gemma != 0) {
+    w.g.metadata.push_back({a + "attention.sliding_window", GgufValue::of_int(GgufType::kU32, t.window)});
+    w.g.metadata.push_back(
+        {a + "final_logit_softcapping", GgufValue::of_float(GgufType::kF32, m.config.final_softcap)});
+  }
+  if (t.gemma == 2)
+    w.g.metadata.push_back(
+        {a + "attn_logit_softcapping", GgufValue::of_float(GgufType::kF32, m.config.attn_softcap)});
+  if (t.gemma == 3) {
+    std::vector<int64_t> sliding;
+    for (bool s : m.config.sliding) sliding.push_back(s);
+    w.g.metadata.push_back(
+        {a + "attention.sliding_window_pattern", GgufValue::of_ints(GgufType::kBool, sliding)});
+    w.g.metadata.push_back(
+        {a + "rope.freq_base_swa", GgufValue::of_float(GgufType::kF32, m.config.rope_sliding.theta)});
+  }
+  const bool permute = arch == "llama";
+  const int64_t H = t.hidden, q = t.heads * t.d, kv = t.kv * t.d;
+  w.add("token_embd.weight", m.embed, {t.vocab, H});
+  w.add("output_norm.weight", m.norm, {H});
+  if (untied) w.add("output.weight", m.embed, {t.vocab, H});
+  for (int64_t l = 0; l < t.layers; ++l) {
+    const DecoderLayer& L = m.layers[l];
+    const std::string p = "blk." + std::to_string(l) + ".";
+    const std::vector<float> qkv = weights_of(L.qkv), gu = weights_of(L.gate_up);
+    auto rows = [&](const std::vector<float>& v, int64_t from, int64_t count) {
+      return std::vector<float>(v.begin() + from * H, v.begin() + (from + count) * H);
+    };
+    w.add(p + "attn_norm.weight", L.attn_norm, {H});
+    w.add(p + "ffn_norm.weight", L.ffn_norm, {H});
+    if (t.gemma != 0) {
+      w.add(p + "post_attention_norm.weight", L.attn_out_norm, {H});
+      w.add(p + "post_ffw_norm.weight", L.ffn_out_norm, {H});
+    }
+    auto rope_rows = [&](const std::vector<float>& v, int64_t heads, int64_t cols) {
+      return permute ? permute_for_gguf(v, heads, t.d, cols) : v;
+    };
+    w.add(p + "attn_q.weight", rope_rows(rows(qkv, 0, q), t.heads, H), {q, H});
+    w.add(p + "attn_k.weight", rope_rows(rows(qkv, q, kv), t.kv, H), {kv, H});
+    w.add(p + "attn_v.weight", rows(qkv, q + kv, kv), {kv, H});
+    w.add(p + "attn_output.weight", weights_of(L.o), {H, q});
+    w.add(p + "ffn_gate.weight", rows(gu, 0, t.ffn), {t.ffn, H});
+    w.add(p + "ffn_up.weight", rows(gu, t.ffn, t.ffn), {t.ffn, H});
+    w.add(p + "ffn_down.weight", weights_of(L.down), {H, t.ffn});
+    if (!L.q_norm.empty()) {
+      w.add(p + "attn_q_norm.weight", L.q_norm, {t.d});
+      w.add(p + "attn_k_norm.weight", L.k_norm, {t.d});
+    }
+    auto bias = [&](const std::string& name, const Gemm& gm, int64_t from, int64_t count, int64_t heads) {
+      if (gm.bias.empty()) return;
+      const std::vector<float> b(gm.bias.begin() + from, gm.bias.begin() + from + count);
+      w.add(p + name + ".bias", heads > 0 ? rope_rows(b, heads, 1) : b, {count});
+    };
+    bias("attn_q", L.qkv, 0, q, t.heads);
+    bias("attn_k", L.qkv, q, kv, t.kv);
+    bias("attn_v", L.qkv, q + kv, kv, 0);
+    bias("attn_output", L.o, 0, H, 0);
+    bias("ffn_gate", L.gate_up, 0, t.ffn, 0);
+    bias("ffn_up", L.gate_up, t.ffn, t.ffn, 0);
+    bias("ffn_down", L.down, 0, H, 0);
+  }
+  return w.g;
+}
+
+TEST(GgufDecoder, LoadsWhatLlamaCppWrites) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(21);
+  const Tiny t;
+  const DecoderModel m = tiny_model(g, t);
+  const std::vector<int32_t> ids = random_ids(g, 9, t.vocab);
+  const std::vector<double> ref = ref_forward(m, ids);
+  for (bool untied : {false, true}) {
+    GgufWriter w;
+    const Gguf file = tiny_gguf(m, t, w, untied);
+    // Through the bytes, as from a file.
+    const std::vector<uint8_t> bytes = encode_gguf(file);
+    const DecoderModel back =
+        load_gguf_decoder(parse_gguf(bytes.data(), bytes.size(), "tiny.gguf"), "tiny.gguf");
+    EXPECT_EQ(back.config.tied, !untied);
+    EXPECT_EQ(back.config.kv_heads, t.kv);
+    EXPECT_EQ(back.config.rope.theta, 100000.0);
+    EXPECT_EQ(weights_of(back.layers[1].qkv), weights_of(m.layers[1].qkv));  // the RoPE order undone
+    expect_logits_match(back, ids, ref);
+  }
+}
+
+// A tokenizer in the GGUF metadata: byte-level BPE over single letters with one merge, a CONTROL token that
+// the post-processor puts first.
+void add_tiny_tokenizer(Gguf& f, int64_t vocab) {
+  std::vector<std::string> tokens = {"<|s|>"};
+  std::vector<int64_t> types = {3};
+  for (int64_t i = 1; i + 1 < vocab; ++i) {
+    tokens.push_back(std::string(1, static_cast<char>('A' + i - 1)));
+    types.push_back(1);
+  }
+  tokens.push_back("AB");
+  types.push_back(1);
+  f.metadata.emplace_back("tokenizer.ggml.model", GgufValue::of_string("gpt2"));
+  f.metadata.emplace_back("tokenizer.ggml.pre", GgufValue::of_string("smollm"));
+  f.metadata.emplace_back("tokenizer.ggml.tokens", GgufValue::of_strings(tokens));
+  f.metadata.emplace_back("tokenizer.ggml.token_type", GgufValue::of_ints(GgufType::kI32, types));
+  f.metadata.emplace_back("tokenizer.ggml.merges", GgufValue::of_strings({"A B"}));
+  f.metadata.emplace_back("tokenizer.ggml.bos_token_id", GgufValue::of_int(GgufType::kU32, 0));
+  f.metadata.emplace_back("tokenizer.ggml.eos_token_id", GgufValue::of_int(GgufType::kU32, 1));
+  f.metadata.emplace_back("tokenizer.ggml.add_bos_token", GgufValue::of_int(GgufType::kBool, 1));
+}
+
+// `convert MODEL.gguf DIR` and prune-model on a GGUF: the directory loads to the same model (logits) and its
+// tokenizer.json to the same tokenizer (ids, specials); an existing output is refused.
+TEST_F(HfDecoderDir, GgufConvertsToAHuggingFaceDirectory) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(23);
+  const DecoderModel m = tiny_model(g, t_);
+  const std::vector<int32_t> ids = random_ids(g, 9, t_.vocab);
+  const std::vector<double> ref = ref_forward(m, ids);
+  for (bool untied : {false, true}) {
+    GgufWriter w;
+    Gguf file = tiny_gguf(m, t_, w, untied);
+    add_tiny_tokenizer(file, t_.vocab);
+    const std::string gguf = (dir_ / "tiny.gguf").string(),
+                      out = (dir_ / (untied ? "untied" : "tied")).string();
+    write_file_atomic(gguf, encode_gguf(file));
+    gguf_to_hf_dir(gguf, out);
+    const DecoderModel back = load_hf_decoder(out);
+    EXPECT_EQ(back.config.tied, !untied);
+    EXPECT_EQ(weights_of(back.layers[1].qkv), weights_of(m.layers[1].qkv));
+    expect_logits_match(back, ids, ref);
+    const text::ByteBpe want = text::ByteBpe::from_gguf(file, "tiny.gguf"),
+                        got = text::ByteBpe::from_dir(out);
+    for (const char* s : {"ABBA", "<|s|>AB CAB 12", "A\nB\tAAB", ""})
+      EXPECT_EQ(got.encode(s), want.encode(s)) << s;
+    EXPECT_EQ(got.encode("AB").front(), 0);  // the post-processor's BOS
+    EXPECT_EQ(got.bos_id(), 0);
+    EXPECT_EQ(got.eos_id(), 1);
+    EXPECT_EQ(got.vocab_size(), want.vocab_size());
+    try {
+      gguf_to_hf_dir(gguf, out);
+      ADD_FAILURE() << "an existing directory was overwritten";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("already exists"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// Qwen2 (Q, K, V biases) and Qwen3 (Q/K norms) as llama.cpp writes them (their RoPE rows as they are): the
+// model, and the Hugging Face directory gguf_to_hf_dir makes of the file.
+TEST_F(HfDecoderDir, GgufQwenAndGemmaFilesLoadAndConvert) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(33);
+  for (const std::string arch : {"qwen2", "qwen3", "gemma2", "gemma3"}) {
+    Tiny t;
+    t.biases = arch == "qwen2";
+    t.qk_norm = arch == "qwen3";
+    t.gemma = arch == "gemma2" ? 2 : arch == "gemma3" ? 3 : 0;
+    t.window = t.gemma != 0 ? 3 : 0;
+    t.layers = t.gemma != 0 ? 3 : t.layers;
+    DecoderModel m = tiny_model(g, t);
+    // llama.cpp scales Gemma's scores by 1/sqrt(head_dim) (query_pre_attn_scalar = head_dim but in the
+    // 27Bs).
+    if (t.gemma != 0) m.config.attn_scale = 1.0f / std::sqrt(static_cast<float>(t.d));
+    for (DecoderLayer& L : m.layers)
+      for (Gemm* gm : {&L.o, &L.gate_up, &L.down}) gm->bias.clear();
+    GgufWriter w;
+    Gguf file = tiny_gguf(m, t, w, false, arch);
+    const std::vector<int32_t> ids = random_ids(g, 9, t.vocab);
+    const std::vector<double> ref = ref_forward(m, ids);
+    SCOPED_TRACE(arch);
+    const DecoderModel back = load_gguf_decoder(file, "tiny.gguf");
+    const std::string type = arch == "gemma3" ? "gemma3_text" : arch;
+    EXPECT_EQ(back.config.model_type, type);
+    expect_logits_match(back, ids, ref);
+    add_tiny_tokenizer(file, t.vocab);
+    const std::string gguf = (dir_ / (arch + ".gguf")).string(), out = (dir_ / arch).string();
+    write_file_atomic(gguf, encode_gguf(file));
+    gguf_to_hf_dir(gguf, out);
+    const json config = json::parse(std::ifstream(out + "/config.json"));
+    EXPECT_EQ(config["model_type"], type);
+    EXPECT_EQ(config["architectures"][0], arch == "qwen2"    ? "Qwen2ForCausalLM"
+                                          : arch == "qwen3"  ? "Qwen3ForCausalLM"
+                                          : arch == "gemma2" ? "Gemma2ForCausalLM"
+                                                             : "Gemma3ForCausalLM");
+    expect_logits_match(load_hf_decoder(out), ids, ref);  // Gemma's norms written back as w - 1
+  }
+}
+
+TEST(GgufDecoder, OneLineErrors) {
+  auto g = rng(22);
+  const Tiny t;
+  const DecoderModel m = tiny_model(g, t);
+  auto error_of = [&](const std::function<void(Gguf&)>& edit) -> std::string {
+    GgufWriter w;
+    Gguf f = tiny_gguf(m, t, w);
+    edit(f);
+    try {
+      load_gguf_decoder(f, "tiny.gguf");
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
+      return e.what();
+    }
+    return "";
+  };
+  auto set = [](Gguf& f, const std::string& key, GgufValue v) {
+    for (auto& [k, old] : f.metadata)
+      if (k == key) {
+        old = std::move(v);
+        return;
+      }
+    f.metadata.emplace_back(key, std::move(v));
+  };
+  std::string e = error_of([&](Gguf& f) { set(f, "general.architecture", GgufValue::of_string("gpt2")); });
+  EXPECT_NE(e.find("architecture 'gpt2'"), std::string::npos) << e;
+  e = error_of([&](Gguf& f) { set(f, "llama.rope.scaling.type", GgufValue::of_string("yarn")); });
+  EXPECT_NE(e.find("rope scaling 'yarn'"), std::string::npos) << e;
+  e = error_of(
+      [&](Gguf& f) { set(f, "llama.attention.head_count_kv", GgufValue::of_int(GgufType::kU32, 4)); });
+  EXPECT_NE(e.find("num_key_value_heads"), std::string::npos) << e;
+  e = error_of([&](Gguf& f) { set(f, "llama.block_count", GgufValue::of_string("two")); });
+  EXPECT_NE(e.find("llama.block_count"), std::string::npos) << e;
+  e = error_of([&](Gguf& f) { set(f, "llama.rope.dimension_count", GgufValue::of_int(GgufType::kU32, 2)); });
+  EXPECT_NE(e.find("part of a head"), std::string::npos) << e;
+  e = error_of([&](Gguf& f) { f.tensors.erase(f.tensors.begin() + 1); });
+  EXPECT_NE(e.find("missing tensor 'output_norm.weight'"), std::string::npos) << e;
+  e = error_of([&](Gguf& f) { f.tensors.push_back(f.tensors[1]), f.tensors.back().name = "blk.9.extra"; });
+  EXPECT_NE(e.find("'blk.9.extra' is not used"), std::string::npos) << e;
+  e = error_of([&](Gguf& f) { f.tensors[1].shape = {t.hidden / 2, 2}; });
+  EXPECT_NE(e.find("'output_norm.weight' has shape [12, 2], expected [24]"), std::string::npos) << e;
+  e = error_of([&](Gguf& f) { f.tensors[0].type = static_cast<uint32_t>(GgmlType::kQ5_K); });
+  EXPECT_NE(e.find("Q5_K"), std::string::npos) << e;
+  EXPECT_NE(e.find("token_embd.weight"), std::string::npos) << e;
+  // A Gemma 3 file's layer count is bounded before its sliding-layer list is built (a fuzzer's input once
+  // asked for 2^40 entries).
+  Tiny gt;
+  gt.gemma = 3;
+  gt.window = 3;
+  const DecoderModel gm = tiny_model(g, gt);
+  GgufWriter gw;
+  Gguf gf = tiny_gguf(gm, gt, gw, false, "gemma3");
+  set(gf, "gemma3.block_count", GgufValue::of_int(GgufType::kU64, int64_t{1} << 40));
+  set(gf, "gemma3.attention.sliding_window_pattern", GgufValue::of_int(GgufType::kU32, 6));
+  try {
+    load_gguf_decoder(gf, "tiny.gguf");
+    ADD_FAILURE() << "a 2^40-layer Gemma 3 file loaded";
+  } catch (const Error& x) {
+    EXPECT_NE(std::string(x.what()).find("num_hidden_layers"), std::string::npos) << x.what();
+  }
+  std::vector<uint8_t> nan(t.hidden * sizeof(float), 0xff);
+  e = error_of([&](Gguf& f) { f.tensors[1].bytes = nan; });
+  EXPECT_NE(e.find("non-finite"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace sparse24::engine
