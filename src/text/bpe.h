@@ -4,8 +4,8 @@
 // GGUF metadata, as llama.cpp) for what it supports (docs/formats.md, "Byte-level BPE"):
 //   normalizer      null or NFC
 //   pre_tokenizer   ByteLevel (use_regex: the GPT-2 regex; add_prefix_space), or a Sequence of
-//                   Digits (individual_digits: true) then ByteLevel, or of Split (Llama 3's or Qwen2's
-//                   regex, Isolated) then ByteLevel (use_regex false)
+//                   Digits (individual_digits: true) then ByteLevel, or of Split (Llama 3's, Qwen2's or
+//                   GPT-4o's regex, Isolated) then ByteLevel (use_regex false)
 //   model           BPE without dropout, unk token, subword prefix/suffix or byte fallback (ignore_merges ok)
 //   post_processor  null, ByteLevel, or TemplateProcessing (its single-sequence template)
 //   decoder         ByteLevel (or null)
@@ -14,8 +14,8 @@
 // From GGUF metadata: tokenizer.ggml.model "gpt2" with tokens, merges, token_type (CONTROL and USER_DEFINED
 // tokens are the added tokens), tokenizer.ggml.pre "smollm" / "starcoder" / "refact" (digits one by one, then
 // the GPT-2 regex, as llama.cpp does), "gpt-2" (the regex alone), "llama-bpe" / "llama3" / "llama-v3" (Llama
-// 3's Split regex, ignore_merges) or "qwen2" / "deepseek-r1-qwen" (Qwen2's; no NFC, as llama.cpp does not
-// normalize), add_bos_token / add_eos_token (absent:
+// 3's Split regex, ignore_merges), "qwen2" / "deepseek-r1-qwen" (Qwen2's; no NFC, as llama.cpp does not
+// normalize) or "gpt-4o" (GPT-4o's, as HF matches it), add_bos_token / add_eos_token (absent:
 // false; add_space_prefix is ignored, as llama.cpp ignores it for gpt2 vocabularies). Anything else is
 // refused when loading, with one sparse24::Error line naming the file and the setting.
 //

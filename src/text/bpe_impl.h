@@ -81,8 +81,8 @@ struct ByteBpe::Impl {
   std::vector<int16_t> byte_of;  // SentencePiece-style: id -> the byte its <0xXX> token stands for, or -1
   std::vector<AddedToken> added;
   std::vector<std::vector<size_t>> added_by_first_byte = std::vector<std::vector<size_t>>(256);
-  enum class Regex { kGpt2, kLlama3, kQwen2 } regex = Regex::kGpt2;  // GPT-2's, or a Split's pattern
-  bool nfc = false;                                                  // the NFC normalizer
+  enum class Regex { kGpt2, kLlama3, kQwen2, kO200k } regex = Regex::kGpt2;  // GPT-2's, or a Split's pattern
+  bool nfc = false;                                                          // the NFC normalizer
   // SentencePiece-style BPE (Llama 2, Mistral, TinyLlama; GGUF tokenizer.ggml.model "llama"): no
   // byte-level alphabet; spaces become U+2581, the symbols are characters, a character without a token
   // falls back to its bytes' <0xXX> tokens. Where a U+2581 is put in front of a text piece (one between
@@ -211,6 +211,8 @@ struct ByteBpe::Impl {
       ranges.clear();
       if (regex == Regex::kGpt2)
         bpe_detail::gpt2_split(ch, 0, ch.size(), ranges);
+      else if (regex == Regex::kO200k)
+        bpe_detail::o200k_split(ch, 0, ch.size(), ranges);
       else
         bpe_detail::pattern_split(ch, 0, ch.size(), regex == Regex::kLlama3 ? 3 : 1, ranges);
       for (const auto& [a, b] : ranges)

@@ -29,7 +29,9 @@ void byte_level(const json& p, ByteBpe::Impl& m, const std::string& where) {
     fail(m.what, where + ".use_regex false is not supported");
 }
 
-// Sequence[Split(Regex, Isolated), ByteLevel(use_regex false)]: Llama 3's or Qwen2's pattern, nothing else.
+// Sequence[Split(Regex, Isolated), ByteLevel(use_regex false)]: Llama 3's, Qwen2's or GPT-4o's pattern,
+// nothing else. Behavior Removed with invert true keeps the matches as Isolated does (these patterns match
+// every character), the form GPT-4o's converted tokenizers (Phi-4-mini's) have.
 void split_pretokenizer(const json& split, const json& bl, ByteBpe::Impl& m) {
   const std::string where = "pre_tokenizer.pretokenizers[0]";
   const json* pattern = member(split, "pattern");
@@ -40,11 +42,15 @@ void split_pretokenizer(const json& split, const json& bl, ByteBpe::Impl& m) {
     m.regex = ByteBpe::Impl::Regex::kLlama3;
   else if (p == kQwen2Pattern)
     m.regex = ByteBpe::Impl::Regex::kQwen2;
+  else if (p == kO200kPattern)
+    m.regex = ByteBpe::Impl::Regex::kO200k;
   else
-    fail(m.what, where + ".pattern '" + printable(p) + "' is not supported (Llama 3's and Qwen2's are)");
+    fail(m.what,
+         where + ".pattern '" + printable(p) + "' is not supported (Llama 3's, Qwen2's and GPT-4o's are)");
   const json* behavior = member(split, "behavior");
-  if (!behavior || *behavior != "Isolated" || get_bool(split, "invert", false, m.what, where))
-    fail(m.what, where + " must have behavior Isolated and invert false");
+  const bool invert = get_bool(split, "invert", false, m.what, where);
+  if (!behavior || !((*behavior == "Isolated" && !invert) || (*behavior == "Removed" && invert)))
+    fail(m.what, where + " must have behavior Isolated (or Removed with invert true)");
   const std::string bwhere = "pre_tokenizer.pretokenizers[1]";
   if (type_of(bl, m.what, bwhere) != "ByteLevel")
     fail(m.what, "pre_tokenizer Sequence[Split, ...] must end with ByteLevel");
@@ -346,10 +352,12 @@ ByteBpe ByteBpe::from_gguf(const Gguf& g, const std::string& what) {
       m->ignore_merges = true;
     } else if (pre == "qwen2" || pre == "deepseek-r1-qwen") {
       m->regex = Impl::Regex::kQwen2;  // without the NFC of Qwen2's tokenizer.json, as llama.cpp
+    } else if (pre == "gpt-4o") {
+      m->regex = Impl::Regex::kO200k;  // HF's regex (llama.cpp's approximates its letter cases by ASCII's)
     } else if (pre != "gpt-2") {
       fail(what, "tokenizer.ggml.pre '" + printable(pre) +
                      "' is not supported (smollm, starcoder, refact, gpt-2, llama-bpe, llama3, qwen2, "
-                     "deepseek-r1-qwen)");
+                     "deepseek-r1-qwen, gpt-4o)");
     }
     const std::vector<std::string>& tokens = g.get_strings("tokenizer.ggml.tokens");
     if (tokens.size() > static_cast<size_t>(INT32_MAX)) fail(what, "too many tokens");
@@ -485,16 +493,17 @@ std::string ByteBpe::to_json() const {
   json pre = byte_level;
   if (m.regex != Impl::Regex::kGpt2)
     pre = {{"type", "Sequence"},
-           {"pretokenizers",
-            json::array(
-                {{{"type", "Split"},
-                  {"pattern", {{"Regex", m.regex == Impl::Regex::kLlama3 ? kLlama3Pattern : kQwen2Pattern}}},
-                  {"behavior", "Isolated"},
-                  {"invert", false}},
-                 {{"type", "ByteLevel"},
-                  {"add_prefix_space", false},
-                  {"trim_offsets", false},
-                  {"use_regex", false}}})}};
+           {"pretokenizers", json::array({{{"type", "Split"},
+                                           {"pattern",
+                                            {{"Regex", m.regex == Impl::Regex::kLlama3  ? kLlama3Pattern
+                                                       : m.regex == Impl::Regex::kQwen2 ? kQwen2Pattern
+                                                                                        : kO200kPattern}}},
+                                           {"behavior", "Isolated"},
+                                           {"invert", false}},
+                                          {{"type", "ByteLevel"},
+                                           {"add_prefix_space", false},
+                                           {"trim_offsets", false},
+                                           {"use_regex", false}}})}};
   else if (m.digits)
     pre = {{"type", "Sequence"},
            {"pretokenizers", json::array({{{"type", "Digits"}, {"individual_digits", true}}, byte_level})}};

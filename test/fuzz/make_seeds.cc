@@ -14,6 +14,7 @@
 #include "sparse24/gguf.h"
 #include "sparse24/io.h"
 #include "sparse24/pattern.h"
+#include "text/bpe_split.h"
 
 namespace {
 
@@ -239,7 +240,13 @@ int main(int argc, char** argv) {
               R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"}}},
            {"behavior", "Isolated"}},
           {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
-    for (const char* kind : {"json", "json_digits", "json_split"}) {
+    // GPT-4o's, as its converted tokenizers write it (Removed, inverted).
+    nlohmann::json o200k = split;
+    o200k["pretokenizers"][0] = {{"type", "Split"},
+                                 {"pattern", {{"Regex", text::bpe_detail::kO200kPattern}}},
+                                 {"behavior", "Removed"},
+                                 {"invert", true}};
+    for (const char* kind : {"json", "json_digits", "json_split", "json_o200k"}) {
       const bool digits = std::string(kind) == "json_digits";
       nlohmann::json bl = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
       nlohmann::json pre =
@@ -247,6 +254,7 @@ int main(int argc, char** argv) {
                                   {"pretokenizers", {{{"type", "Digits"}, {"individual_digits", true}}, bl}}}
                  : bl;
       if (std::string(kind) == "json_split") pre = split;
+      if (std::string(kind) == "json_o200k") pre = o200k;
       nlohmann::json j = {{"added_tokens", {{{"id", 9}, {"content", "<s>"}, {"special", true}}}},
                           {"pre_tokenizer", pre},
                           {"post_processor",

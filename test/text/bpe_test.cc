@@ -67,6 +67,8 @@ const std::string kLlama3 =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 const std::string kQwen2 =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+const std::string kO200k =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 TEST(ByteBpe, SplitAndDecode) {
   const ByteBpe t = tiny();
@@ -153,14 +155,17 @@ TEST(ByteBpe, FromGgufMetadata) {
 
 // Llama 3's Split pre-tokenizer, its alternatives one by one (each worked out from the regex by hand;
 // compare_split_tokenizers.py holds it to HF `tokenizers` and llama.cpp on 34,171 texts); Qwen2's takes
-// digits one at a time and normalizes to NFC.
+// digits one at a time and normalizes to NFC; GPT-4o's (as its converted tokenizers write it: Removed,
+// inverted) splits words where the case turns up and joins contractions to them.
 TEST(ByteBpe, SplitPatterns) {
-  auto with = [](const std::string& pattern, bool nfc) {
+  auto with = [](const std::string& pattern, bool nfc, const char* behavior = "Isolated",
+                 bool invert = false) {
     json j = tiny_json();
-    j["pre_tokenizer"] = {{"type", "Sequence"},
-                          {"pretokenizers",
-                           {{{"type", "Split"}, {"pattern", {{"Regex", pattern}}}, {"behavior", "Isolated"}},
-                            {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
+    j["pre_tokenizer"] = {
+        {"type", "Sequence"},
+        {"pretokenizers",
+         {{{"type", "Split"}, {"pattern", {{"Regex", pattern}}}, {"behavior", behavior}, {"invert", invert}},
+          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
     if (nfc) j["normalizer"] = {{"type", "NFC"}};
     return ByteBpe::from_json(j.dump(), "split.json");
   };
@@ -179,6 +184,13 @@ TEST(ByteBpe, SplitPatterns) {
   EXPECT_EQ(qwen2.split("cafe\xcc\x81"), (words{"caf\xc3\x83\xc2\xa9"}));
   EXPECT_EQ(llama3.split("cafe\xcc\x81").size(), 2u);  // without NFC the combining mark is not a letter
   EXPECT_NE(llama3.split("cafe\xcc\x81"), qwen2.split("cafe\xcc\x81"));
+  const ByteBpe o200k = with(kO200k, false, "Removed", true);
+  EXPECT_EQ(o200k.split("HelloWorld iPhone ABCdef"), (words{"Hello", "World", "Ġi", "Phone", "ĠABCdef"}));
+  EXPECT_EQ(o200k.split("DON'T go 'til x/\n"), (words{"DON'T", "Ġgo", "Ġ'", "til", "Ġx", "/Ċ"}));
+  EXPECT_EQ(o200k.split(" 123456"), (words{"Ġ", "123", "456"}));
+  // A combining mark is in both case sets: "e" + U+0301 stays one word (not so in Llama 3's regex).
+  EXPECT_EQ(o200k.split("cafe\xcc\x81s").size(), 1u);
+  EXPECT_ERROR(with(kO200k, false, "Removed", false), "behavior Isolated (or Removed with invert true)");
 }
 
 // The ids that end a reply: EOS; generation_config.json's and config.json's eos_token_id (an id or a list);
@@ -365,7 +377,7 @@ TEST(ByteBpe, RefusesWhatItDoesNotSupport) {
           {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", use_regex}}}}};
   };
   refused([&](json& j) { j["pre_tokenizer"] = split("[a-z]+", "Isolated", false); },
-          "pretokenizers[0].pattern '[a-z]+' is not supported (Llama 3's and Qwen2's are)");
+          "pretokenizers[0].pattern '[a-z]+' is not supported (Llama 3's, Qwen2's and GPT-4o's are)");
   refused([&](json& j) { j["pre_tokenizer"] = split(kLlama3, "Removed", false); }, "behavior Isolated");
   refused([&](json& j) { j["pre_tokenizer"] = split(kLlama3, "Isolated", true); },
           "use_regex and add_prefix_space false");

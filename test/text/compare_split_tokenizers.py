@@ -1,18 +1,21 @@
 #!/usr/bin/env python3
-"""Byte-level BPE with Llama 3's and Qwen2's Split pre-tokenizers, and SentencePiece-style BPE (Llama 2's,
+"""Byte-level BPE with Llama 3's, Qwen2's and GPT-4o's (o200k: Phi-4-mini's) Split pre-tokenizers, and SentencePiece-style BPE (Llama 2's,
 Mistral v0.1's, TinyLlama's: U+2581 for spaces, byte fallback): sparse24 against Hugging Face `tokenizers`
 and against llama.cpp.
 
 No Llama 3 or Qwen tokenizer ships in the project's packages, so `tokenizers` trains one of each here on the
 King James Bible with exactly their tokenizer.json settings (the Split regex, ByteLevel without its own
-regex; Llama 3's ignore_merges and BOS template; Qwen2's NFC normalizer). Then, for every verse, every line
+regex; Llama 3's ignore_merges and BOS template; Qwen2's NFC normalizer; GPT-4o's Split written as its
+converted tokenizers write it, Removed with invert). Then, for every verse, every line
 of unicode_edge_cases.txt and 3,000 seeded random strings built from the regex's corner cases (contractions
 in both cases and with U+017F, CR/LF runs, digit runs, mixed whitespace, decomposed accents):
   1. `sparse24 tokenize DIR` gives the ids `tokenizers` gives;
   2. the same vocabulary as a GGUF file (tokenizer.ggml.pre "llama-bpe" / "qwen2", as llama.cpp's
      converter writes them) gives through `sparse24 tokenize FILE.gguf` the ids llama.cpp (llama-cpp-python)
      gives; and those equal `tokenizers`' on every text whose NFC form is itself (llama.cpp does not
-     normalize);
+     normalize). GPT-4o's ("gpt-4o"): llama.cpp approximates its upper- and lower-case letter classes by
+     ASCII's, so it is compared with llama.cpp on the ASCII texts (the rest counted); sparse24's GGUF path
+     follows the regex as `tokenizers` does;
   3. `sparse24 convert`'s tokenizer.json writer (to_json) is read back by `tokenizers` to the same ids.
 The SentencePiece-style tokenizer ("spm") is checked the same way, its GGUF file as llama.cpp's converter
 writes a Llama 2 vocabulary (tokenizer.ggml.model "llama", a score per token: here minus the merge rank, so
@@ -39,16 +42,23 @@ import unicodedata
 PATTERNS = {
     "llama3": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
     "qwen2": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    "o200k": r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+",
 }
-GGUF_PRE = {"llama3": "llama-bpe", "qwen2": "qwen2"}
+GGUF_PRE = {"llama3": "llama-bpe", "qwen2": "qwen2", "o200k": "gpt-4o"}
 SPECIALS = {"llama3": ["<|begin_of_text|>", "<|end_of_text|>"], "qwen2": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+            "o200k": ["<|endoftext|>", "<|end|>"],
             "spm": ["<unk>", "<s>", "</s>"]}
 BYTE_TOKENS = [f"<0x{b:02X}>" for b in range(256)]
 PIECES = ["'s", "'S", "'ll", "'LL", "'Re", "'ve", "'m", "'d", "'t", "'\u017f", "'", "''", " ", "  ", "   ", "\t",
           "\n", "\r\n", "\r", "\n\n", " \n", "\n ", " \r\n\t", "\u00a0", "\u3000", "\u2028", "1", "12", "123", "12345",
           "\u0663\u0664", "x", "Hello", "world", "LORD", "\u01c5", "!", "!!", "...", "?!", "\u00bf", "-", "--",
           "\u00e9", "e\u0301", "A\u030a", "\u4e2d\u6587", "\U0001f642", "\u00bd", "\u2167", "_", "__init__",
-          "<|im_start|>", "<|begin_of_text|>", "<s>", "</s>"]
+          "<|im_start|>", "<|begin_of_text|>", "<s>", "</s>",
+          # GPT-4o's letter cases: case changes inside words, titlecase, modifier letters, marks, scripts
+          # without case, "/" after punctuation
+          "HelloWorld", "iPhone", "McDONALD'S", "DON'T", "l'\u00c9T\u00c9", "na\u00efve", "\u00c9COLE", "\u01c5emal",
+          "\u02b0", "\u00aa", "\u0928\u092e\u0938\u094d\u0924\u0947", "\u03a3\u038a\u03a3\u03a5\u03a6\u039f\u03a3", "/", "!/", "x/\n", ".//",
+          "\u0301", "A\u0301b", "\u1e9e", "\u0130stanbul"]
 
 
 def train_spm(verses, out):
@@ -103,8 +113,9 @@ def train(kind, verses, out):
     tok = Tokenizer(models.BPE(ignore_merges=kind == "llama3"))
     if kind == "qwen2":
         tok.normalizer = normalizers.NFC()
+    o200k = kind == "o200k"  # its converted tokenizers keep the matches as Removed + invert
     tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(PATTERNS[kind]), behavior="isolated", invert=False),
+        pre_tokenizers.Split(Regex(PATTERNS[kind]), behavior="removed" if o200k else "isolated", invert=o200k),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=3000, special_tokens=SPECIALS[kind],
@@ -222,7 +233,14 @@ def main():
         ours_gguf = sparse24_ids(a.sparse24, gguf_path, texts)
         llm = llama_cpp.Llama(model_path=str(gguf_path), vocab_only=True, verbose=False)
         cpp = [llm.tokenize(t.encode("utf-8"), add_bos=kind in ("llama3", "spm"), special=True) for t in texts]
-        failed |= first_difference(f"{kind} GGUF vs llama.cpp", texts, ours_gguf, cpp)
+        if kind == "o200k":  # llama.cpp's ASCII approximation of the letter cases: ASCII texts asserted
+            ascii = [i for i, t in enumerate(texts) if t.isascii()]
+            failed |= first_difference(f"{kind} GGUF vs llama.cpp (ASCII texts)", [texts[i] for i in ascii],
+                                       [ours_gguf[i] for i in ascii], [cpp[i] for i in ascii])
+            same = sum(ours_gguf[i] == cpp[i] for i in range(len(texts)))
+            print(f"o200k: GGUF equals llama.cpp on {same} of {len(texts)} texts ({len(ascii)} ASCII)")
+        else:
+            failed |= first_difference(f"{kind} GGUF vs llama.cpp", texts, ours_gguf, cpp)
         nfc = [i for i, t in enumerate(texts) if unicodedata.normalize("NFC", t) == t]
         if kind == "spm":
             same = sum(ours_gguf[i] == theirs[i] for i in range(len(texts)))
@@ -239,7 +257,8 @@ def main():
         failed |= first_difference(f"{kind} written tokenizer.json vs the GGUF", texts,
                                    [e.ids for e in written.encode_batch(texts)], ours_gguf)
         if not failed:
-            print(f"{kind}: {len(texts)} texts identical (directory vs tokenizers, GGUF vs llama.cpp, "
+            vs_cpp = "GGUF vs llama.cpp on the ASCII ones" if kind == "o200k" else "GGUF vs llama.cpp"
+            print(f"{kind}: {len(texts)} texts identical (directory vs tokenizers, {vs_cpp}, "
                   f"GGUF vs tokenizers on {len(nfc)} NFC texts)")
         if kind != "spm":
             continue
