@@ -244,3 +244,40 @@ def test_phi3_longrope_over_part_of_each_head(tokenizer_json, tmp_path):
     for j in range(3, len(ids)):
         np.testing.assert_allclose(d.forward([ids[j]]), logits_of(ref, ids[:j + 1])[-1], atol=TOL, rtol=0,
                                    err_msg=f"token {j}")
+
+
+O200K = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+         r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+         r"\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def test_phi4_mini_style_model_with_its_tokenizer(tmp_path):
+    """What a Phi-4-mini directory holds, at toy size: a phi3 model with RoPE over 3/4 of each head, longrope,
+    the head tied, and a byte-level BPE tokenizer with GPT-4o's Split pattern as its converted tokenizer.json
+    writes it (Removed, inverted). sparse24 tokenizes as transformers' tokenizer does and gives its logits."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(O200K), behavior="removed", invert=True),
+                                                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(TEXT * 20, trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"],
+                                                           initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                                           show_progress=False))
+    tok_path = tmp_path / "tokenizer.json"
+    tok.save(str(tok_path))
+    saved = json.loads(tok_path.read_text())["pre_tokenizer"]["pretokenizers"][0]
+    assert saved["behavior"] == "Removed" and saved["invert"] is True
+    g = np.random.default_rng(7)
+    rope = {"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.75,
+            "short_factor": (1 + g.random(6)).tolist(), "long_factor": (1 + 9 * g.random(6)).tolist()}
+    ref = make_model("phi3", tok_path, tmp_path / "hf", rope_parameters=rope, original_max_position_embeddings=32,
+                     tie_word_embeddings=True)
+    d = sparse24.Decoder.load(str(tmp_path / "hf"), max_context=64)
+    hf_tok = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    for text in TEXT + ["HelloWorld, McDONALD'S iPhone/x\n\n  naïve ÉCOLE 12345 don't"]:
+        ids = d.tokenize(text)
+        assert ids == hf_tok(text)["input_ids"], text
+    for text in TEXT:
+        ids = d.tokenize(text)
+        d.reset()
+        np.testing.assert_allclose(d.forward(ids, all=True), logits_of(ref, ids), atol=TOL, rtol=0)
