@@ -139,12 +139,19 @@ std::vector<float> rope_table(const std::vector<float>& inv_freq, int64_t positi
 // (transformers' gelu_pytorch_tanh).
 void swiglu(const float* gu, int64_t ffn, int64_t n, float* y, bool gelu = false);
 // One layer's KV cache: the keys and values of kv_heads heads at up to `capacity` positions, [kv_heads,
-// capacity, d] token-major, held as fp32 (k, v) or as IEEE half (kh, vh; `half`).
+// rows(), d] token-major, held as fp32 (k, v) or as IEEE half (kh, vh; `half`). A sliding layer's cache can
+// be a ring of `ring` positions (its window plus the most tokens a call adds): position p in rows p % ring
+// and p % ring + ring, so that any `ring` consecutive positions are contiguous rows from row(first) on.
 struct KvCache {
   KvCache() = default;
-  KvCache(int64_t kv_heads, int64_t capacity, int64_t d, bool half);
-  int64_t kv_heads = 0, capacity = 0, d = 0;
+  KvCache(int64_t kv_heads, int64_t capacity, int64_t d, bool half, int64_t ring = 0);
+  int64_t kv_heads = 0, capacity = 0, d = 0, ring = 0;
   bool half = false;
+  int64_t rows() const { return ring > 0 ? 2 * ring : capacity; }
+  int64_t row(int64_t pos) const { return ring > 0 ? pos % ring : pos; }
+  size_t bytes() const {
+    return half ? (kh.size() + vh.size()) * sizeof(uint16_t) : (k.size() + v.size()) * sizeof(float);
+  }
   std::vector<float> k, v;
   std::vector<uint16_t> kh, vh;
 };
@@ -157,7 +164,8 @@ struct AttentionOptions {
 // Grouped-query causal attention with a KV cache. qkv [(heads + 2 kv_heads) * d, n] holds the n new tokens
 // (Q, K, V rows, RoPE already applied to Q and K), at positions pos0 .. pos0 + n - 1. Their K and V are
 // written into the cache (rounded to half in a half cache), then query head h attends to the keys of kv
-// head h / (heads / kv_heads) at positions 0 .. its own (with a window, the last `window` of them).
+// head h / (heads / kv_heads) at positions 0 .. its own (with a window, the last `window` of them; a ring
+// cache needs one, and n + window - 1 <= ring).
 // out: [heads * d, n]. d <= 512. scratch: attention_scratch(threads, heads, kv_heads, d, capacity,
 // cache.half) floats. Fewer than 8 new tokens run one position at a time (kernels/attend.h: a kv head's
 // query heads read each cached row once); more run as oneDNN GEMMs over blocks of queries.
@@ -184,6 +192,11 @@ struct DecoderOptions {
   // a decoded token reads from it, which at long contexts is a large share of its time (docs/accuracy.md
   // has what the rounding changes).
   bool kv_half = false;
+  // A sliding layer's cache keeps its window and one call's tokens (a ring; forward runs a longer call
+  // 512 tokens at a time) instead of every position, when that is smaller: Gemma 3's 512-position windows at
+  // a 32k context hold 1/16 of the positions. Off (the layer-by-layer calibration, whose run_layers takes a
+  // whole sequence at once): every position.
+  bool sliding_ring = true;
 };
 
 // Shown each Linear's input before it runs: the layer, which Linear (0 QKV, 1 O, 2 gate/up, 3 down) and
@@ -218,6 +231,7 @@ class Decoder {
   const DecoderConfig& config() const;
   // Bytes of the weights one decoded token reads (GEMMs as packed or dense, embeddings/head, norms).
   size_t weight_bytes() const;
+  size_t cache_bytes() const;  // the KV caches' bytes (allocated for the whole capacity)
   int sparse_linears() const;  // how many Linears run the 2:4 kernel
 
  private:

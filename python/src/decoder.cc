@@ -299,7 +299,8 @@ void register_decoder(nb::module_& m) {
       .def_prop_ro("vocab", [](const PyDecoder& d) { return d.decoder().config().vocab; })
       .def_prop_ro("eos_id", [](const PyDecoder& d) { return d.bpe().eos_id(); })
       .def_prop_ro("sparse_linears", [](const PyDecoder& d) { return d.decoder().sparse_linears(); })
-      .def_prop_ro("weight_bytes", [](const PyDecoder& d) { return d.decoder().weight_bytes(); });
+      .def_prop_ro("weight_bytes", [](const PyDecoder& d) { return d.decoder().weight_bytes(); })
+      .def_prop_ro("cache_bytes", [](const PyDecoder& d) { return d.decoder().cache_bytes(); });
   m.def(
       "render_chat_template",
       [](const std::string& source, const Messages& messages, bool add_generation_prompt,

@@ -16,6 +16,10 @@
 namespace sparse24::engine {
 namespace {
 
+// A call's tokens run in pieces of at most this many when a sliding layer's cache is a ring (and when
+// longrope's switch runs the held tokens again).
+constexpr int64_t kChunk = 512;
+
 // int8 weights: one fp32 scale per this many positions of a row (one per super chunk of the int8 kernels'
 // layout; docs/accuracy.md measured 64 against whole rows and 32).
 constexpr int64_t kInt8ScaleGroup = 64;
@@ -106,10 +110,14 @@ struct Decoder::Impl {
   // sequence is longer than rope.original_max_positions (`long_rope`: what the cache's keys were rotated by).
   std::vector<float> cos_sin, cos_sin_sliding, cos_sin_long;
   bool long_rope = false;
+  bool rings = false;  // some sliding layer's cache is a ring: calls run kChunk tokens at a time
   int sparse = 0;
   // Activations for up to `cols` tokens per call (grown on demand).
   int64_t cols = 0;
   std::vector<float> h, x, qkv, ctx, tmp, gu, act, scratch, last;
+
+  // The logits of the last append's n tokens (all of them, or the last one) from h.
+  void head_logits(int64_t n, bool all, float* logits);
 
   // The n tokens' embeddings through every layer into h, their K and V appended to the cache.
   void append(const int32_t* tokens, int64_t n) {
@@ -215,12 +223,19 @@ Decoder::Decoder(const DecoderModel& m, const DecoderOptions& o) : impl_(std::ma
         (s.c.sandwich_norms && (l.attn_out_norm.size() != hidden || l.ffn_out_norm.size() != hidden)))
       throw Error("decoder: a layer's norms are not hidden floats");
     const bool both = o.prefill_layout;
+    const size_t at = s.layers.size();
+    const int64_t window =
+        s.c.sliding_window > 0 && (s.c.sliding.empty() || s.c.sliding[at]) ? s.c.sliding_window : 0;
+    // A ring of the window and one call's tokens, where it holds fewer rows (each position twice) than the
+    // capacity does.
+    const int64_t ring =
+        o.sliding_ring && window > 0 && 2 * (window + kChunk) < s.capacity ? window + kChunk : 0;
+    s.rings |= ring > 0;
     s.layers.push_back({&l, Linear(l.qkv, sparse, o, both), Linear(l.o, sparse, o, both),
                         Linear(l.gate_up, sparse, o, both), Linear(l.down, sparse, o, both),
-                        detail::KvCache(s.c.kv_heads, s.capacity, s.c.head_dim, o.kv_half)});
+                        detail::KvCache(s.c.kv_heads, s.capacity, s.c.head_dim, o.kv_half, ring)});
     LayerExec& e = s.layers.back();
-    const size_t at = s.layers.size() - 1;
-    if (s.c.sliding_window > 0 && (s.c.sliding.empty() || s.c.sliding[at])) e.window = s.c.sliding_window;
+    e.window = window;
     for (const Linear* lin : {&e.qkv, &e.o, &e.gate_up, &e.down}) s.sparse += lin->packed ? 1 : 0;
   }
   const int64_t rd = s.c.rotary_dim > 0 ? s.c.rotary_dim : s.c.head_dim;
@@ -278,6 +293,12 @@ int64_t Decoder::capacity() const { return impl_->capacity; }
 const DecoderConfig& Decoder::config() const { return impl_->c; }
 int Decoder::sparse_linears() const { return impl_->sparse; }
 
+size_t Decoder::cache_bytes() const {
+  size_t b = 0;
+  for (const LayerExec& e : impl_->layers) b += e.kv.bytes();
+  return b;
+}
+
 size_t Decoder::weight_bytes() const {
   const Impl& s = *impl_;
   size_t b = s.norm.size() * sizeof(float);
@@ -313,46 +334,54 @@ void Decoder::forward(const int32_t* ids, int64_t n, float* logits, bool all) {
     s.ids.clear();
     s.pos = 0;
     s.long_rope = !s.long_rope;
-    for (size_t at = 0; at < held.size(); at += 512)
-      s.append(held.data() + at, std::min<int64_t>(512, static_cast<int64_t>(held.size() - at)));
+    for (size_t at = 0; at < held.size(); at += kChunk)
+      s.append(held.data() + at, std::min<int64_t>(kChunk, static_cast<int64_t>(held.size() - at)));
   }
-  s.append(ids, n);
+  // A ring cache holds one call's kChunk tokens beyond the window: longer calls run in pieces.
+  const int64_t step = s.rings ? kChunk : n;
+  for (int64_t at = 0; at < n; at += step) {
+    const int64_t len = std::min(step, n - at);
+    s.append(ids + at, len);
+    if (all || at + len == n) s.head_logits(len, all, logits + (all ? at * c.vocab : 0));
+  }
+}
+
+void Decoder::Impl::head_logits(int64_t n, bool all, float* logits) {
   const int64_t H = c.hidden;
-  float* h = s.h.data();
   // The head over the final norm of every new token, or of the last one only.
   const int64_t m = all ? n : 1;
-  const float* in = h;
+  const float* in = h.data();
   if (!all) {
-    for (int64_t r = 0; r < H; ++r) s.last[r] = h[r * n + n - 1];
-    in = s.last.data();
+    for (int64_t r = 0; r < H; ++r) last[r] = h[r * n + n - 1];
+    in = last.data();
   }
-  detail::rms_norm(in, H, m, s.norm.data(), c.eps, s.x.data());
-  auto head = [&] {
-    if (!s.head_bf16.empty() || !s.head_i8.empty()) {
+  detail::rms_norm(in, H, m, norm.data(), c.eps, x.data());
+  auto run_head = [&] {
+    if (!head_bf16.empty() || !head_i8.empty()) {
       for (int64_t j = 0; j < m; ++j) {
-        for (int64_t r = 0; r < H; ++r) s.column[r] = s.x[r * m + j];
+        for (int64_t r = 0; r < H; ++r) column[r] = x[r * m + j];
         float* y = logits + j * c.vocab;
-        if (s.head_i8.empty())
-          kernels::gemv_bf16(s.head_bf16.data(), c.vocab, H, s.column.data(), y, s.threads);
+        if (head_i8.empty())
+          kernels::gemv_bf16(head_bf16.data(), c.vocab, H, column.data(), y, threads);
         else
-          kernels::gemv_i8(s.head_i8.data(), s.head_scales.data(), c.vocab, H, s.column.data(), y, s.threads);
+          kernels::gemv_i8(head_i8.data(), head_scales.data(), c.vocab, H, column.data(), y, threads);
       }
       return;
     }
-    if (s.head) {
+    if (head) {
       std::vector<float> y(static_cast<size_t>(c.vocab * m));
-      s.head->run(s.x.data(), y.data(), m, s.threads);
+      head->run(x.data(), y.data(), m, threads);
       for (int64_t v = 0; v < c.vocab; ++v)
         for (int64_t j = 0; j < m; ++j) logits[j * c.vocab + v] = y[v * m + j];
       return;
     }
     // One token: the tied head as a GEMV over the embedding table, eight long row streams at once (25 GB/s
     // on one Zen 3 core where oneDNN's sgemm streamed these 2.3 KB rows at 14-15; gemv_avx2.cc).
-    if (m == 1) return kernels::gemv_f32(s.embed->data(), c.vocab, H, s.x.data(), logits, s.threads);
+    if (m == 1) return kernels::gemv_f32(embed->data(), c.vocab, H, x.data(), logits, threads);
     // logits [m, vocab] = x^T [m, H] embed^T [H, vocab].
-    dnnl_sgemm('T', 'T', m, c.vocab, H, 1.0f, s.x.data(), m, s.embed->data(), H, 0.0f, logits, c.vocab);
+    dnnl_sgemm('T', 'T', m, c.vocab, H, 1.0f, x.data(), m, embed->data(), H, 0.0f, logits, c.vocab);
   };
-  head();
+  run_head();
   if (c.final_softcap > 0.0f)  // Gemma's soft cap, as transformers computes it
     for (int64_t i = 0; i < m * c.vocab; ++i)
       logits[i] = std::tanh(logits[i] / c.final_softcap) * c.final_softcap;

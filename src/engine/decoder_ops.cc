@@ -126,7 +126,7 @@ int64_t per_thread(int64_t group, int64_t d, int64_t capacity, bool half) {
 
 // Cache rows from .. from + rows - 1 of kv head g as fp32: the rows themselves, or widened into buf.
 const float* rows_f32(const KvCache& kv, bool keys, int64_t g, int64_t from, int64_t rows, float* buf) {
-  const int64_t off = (g * kv.capacity + from) * kv.d;
+  const int64_t off = (g * kv.rows() + kv.row(from)) * kv.d;
   if (!kv.half) return (keys ? kv.k.data() : kv.v.data()) + off;
   kernels::half_to_floats((keys ? kv.kh.data() : kv.vh.data()) + off, rows * kv.d, buf);
   return buf;
@@ -134,9 +134,10 @@ const float* rows_f32(const KvCache& kv, bool keys, int64_t g, int64_t from, int
 
 }  // namespace
 
-KvCache::KvCache(int64_t kv_heads_, int64_t capacity_, int64_t d_, bool half_)
-    : kv_heads(kv_heads_), capacity(capacity_), d(d_), half(half_) {
-  const size_t size = static_cast<size_t>(kv_heads * capacity * d);
+KvCache::KvCache(int64_t kv_heads_, int64_t capacity_, int64_t d_, bool half_, int64_t ring_)
+    : kv_heads(kv_heads_), capacity(capacity_), d(d_), ring(ring_), half(half_) {
+  if (ring < 0 || ring > capacity) throw Error("kv cache: a ring of " + std::to_string(ring) + " positions");
+  const size_t size = static_cast<size_t>(kv_heads * rows() * d);
   if (half) {
     kh.assign(size, 0);
     vh.assign(size, 0);
@@ -158,6 +159,10 @@ void attention_cached(const float* qkv, int64_t heads, int64_t n, int64_t pos0, 
   if (kv_heads <= 0 || heads % kv_heads != 0 || pos0 < 0 || n < 1 || pos0 + n > capacity || d < 1 ||
       d > 512 || window < 0 || !(options.softcap >= 0.0f))
     throw Error("attention: bad heads, cache position or options");
+  if (kv.ring > 0 && (window == 0 || n + window - 1 > kv.ring))
+    throw Error("attention: " + std::to_string(n) + " new tokens and a window of " + std::to_string(window) +
+                " do not fit a ring cache of " + std::to_string(kv.ring) + " positions");
+  const int64_t cache_rows = kv.rows();
   const float scale = options.scale != 0.0f ? options.scale : 1.0f / std::sqrt(static_cast<float>(d));
   const float cap = options.softcap;
   auto soft_cap = [cap](float* x, int64_t count) {  // as transformers: (x / cap).tanh() * cap
@@ -170,18 +175,21 @@ void attention_cached(const float* qkv, int64_t heads, int64_t n, int64_t pos0, 
   const float* v_new = k_new + kv_heads * d * n;
   for (int64_t g = 0; g < kv_heads; ++g)  // the new keys and values into the cache, token-major
     for (int64_t j = 0; j < n; ++j) {
-      const int64_t at = (g * capacity + pos0 + j) * d;
       float kr[512], vr[512];
       for (int64_t c = 0; c < d; ++c) {
         kr[c] = k_new[(g * d + c) * n + j];
         vr[c] = v_new[(g * d + c) * n + j];
       }
-      if (kv.half) {
-        kernels::floats_to_half(kr, d, kv.kh.data() + at);
-        kernels::floats_to_half(vr, d, kv.vh.data() + at);
-      } else {
-        std::copy(kr, kr + d, kv.k.data() + at);
-        std::copy(vr, vr + d, kv.v.data() + at);
+      const int64_t row0 = (g * cache_rows + kv.row(pos0 + j)) * d;
+      for (int64_t at : {row0, row0 + kv.ring * d}) {  // a ring holds each position twice
+        if (kv.half) {
+          kernels::floats_to_half(kr, d, kv.kh.data() + at);
+          kernels::floats_to_half(vr, d, kv.vh.data() + at);
+        } else {
+          std::copy(kr, kr + d, kv.k.data() + at);
+          std::copy(vr, vr + d, kv.v.data() + at);
+        }
+        if (kv.ring == 0) break;
       }
     }
   const int64_t group = heads / kv_heads, stride = per_thread(group, d, capacity, kv.half);
@@ -207,7 +215,7 @@ void attention_cached(const float* qkv, int64_t heads, int64_t n, int64_t pos0, 
       float* o = q + group * d;
       float* p = o + group * d;
       for (int64_t r = 0; r < group * d; ++r) q[r] = qkv[(g * group * d + r) * n + j];
-      const int64_t at = (g * capacity + t0) * d;
+      const int64_t at = (g * cache_rows + kv.row(first) + (t0 - first)) * d;
       // One span: the outputs themselves; several: [group, d] normalised sums, then the maxima and sums.
       float* dst = spans > 1 ? parts.data() + task * part_floats : o;
       auto attend = [&](const auto* k, const auto* v) {  // the cache's rows, fp32 or half

@@ -524,6 +524,7 @@ PruneModelReport prune_hf_decoder(HfDir& dir, const PruneModelOptions& o) {
   dopt.threads = o.threads;
   dopt.mode = Mode::kDense;
   dopt.max_context = capacity;
+  dopt.sliding_ring = false;  // run_layers takes a whole sequence at once
   auto layer_decoder = [&](DecoderModel& one, int64_t l) {
     one.config = c;
     one.config.layers = 1;

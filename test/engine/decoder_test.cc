@@ -142,7 +142,9 @@ TEST(DecoderOps, CachedAttentionMatchesReferenceInAnyChunks) {
             const int64_t window = std::array<int64_t, 4>{0, 1, 7, 260}[g() % 4];
             const float scale = g() % 2 ? 0.0f : 0.37f, softcap = g() % 2 ? 0.0f : 0.9f;
             const std::vector<double> ref = ref_attention(qkv, hs.q, hs.kv, d, n, scale, window, softcap);
-            detail::KvCache kv(hs.kv, cap, d, half);
+            // Half the windowed cases keep their cache as a ring (the window and the longest chunk below).
+            const int64_t ring = window > 0 && window + 40 <= cap && g() % 2 ? window + 40 : 0;
+            detail::KvCache kv(hs.kv, cap, d, half, ring);
             std::vector<float> scratch(detail::attention_scratch(threads, hs.q, hs.kv, d, cap, half));
             // Chunks of random sizes: pieces of 1-4 tokens (one position at a time; on 2 threads past 256
             // positions with the keys split in spans) and of 8-40 (blocks of queries as GEMMs, across a block
@@ -161,7 +163,8 @@ TEST(DecoderOps, CachedAttentionMatchesReferenceInAnyChunks) {
                 for (int64_t j = 0; j < len; ++j)
                   ASSERT_NEAR(out[r * len + j], ref[r * n + pos + j], 1e-5)
                       << hs.q << "/" << hs.kv << " d=" << d << " n=" << n << " pos=" << pos
-                      << " half=" << half << " window=" << window << " scale=" << scale << " cap=" << softcap;
+                      << " half=" << half << " window=" << window << " ring=" << ring << " scale=" << scale
+                      << " cap=" << softcap;
               pos += len;
             }
             std::vector<float> out(hs.q * d * 4);
@@ -429,6 +432,46 @@ TEST(Decoder, IncrementalDecodingEqualsFullRecomputation) {
     EXPECT_EQ(inc.reuse_prefix(ids.data(), 20), shared);
     EXPECT_THROW(inc.rewind(18), Error);
     EXPECT_THROW(inc.rewind(-1), Error);
+  }
+}
+
+// Sliding layers whose caches are rings (the window and a 512-token call): a 600-token prompt (two pieces,
+// the ring wrapping) and tokens one at a time after it, as the reference computes them, in fewer cache bytes
+// than without rings. Gemma 3 (sliding and full layers) with a 3-position window and with a 300-position one
+// (its keys split in spans on 2 threads), fp32 and half caches.
+TEST(Decoder, SlidingRingCachesMatchReference) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(36);
+  for (int64_t window : {3, 300}) {
+    Tiny t;
+    t.gemma = 3;
+    t.window = window;
+    t.layers = 3;
+    DecoderModel m = tiny_model(g, t);
+    m.config.max_positions = 4096;
+    const std::vector<int32_t> ids = random_ids(g, 604, t.vocab);
+    const std::vector<double> ref = ref_forward(m, ids);
+    for (bool half : {false, true})
+      for (int threads : {1, 2}) {
+        DecoderOptions o;
+        o.max_context = 4096;
+        o.kv_half = half;
+        o.threads = threads;
+        Decoder dec(m, o);
+        const double tol = half ? 0.02 : 2e-4;
+        std::vector<float> all(600 * t.vocab), last(t.vocab);
+        dec.forward(ids.data(), 600, all.data(), true);
+        for (size_t i = 0; i < all.size(); ++i)
+          ASSERT_NEAR(all[i], ref[i], tol) << "logit " << i << " w" << window;
+        for (int64_t j = 600; j < 604; ++j) {
+          dec.forward(&ids[j], 1, last.data());
+          for (int64_t v = 0; v < t.vocab; ++v) ASSERT_NEAR(last[v], ref[j * t.vocab + v], tol) << j;
+        }
+        o.sliding_ring = false;
+        const Decoder whole(m, o);
+        // Two of the three layers slide: each holds 2 (window + 512) rows instead of 4096.
+        EXPECT_EQ(dec.cache_bytes() * 4096, whole.cache_bytes() * (4096 + 4 * (window + 512)) / 3);
+      }
   }
 }
 
