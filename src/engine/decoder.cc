@@ -116,6 +116,15 @@ struct Decoder::Impl {
   int64_t cols = 0;
   std::vector<float> h, x, qkv, ctx, tmp, gu, act, scratch, last;
 
+  // The tokens in `ids` again from position 0, kChunk at a time (the cache rebuilt).
+  void rerun() {
+    const std::vector<int32_t> held = std::move(ids);
+    ids.clear();
+    pos = 0;
+    for (size_t at = 0; at < held.size(); at += kChunk)
+      append(held.data() + at, std::min<int64_t>(kChunk, static_cast<int64_t>(held.size() - at)));
+  }
+
   // The logits of the last append's n tokens (all of them, or the last one) from h.
   void head_logits(int64_t n, bool all, float* logits);
 
@@ -261,11 +270,18 @@ void Decoder::reset() {
 }
 
 void Decoder::rewind(int64_t pos) {
-  if (pos < 0 || pos > impl_->pos)
-    throw Error("decoder: rewind to " + std::to_string(pos) + " of " + std::to_string(impl_->pos) +
-                " tokens");
-  impl_->pos = pos;
-  impl_->ids.resize(static_cast<size_t>(pos));
+  Impl& s = *impl_;
+  if (pos < 0 || pos > s.pos)
+    throw Error("decoder: rewind to " + std::to_string(pos) + " of " + std::to_string(s.pos) + " tokens");
+  s.ids.resize(static_cast<size_t>(pos));
+  // A ring cache holds the last window + kChunk positions: further back than kChunk, the keys before pos
+  // that the next tokens attend to are gone, and the tokens kept run again.
+  if (s.rings && s.pos - pos > kChunk) {
+    set_threads(s.threads);
+    s.rerun();
+    return;
+  }
+  s.pos = pos;
 }
 
 int64_t Decoder::reuse_prefix(const int32_t* ids, int64_t n) {
@@ -330,12 +346,8 @@ void Decoder::forward(const int32_t* ids, int64_t n, float* logits, bool all) {
   // as transformers rotates it (Phi-3's generate() recomputes its cache when the sequence grows past that);
   // when the cache holds keys rotated the other way, the tokens it holds are run again first.
   if (!s.cos_sin_long.empty() && (s.pos + n > c.rope.original_max_positions) != s.long_rope) {
-    const std::vector<int32_t> held = std::move(s.ids);
-    s.ids.clear();
-    s.pos = 0;
     s.long_rope = !s.long_rope;
-    for (size_t at = 0; at < held.size(); at += kChunk)
-      s.append(held.data() + at, std::min<int64_t>(kChunk, static_cast<int64_t>(held.size() - at)));
+    s.rerun();
   }
   // A ring cache holds one call's kChunk tokens beyond the window: longer calls run in pieces.
   const int64_t step = s.rings ? kChunk : n;

@@ -467,6 +467,13 @@ TEST(Decoder, SlidingRingCachesMatchReference) {
           dec.forward(&ids[j], 1, last.data());
           for (int64_t v = 0; v < t.vocab; ++v) ASSERT_NEAR(last[v], ref[j * t.vocab + v], tol) << j;
         }
+        // Rewound past what the rings hold (the kept tokens run again), and by a little.
+        for (int64_t back : {590, 30}) {
+          dec.rewind(back);
+          dec.forward(&ids[back], 10, all.data(), true);
+          for (int64_t i = 0; i < 10 * t.vocab; ++i)
+            ASSERT_NEAR(all[i], ref[back * t.vocab + i], tol) << back;
+        }
         o.sliding_ring = false;
         const Decoder whole(m, o);
         // Two of the three layers slide: each holds 2 (window + 512) rows instead of 4096.
