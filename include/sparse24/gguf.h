@@ -146,6 +146,8 @@ void dequantize_row(uint32_t type, const uint8_t* src, float* dst, int64_t n);
 // The whole tensor as an F32 Tensor of its shape; errors name the tensor.
 Tensor dequantize(const GgufTensor& t);
 std::vector<float> dequantize_floats(const GgufTensor& t);  // the same values, as floats
+// The same into out[0, n): n must be the tensor's element count.
+void dequantize_floats_into(const GgufTensor& t, float* out, size_t n);
 
 // Writes `g` as a GGUF file of g.version (2 or 3): metadata and tensor infos in order, each tensor's bytes
 // at the next multiple of g.alignment (offsets recomputed; GgufTensor::offset is ignored). If g.alignment is

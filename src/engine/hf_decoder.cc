@@ -23,6 +23,12 @@ using detail::json;
 
 constexpr int64_t kMaxLayers = 1024;  // num_hidden_layers' bound
 
+int64_t numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
 // RoPE from a rope-parameters object (or none: theta alone).
 RopeConfig read_rope_params(const json* params, double theta, const std::string& what) {
   RopeConfig r;
@@ -244,6 +250,37 @@ DecoderConfig read_decoder_config(const json& j, const std::string& what, Biases
   return c;
 }
 
+// Linears whose rows the forward pass runs as one GEMM (Q, K, V; gate, up), given as (prefix, rows): dense
+// ones read straight into the joined weights (no copy of each, nor its pages), 2:4 ones (a pruned
+// checkpoint) joined by concat_rows.
+template <class Src>
+Gemm joined(Src& w, const std::string& name, const std::vector<std::pair<std::string, int64_t>>& parts,
+            int64_t in, bool bias) {
+  bool dense = true;
+  for (const auto& [prefix, rows] : parts) dense = dense && w.is_dense(prefix + ".weight");
+  if (!dense) {
+    std::vector<Gemm> gs;
+    for (const auto& [prefix, rows] : parts) gs.push_back(w.linear(prefix, name, rows, in, bias));
+    std::vector<const Gemm*> ptrs;
+    for (const Gemm& g : gs) ptrs.push_back(&g);
+    return concat_rows(name, ptrs);
+  }
+  Gemm g;
+  g.name = name;
+  g.k = in;
+  for (const auto& [prefix, rows] : parts) g.m += rows;
+  g.dense.resize(static_cast<size_t>(g.m * in));
+  if (bias) g.bias.resize(static_cast<size_t>(g.m));
+  int64_t at = 0;
+  for (const auto& [prefix, rows] : parts) {
+    w.dense_into(prefix + ".weight", {rows, in}, g.dense.data() + at * in);
+    if (bias) w.dense_into(prefix + ".bias", {rows}, g.bias.data() + at);
+    g.sources.push_back(prefix + ".weight");
+    at += rows;
+  }
+  return g;
+}
+
 // The forward pass's tensors asked for by transformers' names (Src: detail::Weights for a Hugging Face
 // directory, GgufTensors for a GGUF file).
 template <class Src>
@@ -288,13 +325,13 @@ DecoderModel build_decoder(const DecoderConfig& c, const Biases& b, Src& w, cons
       L.qkv = w.linear(p + "self_attn.qkv_proj", name + "qkv", q_rows + 2 * kv_rows, c.hidden, b.qkv);
       L.gate_up = w.linear(p + "mlp.gate_up_proj", name + "gate_up", 2 * c.ffn, c.hidden, b.mlp);
     } else {
-      const Gemm q = w.linear(p + "self_attn.q_proj", name + "q", q_rows, c.hidden, b.qkv);
-      const Gemm k = w.linear(p + "self_attn.k_proj", name + "k", kv_rows, c.hidden, b.qkv);
-      const Gemm v = w.linear(p + "self_attn.v_proj", name + "v", kv_rows, c.hidden, b.qkv);
-      L.qkv = concat_rows(name + "qkv", {&q, &k, &v});
-      const Gemm gate = w.linear(p + "mlp.gate_proj", name + "gate", c.ffn, c.hidden, b.mlp);
-      const Gemm up = w.linear(p + "mlp.up_proj", name + "up", c.ffn, c.hidden, b.mlp);
-      L.gate_up = concat_rows(name + "gate_up", {&gate, &up});
+      L.qkv = joined(w, name + "qkv",
+                     {{p + "self_attn.q_proj", q_rows},
+                      {p + "self_attn.k_proj", kv_rows},
+                      {p + "self_attn.v_proj", kv_rows}},
+                     c.hidden, b.qkv);
+      L.gate_up = joined(w, name + "gate_up", {{p + "mlp.gate_proj", c.ffn}, {p + "mlp.up_proj", c.ffn}},
+                         c.hidden, b.mlp);
     }
     L.o = w.linear(p + "self_attn.o_proj", name + "o", c.hidden, q_rows, b.o);
     L.down = w.linear(p + "mlp.down_proj", name + "down", c.hidden, c.ffn, b.mlp);
@@ -448,15 +485,13 @@ json gguf_config(const Gguf& g, const std::string& what) {
 
 // llama.cpp's converter reorders Q's and K's rows within each head for its RoPE, which rotates adjacent
 // pairs: file row 2i + s of a head is row s * d/2 + i of transformers' rotate_half layout. Undone here.
-std::vector<float> unpermute_rope_rows(const std::vector<float>& w, int64_t heads, int64_t d, int64_t cols) {
-  std::vector<float> out(w.size());
+void unpermute_rope_rows(const float* w, int64_t heads, int64_t d, int64_t cols, float* out) {
   for (int64_t h = 0; h < heads; ++h)
     for (int64_t i = 0; i < d / 2; ++i)
       for (int64_t s = 0; s < 2; ++s) {
-        const float* src = w.data() + (h * d + 2 * i + s) * cols;
-        std::copy(src, src + cols, out.data() + (h * d + s * d / 2 + i) * cols);
+        const float* src = w + (h * d + 2 * i + s) * cols;
+        std::copy(src, src + cols, out + (h * d + s * d / 2 + i) * cols);
       }
-  return out;
 }
 
 // transformers' name of a decoder tensor -> llama.cpp's ("" when it has none). Gemma's four layer norms
@@ -503,6 +538,12 @@ class GgufTensors {
   GgufTensors(const Gguf& g, const std::string& path, const DecoderConfig& c, bool rope_rows, bool keep)
       : g_(g), path_(path), c_(c), rope_rows_(rope_rows), keep_(keep) {}
   std::vector<float> dense(const std::string& hf, const std::vector<int64_t>& shape) {
+    std::vector<float> v(static_cast<size_t>(numel(shape)));
+    dense_into(hf, shape, v.data());
+    return v;
+  }
+  // The same into out (numel(shape) floats): a joined GEMM's rows are filled in place.
+  void dense_into(const std::string& hf, const std::vector<int64_t>& shape, float* out) {
     const std::string name = gguf_name(hf, c_.sandwich_norms);
     const GgufTensor* t = g_.find_tensor(name);
     if (t == nullptr) throw Error(path_ + ": missing tensor '" + name + "'");
@@ -510,23 +551,27 @@ class GgufTensors {
       throw Error(path_ + ": tensor '" + name + "' has shape " + shape_string(t->shape) + ", expected " +
                   shape_string(shape));
     used_.insert(name);
-    std::vector<float> v = dequantize_floats(*t);
-    if (!kernels::all_finite(v.data(), static_cast<int64_t>(v.size())))
+    const auto n = static_cast<size_t>(numel(shape));
+    // llama.cpp's RoPE order of Q's and K's rows, back to transformers' (through a buffer kept for them).
+    const bool q = hf.find("self_attn.q_proj.") != std::string::npos;
+    const bool permuted = rope_rows_ && (q || hf.find("self_attn.k_proj.") != std::string::npos);
+    if (permuted && rows_.size() < n) rows_.resize(n);
+    float* v = permuted ? rows_.data() : out;
+    dequantize_floats_into(*t, v, n);
+    if (!kernels::all_finite(v, static_cast<int64_t>(n)))
       throw Error(path_ + ": tensor '" + name + "' holds a non-finite value");
     h_ = fnv1a(h_, reinterpret_cast<const uint8_t*>(name.data()), name.size());
     h_ = fnv1a_words(h_, t->bytes.data(), t->bytes.size());
-    // llama.cpp's RoPE order of Q's and K's rows, back to transformers'.
-    const bool q = hf.find("self_attn.q_proj.") != std::string::npos;
-    if (rope_rows_ && (q || hf.find("self_attn.k_proj.") != std::string::npos))
-      v = unpermute_rope_rows(v, q ? c_.heads : c_.kv_heads, c_.head_dim, shape.size() == 2 ? shape[1] : 1);
+    if (permuted)
+      unpermute_rope_rows(v, q ? c_.heads : c_.kv_heads, c_.head_dim, shape.size() == 2 ? shape[1] : 1, out);
     if (keep_) {  // as a Hugging Face checkpoint holds it: Gemma's norms as w - 1
-      std::vector<float> k = v;
+      std::vector<float> k(out, out + n);
       if (c_.sandwich_norms && hf.ends_with("norm.weight"))
         for (float& x : k) x -= 1.0f;
       kept.push_back({hf, Tensor::from_float(k, shape)});
     }
-    return v;
   }
+  bool is_dense(const std::string&) const { return true; }
   Gemm linear(const std::string& prefix, const std::string& layer, int64_t out, int64_t in, bool bias) {
     Gemm r;
     r.name = layer;
@@ -550,6 +595,7 @@ class GgufTensors {
   std::string path_;
   DecoderConfig c_;
   bool rope_rows_, keep_;
+  std::vector<float> rows_;  // a permuted tensor's rows before they are put back in order
   std::set<std::string> used_;
   uint64_t h_ = kFnvBasis;
 };

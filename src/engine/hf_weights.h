@@ -94,6 +94,16 @@ class Weights {
     finite(name, v);
     return v;
   }
+  // The same into out (a joined GEMM's rows), and whether a tensor is stored dense (absent: true, so that
+  // dense_into names it missing).
+  void dense_into(const std::string& name, const std::vector<int64_t>& shape, float* out) {
+    const std::vector<float> v = dense(name, shape);
+    std::copy(v.begin(), v.end(), out);
+  }
+  bool is_dense(const std::string& name) const {
+    const auto it = by_name_.find(name);
+    return it == by_name_.end() || !it->second->sparse;
+  }
   // A Linear's weight [out, in], dense or 2:4, and its bias (when `bias`).
   Gemm linear(const std::string& prefix, const std::string& layer, int64_t out, int64_t in,
               bool bias = true) {

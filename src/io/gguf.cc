@@ -683,6 +683,13 @@ std::vector<float> dequantize_floats(const GgufTensor& t) {
   return out;
 }
 
+void dequantize_floats_into(const GgufTensor& t, float* out, size_t n) {
+  if (held_numel(t) != n)
+    throw Error("tensor '" + printable(t.name) + "': " + std::to_string(n) + " floats for " +
+                std::to_string(t.numel()) + " elements");
+  dequantize_into(t, out, n);
+}
+
 std::vector<uint8_t> encode_gguf(const Gguf& g) {
   const std::string cannot = "cannot encode GGUF: ";
   if (g.version != 2 && g.version != 3) throw Error(cannot + "version " + std::to_string(g.version));
