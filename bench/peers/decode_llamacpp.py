@@ -3,7 +3,8 @@
 From one GGUF source file (e.g. SmolLM2's Q4_1 model.gguf) this makes F32, F16 and Q8_0 GGUF files of the
 same weights: every tensor dequantized to fp32 (the weights sparse24's Hugging Face directory holds, which
 transformers dequantized from the same file), then stored as F32, F16 or quantized to Q8_0 (1-D tensors stay
-F32, as llama.cpp's converter keeps them); the metadata (hyperparameters, tokenizer) is copied. The files are
+F32, as llama.cpp's converter keeps them); the metadata (hyperparameters, tokenizer) is copied. Q4_K_M (and
+any other llama-quantize TYPE given in --kinds) is made from the F32 file by llama.cpp's own quantizer. The files are
 cached in --cache. Each is timed like sparse24: the given prompt ids in one batch, then greedy decoding of
 --generate tokens one at a time; best of two passes. Writes JSON {"llama.cpp F32": {tokens_per_s,
 prompt_tokens_per_s, weight_bytes}, ...}.
@@ -58,6 +59,21 @@ def make_gguf(src, dst, kind):
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+    os.replace(dst + ".tmp", dst)
+
+
+def quantize_with_llamacpp(f32_path, dst, kind):
+    """A llama.cpp file type its own quantizer writes (llama-quantize's TYPE, e.g. Q4_K_M: the mix of Q4_K
+    and Q6_K most GGUF downloads are) from the F32 file of the same weights."""
+    import ctypes
+
+    import llama_cpp
+
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{kind}")
+    params.nthread = 1
+    if llama_cpp.llama_model_quantize(f32_path.encode(), (dst + ".tmp").encode(), ctypes.byref(params)) != 0:
+        sys.exit(f"decode_llamacpp: llama.cpp could not quantize {f32_path} to {kind}")
     os.replace(dst + ".tmp", dst)
 
 
@@ -126,7 +142,8 @@ def main():
     p.add_argument("--generate", type=int, default=128)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--json", required=True)
-    p.add_argument("--kinds", default="F32,F16,Q8_0")
+    p.add_argument("--kinds", default="F32,F16,Q8_0,Q4_K_M",
+                   help="F32, F16, Q8_0 (written here) or any llama-quantize TYPE (Q4_K_M, Q5_K_M, ...)")
     p.add_argument("--cache", default=os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")),
                                                    "sparse24", "gguf"))
     a = p.parse_args()
@@ -143,7 +160,13 @@ def main():
         path = os.path.join(a.cache, f"{base}-{kind}.gguf")
         if not os.path.exists(path) or os.path.getmtime(path) < os.path.getmtime(a.gguf):
             print(f"decode_llamacpp: making {path}", file=sys.stderr, flush=True)
-            make_gguf(a.gguf, path, kind)
+            if kind in ("F32", "F16", "Q8_0"):
+                make_gguf(a.gguf, path, kind)
+            else:  # from the F32 file, by llama.cpp's quantizer
+                f32 = os.path.join(a.cache, f"{base}-F32.gguf")
+                if not os.path.exists(f32) or os.path.getmtime(f32) < os.path.getmtime(a.gguf):
+                    make_gguf(a.gguf, f32, "F32")
+                quantize_with_llamacpp(f32, path, kind)
         note = ""
         rates = time_in_child(path, prompt, a.generate, a.threads, True)
         if rates is None:

@@ -70,17 +70,20 @@ enum class GgmlType : uint32_t {
   kF16 = 1,   // *
   kQ4_0 = 2,  // *
   kQ4_1 = 3,  // *
-  kQ5_0 = 6,
-  kQ5_1 = 7,
+  kQ5_0 = 6,  // *
+  kQ5_1 = 7,  // *
   kQ8_0 = 8,  // *
   kQ8_1 = 9,
-  kQ2_K = 10,
-  kQ3_K = 11,
+  kQ2_K = 10,  // *
+  kQ3_K = 11,  // *
   kQ4_K = 12,  // *
-  kQ5_K = 13,
+  kQ5_K = 13,  // *
   kQ6_K = 14,  // *
   kQ8_K = 15,
-  kBF16 = 30,  // *
+  kIQ2_XXS = 16,
+  kIQ4_NL = 20,  // *
+  kIQ4_XS = 23,  // *
+  kBF16 = 30,    // *
 };
 // Block layout of a ggml type: `block` elements take `block_bytes` bytes. nullptr for a number ggml does
 // not define.
@@ -93,6 +96,7 @@ struct GgmlTypeInfo {
 };
 const GgmlTypeInfo* ggml_type_info(uint32_t id);
 std::string ggml_type_name(uint32_t id);  // the name, or "type 123" for an unknown number
+std::string dequantizable_type_names();   // "F32, F16, Q4_0, ...": the types dequantize() supports
 
 struct GgufTensor {
   std::string name;
@@ -139,7 +143,7 @@ struct MappedGguf {
 };
 
 // fp32 values of `n` elements of type `type` starting at `src` (n a multiple of the type's block). Error
-// "cannot dequantize ggml type Q5_K (supported: F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K, Q6_K)" for the rest.
+// "cannot dequantize ggml type IQ2_XXS (supported: F32, F16, ...)" for the rest.
 // The arithmetic is the reference's (ggml's dequantize_row_*, which the gguf Python package reproduces):
 // the results are bit-identical to gguf.quants.dequantize.
 void dequantize_row(uint32_t type, const uint8_t* src, float* dst, int64_t n);

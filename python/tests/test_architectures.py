@@ -53,7 +53,7 @@ def tokenizer_json(tmp_path_factory):
 def make_model(arch, tokenizer_json, path, **overrides):
     """transformers' model of `arch` with every parameter random (biases too: its init zeroes them)."""
     vocab = json.loads(tokenizer_json.read_text())["model"]["vocab"]
-    config = transformers.AutoConfig.for_model(arch, vocab_size=len(vocab), **SHAPE, **{**ARCHS[arch], **overrides})
+    config = transformers.AutoConfig.for_model(arch, vocab_size=len(vocab), **{**SHAPE, **ARCHS[arch], **overrides})
     torch.manual_seed(sorted(ARCHS).index(arch))
     model = transformers.AutoModelForCausalLM.from_config(config).eval()
     with torch.no_grad():
@@ -281,3 +281,66 @@ def test_phi4_mini_style_model_with_its_tokenizer(tmp_path):
         ids = d.tokenize(text)
         d.reset()
         np.testing.assert_allclose(d.forward(ids, all=True), logits_of(ref, ids), atol=TOL, rtol=0)
+
+
+# llama.cpp's file types (`llama-quantize`'s TYPE): each writes its own mix of ggml types (Q4_K_M: Q4_K with
+# Q6_K for the head and half the V and down projections; Q3_K_M: Q3_K, Q4_K, Q5_K, Q6_K; ...).
+QUANT_FTYPES = ["Q3_K_S", "Q3_K_M", "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K", "Q4_0", "Q5_0", "Q5_1", "Q2_K",
+                "IQ4_NL", "IQ4_XS"]
+
+
+@pytest.fixture(scope="module")
+def f32_llama_file(tokenizer_json, tmp_path_factory):
+    """An fp32 GGUF file of a random llama model whose rows are whole K-quant blocks (256 wide)."""
+    path = tmp_path_factory.mktemp("quantized")
+    ref = make_model("llama", tokenizer_json, path / "hf", hidden_size=256, intermediate_size=512,
+                     attention_bias=False, mlp_bias=False)
+    write_gguf(ref, "llama", tokenizer_json, path / "f32.gguf")
+    return path / "f32.gguf"
+
+
+def llama_cpp_without_extra_bufts(llama_cpp):
+    """llama.cpp's model parameters without its extra buffer types (weight repacking, AMX): on the Intel Xeon
+    with AMX under KVM they crash it on K-quant files (SIGILL; bench/peers/decode_llamacpp.py)."""
+    lc = llama_cpp.llama_cpp
+    default_params = lc.llama_model_default_params
+
+    def params():
+        mp = default_params()
+        mp.use_extra_bufts = False
+        return mp
+    return params
+
+
+@pytest.mark.parametrize("ftype", QUANT_FTYPES)
+def test_llama_cpp_quantized_files(ftype, f32_llama_file, tmp_path, monkeypatch):
+    """A file quantized by llama.cpp's own quantizer runs in sparse24 with the logits transformers' GGUF
+    loader gives the same file (both dequantize every tensor; sparse24's are bit-identical to the gguf
+    package's, test/io/compare_gguf.py), and as close to llama.cpp's as transformers' are: llama.cpp also
+    rounds the activations to 8 bits for these types' dot products, which moves its logits (span about 35)
+    by up to 1.6 on this random model."""
+    import ctypes
+
+    llama_cpp = pytest.importorskip("llama_cpp")
+    gguf = pytest.importorskip("gguf")
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{ftype}")
+    params.nthread = 1
+    path = tmp_path / f"{ftype}.gguf"
+    assert llama_cpp.llama_model_quantize(str(f32_llama_file).encode(), str(path).encode(),
+                                          ctypes.byref(params)) == 0
+    types = {t.tensor_type.name for t in gguf.GGUFReader(str(path)).tensors}
+    assert ftype.split("_")[0] + "_" + ftype.split("_")[1] in types, types
+    d = sparse24.Decoder.load(str(path), max_context=64)
+    ids = d.tokenize(TEXT[0])
+    got = d.forward(ids, all=True)
+    ref = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path), gguf_file=path.name,
+                                                            dtype=torch.float32).eval()
+    want = logits_of(ref, ids)
+    np.testing.assert_allclose(got, want, atol=TOL, rtol=0, err_msg=f"{ftype} ({sorted(types)})")
+    monkeypatch.setattr(llama_cpp.llama_cpp, "llama_model_default_params", llama_cpp_without_extra_bufts(llama_cpp))
+    llm = llama_cpp.Llama(model_path=str(path), n_ctx=64, n_batch=64, logits_all=True, verbose=False,
+                          n_threads=1, type_k=llama_cpp.GGML_TYPE_F32, type_v=llama_cpp.GGML_TYPE_F32)
+    llm.eval(ids)
+    theirs = np.array(llm.scores[:len(ids)], dtype=np.float32)
+    assert np.abs(got - theirs).max() <= np.abs(want - theirs).max() + 1e-2, ftype

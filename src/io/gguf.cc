@@ -33,17 +33,17 @@ constexpr const char* kAlignmentKey = "general.alignment";
 // Every type ggml defines (ggml.h / the gguf package's GGML_QUANT_SIZES): elements per block, bytes per
 // block.
 constexpr GgmlTypeInfo kTypes[] = {
-    {0, "F32", 1, 4, true},          {1, "F16", 1, 2, true},          {2, "Q4_0", 32, 18, true},
-    {3, "Q4_1", 32, 20, true},       {6, "Q5_0", 32, 22, false},      {7, "Q5_1", 32, 24, false},
-    {8, "Q8_0", 32, 34, true},       {9, "Q8_1", 32, 40, false},      {10, "Q2_K", 256, 84, false},
-    {11, "Q3_K", 256, 110, false},   {12, "Q4_K", 256, 144, true},    {13, "Q5_K", 256, 176, false},
-    {14, "Q6_K", 256, 210, true},    {15, "Q8_K", 256, 292, false},   {16, "IQ2_XXS", 256, 66, false},
-    {17, "IQ2_XS", 256, 74, false},  {18, "IQ3_XXS", 256, 98, false}, {19, "IQ1_S", 256, 50, false},
-    {20, "IQ4_NL", 32, 18, false},   {21, "IQ3_S", 256, 110, false},  {22, "IQ2_S", 256, 82, false},
-    {23, "IQ4_XS", 256, 136, false}, {24, "I8", 1, 1, false},         {25, "I16", 1, 2, false},
-    {26, "I32", 1, 4, false},        {27, "I64", 1, 8, false},        {28, "F64", 1, 8, false},
-    {29, "IQ1_M", 256, 56, false},   {30, "BF16", 1, 2, true},        {34, "TQ1_0", 256, 54, false},
-    {35, "TQ2_0", 256, 66, false},   {39, "MXFP4", 32, 17, false},
+    {0, "F32", 1, 4, true},         {1, "F16", 1, 2, true},          {2, "Q4_0", 32, 18, true},
+    {3, "Q4_1", 32, 20, true},      {6, "Q5_0", 32, 22, true},       {7, "Q5_1", 32, 24, true},
+    {8, "Q8_0", 32, 34, true},      {9, "Q8_1", 32, 40, false},      {10, "Q2_K", 256, 84, true},
+    {11, "Q3_K", 256, 110, true},   {12, "Q4_K", 256, 144, true},    {13, "Q5_K", 256, 176, true},
+    {14, "Q6_K", 256, 210, true},   {15, "Q8_K", 256, 292, false},   {16, "IQ2_XXS", 256, 66, false},
+    {17, "IQ2_XS", 256, 74, false}, {18, "IQ3_XXS", 256, 98, false}, {19, "IQ1_S", 256, 50, false},
+    {20, "IQ4_NL", 32, 18, true},   {21, "IQ3_S", 256, 110, false},  {22, "IQ2_S", 256, 82, false},
+    {23, "IQ4_XS", 256, 136, true}, {24, "I8", 1, 1, false},         {25, "I16", 1, 2, false},
+    {26, "I32", 1, 4, false},       {27, "I64", 1, 8, false},        {28, "F64", 1, 8, false},
+    {29, "IQ1_M", 256, 56, false},  {30, "BF16", 1, 2, true},        {34, "TQ1_0", 256, 54, false},
+    {35, "TQ2_0", 256, 66, false},  {39, "MXFP4", 32, 17, false},
 };
 
 // Block layouts of the dequantized types (ggml-common.h), pinned like ggml pins them.
@@ -54,6 +54,17 @@ static_assert(2 + 2 + kQK / 2 == 20, "Q4_1: f16 d, f16 m, 16 bytes of nibbles");
 static_assert(2 + kQK == 34, "Q8_0: f16 d, 32 int8");
 static_assert(2 + 2 + 12 + kQK_K / 2 == 144, "Q4_K: f16 d, f16 dmin, 12 bytes of 6-bit scales/mins, nibbles");
 static_assert(kQK_K / 2 + kQK_K / 4 + kQK_K / 16 + 2 == 210, "Q6_K: ql, qh, int8 scales, f16 d");
+static_assert(2 + 4 + kQK / 2 == 22, "Q5_0: f16 d, u32 of fifth bits, nibbles");
+static_assert(2 + 2 + 4 + kQK / 2 == 24, "Q5_1: f16 d, f16 m, u32 of fifth bits, nibbles");
+static_assert(kQK_K / 16 + kQK_K / 4 + 2 + 2 == 84,
+              "Q2_K: 4-bit scales and mins, 2-bit values, f16 d, f16 dmin");
+static_assert(kQK_K / 8 + kQK_K / 4 + 12 + 2 == 110,
+              "Q3_K: high-bit mask, 2-bit values, 6-bit scales, f16 d");
+static_assert(2 + 2 + 12 + kQK_K / 8 + kQK_K / 2 == 176,
+              "Q5_K: Q4_K's fields and a byte of fifth bits per 8");
+static_assert(2 + kQK / 2 == 18, "IQ4_NL: f16 d, 16 bytes of nibbles");
+static_assert(2 + 2 + kQK_K / 64 + kQK_K / 2 == 136,
+              "IQ4_XS: f16 d, u16 high scale bits, low scale nibbles, nibbles");
 
 bool is_known_value_type(uint32_t t) { return t <= 12; }
 
@@ -240,25 +251,115 @@ void deq_q8_0(const uint8_t* b, float* y) {
   const float d = f16(b);
   for (int j = 0; j < kQK; ++j) y[j] = d * static_cast<float>(static_cast<int8_t>(b[2 + j]));
 }
+// Q5_0 / Q5_1: the Q4_0 / Q4_1 nibbles with a fifth bit per element, bit j of the little-endian u32 qh.
+int q5_bits(const uint8_t* qh, const uint8_t* qs, int j) {
+  uint32_t h;
+  std::memcpy(&h, qh, 4);
+  const int lo = j < kQK / 2 ? (qs[j] & 0x0F) : (qs[j - kQK / 2] >> 4);
+  return lo | static_cast<int>(((h >> j) & 1) << 4);
+}
+void deq_q5_0(const uint8_t* b, float* y) {
+  const float d = f16(b);
+  for (int j = 0; j < kQK; ++j) y[j] = d * static_cast<float>(q5_bits(b + 2, b + 6, j) - 16);
+}
+void deq_q5_1(const uint8_t* b, float* y) {
+  const float d = f16(b), m = f16(b + 2);
+  for (int j = 0; j < kQK; ++j) y[j] = d * static_cast<float>(q5_bits(b + 4, b + 8, j)) + m;
+}
+// The 6-bit scale and min of sub-block j of Q4_K and Q5_K, packed into 12 bytes.
+void k_scale_min(const uint8_t* s, int j, uint8_t& sc, uint8_t& m) {
+  if (j < 4) {
+    sc = s[j] & 63;
+    m = s[j + 4] & 63;
+  } else {
+    sc = static_cast<uint8_t>((s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4));
+    m = static_cast<uint8_t>((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+  }
+}
+// Q2_K: sixteen sub-blocks of 16 with a 4-bit scale and a 4-bit min each; element e = 128 half + 32 k + l is
+// bits 2k..2k+1 of qs[32 half + l].
+void deq_q2_k(const uint8_t* b, float* y) {
+  const uint8_t* sc = b;
+  const uint8_t* qs = b + kQK_K / 16;
+  const float d = f16(b + kQK_K / 16 + kQK_K / 4), dmin = f16(b + kQK_K / 16 + kQK_K / 4 + 2);
+  for (int e = 0; e < kQK_K; ++e) {
+    const int half = e / 128, k = (e % 128) / 32, l = e % 32;
+    const float dl = d * static_cast<float>(sc[e / 16] & 0x0F),
+                ml = dmin * static_cast<float>(sc[e / 16] >> 4);
+    y[e] = dl * static_cast<float>((qs[32 * half + l] >> (2 * k)) & 3) - ml;
+  }
+}
+// Q3_K: Q2_K's 2-bit layout, minus 4 where bit e / 32 of hmask[e % 32] is clear; sixteen signed 6-bit scales
+// (low 4 bits from bytes 0..7, high 2 from bytes 8..11), no mins.
+void deq_q3_k(const uint8_t* b, float* y) {
+  const uint8_t* hmask = b;
+  const uint8_t* qs = b + kQK_K / 8;
+  const uint8_t* s = b + kQK_K / 8 + kQK_K / 4;
+  const float d = f16(s + 12);
+  float dl[16];
+  for (int i = 0; i < 16; ++i) {
+    const int lo = i < 8 ? (s[i] & 0x0F) : (s[i - 8] >> 4);
+    const int hi = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
+    dl[i] = d * static_cast<float>((lo | hi << 4) - 32);
+  }
+  for (int e = 0; e < kQK_K; ++e) {
+    const int half = e / 128, k = (e % 128) / 32, l = e % 32;
+    const int q = ((qs[32 * half + l] >> (2 * k)) & 3) - (((hmask[l] >> (e / 32)) & 1) ? 0 : 4);
+    y[e] = dl[e / 16] * static_cast<float>(q);
+  }
+}
 // Q4_K: eight sub-blocks of 32, each with a 6-bit scale and a 6-bit min packed into 12 bytes.
 void deq_q4_k(const uint8_t* b, float* y) {
   const float d = f16(b), dmin = f16(b + 2);
-  const uint8_t* s = b + 4;
   const uint8_t* qs = b + 16;
   for (int j = 0; j < 8; ++j) {
     uint8_t sc, m;
-    if (j < 4) {
-      sc = s[j] & 63;
-      m = s[j + 4] & 63;
-    } else {
-      sc = static_cast<uint8_t>((s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4));
-      m = static_cast<uint8_t>((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
-    }
+    k_scale_min(b + 4, j, sc, m);
     const float dl = d * static_cast<float>(sc), ml = dmin * static_cast<float>(m);
     // Sub-block j: the low nibbles (even j) or high nibbles (odd j) of 32 bytes qs[32 * (j / 2) ...].
     const uint8_t* q = qs + 32 * (j / 2);
     const int shift = (j % 2) * 4;
     for (int l = 0; l < 32; ++l) y[32 * j + l] = dl * static_cast<float>((q[l] >> shift) & 0x0F) - ml;
+  }
+}
+// Q5_K: Q4_K with a fifth bit, bit j of qh[l] for element l of sub-block j.
+void deq_q5_k(const uint8_t* b, float* y) {
+  const float d = f16(b), dmin = f16(b + 2);
+  const uint8_t* qh = b + 16;
+  const uint8_t* qs = b + 16 + kQK_K / 8;
+  for (int j = 0; j < 8; ++j) {
+    uint8_t sc, m;
+    k_scale_min(b + 4, j, sc, m);
+    const float dl = d * static_cast<float>(sc), ml = dmin * static_cast<float>(m);
+    const uint8_t* q = qs + 32 * (j / 2);
+    const int shift = (j % 2) * 4;
+    for (int l = 0; l < 32; ++l) {
+      const int v = ((q[l] >> shift) & 0x0F) | (((qh[l] >> j) & 1) << 4);
+      y[32 * j + l] = dl * static_cast<float>(v) - ml;
+    }
+  }
+}
+// IQ4_NL / IQ4_XS: 4-bit indices into one fixed non-linear table of 16 int8 levels (ggml's kvalues_iq4nl).
+constexpr int8_t kIq4Levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+// 32 elements from 16 bytes: element l < 16 the low nibble of byte l, element l + 16 its high nibble.
+void iq4_32(const uint8_t* qs, float dl, float* y) {
+  for (int l = 0; l < 16; ++l) {
+    y[l] = dl * static_cast<float>(kIq4Levels[qs[l] & 0x0F]);
+    y[l + 16] = dl * static_cast<float>(kIq4Levels[qs[l] >> 4]);
+  }
+}
+void deq_iq4_nl(const uint8_t* b, float* y) { iq4_32(b + 2, f16(b), y); }
+// IQ4_XS: eight sub-blocks of 32 with a signed 6-bit scale each (low 4 bits in scales_l, high 2 in the u16
+// scales_h).
+void deq_iq4_xs(const uint8_t* b, float* y) {
+  const float d = f16(b);
+  uint16_t sh;
+  std::memcpy(&sh, b + 2, 2);
+  const uint8_t* sl = b + 4;
+  const uint8_t* qs = b + 4 + kQK_K / 64;
+  for (int j = 0; j < 8; ++j) {
+    const int ls = (((sl[j / 2] >> (4 * (j % 2))) & 0x0F) | (((sh >> (2 * j)) & 3) << 4)) - 32;
+    iq4_32(qs + 16 * j, d * static_cast<float>(ls), y + 32 * j);
   }
 }
 // Q6_K: 6-bit values (4 low bits in ql, 2 high bits in qh), sixteen int8 scales of 16 values each.
@@ -408,6 +509,13 @@ const GgmlTypeInfo* ggml_type_info(uint32_t id) {
 std::string ggml_type_name(uint32_t id) {
   const GgmlTypeInfo* t = ggml_type_info(id);
   return t ? t->name : "type " + std::to_string(id);
+}
+
+std::string dequantizable_type_names() {
+  std::string s;
+  for (const GgmlTypeInfo& t : kTypes)
+    if (t.dequantizable) s += (s.empty() ? "" : ", ") + std::string(t.name);
+  return s;
 }
 
 int64_t GgufTensor::numel() const {
@@ -609,7 +717,7 @@ void dequantize_row(uint32_t type, const uint8_t* src, float* y, int64_t n) {
   const GgmlTypeInfo* ti = ggml_type_info(type);
   if (!ti || !ti->dequantizable)
     throw Error("cannot dequantize ggml type " + ggml_type_name(type) +
-                " (supported: F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K, Q6_K)");
+                " (supported: " + dequantizable_type_names() + ")");
   if (n < 0 || n % ti->block != 0)
     throw Error("dequantize: " + std::to_string(n) + " elements are not whole " + ti->name + " blocks");
   const int64_t blocks = n / ti->block;
@@ -638,6 +746,27 @@ void dequantize_row(uint32_t type, const uint8_t* src, float* y, int64_t n) {
       return;
     case GgmlType::kQ6_K:
       for (int64_t i = 0; i < blocks; ++i) deq_q6_k(src + i * bb, y + i * kQK_K);
+      return;
+    case GgmlType::kQ5_0:
+      for (int64_t i = 0; i < blocks; ++i) deq_q5_0(src + i * bb, y + i * kQK);
+      return;
+    case GgmlType::kQ5_1:
+      for (int64_t i = 0; i < blocks; ++i) deq_q5_1(src + i * bb, y + i * kQK);
+      return;
+    case GgmlType::kQ2_K:
+      for (int64_t i = 0; i < blocks; ++i) deq_q2_k(src + i * bb, y + i * kQK_K);
+      return;
+    case GgmlType::kQ3_K:
+      for (int64_t i = 0; i < blocks; ++i) deq_q3_k(src + i * bb, y + i * kQK_K);
+      return;
+    case GgmlType::kQ5_K:
+      for (int64_t i = 0; i < blocks; ++i) deq_q5_k(src + i * bb, y + i * kQK_K);
+      return;
+    case GgmlType::kIQ4_NL:
+      for (int64_t i = 0; i < blocks; ++i) deq_iq4_nl(src + i * bb, y + i * kQK);
+      return;
+    case GgmlType::kIQ4_XS:
+      for (int64_t i = 0; i < blocks; ++i) deq_iq4_xs(src + i * bb, y + i * kQK_K);
       return;
     default:
       break;

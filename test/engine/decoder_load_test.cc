@@ -468,8 +468,8 @@ TEST(GgufDecoder, OneLineErrors) {
   EXPECT_NE(e.find("'blk.9.extra' is not used"), std::string::npos) << e;
   e = error_of([&](Gguf& f) { f.tensors[1].shape = {t.hidden / 2, 2}; });
   EXPECT_NE(e.find("'output_norm.weight' has shape [12, 2], expected [24]"), std::string::npos) << e;
-  e = error_of([&](Gguf& f) { f.tensors[0].type = static_cast<uint32_t>(GgmlType::kQ5_K); });
-  EXPECT_NE(e.find("Q5_K"), std::string::npos) << e;
+  e = error_of([&](Gguf& f) { f.tensors[0].type = static_cast<uint32_t>(GgmlType::kIQ2_XXS); });
+  EXPECT_NE(e.find("IQ2_XXS"), std::string::npos) << e;
   EXPECT_NE(e.find("token_embd.weight"), std::string::npos) << e;
   // A Gemma 3 file's layer count is bounded before its sliding-layer list is built (a fuzzer's input once
   // asked for 2^40 entries).

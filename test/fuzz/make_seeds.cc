@@ -70,9 +70,10 @@ int main(int argc, char** argv) {
                   {"f64s", GgufValue::of_floats(GgufType::kF64, {0.5, -1})},
                   {"u64", GgufValue::of_int(GgufType::kU64, 7)}};
     std::vector<std::vector<uint8_t>> storage;
-    const std::pair<uint32_t, std::vector<int64_t>> specs[] = {{0, {2, 3}},  {1, {4}},     {30, {2, 2}},
-                                                               {2, {1, 32}}, {3, {2, 32}}, {8, {32}},
-                                                               {12, {256}},  {14, {256}},  {13, {256}}};
+    const std::pair<uint32_t, std::vector<int64_t>> specs[] = {
+        {0, {2, 3}}, {1, {4}},    {30, {2, 2}}, {2, {1, 32}}, {3, {2, 32}}, {8, {32}},
+        {12, {256}}, {14, {256}}, {6, {32}},    {7, {32}},    {10, {256}},  {11, {256}},
+        {13, {256}}, {20, {32}},  {23, {256}},  {16, {256}}};
     for (const auto& [type, shape] : specs) {
       const GgmlTypeInfo* ti = ggml_type_info(type);
       int64_t numel = 1;

@@ -6,7 +6,7 @@
 --gguf FILE: the helper (test/io/gguf_dequantize.cc) writes each tensor as fp32 .npy; the reference is
 gguf.GGUFReader(FILE) + gguf.quants.dequantize. Values must be bit-identical (two NaNs count as equal).
 --synthetic SEED: first writes, with gguf.GGUFWriter, a file holding random bytes in tensors of every type
-sparse24 dequantizes (F32 F16 BF16 Q4_0 Q4_1 Q8_0 Q4_K Q6_K) and compares that file the same way, so the
+sparse24 dequantizes (F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS) and compares that file the same way, so the
 types the real model lacks are checked against the reference too. Exit 0 when all agree, 1 on the first
 difference, 77 (skip) when the gguf package is missing.
 """
@@ -29,7 +29,9 @@ def write_synthetic(path, seed):
     w.add_array("synthetic.strings", ["a", "Ġb", ""])
     Q = gguf.GGMLQuantizationType
     for qt, shape in [(Q.F32, (3, 7)), (Q.F16, (5, 6)), (Q.BF16, (2, 9)), (Q.Q4_0, (3, 64)),
-                      (Q.Q4_1, (4, 96)), (Q.Q8_0, (2, 128)), (Q.Q4_K, (3, 512)), (Q.Q6_K, (2, 768))]:
+                      (Q.Q4_1, (4, 96)), (Q.Q5_0, (3, 64)), (Q.Q5_1, (2, 96)), (Q.Q8_0, (2, 128)),
+                      (Q.Q2_K, (2, 512)), (Q.Q3_K, (3, 256)), (Q.Q4_K, (3, 512)), (Q.Q5_K, (2, 512)),
+                      (Q.Q6_K, (2, 768)), (Q.IQ4_NL, (3, 64)), (Q.IQ4_XS, (2, 512))]:
         block, block_bytes = gguf.GGML_QUANT_SIZES[qt]
         rows, cols = shape
         raw = rng.integers(0, 256, size=(rows, cols // block * block_bytes), dtype=np.uint8)

@@ -161,7 +161,10 @@ TEST(Gguf, TensorsRoundTripAtAnyAlignment) {
   const std::vector<std::pair<GgmlType, std::vector<int64_t>>> specs = {
       {GgmlType::kF32, {3, 5}},    {GgmlType::kF16, {7}},       {GgmlType::kBF16, {2, 1, 3}},
       {GgmlType::kQ8_0, {2, 64}},  {GgmlType::kQ4_0, {1, 32}},  {GgmlType::kQ4_1, {3, 2, 32}},
-      {GgmlType::kQ4_K, {2, 256}}, {GgmlType::kQ6_K, {1, 512}}, {GgmlType::kQ5_K, {256}},
+      {GgmlType::kQ4_K, {2, 256}}, {GgmlType::kQ6_K, {1, 512}}, {GgmlType::kQ5_0, {2, 32}},
+      {GgmlType::kQ5_1, {64}},     {GgmlType::kQ2_K, {256}},    {GgmlType::kQ3_K, {2, 256}},
+      {GgmlType::kQ5_K, {256}},    {GgmlType::kIQ4_NL, {96}},   {GgmlType::kIQ4_XS, {256}},
+      {GgmlType::kIQ2_XXS, {256}},
   };
   for (const auto& [type, shape] : specs) {
     const GgmlTypeInfo* ti = ggml_type_info(static_cast<uint32_t>(type));
@@ -190,7 +193,7 @@ TEST(Gguf, TensorsRoundTripAtAnyAlignment) {
     if (ggml_type_info(t.type)->dequantizable)
       EXPECT_EQ(dequantize(t).numel(), t.numel());
     else
-      EXPECT_ERROR(dequantize(t), "cannot dequantize ggml type Q5_K");
+      EXPECT_ERROR(dequantize(t), "cannot dequantize ggml type IQ2_XXS");
   }
 }
 
@@ -254,6 +257,98 @@ TEST(Gguf, DequantizesEachBlockLayout) {
       EXPECT_EQ(y[e], want) << e;
     }
   }
+  // The 5-bit types: bit j of the little-endian u32 qh is element j's fifth bit.
+  auto bit5 = [](const uint8_t* qh, int j) { return ((qh[j / 8] >> (j % 8)) & 1) << 4; };
+  {  // Q5_0: d, qh, 16 bytes of nibbles as Q4_0; minus 16
+    std::vector<uint8_t> b = random_bytes(rng, 22);
+    finite_scale(b.data());
+    dequantize_row(6, b.data(), y.data(), 32);
+    for (int j = 0; j < 32; ++j) {
+      const int lo = j < 16 ? (b[6 + j] & 15) : (b[6 + j - 16] >> 4);
+      EXPECT_EQ(y[j], f16(b.data()) * static_cast<float>((lo | bit5(b.data() + 2, j)) - 16)) << j;
+    }
+  }
+  {  // Q5_1: d, m, qh, nibbles; d * q + m
+    std::vector<uint8_t> b = random_bytes(rng, 24);
+    finite_scale(b.data());
+    finite_scale(b.data() + 2);
+    dequantize_row(7, b.data(), y.data(), 32);
+    for (int j = 0; j < 32; ++j) {
+      const int lo = j < 16 ? (b[8 + j] & 15) : (b[8 + j - 16] >> 4);
+      const float want = f16(b.data()) * static_cast<float>(lo | bit5(b.data() + 4, j)) + f16(b.data() + 2);
+      EXPECT_EQ(y[j], want) << j;
+    }
+  }
+  {  // Q2_K: scales[16] (low nibble scale, high nibble min), qs[64], d, dmin; element e = 128 h + 32 k + l is
+     // bits 2k of qs[32 h + l], in sub-block e / 16
+    std::vector<uint8_t> b = random_bytes(rng, 84);
+    finite_scale(b.data() + 80);
+    finite_scale(b.data() + 82);
+    dequantize_row(10, b.data(), y.data(), 256);
+    for (int e = 0; e < 256; ++e) {
+      const int h = e / 128, k = (e % 128) / 32, l = e % 32;
+      const int q = (b[16 + 32 * h + l] >> (2 * k)) & 3;
+      const float want = f16(b.data() + 80) * static_cast<float>(b[e / 16] & 15) * static_cast<float>(q) -
+                         f16(b.data() + 82) * static_cast<float>(b[e / 16] >> 4);
+      EXPECT_EQ(y[e], want) << e;
+    }
+  }
+  {  // Q3_K: hmask[32], qs[64], 12 bytes of sixteen 6-bit scales (offset 32), d; minus 4 where the mask bit
+     // e / 32 of hmask[e % 32] is clear
+    std::vector<uint8_t> b = random_bytes(rng, 110);
+    finite_scale(b.data() + 108);
+    dequantize_row(11, b.data(), y.data(), 256);
+    const uint8_t* sc = b.data() + 96;
+    for (int e = 0; e < 256; ++e) {
+      const int s = e / 16;
+      const int scale =
+          ((s < 8 ? sc[s] & 15 : sc[s - 8] >> 4) | (((sc[8 + s % 4] >> (2 * (s / 4))) & 3) << 4)) - 32;
+      const int h = e / 128, k = (e % 128) / 32, l = e % 32;
+      const int q = ((b[32 + 32 * h + l] >> (2 * k)) & 3) - ((b[l] >> (e / 32)) & 1 ? 0 : 4);
+      EXPECT_EQ(y[e], f16(b.data() + 108) * static_cast<float>(scale) * static_cast<float>(q)) << e;
+    }
+  }
+  {  // Q5_K: Q4_K's d, dmin and scales, qh[32], qs[128]; element l of sub-block s gets bit s of qh[l]
+    std::vector<uint8_t> b = random_bytes(rng, 176);
+    finite_scale(b.data());
+    finite_scale(b.data() + 2);
+    dequantize_row(13, b.data(), y.data(), 256);
+    const uint8_t* sc = b.data() + 4;
+    for (int s = 0; s < 8; ++s) {
+      const int scale = s < 4 ? (sc[s] & 63) : ((sc[s + 4] & 15) | ((sc[s - 4] >> 6) << 4));
+      const int min = s < 4 ? (sc[s + 4] & 63) : ((sc[s + 4] >> 4) | ((sc[s] >> 6) << 4));
+      for (int l = 0; l < 32; ++l) {
+        const int q = ((b[48 + 32 * (s / 2) + l] >> (4 * (s % 2))) & 15) | (((b[16 + l] >> s) & 1) << 4);
+        const float want = f16(b.data()) * static_cast<float>(scale) * static_cast<float>(q) -
+                           f16(b.data() + 2) * static_cast<float>(min);
+        EXPECT_EQ(y[32 * s + l], want) << s << " " << l;
+      }
+    }
+  }
+  // IQ4_NL and IQ4_XS: nibbles index ggml's fixed table of 16 levels.
+  const int levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  {  // IQ4_NL: d, 16 bytes of nibbles in Q4_0's order
+    std::vector<uint8_t> b = random_bytes(rng, 18);
+    finite_scale(b.data());
+    dequantize_row(20, b.data(), y.data(), 32);
+    for (int j = 0; j < 32; ++j)
+      EXPECT_EQ(y[j],
+                f16(b.data()) * static_cast<float>(levels[j < 16 ? b[2 + j] & 15 : b[2 + j - 16] >> 4]));
+  }
+  {  // IQ4_XS: d, u16 scales_h, scales_l[4], qs[128]; sub-block s: scale (low nibble s of scales_l | bits 2s
+     // of scales_h << 4) - 32, its 32 values from qs[16 s ...] in Q4_0's order
+    std::vector<uint8_t> b = random_bytes(rng, 136);
+    finite_scale(b.data());
+    dequantize_row(23, b.data(), y.data(), 256);
+    const int sh = b[2] | b[3] << 8;
+    for (int e = 0; e < 256; ++e) {
+      const int s = e / 32, j = e % 32;
+      const int scale = (((b[4 + s / 2] >> (4 * (s % 2))) & 15) | (((sh >> (2 * s)) & 3) << 4)) - 32;
+      const uint8_t q = b[8 + 16 * s + j % 16];
+      const int level = levels[j < 16 ? q & 15 : q >> 4];
+      EXPECT_EQ(y[e], f16(b.data()) * static_cast<float>(scale) * static_cast<float>(level)) << e;
+    }
+  }
   {                                           // F16, BF16
     const uint16_t v[2] = {h(1.5f), 0x3FC0};  // 1.5 in f16; 1.5 in bf16
     dequantize_row(1, reinterpret_cast<const uint8_t*>(v), y.data(), 1);
@@ -262,7 +357,9 @@ TEST(Gguf, DequantizesEachBlockLayout) {
     EXPECT_EQ(y[0], 1.5f);
   }
   EXPECT_ERROR(dequantize_row(3, nullptr, y.data(), 31), "not whole Q4_1 blocks");
-  EXPECT_ERROR(dequantize_row(13, nullptr, y.data(), 256), "cannot dequantize ggml type Q5_K");
+  EXPECT_ERROR(dequantize_row(16, nullptr, y.data(), 256), "cannot dequantize ggml type IQ2_XXS");
+  EXPECT_ERROR(dequantize_row(16, nullptr, y.data(), 256),
+               "supported: F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0");
   EXPECT_ERROR(dequantize_row(99, nullptr, y.data(), 256), "cannot dequantize ggml type type 99");
 }
 

@@ -522,6 +522,9 @@ void cmd_bench_decode(const BenchDecodeOptions& o) {
   if (peers.contains("llama.cpp Q8_0"))
     std::printf("; 2:4 int8 / llama.cpp Q8_0: %.2fx",
                 i8 / peers["llama.cpp Q8_0"]["tokens_per_s"].get<double>());
+  if (peers.contains("llama.cpp Q4_K_M"))
+    std::printf("; 2:4 int8 / llama.cpp Q4_K_M: %.2fx",
+                i8 / peers["llama.cpp Q4_K_M"]["tokens_per_s"].get<double>());
   std::printf(" (load %s)\n", load_average().c_str());
   if (!o.json_out.empty()) write_file_atomic(o.json_out, out.dump(2) + "\n");
 }
@@ -608,7 +611,7 @@ void register_decode_commands(CLI::App& app) {
     cmd->add_option("--prompt", o->prompt, "prompt tokens")->capture_default_str();
     cmd->add_option("--generate", o->generate, "generated tokens")->capture_default_str();
     cmd->add_option("--gguf", o->gguf,
-                    "GGUF file llama.cpp's F32/F16/Q8_0 files are made from (default: "
+                    "GGUF file llama.cpp's F32/F16/Q8_0/Q4_K_M files are made from (default: "
                     "MODEL without -hf, /model.gguf)");
     cmd->add_option("--python", o->python, "the Python that runs llama.cpp (default: the project's .venv)");
     cmd->add_option("--kv", o->kv, "sparse24's KV cache type: f32, or f16 (llama.cpp's default)")
