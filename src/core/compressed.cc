@@ -1,6 +1,7 @@
 #include "sparse24/compressed.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -73,13 +74,20 @@ Compressed quantize_int8(const Compressed& f, int64_t scale_group) {
   for (int64_t r = 0; r < f.rows; ++r)
     for (int64_t s = 0; s < ns; ++s) {
       const int64_t j0 = s * per, j1 = std::min(vpr, j0 + per);
+      // Row r's values as floats (f32 and unscaled: checked above and by validate).
+      const uint8_t* bytes = f.values.data() + static_cast<size_t>(r * vpr) * sizeof(float);
+      auto row = [bytes](int64_t j) {
+        float x;
+        std::memcpy(&x, bytes + static_cast<size_t>(j) * sizeof(float), sizeof(float));
+        return x;
+      };
       float amax = 0.f;
-      for (int64_t j = j0; j < j1; ++j) amax = std::max(amax, std::fabs(f.value(r, j)));
+      for (int64_t j = j0; j < j1; ++j) amax = std::max(amax, std::fabs(row(j)));
       const float scale = amax / 127.f;
       q.scales[static_cast<size_t>(r * ns + s)] = scale;
       if (scale == 0.f) continue;  // all zero (q stays 0)
       for (int64_t j = j0; j < j1; ++j) {
-        const float v = std::nearbyint(f.value(r, j) / scale);
+        const float v = std::nearbyint(row(j) / scale);
         q.values[static_cast<size_t>(r * vpr + j)] =
             static_cast<uint8_t>(static_cast<int8_t>(std::clamp(v, -127.f, 127.f)));
       }
@@ -105,14 +113,16 @@ Compressed compress(const Tensor& dense, bool prune) {
                 std::to_string(static_cast<size_t>(dense.numel()) * es));
   }
   const IndexMap idx = index_map(dense.shape, v);
-  const std::vector<float> w = gather_matrix(dense.to_float(), dense.shape);
-  reject_nan(w.data(), v.rows, v.cols);
+  std::vector<float> w = dense.to_float();
+  if (v.conv) w = gather_matrix(w, dense.shape);  // (a 2-D matrix is already in matrix order)
 
-  // The kept elements: the mask when pruning; otherwise the nonzeros, which must already be 2:4.
+  // The kept elements: the mask when pruning (magnitude_mask refuses NaN); otherwise the nonzeros, which
+  // must already be 2:4.
   Mask keep;
   if (prune) {
     keep = magnitude_mask(w.data(), v.rows, v.cols, kPattern24);
   } else {
+    reject_nan(w.data(), v.rows, v.cols);
     const PatternCheck chk = check_pattern(w.data(), v.rows, v.cols, kPattern24);
     if (!chk.valid) {
       throw Error("matrix is not 2:4 sparse: " + at(chk.first_bad_row, chk.first_bad_group) +
@@ -131,32 +141,48 @@ Compressed compress(const Tensor& dense, bool prune) {
   const int64_t G = c.groups_per_row();
   c.values.assign(static_cast<size_t>(v.rows * c.values_per_row()) * es, 0);
   c.metadata.assign(static_cast<size_t>(v.rows * c.meta_bytes_per_row()), 0);
+  // Positions to store for each set of kept nonzeros of a group (4 bits): those positions (the first two),
+  // completed with the lowest other positions to make two, in increasing order; `real` marks the kept
+  // nonzeros, the only ones copied (the completing positions hold zero: values start zeroed).
+  struct Slots {
+    int pos[2];
+    bool real[2];
+  };
+  const std::array<Slots, 16> slots = [] {
+    std::array<Slots, 16> t{};
+    for (int m = 0; m < 16; ++m) {
+      Slots& s = t[static_cast<size_t>(m)];
+      int n = 0;
+      s.real[0] = s.real[1] = false;
+      for (int i = 0; i < 4 && n < 2; ++i)
+        if ((m >> i) & 1) {
+          s.real[n] = true;
+          s.pos[n++] = i;
+        }
+      for (int i = 0; i < 4 && n < 2; ++i)
+        if (n == 0 || s.pos[0] != i) s.pos[n++] = i;
+      if (s.pos[0] > s.pos[1]) {
+        std::swap(s.pos[0], s.pos[1]);
+        std::swap(s.real[0], s.real[1]);
+      }
+    }
+    return t;
+  }();
   for (int64_t r = 0; r < v.rows; ++r)
     for (int64_t g = 0; g < G; ++g) {
-      // Positions to store: the kept nonzeros, completed with the lowest other positions to make two. Only
-      // kept nonzeros are copied; the completing positions hold zero (values start zeroed).
-      int pos[2], n = 0;
-      bool real[2] = {false, false};
-      for (int i = 0; i < 4 && n < 2; ++i) {
+      int m = 0;
+      for (int i = 0; i < 4; ++i) {
         const int64_t col = 4 * g + i;
         const size_t at_rc = static_cast<size_t>(r * v.cols + col);
-        if (col < v.cols && keep[at_rc] && w[at_rc] != 0.f) {
-          real[n] = true;
-          pos[n++] = i;
-        }
+        m |= static_cast<int>(col < v.cols && keep[at_rc] && w[at_rc] != 0.f) << i;
       }
-      for (int i = 0; i < 4 && n < 2; ++i)
-        if (n == 0 || pos[0] != i) pos[n++] = i;
-      if (pos[0] > pos[1]) {
-        std::swap(pos[0], pos[1]);
-        std::swap(real[0], real[1]);
-      }
+      const Slots& s = slots[static_cast<size_t>(m)];
       for (int j = 0; j < 2; ++j) {
-        if (!real[j]) continue;  // copy the element's own bytes: exact for every dtype
+        if (!s.real[j]) continue;  // copy the element's own bytes: exact for every dtype
         std::memcpy(c.values.data() + static_cast<size_t>(r * c.values_per_row() + 2 * g + j) * es,
-                    dense.bytes.data() + static_cast<size_t>(idx(r, 4 * g + pos[j])) * es, es);
+                    dense.bytes.data() + static_cast<size_t>(idx(r, 4 * g + s.pos[j])) * es, es);
       }
-      const uint8_t code = static_cast<uint8_t>(pos[0] | pos[1] << 2);
+      const uint8_t code = static_cast<uint8_t>(s.pos[0] | s.pos[1] << 2);
       c.metadata[static_cast<size_t>(r * c.meta_bytes_per_row() + g / 2)] |=
           static_cast<uint8_t>((g & 1) ? code << 4 : code);
     }
@@ -196,13 +222,20 @@ void validate(const Compressed& c) {
                     std::to_string(i / static_cast<size_t>(c.scales_per_row())) + " is not finite");
   }
   const int64_t G = c.groups_per_row();
+  // The valid codes as a bit set (valid_code's rule, checked without a call per group).
+  uint32_t valid = 0;
+  for (uint8_t code = 0; code < 16; ++code) valid |= static_cast<uint32_t>(valid_code(code)) << code;
   for (int64_t r = 0; r < c.rows; ++r) {
     for (int64_t g = 0; g < G; ++g) {
       const uint8_t code = c.code(r, g);
-      if (!valid_code(code)) {
+      if (((valid >> code) & 1) == 0) {
         throw Error("invalid metadata code 0x" + std::string(1, "0123456789abcdef"[code]) + " at " +
                     at(r, g) + " (positions must be two distinct indices in increasing order)");
       }
+    }
+    if (c.cols % 4 != 0) {  // only the last group has positions past K
+      const int64_t g = G - 1;
+      const uint8_t code = c.code(r, g);
       for (int j = 0; j < 2; ++j) {
         const int64_t col = 4 * g + ((code >> (2 * j)) & 3);
         if (col >= c.cols && c.value(r, 2 * g + j) != 0.f) {

@@ -43,9 +43,24 @@ Mask magnitude_mask(const float* w, int64_t rows, int64_t k, Pattern p) {
       // Only the real elements of a padded tail group compete: padding is zero, and a zero never beats a
       // real element of equal magnitude (ties go to the lower index), so dropping it changes nothing.
       const int len = static_cast<int>(std::min<int64_t>(p.m, k - g0));
-      for (int i = 0; i < len; ++i) order[i] = i;
-      std::stable_sort(order.begin(), order.begin() + len,
-                       [&](int a, int b) { return std::fabs(row[g0 + a]) > std::fabs(row[g0 + b]); });
+      if (p.m == 4 && p.n == 2 && len == 4) {  // 2:4, a whole group: keep the two of rank < 2
+        float a[4];
+        for (int i = 0; i < 4; ++i) a[i] = std::fabs(row[g0 + i]);
+        for (int i = 0; i < 4; ++i) {
+          int rank = 0;  // elements ahead of i: larger, or as large at a lower index
+          for (int j = 0; j < 4; ++j) rank += (a[j] > a[i]) | ((a[j] == a[i]) & (j < i));
+          mask[static_cast<size_t>(r * k + g0 + i)] = rank < 2;
+        }
+        continue;
+      }
+      // A stable sort by descending magnitude, by insertion (a group is at most 64 long; std::stable_sort's
+      // buffer allocation per group took most of a decoder's in-memory pruning time).
+      for (int i = 0; i < len; ++i) {
+        const float a = std::fabs(row[g0 + i]);
+        int j = i;
+        for (; j > 0 && std::fabs(row[g0 + order[j - 1]]) < a; --j) order[j] = order[j - 1];
+        order[j] = i;
+      }
       for (int i = 0; i < std::min(len, p.n); ++i) mask[static_cast<size_t>(r * k + g0 + order[i])] = 1;
     }
   }

@@ -1,6 +1,7 @@
 #include "sparse24/tensor.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "../kernels/convert.h"
@@ -69,7 +70,12 @@ Tensor Tensor::from_float(const std::vector<float>& values, std::vector<int64_t>
     throw Error("from_float: " + std::to_string(values.size()) + " values for shape " +
                 shape_string(t.shape));
   }
-  for (int64_t i = 0; i < t.numel(); ++i) t.set(i, values[static_cast<size_t>(i)]);
+  if (dtype == DType::kF32) {
+    if (!values.empty()) std::memcpy(t.bytes.data(), values.data(), values.size() * sizeof(float));
+    return t;
+  }
+  const auto n = static_cast<int64_t>(values.size());
+  for (int64_t i = 0; i < n; ++i) t.set(i, values[static_cast<size_t>(i)]);
   return t;
 }
 

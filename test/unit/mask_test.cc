@@ -56,6 +56,20 @@ TEST(MagnitudeMask, KeepsLargestAcrossShapesAndPatterns) {
       }
 }
 
+// Weights drawn from {-2, ..., 2}: most groups hold ties, which must go to the lower index in every pattern
+// (2:4 has its own rank-counting path; the others sort).
+TEST(MagnitudeMask, ManyTiesAcrossPatterns) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(3);
+  for (Pattern p : {Pattern{2, 4}, Pattern{1, 2}, Pattern{4, 8}})
+    for (int64_t k : kSizes) {
+      SCOPED_TRACE(pattern_string(p) + " 7x" + std::to_string(k));
+      std::vector<float> w(static_cast<size_t>(7 * k));
+      for (float& x : w) x = static_cast<float>(static_cast<int>(g() % 5) - 2);
+      check_magnitude_mask(w, 7, k, p, magnitude_mask(w.data(), 7, k, p));
+    }
+}
+
 TEST(MagnitudeMask, TiesGoToLowerIndexAndSignDoesNotMatter) {
   const std::vector<float> w = {1, -1, 1, -1, /**/ 0, 0, 0, 0, /**/ -3, 2, 2, 1};
   const Mask mask = magnitude_mask(w.data(), 1, 12, kPattern24);
