@@ -308,25 +308,11 @@ void deq_q3_k(const uint8_t* b, float* y) {
     y[e] = dl[e / 16] * static_cast<float>(q);
   }
 }
-// Q4_K: eight sub-blocks of 32, each with a 6-bit scale and a 6-bit min packed into 12 bytes.
-void deq_q4_k(const uint8_t* b, float* y) {
+// Q4_K and Q5_K: eight sub-blocks of 32, each with a 6-bit scale and a 6-bit min packed into 12 bytes.
+// Sub-block j: the low nibbles (even j) or high nibbles (odd j) of 32 bytes qs[32 * (j / 2) ...]; Q5_K adds
+// a fifth bit, bit j of qh[l] for element l (qh null: Q4_K).
+void deq_q45_k(const uint8_t* b, const uint8_t* qh, const uint8_t* qs, float* y) {
   const float d = f16(b), dmin = f16(b + 2);
-  const uint8_t* qs = b + 16;
-  for (int j = 0; j < 8; ++j) {
-    uint8_t sc, m;
-    k_scale_min(b + 4, j, sc, m);
-    const float dl = d * static_cast<float>(sc), ml = dmin * static_cast<float>(m);
-    // Sub-block j: the low nibbles (even j) or high nibbles (odd j) of 32 bytes qs[32 * (j / 2) ...].
-    const uint8_t* q = qs + 32 * (j / 2);
-    const int shift = (j % 2) * 4;
-    for (int l = 0; l < 32; ++l) y[32 * j + l] = dl * static_cast<float>((q[l] >> shift) & 0x0F) - ml;
-  }
-}
-// Q5_K: Q4_K with a fifth bit, bit j of qh[l] for element l of sub-block j.
-void deq_q5_k(const uint8_t* b, float* y) {
-  const float d = f16(b), dmin = f16(b + 2);
-  const uint8_t* qh = b + 16;
-  const uint8_t* qs = b + 16 + kQK_K / 8;
   for (int j = 0; j < 8; ++j) {
     uint8_t sc, m;
     k_scale_min(b + 4, j, sc, m);
@@ -334,11 +320,13 @@ void deq_q5_k(const uint8_t* b, float* y) {
     const uint8_t* q = qs + 32 * (j / 2);
     const int shift = (j % 2) * 4;
     for (int l = 0; l < 32; ++l) {
-      const int v = ((q[l] >> shift) & 0x0F) | (((qh[l] >> j) & 1) << 4);
+      const int v = ((q[l] >> shift) & 0x0F) | (qh ? ((qh[l] >> j) & 1) << 4 : 0);
       y[32 * j + l] = dl * static_cast<float>(v) - ml;
     }
   }
 }
+void deq_q4_k(const uint8_t* b, float* y) { deq_q45_k(b, nullptr, b + 16, y); }
+void deq_q5_k(const uint8_t* b, float* y) { deq_q45_k(b, b + 16, b + 16 + kQK_K / 8, y); }
 // IQ4_NL / IQ4_XS: 4-bit indices into one fixed non-linear table of 16 int8 levels (ggml's kvalues_iq4nl).
 constexpr int8_t kIq4Levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 // 32 elements from 16 bytes: element l < 16 the low nibble of byte l, element l + 16 its high nibble.
