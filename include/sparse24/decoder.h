@@ -88,8 +88,9 @@ struct DecoderModel {
   Gemm head;                 // untied: [vocab, hidden]; tied: empty (the embedding table is the head)
   std::vector<DecoderLayer> layers;
   std::string fingerprint;
-  // Magnitude-prunes every layer's Linears 2:4 in memory (the embeddings and head stay dense).
-  void prune_magnitude();
+  // Magnitude-prunes every layer's Linears 2:4 in memory (the embeddings and head stay dense), `threads`
+  // Linears at a time.
+  void prune_magnitude(int threads = 1);
 };
 
 // The config.json model_types this engine loads, e.g. "llama, mistral, qwen2, qwen3, gemma2, ..., phi3".

@@ -81,7 +81,7 @@ class PyDecoder {
       d.template_error_ = e.what();
     }
     d.model_ = std::make_unique<DecoderModel>(load_decoder(model));
-    if (prune) d.model_->prune_magnitude();
+    if (prune) d.model_->prune_magnitude(threads);
     o.max_context = std::min(max_context, d.model_->config.max_positions);
     d.vocab_ = d.model_->config.vocab;
     d.dec_ = std::make_unique<Decoder>(*d.model_, o);

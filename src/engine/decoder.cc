@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <dnnl.hpp>
+#include <exception>
 #include <numeric>
 #include <optional>
 
@@ -80,16 +81,27 @@ struct LayerExec {
 
 }  // namespace
 
-void DecoderModel::prune_magnitude() {
-  auto prune = [](Gemm& g) {
-    if (g.pruned) return;
-    g.sparse = compress(Tensor::from_float(g.dense, {g.m, g.k}), /*prune=*/true);
-    g.pruned = true;
-    g.dense.clear();
-    g.dense.shrink_to_fit();
-  };
+void DecoderModel::prune_magnitude(int threads) {
+  std::vector<Gemm*> todo;
   for (DecoderLayer& l : layers)
-    for (Gemm* g : {&l.qkv, &l.o, &l.gate_up, &l.down}) prune(*g);
+    for (Gemm* g : {&l.qkv, &l.o, &l.gate_up, &l.down})
+      if (!g->pruned) todo.push_back(g);
+  // Each Linear on its own (a thread per Linear); the first error is rethrown after the loop.
+  std::exception_ptr error;
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1) if (threads > 1)
+  for (size_t i = 0; i < todo.size(); ++i) {
+    try {
+      Gemm& g = *todo[i];
+      g.sparse = compress(Tensor::from_float(g.dense, {g.m, g.k}), /*prune=*/true);
+      g.pruned = true;
+      g.dense.clear();
+      g.dense.shrink_to_fit();
+    } catch (...) {
+#pragma omp critical(sparse24_prune_magnitude)
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
   fingerprint += "-magnitude24";
 }
 

@@ -209,6 +209,34 @@ TEST(Decoder, ForwardMatchesReference) {
   }
 }
 
+// Pruning with several threads (a Linear per thread) gives the model pruning with one gives, bit for bit; a
+// NaN in a weight is the same one-line error from either.
+TEST(DecoderModel, PruneMagnitudeThreadsAgree) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(7);
+  const Tiny t;
+  const DecoderModel m = tiny_model(g, t);
+  DecoderModel one = m, two = m;
+  one.prune_magnitude(1);
+  two.prune_magnitude(2);
+  EXPECT_EQ(one.fingerprint, two.fingerprint);
+  for (size_t l = 0; l < m.layers.size(); ++l) {
+    const DecoderLayer &a = one.layers[l], &b = two.layers[l];
+    for (auto G : {&DecoderLayer::qkv, &DecoderLayer::o, &DecoderLayer::gate_up, &DecoderLayer::down}) {
+      ASSERT_TRUE((a.*G).pruned && (b.*G).pruned);
+      EXPECT_TRUE((a.*G).dense.empty());
+      EXPECT_EQ((a.*G).sparse.values, (b.*G).sparse.values) << "layer " << l;
+      EXPECT_EQ((a.*G).sparse.metadata, (b.*G).sparse.metadata) << "layer " << l;
+    }
+  }
+  DecoderModel bad = m;
+  bad.layers.back().down.dense[3] = std::nanf("");
+  for (int threads : {1, 2}) {
+    DecoderModel b = bad;
+    EXPECT_THROW(b.prune_magnitude(threads), Error) << threads;
+  }
+}
+
 // Biases on every Linear (Llama's attention_bias and mlp_bias; Qwen2's subset) and Qwen3's per-head Q/K
 // RMSNorm, dense and 2:4 (fp32, bf16 and int8 kernels carry the bias), in one pass and token by token.
 TEST(Decoder, BiasesAndQkNormMatchReference) {

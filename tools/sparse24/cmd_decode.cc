@@ -435,7 +435,7 @@ void cmd_bench_decode(const BenchDecodeOptions& o) {
       o.kv.c_str(), load_average().c_str());
   d.mode = engine::Mode::kDense;
   runs.push_back(time_decoder("sparse24 dense fp32", m, d, prompt, o.generate));
-  if (!was_pruned) m.prune_magnitude();
+  if (!was_pruned) m.prune_magnitude(o.threads);
   d.mode = engine::Mode::kSparse;
   runs.push_back(time_decoder("sparse24 2:4 fp32", m, d, prompt, o.generate));
   d.bf16_weights = true;
