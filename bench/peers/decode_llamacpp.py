@@ -155,16 +155,19 @@ def main():
     src = os.path.abspath(a.gguf)
     base = (f"{os.path.basename(os.path.dirname(src))}-{os.path.splitext(os.path.basename(src))[0]}-"
             f"{hashlib.sha1(src.encode()).hexdigest()[:8]}")
+    def stale(path):  # missing, or older than the source
+        return not os.path.exists(path) or os.path.getmtime(path) < os.path.getmtime(a.gguf)
+
     out = {}
     for kind in a.kinds.split(","):
         path = os.path.join(a.cache, f"{base}-{kind}.gguf")
-        if not os.path.exists(path) or os.path.getmtime(path) < os.path.getmtime(a.gguf):
+        if stale(path):
             print(f"decode_llamacpp: making {path}", file=sys.stderr, flush=True)
             if kind in ("F32", "F16", "Q8_0"):
                 make_gguf(a.gguf, path, kind)
             else:  # from the F32 file, by llama.cpp's quantizer
                 f32 = os.path.join(a.cache, f"{base}-F32.gguf")
-                if not os.path.exists(f32) or os.path.getmtime(f32) < os.path.getmtime(a.gguf):
+                if stale(f32):
                     make_gguf(a.gguf, f32, "F32")
                 quantize_with_llamacpp(f32, path, kind)
         note = ""

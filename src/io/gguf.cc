@@ -252,19 +252,23 @@ void deq_q8_0(const uint8_t* b, float* y) {
   for (int j = 0; j < kQK; ++j) y[j] = d * static_cast<float>(static_cast<int8_t>(b[2 + j]));
 }
 // Q5_0 / Q5_1: the Q4_0 / Q4_1 nibbles with a fifth bit per element, bit j of the little-endian u32 qh.
-int q5_bits(const uint8_t* qh, const uint8_t* qs, int j) {
+void q5_values(const uint8_t* qh, const uint8_t* qs, int* q) {
   uint32_t h;
   std::memcpy(&h, qh, 4);
-  const int lo = j < kQK / 2 ? (qs[j] & 0x0F) : (qs[j - kQK / 2] >> 4);
-  return lo | static_cast<int>(((h >> j) & 1) << 4);
+  for (int j = 0; j < kQK; ++j)
+    q[j] = (j < kQK / 2 ? (qs[j] & 0x0F) : (qs[j - kQK / 2] >> 4)) | static_cast<int>(((h >> j) & 1) << 4);
 }
 void deq_q5_0(const uint8_t* b, float* y) {
   const float d = f16(b);
-  for (int j = 0; j < kQK; ++j) y[j] = d * static_cast<float>(q5_bits(b + 2, b + 6, j) - 16);
+  int q[kQK];
+  q5_values(b + 2, b + 6, q);
+  for (int j = 0; j < kQK; ++j) y[j] = d * static_cast<float>(q[j] - 16);
 }
 void deq_q5_1(const uint8_t* b, float* y) {
   const float d = f16(b), m = f16(b + 2);
-  for (int j = 0; j < kQK; ++j) y[j] = d * static_cast<float>(q5_bits(b + 4, b + 8, j)) + m;
+  int q[kQK];
+  q5_values(b + 4, b + 8, q);
+  for (int j = 0; j < kQK; ++j) y[j] = d * static_cast<float>(q[j]) + m;
 }
 // The 6-bit scale and min of sub-block j of Q4_K and Q5_K, packed into 12 bytes.
 void k_scale_min(const uint8_t* s, int j, uint8_t& sc, uint8_t& m) {
@@ -282,11 +286,12 @@ void deq_q2_k(const uint8_t* b, float* y) {
   const uint8_t* sc = b;
   const uint8_t* qs = b + kQK_K / 16;
   const float d = f16(b + kQK_K / 16 + kQK_K / 4), dmin = f16(b + kQK_K / 16 + kQK_K / 4 + 2);
-  for (int e = 0; e < kQK_K; ++e) {
-    const int half = e / 128, k = (e % 128) / 32, l = e % 32;
-    const float dl = d * static_cast<float>(sc[e / 16] & 0x0F),
-                ml = dmin * static_cast<float>(sc[e / 16] >> 4);
-    y[e] = dl * static_cast<float>((qs[32 * half + l] >> (2 * k)) & 3) - ml;
+  for (int s = 0; s < 16; ++s) {  // sub-block s: elements 16 s .. 16 s + 15
+    const float dl = d * static_cast<float>(sc[s] & 0x0F), ml = dmin * static_cast<float>(sc[s] >> 4);
+    for (int e = 16 * s; e < 16 * s + 16; ++e) {
+      const int half = e / 128, k = (e % 128) / 32, l = e % 32;
+      y[e] = dl * static_cast<float>((qs[32 * half + l] >> (2 * k)) & 3) - ml;
+    }
   }
 }
 // Q3_K: Q2_K's 2-bit layout, minus 4 where bit e / 32 of hmask[e % 32] is clear; sixteen signed 6-bit scales
