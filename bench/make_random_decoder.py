@@ -10,9 +10,11 @@ one merge; or SentencePiece-style for TinyLlama), the head tied where the model 
 
   .venv/bin/python bench/make_random_decoder.py --shape qwen2.5-0.5b --out /tmp/qwen2.5-0.5b.gguf
   build/sparse24 bench-decode /tmp/qwen2.5-0.5b.gguf --threads 1 --prompt 128 --generate 128
+  .venv/bin/python bench/make_random_decoder.py --shape llama3.1-8b --quantize Q4_K_M --out /tmp/llama8b.gguf
 """
 import argparse
 import os
+import sys
 
 import numpy as np
 
@@ -22,8 +24,12 @@ SHAPES = {
                          vocab=151936, tied=True, theta=1e6, ctx=32768),
     "qwen3-0.6b": dict(arch="qwen3", hidden=1024, layers=28, heads=16, kv=8, head_dim=128, ffn=3072,
                        vocab=151936, tied=True, theta=1e6, ctx=40960),
+    # Llama 3.1 and 3.2: RoPE scaled as rope_scaling "llama3" says (factor, low_freq_factor, high_freq_factor,
+    # original_max_position_embeddings), which llama.cpp's converter writes as rope_freqs.weight.
     "llama3.2-1b": dict(arch="llama", hidden=2048, layers=16, heads=32, kv=8, head_dim=64, ffn=8192,
-                        vocab=128256, tied=True, theta=5e5, ctx=131072),
+                        vocab=128256, tied=True, theta=5e5, ctx=131072, llama3=(32.0, 1.0, 4.0, 8192)),
+    "llama3.1-8b": dict(arch="llama", hidden=4096, layers=32, heads=32, kv=8, head_dim=128, ffn=14336,
+                        vocab=128256, tied=False, theta=5e5, ctx=131072, llama3=(8.0, 1.0, 4.0, 8192)),
     # TinyLlama-1.1B: a SentencePiece-style ("llama") vocabulary and an untied head.
     "tinyllama-1.1b": dict(arch="llama", hidden=2048, layers=22, heads=32, kv=4, head_dim=64, ffn=5632,
                            vocab=32000, tied=False, theta=1e4, ctx=2048, spm=True),
@@ -67,6 +73,24 @@ def add_vocabulary(w, s):
     w.add_eos_token_id(len(tokens) - 1)
 
 
+def llama3_rope_factors(theta, dim, factor, low, high, original):
+    """rope_freqs.weight as llama.cpp's converter computes it from rope_scaling "llama3": per frequency the
+    divisor that turns RoPE's default frequency into Llama 3's (1 for short wavelengths, `factor` for long ones,
+    smoothly in between)."""
+    freqs = 1.0 / theta ** (np.arange(0, dim, 2, dtype=np.float32) / dim)
+    out = []
+    for f in freqs:
+        wavelen = 2 * np.pi / f
+        if wavelen < original / high:
+            out.append(1.0)
+        elif wavelen > original / low:
+            out.append(factor)
+        else:
+            smooth = (original / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
+
+
 def main():
     import gguf
 
@@ -74,10 +98,12 @@ def main():
     ap.add_argument("--shape", choices=sorted(SHAPES), required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--quantize", metavar="TYPE",
+                    help="then quantize the file with llama.cpp's quantizer to TYPE (Q4_K_M, Q8_0, ...)")
     a = ap.parse_args()
     s = SHAPES[a.shape]
     g = np.random.default_rng(a.seed)
-    w = gguf.GGUFWriter(a.out + ".tmp", s["arch"], use_temp_file=True)
+    w = gguf.GGUFWriter(a.out + ".tmp", s["arch"])
     w.add_name(f"random {a.shape}")
     w.add_block_count(s["layers"])
     w.add_context_length(s["ctx"])
@@ -101,40 +127,52 @@ def main():
         w.add_float32("gemma2.final_logit_softcapping", 30.0)
     add_vocabulary(w, s)
 
-    def rnd(*shape, scale=0.02):
-        return (g.standard_normal(shape, dtype=np.float32) * scale).astype(np.float16)
+    # The tensors as (name, shape, dtype, maker): their infos are written first, then each is made and written
+    # in turn (an 8B model's 16 GB are never in memory, nor in a temporary file).
+    def rnd(*shape, scale=0.02, dtype=np.float16):
+        return shape, dtype, lambda: (g.standard_normal(shape, dtype=np.float32) * scale).astype(dtype)
+
+    def ones(n):
+        return (n,), np.float32, lambda: np.ones(n, np.float32)
 
     H, D, q, kv, F = s["hidden"], s["head_dim"], s["heads"] * s["head_dim"], s["kv"] * s["head_dim"], s["ffn"]
-    w.add_tensor("token_embd.weight", rnd(s["vocab"], H))
-    w.add_tensor("output_norm.weight", np.ones(H, np.float32))
+    tensors = {"token_embd.weight": rnd(s["vocab"], H), "output_norm.weight": ones(H)}
+    if "llama3" in s:
+        tensors["rope_freqs.weight"] = ((D // 2,), np.float32,
+                                        lambda: llama3_rope_factors(s["theta"], D, *s["llama3"]))
     if not s["tied"]:
-        w.add_tensor("output.weight", rnd(s["vocab"], H))
+        tensors["output.weight"] = rnd(s["vocab"], H)
     for l in range(s["layers"]):
         p = f"blk.{l}."
-        w.add_tensor(p + "attn_norm.weight", np.ones(H, np.float32))
-        w.add_tensor(p + "ffn_norm.weight", np.ones(H, np.float32))
-        w.add_tensor(p + "attn_q.weight", rnd(q, H))
-        w.add_tensor(p + "attn_k.weight", rnd(kv, H))
-        w.add_tensor(p + "attn_v.weight", rnd(kv, H))
-        w.add_tensor(p + "attn_output.weight", rnd(H, q))
-        w.add_tensor(p + "ffn_gate.weight", rnd(F, H))
-        w.add_tensor(p + "ffn_up.weight", rnd(F, H))
-        w.add_tensor(p + "ffn_down.weight", rnd(H, F))
+        tensors.update({p + "attn_norm.weight": ones(H), p + "ffn_norm.weight": ones(H),
+                        p + "attn_q.weight": rnd(q, H), p + "attn_k.weight": rnd(kv, H),
+                        p + "attn_v.weight": rnd(kv, H), p + "attn_output.weight": rnd(H, q),
+                        p + "ffn_gate.weight": rnd(F, H), p + "ffn_up.weight": rnd(F, H),
+                        p + "ffn_down.weight": rnd(H, F)})
         if s["arch"] == "qwen2":
             for n, rows in (("attn_q", q), ("attn_k", kv), ("attn_v", kv)):
-                w.add_tensor(p + n + ".bias", rnd(rows, scale=0.1).astype(np.float32))
+                tensors[p + n + ".bias"] = rnd(rows, scale=0.1, dtype=np.float32)
         if s["arch"] in ("qwen3", "gemma3"):
-            w.add_tensor(p + "attn_q_norm.weight", np.ones(D, np.float32))
-            w.add_tensor(p + "attn_k_norm.weight", np.ones(D, np.float32))
+            tensors.update({p + "attn_q_norm.weight": ones(D), p + "attn_k_norm.weight": ones(D)})
         if s["arch"].startswith("gemma"):  # norms stored as 1 + w, as llama.cpp's converter writes them
-            w.add_tensor(p + "post_attention_norm.weight", np.ones(H, np.float32))
-            w.add_tensor(p + "post_ffw_norm.weight", np.ones(H, np.float32))
+            tensors.update({p + "post_attention_norm.weight": ones(H), p + "post_ffw_norm.weight": ones(H)})
+    for name, (shape, dtype, _) in tensors.items():
+        w.add_tensor_info(name, shape, np.dtype(dtype), int(np.prod(shape)) * np.dtype(dtype).itemsize)
     w.write_header_to_file()
     w.write_kv_data_to_file()
-    w.write_tensors_to_file()
+    w.write_ti_data_to_file()
+    for shape, dtype, make in tensors.values():
+        w.write_tensor_data(make())
     w.close()
-    os.replace(a.out + ".tmp", a.out)
-    print(f"{a.out}: random {a.shape} ({s['arch']})")
+    if a.quantize:  # F16 first, then llama.cpp's quantizer (e.g. Q4_K_M: 4.9 GB at 8B instead of 16)
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers"))
+        from decode_llamacpp import quantize_with_llamacpp
+
+        quantize_with_llamacpp(a.out + ".tmp", a.out, a.quantize, threads=os.cpu_count())
+        os.remove(a.out + ".tmp")
+    else:
+        os.replace(a.out + ".tmp", a.out)
+    print(f"{a.out}: random {a.shape} ({s['arch']}{', ' + a.quantize if a.quantize else ''})")
 
 
 if __name__ == "__main__":

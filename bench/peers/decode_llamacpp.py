@@ -62,7 +62,7 @@ def make_gguf(src, dst, kind):
     os.replace(dst + ".tmp", dst)
 
 
-def quantize_with_llamacpp(f32_path, dst, kind):
+def quantize_with_llamacpp(f32_path, dst, kind, threads=1):
     """A llama.cpp file type its own quantizer writes (llama-quantize's TYPE, e.g. Q4_K_M: the mix of Q4_K
     and Q6_K most GGUF downloads are) from the F32 file of the same weights."""
     import ctypes
@@ -71,7 +71,7 @@ def quantize_with_llamacpp(f32_path, dst, kind):
 
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{kind}")
-    params.nthread = 1
+    params.nthread = threads
     if llama_cpp.llama_model_quantize(f32_path.encode(), (dst + ".tmp").encode(), ctypes.byref(params)) != 0:
         sys.exit(f"decode_llamacpp: llama.cpp could not quantize {f32_path} to {kind}")
     os.replace(dst + ".tmp", dst)

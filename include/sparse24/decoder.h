@@ -108,7 +108,9 @@ DecoderModel load_hf_decoder(HfDir dir);
 // its ARCH.* metadata bounded as config.json's fields are, llama.cpp's tensor names, every supported ggml
 // type dequantized to fp32 (the weights carry the file's rounding), Q's and K's rows put back into
 // transformers' RoPE layout (llama only: llama.cpp reorders them for its RoPE), the head tied when the file
-// has no output.weight. RoPE scaling (rope.scaling.type other than none, rope_freqs.weight) is refused.
+// has no output.weight. rope_freqs.weight (Llama 3.1's and 3.2's scaling as llama.cpp's converter stores it)
+// is read back as rope_scaling "llama3" (detail::rope_from_factors); other RoPE scaling (rope.scaling.type
+// other than none; linear for Gemma 3) is refused.
 DecoderModel load_gguf_decoder(const std::string& path);
 DecoderModel load_gguf_decoder(const Gguf& gguf, const std::string& what);  // a parsed file (gguf.h)
 // A GGUF decoder (checked as load_gguf_decoder checks it) as a new Hugging Face directory OUT_DIR:
@@ -128,6 +130,13 @@ void rms_norm(const float* x, int64_t rows, int64_t n, const float* w, float eps
 // RoPE's inverse frequencies for `dim` rotated dims, dim / 2 of them (longrope: with the long factors when
 // `long_factors`, else the short ones).
 std::vector<float> rope_inv_freq(const RopeConfig& r, int64_t dim, bool long_factors = false);
+// Llama 3's RoPE scaling (type "llama3": factor, low and high frequency factors, original positions) from
+// the per-frequency divisors llama.cpp's converter stores as rope_freqs.weight (factors[i] divides
+// frequency i of theta^(-2i/dim)): those of a default RoPE when every divisor is 1. Only the ratios of the
+// original positions to the two frequency factors are fixed by the divisors: original_max_positions is
+// 8192 (Llama 3's), the factors follow from it. Error (naming `what`) when the divisors are not of that
+// form (recomputed, each within 1e-4 of the file's).
+RopeConfig rope_from_factors(double theta, int64_t dim, const std::vector<float>& factors, const std::string& what);
 // Rotates each head of x [heads * head_dim, n] in place, column j at position pos0 + j, in transformers'
 // rotate_half layout over the head's first `rotary_dim` dims (0: all; pairs i and i + rotary_dim / 2), the
 // rest left as they are. cos_sin: [positions, rotary_dim / 2] pairs (cos, sin).

@@ -143,6 +143,12 @@ def write_gguf(model, arch, tokenizer_json, path):
     if g == "gemma3":
         w.add_float32("gemma3.rope.freq_base_swa", rope["sliding_attention"]["rope_theta"])
         w.add_array("gemma3.attention.sliding_window_pattern", [t == "sliding_attention" for t in c.layer_types])
+    if rope.get("rope_type") == "llama3":  # Llama 3.1's scaling: llama.cpp's converter's divisor per frequency
+        inv = 1.0 / rope["rope_theta"] ** (np.arange(0, head_dim, 2, dtype=np.float32) / head_dim)
+        wavelen, orig = 2 * np.pi / inv, rope["original_max_position_embeddings"]
+        low, high, factor = rope["low_freq_factor"], rope["high_freq_factor"], rope["factor"]
+        smooth = np.clip((orig / wavelen - low) / (high - low), 0, 1)
+        w.add_tensor("rope_freqs.weight", (1 / ((1 - smooth) / factor + smooth)).astype(np.float32))
     w.add_layer_norm_rms_eps(c.rms_norm_eps)
     w.add_vocab_size(c.vocab_size)
     tok = json.loads(tokenizer_json.read_text())
@@ -219,6 +225,35 @@ def test_gguf_files_match_transformers_and_llama_cpp(arch, tokenizer_json, cli, 
     assert cfg["model_type"] == arch
     back = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "back"), dtype=torch.float32).eval()
     np.testing.assert_allclose(logits_of(back, ids), want, atol=1e-5, rtol=0, err_msg=f"{arch} converted")
+
+
+def test_llama3_rope_scaling_in_gguf_files(tokenizer_json, cli, tmp_path):
+    """Llama 3.1's and 3.2's RoPE scaling, which llama.cpp's converter stores as a divisor per frequency
+    (rope_freqs.weight): sparse24 reads it back as rope_scaling "llama3" and gives transformers' logits (and
+    llama.cpp's) on a model whose scaling moves them (original context 16: every frequency but the highest
+    three scaled); `convert` writes it into config.json."""
+    rope = {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 8.0,
+            "original_max_position_embeddings": 16, "rope_theta": 10000.0}
+    ref = make_model("llama", tokenizer_json, tmp_path / "hf", rope_scaling=rope)
+    path = tmp_path / "model.gguf"
+    write_gguf(ref, "llama", tokenizer_json, path)
+    d = sparse24.Decoder.load(str(path), max_context=64)
+    ids = d.tokenize(" ".join(TEXT))[:64]
+    want = logits_of(ref, ids)
+    got = d.forward(ids, all=True)
+    np.testing.assert_allclose(got, want, atol=TOL, rtol=0)
+    plain = make_model("llama", tokenizer_json, tmp_path / "plain")  # the same weights, RoPE unscaled
+    assert np.abs(logits_of(plain, ids) - want).max() > 50 * TOL
+    llama_cpp = pytest.importorskip("llama_cpp")
+    llm = llama_cpp.Llama(model_path=str(path), n_ctx=64, n_batch=64, logits_all=True, verbose=False,
+                          n_threads=1, type_k=llama_cpp.GGML_TYPE_F32, type_v=llama_cpp.GGML_TYPE_F32)
+    llm.eval(ids)
+    np.testing.assert_allclose(got, np.array(llm.scores[:len(ids)], dtype=np.float32), atol=TOL, rtol=0)
+    cli("convert", path, tmp_path / "back", "--to", "dense")
+    params = json.loads((tmp_path / "back" / "config.json").read_text())["rope_scaling"]
+    assert params["rope_type"] == "llama3" and params["factor"] == 4.0
+    back = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "back"), dtype=torch.float32).eval()
+    np.testing.assert_allclose(logits_of(back, ids), want, atol=1e-4, rtol=0)
 
 
 def test_phi3_longrope_over_part_of_each_head(tokenizer_json, tmp_path):

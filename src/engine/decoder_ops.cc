@@ -66,6 +66,71 @@ std::vector<float> rope_inv_freq(const RopeConfig& r, int64_t dim, bool long_fac
   return inv;
 }
 
+RopeConfig rope_from_factors(double theta, int64_t dim, const std::vector<float>& factors, const std::string& what) {
+  RopeConfig r;
+  r.theta = theta;
+  const auto n = static_cast<size_t>(dim / 2);
+  if (n == 0 || factors.size() != n)
+    throw Error(what + ": rope_freqs.weight has " + std::to_string(factors.size()) + " factors for " +
+                std::to_string(n) + " RoPE frequencies");
+  for (float f : factors)
+    if (!(f >= 1.0f && f <= 1e6f))
+      throw Error(what + ": rope_freqs.weight holds " + std::to_string(f) + " (Llama 3's factors are 1 .. 1e6)");
+  const auto near = [](double a, double b) { return std::fabs(a - b) <= 1e-4 * std::max(1.0, std::fabs(b)); };
+  const double factor = factors[n - 1];  // the longest wavelength's: the whole factor
+  if (!near(factor, 1.0)) {
+    // Wavelengths grow with i: the divisors are 1, then in between (smooth = a / wavelength + b, falling
+    // from 1 to 0), then `factor`.
+    const std::vector<float> plain = rope_inv_freq(r, dim);
+    std::vector<double> x, s;  // 1 / wavelength and smooth of the divisors strictly between 1 and factor
+    size_t last_one = 0, first_full = n;  // one past the last 1, the first `factor`
+    for (size_t i = 0; i < n; ++i) {
+      if (near(factors[i], 1.0)) last_one = i + 1;
+      if (first_full == n && near(factors[i], factor)) first_full = i;
+      if (!near(factors[i], 1.0) && !near(factors[i], factor)) {
+        x.push_back(plain[i] / (2.0 * M_PI));
+        s.push_back((1.0 / factors[i] - 1.0 / factor) / (1.0 - 1.0 / factor));
+      }
+    }
+    // The boundaries in 1 / wavelength: smooth reaches 1 at x1 (high_freq_factor / original) and 0 at x0.
+    const auto xw = [&](size_t i) { return plain[i] / (2.0 * M_PI); };
+    double x0 = 0, x1 = 0;
+    if (x.size() >= 2) {  // a line through the first and last
+      const double a = (s.back() - s.front()) / (x.back() - x.front()), b = s.front() - a * x.front();
+      x0 = -b / a;
+      x1 = (1.0 - b) / a;
+    } else if (x.size() == 1) {  // any line through it that keeps its neighbours outside: s = 1 at x1 below
+      // the last 1's x (x_one), s = 0 at x0 above the first factor's (x_full); x0 > x_full holds while
+      // x1 < x1_max.
+      const double x_one = last_one > 0 ? xw(last_one - 1) : INFINITY, x_full = first_full < n ? xw(first_full) : 0;
+      const double x1_max = (x[0] - (1.0 - s[0]) * x_full) / s[0];
+      x1 = (x[0] + std::min(x_one, x1_max)) / 2;
+      x0 = (x[0] - s[0] * x1) / (1.0 - s[0]);
+    } else if (x.empty() && last_one > 0 && first_full < n) {  // no frequency in between
+      x0 = std::cbrt(xw(last_one - 1) * xw(first_full) * xw(first_full));
+      x1 = std::cbrt(xw(last_one - 1) * xw(last_one - 1) * xw(first_full));
+    }
+    r.type = "llama3";
+    r.factor = factor;
+    r.original_max_positions = 8192;
+    r.low_freq_factor = 8192.0 * x0;
+    r.high_freq_factor = 8192.0 * x1;
+    if (!(x0 > 0 && x1 > x0 && std::isfinite(x1)))
+      throw Error(what + ": rope_freqs.weight is not Llama 3's RoPE scaling (factors 1, then falling "
+                         "smoothly, then one factor)");
+  }
+  // The divisors the parameters give, against the file's.
+  RopeConfig unscaled;
+  unscaled.theta = theta;
+  const std::vector<float> plain = rope_inv_freq(unscaled, dim), scaled = rope_inv_freq(r, dim);
+  for (size_t i = 0; i < n; ++i)
+    if (!near(static_cast<double>(plain[i]) / scaled[i], factors[i]))
+      throw Error(what + ": rope_freqs.weight is not Llama 3's RoPE scaling (factor " + std::to_string(i) +
+                  " is " + std::to_string(factors[i]) + ", the fit gives " +
+                  std::to_string(static_cast<double>(plain[i]) / scaled[i]) + ")");
+  return r;
+}
+
 std::vector<float> rope_table(const std::vector<float>& inv_freq, int64_t positions, float scale) {
   const size_t half = inv_freq.size();
   std::vector<float> t(static_cast<size_t>(positions) * half * 2);

@@ -474,8 +474,27 @@ json gguf_config(const Gguf& g, const std::string& what) {
     throw Error(what + ": rope scaling '" + (scaling->strings.empty() ? "?" : scaling->strings[0]) +
                 "' is not supported");
   if (found->gemma != 0) gemma_gguf_config(g, a, found->gemma, linear, j);
-  if (g.find_tensor("rope_freqs.weight") != nullptr)
-    throw Error(what + ": rope frequency factors (rope_freqs.weight, Llama 3.1 scaling) are not supported");
+  if (const GgufTensor* t = g.find_tensor("rope_freqs.weight"); t != nullptr) {
+    // Llama 3.1's and 3.2's scaling as llama.cpp's converter stores it: a divisor per frequency.
+    if (found->gemma != 0 || scaling != nullptr)
+      throw Error(what + ": rope_freqs.weight with " + (scaling != nullptr ? "rope.scaling.type" : a) +
+                  " is not supported");
+    const int64_t heads = j.value("num_attention_heads", int64_t{0});
+    const int64_t dim = j.contains("head_dim")              ? j["head_dim"].get<int64_t>()
+                        : heads > 0 && j.contains("hidden_size") ? j["hidden_size"].get<int64_t>() / heads
+                                                            : 0;
+    if (t->shape.size() != 1 || dim < 2 || t->shape[0] != dim / 2)
+      throw Error(what + ": tensor 'rope_freqs.weight' has shape " + shape_string(t->shape) + ", expected [" +
+                  std::to_string(std::max<int64_t>(dim, 0) / 2) + "]");
+    const RopeConfig r =
+        detail::rope_from_factors(j.value("rope_theta", 10000.0), dim, dequantize_floats(*t), what);
+    if (r.type == "llama3")
+      j["rope_scaling"] = {{"rope_type", "llama3"},
+                           {"factor", r.factor},
+                           {"low_freq_factor", r.low_freq_factor},
+                           {"high_freq_factor", r.high_freq_factor},
+                           {"original_max_position_embeddings", r.original_max_positions}};
+  }
   j["tie_word_embeddings"] = g.find_tensor("output.weight") == nullptr;
   // Biases are in the file or not (Qwen2's Q, K and V always).
   if (!found->qkv_bias && g.find_tensor("blk.0.attn_q.bias") != nullptr) j["attention_bias"] = true;
@@ -582,6 +601,14 @@ class GgufTensors {
     if (bias) r.bias = dense(prefix + ".bias", {out});
     return r;
   }
+  // A tensor the metadata's reading took in (rope_freqs.weight): used, and part of the fingerprint.
+  void used_by_config(const std::string& name) {
+    const GgufTensor* t = g_.find_tensor(name);
+    if (t == nullptr) return;
+    used_.insert(name);
+    h_ = fnv1a(h_, reinterpret_cast<const uint8_t*>(name.data()), name.size());
+    h_ = fnv1a_words(h_, t->bytes.data(), t->bytes.size());
+  }
   void check_all_used() const {
     for (const GgufTensor& t : g_.tensors)
       if (!used_.count(t.name))
@@ -612,6 +639,7 @@ DecoderModel read_gguf_decoder(const Gguf& g, const std::string& path,
                 std::to_string(c.head_dim) + ") is not supported");
   GgufTensors w(g, path, c, arch.gguf_rope_rows, kept != nullptr);
   DecoderModel m = build_decoder(c, b, w, path, true);
+  w.used_by_config("rope_freqs.weight");
   w.check_all_used();
   m.fingerprint = w.fingerprint();
   if (kept != nullptr) *kept = std::move(w.kept);

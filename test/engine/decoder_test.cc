@@ -122,6 +122,65 @@ TEST(DecoderOps, RopeFrequencies) {
   EXPECT_THROW(detail::rope_inv_freq(rc, 8), Error);
 }
 
+// rope_freqs.weight as llama.cpp's converter computes it from rope_scaling "llama3" (its loop, in double).
+std::vector<float> converter_rope_factors(double theta, int dim, double factor, double low, double high,
+                                          double original) {
+  std::vector<float> out;
+  for (int i = 0; i < dim; i += 2) {
+    const double wavelen = 2 * M_PI * std::pow(theta, static_cast<double>(i) / dim);
+    if (wavelen < original / high)
+      out.push_back(1.0f);
+    else if (wavelen > original / low)
+      out.push_back(static_cast<float>(factor));
+    else {
+      const double smooth = (original / wavelen - low) / (high - low);
+      out.push_back(static_cast<float>(1 / ((1 - smooth) / factor + smooth)));
+    }
+  }
+  return out;
+}
+
+TEST(DecoderOps, RopeFromLlamaCppFactors) {
+  struct Case {
+    double theta;
+    int dim;
+    double factor, low, high, original;
+  };
+  // Llama 3.1 8B, Llama 3.2 1B, few frequencies in between (one, none), a short original context.
+  for (const Case& k : {Case{5e5, 128, 8, 1, 4, 8192}, Case{5e5, 64, 32, 1, 4, 8192}, Case{1e4, 16, 4, 1, 4, 64},
+                        Case{1e4, 8, 4, 1, 1.5, 64}, Case{1e6, 8, 2, 2, 3, 100}, Case{5e5, 16, 16, 1, 4, 16}}) {
+    SCOPED_TRACE("theta " + std::to_string(k.theta) + " dim " + std::to_string(k.dim) + " factor " +
+                 std::to_string(k.factor));
+    const std::vector<float> f = converter_rope_factors(k.theta, k.dim, k.factor, k.low, k.high, k.original);
+    const RopeConfig r = detail::rope_from_factors(k.theta, k.dim, f, "m.gguf");
+    EXPECT_EQ(r.type, "llama3");
+    EXPECT_DOUBLE_EQ(r.factor, static_cast<float>(k.factor));
+    RopeConfig plain_config;
+    plain_config.theta = k.theta;
+    const std::vector<float> plain = detail::rope_inv_freq(plain_config, k.dim), got = detail::rope_inv_freq(r, k.dim);
+    for (int i = 0; i < k.dim / 2; ++i) EXPECT_NEAR(got[i], plain[i] / f[i], 1e-4 * got[i]) << i;
+    if (k.original == 8192) {  // the parameters themselves where the original context is Llama 3's
+      EXPECT_NEAR(r.low_freq_factor, k.low, 1e-3);
+      EXPECT_NEAR(r.high_freq_factor, k.high, 1e-3);
+    }
+  }
+  const std::vector<float> ones(8, 1.0f);
+  EXPECT_EQ(detail::rope_from_factors(1e4, 16, ones, "m").type, "default");
+  std::vector<float> bad = converter_rope_factors(5e5, 128, 8, 1, 4, 8192);
+  bad[20] = 3.0f;  // not on the smooth curve
+  EXPECT_THROW(detail::rope_from_factors(5e5, 128, bad, "m"), Error);
+  bad = converter_rope_factors(5e5, 128, 8, 1, 4, 8192);
+  std::reverse(bad.begin(), bad.end());  // the factor on the short wavelengths
+  EXPECT_THROW(detail::rope_from_factors(5e5, 128, bad, "m"), Error);
+  for (float v : {0.5f, std::nanf(""), INFINITY}) {
+    bad = converter_rope_factors(5e5, 128, 8, 1, 4, 8192);
+    bad[3] = v;
+    EXPECT_THROW(detail::rope_from_factors(5e5, 128, bad, "m"), Error) << v;
+  }
+  EXPECT_THROW(detail::rope_from_factors(5e5, 128, ones, "m"), Error);  // 8 factors for 64 frequencies
+  EXPECT_THROW(detail::rope_from_factors(5e5, 16, std::vector<float>(8, 4.0f), "m"), Error);  // all scaled
+}
+
 TEST(DecoderOps, CachedAttentionMatchesReferenceInAnyChunks) {
   SPARSE24_SEED_TRACE();
   auto g = rng(4);
