@@ -103,7 +103,8 @@ def main():
     a = ap.parse_args()
     s = SHAPES[a.shape]
     g = np.random.default_rng(a.seed)
-    w = gguf.GGUFWriter(a.out + ".tmp", s["arch"])
+    f16 = a.out + (".f16.tmp" if a.quantize else ".tmp")  # (the quantizer writes a.out + ".tmp")
+    w = gguf.GGUFWriter(f16, s["arch"])
     w.add_name(f"random {a.shape}")
     w.add_block_count(s["layers"])
     w.add_context_length(s["ctx"])
@@ -168,8 +169,8 @@ def main():
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers"))
         from decode_llamacpp import quantize_with_llamacpp
 
-        quantize_with_llamacpp(a.out + ".tmp", a.out, a.quantize, threads=os.cpu_count())
-        os.remove(a.out + ".tmp")
+        quantize_with_llamacpp(f16, a.out, a.quantize, threads=os.cpu_count())
+        os.remove(f16)
     else:
         os.replace(a.out + ".tmp", a.out)
     print(f"{a.out}: random {a.shape} ({s['arch']}{', ' + a.quantize if a.quantize else ''})")

@@ -93,6 +93,16 @@ struct DecoderModel {
   void prune_magnitude(int threads = 1);
 };
 
+// What a loader does to each layer's Linears as soon as it has read them, before it reads the next layer: a
+// model is then never whole in fp32 (Llama 3.1 8B's 32 GB), only one layer of it.
+struct DecoderLoadOptions {
+  bool prune = false;  // magnitude-prune the dense Linears 2:4 (as DecoderModel::prune_magnitude)
+  // Hold the 2:4 Linears' values as int8 with an fp32 scale per 64 positions of a row: what a Decoder with
+  // int8_weights packs (bit for bit the same weights as quantizing at Decoder construction).
+  bool int8 = false;
+  int threads = 1;  // a layer's Linears pruned and quantized this many at a time
+};
+
 // The config.json model_types this engine loads, e.g. "llama, mistral, qwen2, qwen3, gemma2, ..., phi3".
 std::string decoder_architectures();
 // True when DIR/config.json names a decoder architecture this engine loads.
@@ -101,8 +111,8 @@ bool is_hf_decoder(const std::string& dir);
 // Qwen2ForCausalLM's or Qwen3ForCausalLM's tensor names), weights dense or 2:4. An unknown model_type,
 // rope type or activation, a missing or misshapen tensor, or a tensor the architecture does not use is an
 // Error naming the file and the field or tensor.
-DecoderModel load_hf_decoder(const std::string& dir);
-DecoderModel load_hf_decoder(HfDir dir);
+DecoderModel load_hf_decoder(const std::string& dir, const DecoderLoadOptions& o = {});
+DecoderModel load_hf_decoder(HfDir dir, const DecoderLoadOptions& o = {});
 // Loads a GGUF file (gguf.h) of general.architecture "llama", "qwen2", "qwen3", "gemma2" or "gemma3" (Gemma's
 // norms stored as 1 + w, its sliding layers, score scale and soft caps as llama.cpp's loader derives them):
 // its ARCH.* metadata bounded as config.json's fields are, llama.cpp's tensor names, every supported ggml
@@ -111,8 +121,9 @@ DecoderModel load_hf_decoder(HfDir dir);
 // has no output.weight. rope_freqs.weight (Llama 3.1's and 3.2's scaling as llama.cpp's converter stores it)
 // is read back as rope_scaling "llama3" (detail::rope_from_factors); other RoPE scaling (rope.scaling.type
 // other than none; linear for Gemma 3) is refused.
-DecoderModel load_gguf_decoder(const std::string& path);
-DecoderModel load_gguf_decoder(const Gguf& gguf, const std::string& what);  // a parsed file (gguf.h)
+DecoderModel load_gguf_decoder(const std::string& path, const DecoderLoadOptions& o = {});
+// A parsed file (gguf.h).
+DecoderModel load_gguf_decoder(const Gguf& gguf, const std::string& what, const DecoderLoadOptions& o = {});
 // A GGUF decoder (checked as load_gguf_decoder checks it) as a new Hugging Face directory OUT_DIR:
 // config.json (the mapped metadata; LlamaForCausalLM, Qwen2ForCausalLM, ...), model.safetensors (fp32,
 // transformers' tensor names,
@@ -121,10 +132,15 @@ DecoderModel load_gguf_decoder(const Gguf& gguf, const std::string& what);  // a
 // (hf_dir.h). What `prune-model` and `convert` work on for a GGUF input.
 void gguf_to_hf_dir(const std::string& gguf_path, const std::string& out_dir);
 // A GGUF file or a Hugging Face decoder directory.
-DecoderModel load_decoder(const std::string& path);
+DecoderModel load_decoder(const std::string& path, const DecoderLoadOptions& o = {});
+
+namespace detail {
+// The loaders' step per layer (DecoderLoadOptions) and prune_magnitude's: each of `linears` pruned (if
+// o.prune and dense) and quantized to int8 (if o.int8, 2:4 and fp32), o.threads of them at a time; the first
+// error is rethrown after all have run.
+void prepare_linears(const std::vector<Gemm*>& linears, const DecoderLoadOptions& o);
 
 // The decoder's ops on feature-major tensors ([rows, n] row-major, one column per token).
-namespace detail {
 // Per column j: y[:, j] = x[:, j] / sqrt(mean(x[:, j]^2) + eps) * w.
 void rms_norm(const float* x, int64_t rows, int64_t n, const float* w, float eps, float* y);
 // RoPE's inverse frequencies for `dim` rotated dims, dim / 2 of them (longrope: with the long factors when
@@ -136,7 +152,8 @@ std::vector<float> rope_inv_freq(const RopeConfig& r, int64_t dim, bool long_fac
 // original positions to the two frequency factors are fixed by the divisors: original_max_positions is
 // 8192 (Llama 3's), the factors follow from it. Error (naming `what`) when the divisors are not of that
 // form (recomputed, each within 1e-4 of the file's).
-RopeConfig rope_from_factors(double theta, int64_t dim, const std::vector<float>& factors, const std::string& what);
+RopeConfig rope_from_factors(double theta, int64_t dim, const std::vector<float>& factors,
+                             const std::string& what);
 // Rotates each head of x [heads * head_dim, n] in place, column j at position pos0 + j, in transformers'
 // rotate_half layout over the head's first `rotary_dim` dims (0: all; pairs i and i + rotary_dim / 2), the
 // rest left as they are. cos_sin: [positions, rotary_dim / 2] pairs (cos, sin).

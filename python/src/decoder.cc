@@ -80,8 +80,12 @@ class PyDecoder {
     } catch (const Error& e) {  // a model without one loads; chat() then says why
       d.template_error_ = e.what();
     }
-    d.model_ = std::make_unique<DecoderModel>(load_decoder(model));
-    if (prune) d.model_->prune_magnitude(threads);
+    // Pruned (and with int8 weights on the 2:4 kernels, quantized) layer by layer as it is read.
+    DecoderLoadOptions lo;
+    lo.prune = prune;
+    lo.int8 = o.int8_weights && o.mode != Mode::kDense;
+    lo.threads = threads;
+    d.model_ = std::make_unique<DecoderModel>(load_decoder(model, lo));
     o.max_context = std::min(max_context, d.model_->config.max_positions);
     d.vocab_ = d.model_->config.vocab;
     d.dec_ = std::make_unique<Decoder>(*d.model_, o);
@@ -264,7 +268,8 @@ void register_decoder(nb::module_& m) {
           nb::arg("prefill_layout") = false, nb::arg("kv") = "f32",
           "Loads a Hugging Face decoder directory or a GGUF file. weights: fp32, bf16 or int8 (the 2:4 "
           "Linears' values and the output head's). mode: sparse (2:4 Linears on "
-          "the 2:4 kernels) or dense. prune: magnitude-prune every Linear 2:4 in memory first. "
+          "the 2:4 kernels) or dense. prune: magnitude-prune every Linear 2:4 as its layer is read (with "
+          "weights='int8' never more than a layer in fp32: an 8B model fits in 16 GB). "
           "max_context: the KV cache's tokens (at most the model's). prefill_layout: also pack the 2:4 "
           "Linears for many tokens at once (faster long prompts and perplexity, more memory). kv: the KV "
           "cache's type, f32 or f16 (IEEE half, llama.cpp's default: faster at long contexts).")

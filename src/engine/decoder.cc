@@ -42,10 +42,12 @@ struct Linear {
     if (!bias.empty() && static_cast<int64_t>(bias.size()) != m)
       throw Error("layer '" + g.name + "': bias size mismatch");
     if (sparse && g.pruned) {
+      // Values already int8 (DecoderLoadOptions::int8, an int8 checkpoint) run as they are.
+      const bool f32 = g.sparse.dtype == DType::kF32;
       PackOptions o;
-      o.bf16_weights = d.bf16_weights;
+      o.bf16_weights = d.bf16_weights && f32;
       o.layouts = both ? PackLayouts::kBoth : PackLayouts::kSmallN;
-      packed = pack(d.int8_weights ? quantize_int8(g.sparse, kInt8ScaleGroup) : g.sparse, o);
+      packed = pack(d.int8_weights && f32 ? quantize_int8(g.sparse, kInt8ScaleGroup) : g.sparse, o);
       return;
     }
     if (g.pruned) decompressed = decompress(g.sparse).to_float();
@@ -81,27 +83,41 @@ struct LayerExec {
 
 }  // namespace
 
+namespace detail {
+
+void prepare_linears(const std::vector<Gemm*>& linears, const DecoderLoadOptions& o) {
+  std::exception_ptr error;
+#pragma omp parallel for num_threads(o.threads) schedule(dynamic, 1) if (o.threads > 1)
+  for (size_t i = 0; i < linears.size(); ++i) {
+    try {
+      Gemm& g = *linears[i];
+      if (o.prune && !g.pruned) {
+        g.sparse = compress(Tensor::from_float(g.dense, {g.m, g.k}), /*prune=*/true);
+        g.pruned = true;
+        g.dense.clear();
+        g.dense.shrink_to_fit();
+      }
+      if (o.int8 && g.pruned && g.sparse.dtype == DType::kF32)
+        g.sparse = quantize_int8(g.sparse, kInt8ScaleGroup);
+    } catch (...) {
+#pragma omp critical(sparse24_prepare_linears)
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace detail
+
 void DecoderModel::prune_magnitude(int threads) {
   std::vector<Gemm*> todo;
   for (DecoderLayer& l : layers)
     for (Gemm* g : {&l.qkv, &l.o, &l.gate_up, &l.down})
       if (!g->pruned) todo.push_back(g);
-  // Each Linear on its own (a thread per Linear); the first error is rethrown after the loop.
-  std::exception_ptr error;
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 1) if (threads > 1)
-  for (size_t i = 0; i < todo.size(); ++i) {
-    try {
-      Gemm& g = *todo[i];
-      g.sparse = compress(Tensor::from_float(g.dense, {g.m, g.k}), /*prune=*/true);
-      g.pruned = true;
-      g.dense.clear();
-      g.dense.shrink_to_fit();
-    } catch (...) {
-#pragma omp critical(sparse24_prune_magnitude)
-      if (!error) error = std::current_exception();
-    }
-  }
-  if (error) std::rethrow_exception(error);
+  DecoderLoadOptions o;
+  o.prune = true;
+  o.threads = threads;
+  detail::prepare_linears(todo, o);
   fingerprint += "-magnitude24";
 }
 

@@ -66,7 +66,8 @@ std::vector<float> rope_inv_freq(const RopeConfig& r, int64_t dim, bool long_fac
   return inv;
 }
 
-RopeConfig rope_from_factors(double theta, int64_t dim, const std::vector<float>& factors, const std::string& what) {
+RopeConfig rope_from_factors(double theta, int64_t dim, const std::vector<float>& factors,
+                             const std::string& what) {
   RopeConfig r;
   r.theta = theta;
   const auto n = static_cast<size_t>(dim / 2);
@@ -75,7 +76,8 @@ RopeConfig rope_from_factors(double theta, int64_t dim, const std::vector<float>
                 std::to_string(n) + " RoPE frequencies");
   for (float f : factors)
     if (!(f >= 1.0f && f <= 1e6f))
-      throw Error(what + ": rope_freqs.weight holds " + std::to_string(f) + " (Llama 3's factors are 1 .. 1e6)");
+      throw Error(what + ": rope_freqs.weight holds " + std::to_string(f) +
+                  " (Llama 3's factors are 1 .. 1e6)");
   const auto near = [](double a, double b) { return std::fabs(a - b) <= 1e-4 * std::max(1.0, std::fabs(b)); };
   const double factor = factors[n - 1];  // the longest wavelength's: the whole factor
   if (!near(factor, 1.0)) {
@@ -102,7 +104,8 @@ RopeConfig rope_from_factors(double theta, int64_t dim, const std::vector<float>
     } else if (x.size() == 1) {  // any line through it that keeps its neighbours outside: s = 1 at x1 below
       // the last 1's x (x_one), s = 0 at x0 above the first factor's (x_full); x0 > x_full holds while
       // x1 < x1_max.
-      const double x_one = last_one > 0 ? xw(last_one - 1) : INFINITY, x_full = first_full < n ? xw(first_full) : 0;
+      const double x_one = last_one > 0 ? xw(last_one - 1) : INFINITY,
+                   x_full = first_full < n ? xw(first_full) : 0;
       const double x1_max = (x[0] - (1.0 - s[0]) * x_full) / s[0];
       x1 = (x[0] + std::min(x_one, x1_max)) / 2;
       x0 = (x[0] - s[0] * x1) / (1.0 - s[0]);
@@ -116,8 +119,9 @@ RopeConfig rope_from_factors(double theta, int64_t dim, const std::vector<float>
     r.low_freq_factor = 8192.0 * x0;
     r.high_freq_factor = 8192.0 * x1;
     if (!(x0 > 0 && x1 > x0 && std::isfinite(x1)))
-      throw Error(what + ": rope_freqs.weight is not Llama 3's RoPE scaling (factors 1, then falling "
-                         "smoothly, then one factor)");
+      throw Error(what +
+                  ": rope_freqs.weight is not Llama 3's RoPE scaling (factors 1, then falling "
+                  "smoothly, then one factor)");
   }
   // The divisors the parameters give, against the file's.
   RopeConfig unscaled;

@@ -281,11 +281,16 @@ Gemm joined(Src& w, const std::string& name, const std::vector<std::pair<std::st
   return g;
 }
 
+// What DecoderLoadOptions did, appended to the weights' fingerprint (as prune_magnitude appends its).
+std::string fingerprint_suffix(const DecoderLoadOptions& o) {
+  return std::string(o.prune ? "-magnitude24" : "") + (o.int8 ? "-int8" : "");
+}
+
 // The forward pass's tensors asked for by transformers' names (Src: detail::Weights for a Hugging Face
 // directory, GgufTensors for a GGUF file).
 template <class Src>
 DecoderModel build_decoder(const DecoderConfig& c, const Biases& b, Src& w, const std::string& what,
-                           bool from_gguf) {
+                           bool from_gguf, const DecoderLoadOptions& o) {
   DecoderModel m;
   m.config = c;
   const Architecture& arch = *find_architecture(c.model_type);
@@ -335,6 +340,7 @@ DecoderModel build_decoder(const DecoderConfig& c, const Biases& b, Src& w, cons
     }
     L.o = w.linear(p + "self_attn.o_proj", name + "o", c.hidden, q_rows, b.o);
     L.down = w.linear(p + "mlp.down_proj", name + "down", c.hidden, c.ffn, b.mlp);
+    if (o.prune || o.int8) detail::prepare_linears({&L.qkv, &L.o, &L.gate_up, &L.down}, o);
     m.layers.push_back(std::move(L));
   }
   return m;
@@ -356,9 +362,11 @@ bool is_hf_decoder(const std::string& dir) {
          find_architecture(j["model_type"].get<std::string>()) != nullptr;
 }
 
-DecoderModel load_hf_decoder(const std::string& dir) { return load_hf_decoder(read_hf_dir(dir)); }
+DecoderModel load_hf_decoder(const std::string& dir, const DecoderLoadOptions& o) {
+  return load_hf_decoder(read_hf_dir(dir), o);
+}
 
-DecoderModel load_hf_decoder(HfDir d) {
+DecoderModel load_hf_decoder(HfDir d, const DecoderLoadOptions& o) {
   const std::string config_path = d.dir + "/config.json";
   const json cj = json::parse(d.config_json, nullptr, false);
   if (cj.is_discarded() || !cj.is_object()) throw Error(config_path + ": not a JSON object");
@@ -366,11 +374,11 @@ DecoderModel load_hf_decoder(HfDir d) {
   const DecoderConfig c = read_decoder_config(cj, config_path, b);
   const std::string what = d.shards.size() == 1 ? d.shards[0] : d.dir;
   detail::Weights w(std::move(d.weights), what);
-  DecoderModel m = build_decoder(c, b, w, what, false);
+  DecoderModel m = build_decoder(c, b, w, what, false, o);
   w.check_all_used([&](const std::string& n) {
     return n.find("rotary_emb.inv_freq") != std::string::npos || (c.tied && n == "lm_head.weight");
   });
-  m.fingerprint = w.fingerprint(d.config_json);
+  m.fingerprint = w.fingerprint(d.config_json) + fingerprint_suffix(o);
   return m;
 }
 
@@ -480,9 +488,9 @@ json gguf_config(const Gguf& g, const std::string& what) {
       throw Error(what + ": rope_freqs.weight with " + (scaling != nullptr ? "rope.scaling.type" : a) +
                   " is not supported");
     const int64_t heads = j.value("num_attention_heads", int64_t{0});
-    const int64_t dim = j.contains("head_dim")              ? j["head_dim"].get<int64_t>()
+    const int64_t dim = j.contains("head_dim")                   ? j["head_dim"].get<int64_t>()
                         : heads > 0 && j.contains("hidden_size") ? j["hidden_size"].get<int64_t>() / heads
-                                                            : 0;
+                                                                 : 0;
     if (t->shape.size() != 1 || dim < 2 || t->shape[0] != dim / 2)
       throw Error(what + ": tensor 'rope_freqs.weight' has shape " + shape_string(t->shape) + ", expected [" +
                   std::to_string(std::max<int64_t>(dim, 0) / 2) + "]");
@@ -628,7 +636,8 @@ class GgufTensors {
 };
 
 DecoderModel read_gguf_decoder(const Gguf& g, const std::string& path,
-                               std::vector<std::pair<std::string, Tensor>>* kept) {
+                               std::vector<std::pair<std::string, Tensor>>* kept,
+                               const DecoderLoadOptions& o) {
   Biases b;
   const DecoderConfig c = read_decoder_config(gguf_config(g, path), path + " (metadata)", b);
   const Architecture& arch = *find_architecture(c.model_type);
@@ -638,29 +647,29 @@ DecoderModel read_gguf_decoder(const Gguf& g, const std::string& path,
                 std::to_string(g.get_int(a + ".rope.dimension_count")) + ", head size " +
                 std::to_string(c.head_dim) + ") is not supported");
   GgufTensors w(g, path, c, arch.gguf_rope_rows, kept != nullptr);
-  DecoderModel m = build_decoder(c, b, w, path, true);
+  DecoderModel m = build_decoder(c, b, w, path, true, o);
   w.used_by_config("rope_freqs.weight");
   w.check_all_used();
-  m.fingerprint = w.fingerprint();
+  m.fingerprint = w.fingerprint() + fingerprint_suffix(o);
   if (kept != nullptr) *kept = std::move(w.kept);
   return m;
 }
 
 }  // namespace
 
-DecoderModel load_gguf_decoder(const std::string& path) {
+DecoderModel load_gguf_decoder(const std::string& path, const DecoderLoadOptions& o) {
   const MappedGguf f(path);
-  return load_gguf_decoder(f.gguf, path);
+  return load_gguf_decoder(f.gguf, path, o);
 }
 
-DecoderModel load_gguf_decoder(const Gguf& g, const std::string& path) {
-  return read_gguf_decoder(g, path, nullptr);
+DecoderModel load_gguf_decoder(const Gguf& g, const std::string& path, const DecoderLoadOptions& o) {
+  return read_gguf_decoder(g, path, nullptr, o);
 }
 
 void gguf_to_hf_dir(const std::string& path, const std::string& out_dir) {
   const MappedGguf f(path);
   std::vector<std::pair<std::string, Tensor>> tensors;
-  const DecoderModel m = read_gguf_decoder(f.gguf, path, &tensors);
+  const DecoderModel m = read_gguf_decoder(f.gguf, path, &tensors, {});
   const text::ByteBpe tok = text::ByteBpe::from_gguf(f.gguf, path);
   json config = gguf_config(f.gguf, path);
   config["architectures"] = json::array({find_architecture(m.config.model_type)->hf_class});
@@ -680,12 +689,12 @@ void gguf_to_hf_dir(const std::string& path, const std::string& out_dir) {
   write_hf_dir(d, d.weights, CheckpointFormat::kDense, out_dir, files);
 }
 
-DecoderModel load_decoder(const std::string& path) {
-  if (is_gguf_file(path)) return load_gguf_decoder(path);
+DecoderModel load_decoder(const std::string& path, const DecoderLoadOptions& o) {
+  if (is_gguf_file(path)) return load_gguf_decoder(path, o);
   if (!is_hf_decoder(path))
     throw Error(path + ": neither a GGUF file nor a decoder model directory (config.json model_type " +
                 decoder_architectures() + ")");
-  return load_hf_decoder(path);
+  return load_hf_decoder(path, o);
 }
 
 }  // namespace sparse24::engine

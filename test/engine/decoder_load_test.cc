@@ -330,6 +330,73 @@ TEST(GgufDecoder, LoadsWhatLlamaCppWrites) {
 
 // A tokenizer in the GGUF metadata: byte-level BPE over single letters with one merge, a CONTROL token that
 // the post-processor puts first.
+// Pruning and quantizing each layer as it is read (DecoderLoadOptions) gives the model that pruning the
+// loaded model gives (prune_magnitude, then a Decoder quantizing at construction): the same 2:4 values and
+// codes, the same fingerprint, bit-identical logits, on one thread or two; a NaN still fails the load.
+void expect_load_options_match(const std::function<DecoderModel(const DecoderLoadOptions&)>& load,
+                               const std::vector<int32_t>& ids) {
+  DecoderModel whole = load({});
+  whole.prune_magnitude();
+  const auto logits = [&](const DecoderModel& m, bool int8) {
+    DecoderOptions o;
+    o.int8_weights = int8;
+    Decoder d(m, o);
+    std::vector<float> out(static_cast<size_t>(ids.size() * m.config.vocab));
+    d.forward(ids.data(), static_cast<int64_t>(ids.size()), out.data(), true);
+    return out;
+  };
+  for (int threads : {1, 2}) {
+    SCOPED_TRACE("threads " + std::to_string(threads));
+    DecoderLoadOptions o;
+    o.prune = true;
+    o.threads = threads;
+    const DecoderModel pruned = load(o);
+    EXPECT_EQ(pruned.fingerprint, whole.fingerprint);
+    for (size_t l = 0; l < whole.layers.size(); ++l)
+      for (auto G : {&DecoderLayer::qkv, &DecoderLayer::o, &DecoderLayer::gate_up, &DecoderLayer::down}) {
+        ASSERT_TRUE((pruned.layers[l].*G).pruned);
+        EXPECT_EQ((pruned.layers[l].*G).sparse.values, (whole.layers[l].*G).sparse.values) << l;
+        EXPECT_EQ((pruned.layers[l].*G).sparse.metadata, (whole.layers[l].*G).sparse.metadata) << l;
+      }
+    EXPECT_EQ(logits(pruned, false), logits(whole, false));
+    o.int8 = true;
+    const DecoderModel int8 = load(o);
+    for (const DecoderLayer& L : int8.layers) EXPECT_EQ(L.down.sparse.dtype, DType::kI8);
+    EXPECT_EQ(int8.fingerprint, whole.fingerprint + "-int8");
+    EXPECT_EQ(logits(int8, true), logits(whole, true));
+    DecoderOptions bf16;  // int8 values run int8 whatever the options say (the head is bf16 here)
+    bf16.bf16_weights = true;
+    EXPECT_EQ(Decoder(int8, bf16).sparse_linears(), 4 * static_cast<int>(int8.layers.size()));
+  }
+}
+
+TEST(GgufDecoder, PrunesAndQuantizesAsItReads) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(22);
+  const Tiny t;
+  DecoderModel m = tiny_model(g, t);
+  GgufWriter w;
+  const std::vector<uint8_t> bytes = encode_gguf(tiny_gguf(m, t, w));
+  const Gguf file = parse_gguf(bytes.data(), bytes.size(), "tiny.gguf");
+  expect_load_options_match(
+      [&](const DecoderLoadOptions& o) { return load_gguf_decoder(file, "tiny.gguf", o); },
+      random_ids(g, 7, t.vocab));
+  m.layers.back().gate_up.dense[5] = std::nanf("");  // caught by the loader before pruning
+  GgufWriter w2;
+  const std::vector<uint8_t> bad = encode_gguf(tiny_gguf(m, t, w2));
+  DecoderLoadOptions o;
+  o.prune = o.int8 = true;
+  EXPECT_THROW(load_gguf_decoder(parse_gguf(bad.data(), bad.size(), "bad.gguf"), "bad.gguf", o), Error);
+}
+
+TEST_F(HfDecoderDir, PrunesAndQuantizesAsItReads) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(23);
+  write(tiny_model(g, t_), config());
+  expect_load_options_match([&](const DecoderLoadOptions& o) { return load_hf_decoder(dir_.string(), o); },
+                            random_ids(g, 7, t_.vocab));
+}
+
 void add_tiny_tokenizer(Gguf& f, int64_t vocab) {
   std::vector<std::string> tokens = {"<|s|>"};
   std::vector<int64_t> types = {3};

@@ -147,8 +147,9 @@ TEST(DecoderOps, RopeFromLlamaCppFactors) {
     double factor, low, high, original;
   };
   // Llama 3.1 8B, Llama 3.2 1B, few frequencies in between (one, none), a short original context.
-  for (const Case& k : {Case{5e5, 128, 8, 1, 4, 8192}, Case{5e5, 64, 32, 1, 4, 8192}, Case{1e4, 16, 4, 1, 4, 64},
-                        Case{1e4, 8, 4, 1, 1.5, 64}, Case{1e6, 8, 2, 2, 3, 100}, Case{5e5, 16, 16, 1, 4, 16}}) {
+  for (const Case& k :
+       {Case{5e5, 128, 8, 1, 4, 8192}, Case{5e5, 64, 32, 1, 4, 8192}, Case{1e4, 16, 4, 1, 4, 64},
+        Case{1e4, 8, 4, 1, 1.5, 64}, Case{1e6, 8, 2, 2, 3, 100}, Case{5e5, 16, 16, 1, 4, 16}}) {
     SCOPED_TRACE("theta " + std::to_string(k.theta) + " dim " + std::to_string(k.dim) + " factor " +
                  std::to_string(k.factor));
     const std::vector<float> f = converter_rope_factors(k.theta, k.dim, k.factor, k.low, k.high, k.original);
@@ -157,7 +158,8 @@ TEST(DecoderOps, RopeFromLlamaCppFactors) {
     EXPECT_DOUBLE_EQ(r.factor, static_cast<float>(k.factor));
     RopeConfig plain_config;
     plain_config.theta = k.theta;
-    const std::vector<float> plain = detail::rope_inv_freq(plain_config, k.dim), got = detail::rope_inv_freq(r, k.dim);
+    const std::vector<float> plain = detail::rope_inv_freq(plain_config, k.dim),
+                             got = detail::rope_inv_freq(r, k.dim);
     for (int i = 0; i < k.dim / 2; ++i) EXPECT_NEAR(got[i], plain[i] / f[i], 1e-4 * got[i]) << i;
     if (k.original == 8192) {  // the parameters themselves where the original context is Llama 3's
       EXPECT_NEAR(r.low_freq_factor, k.low, 1e-3);

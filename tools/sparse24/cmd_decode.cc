@@ -9,8 +9,10 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include "commands.h"
@@ -57,15 +59,14 @@ std::vector<int32_t> read_ids_file(const std::string& path) {
   return parse_ids(std::string(b.begin(), b.end()), path);
 }
 
-DecoderModel load(const std::string& dir, bool prune) {
+DecoderModel load(const std::string& dir, const engine::DecoderLoadOptions& lo = {}) {
   const auto t0 = Clock::now();
-  DecoderModel m = engine::load_decoder(dir);
-  if (prune) m.prune_magnitude();
-  std::fprintf(stderr, "loaded %s: %lld layers, hidden %lld, %lld/%lld heads, vocab %lld in %.1f s%s\n",
+  DecoderModel m = engine::load_decoder(dir, lo);
+  std::fprintf(stderr, "loaded %s: %lld layers, hidden %lld, %lld/%lld heads, vocab %lld in %.1f s%s%s\n",
                dir.c_str(), static_cast<long long>(m.config.layers), static_cast<long long>(m.config.hidden),
                static_cast<long long>(m.config.heads), static_cast<long long>(m.config.kv_heads),
                static_cast<long long>(m.config.vocab), ms_since(t0) / 1000,
-               prune ? " (2:4 by magnitude in memory)" : "");
+               lo.prune ? " (2:4 by magnitude as read)" : "", lo.int8 ? " (int8 as read)" : "");
   return m;
 }
 
@@ -75,12 +76,15 @@ bool model_is_pruned(const DecoderModel& m) {
   return false;
 }
 
-// The weight types of a decoder's 2:4 Linears (fp32 without a flag) and its KV cache's type, which every
-// decoder command takes.
+// The weight types of a decoder's 2:4 Linears (fp32 without a flag), whether a dense model is pruned as it
+// is read, and the KV cache's type, which every decoder command takes.
 struct WeightFlags {
-  bool bf16 = false, int8 = false;
+  bool bf16 = false, int8 = false, prune = false;
   std::string kv = "f32";
   void add_to(CLI::App* cmd) {
+    cmd->add_flag("--prune", prune,
+                  "magnitude-prune the dense Linears 2:4 as each layer is read (one-shot, no calibration; "
+                  "with --int8 never more than a layer in fp32)");
     CLI::Option* b = cmd->add_flag("--bf16", bf16, "2:4 weights and the output head held as bfloat16");
     cmd->add_flag("--int8", int8,
                   "2:4 weights and the output head held as int8 with an fp32 scale per 64 positions")
@@ -95,6 +99,14 @@ struct WeightFlags {
     d.kv_half = kv == "f16";
   }
   const char* name() const { return bf16 ? "bf16" : int8 ? "int8" : "fp32"; }
+  // How the model is read: pruned (--prune), its 2:4 values int8 as read when the 2:4 kernels run them.
+  engine::DecoderLoadOptions load_options(const std::string& mode, int threads) const {
+    engine::DecoderLoadOptions lo;
+    lo.prune = prune;
+    lo.int8 = int8 && engine::parse_mode(mode) != engine::Mode::kDense;
+    lo.threads = threads;
+    return lo;
+  }
 };
 
 // ---- generate ------------------------------------------------------------------------------------------
@@ -161,7 +173,7 @@ void cmd_generate(const GenerateOptions& o) {
   }
   if (prompt.empty()) throw Error("an empty prompt");
   if (o.max_tokens < 0 || o.threads < 1) throw Error("bad --max-tokens or --threads");
-  const DecoderModel m = load(o.model, false);
+  const DecoderModel m = load(o.model, o.weights.load_options(o.mode, o.threads));
   Decoder dec = make_decoder(m, o, static_cast<int64_t>(prompt.size()) + o.max_tokens);
   std::vector<float> logits(static_cast<size_t>(m.config.vocab));
   uint64_t state = o.seed;
@@ -196,7 +208,7 @@ void cmd_chat(const GenerateOptions& o) {
     throw Error("bad --max-tokens, --threads or --max-context");
   const text::ByteBpe bpe = text::ByteBpe::from_model(o.model);
   const std::string tmpl = text::chat_template_of(o.model);
-  const DecoderModel m = load(o.model, false);
+  const DecoderModel m = load(o.model, o.weights.load_options(o.mode, o.threads));
   Decoder dec = make_decoder(m, o, o.max_context);
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   if (!o.system.empty()) messages.push_back({{"role", "system"}, {"content", o.system}});
@@ -258,7 +270,7 @@ void cmd_perplexity(const PerplexityOptions& o) {
   const std::string input = o.input.empty() ? o.input_ids : o.input;
   if (static_cast<int64_t>(ids.size()) < o.ctx)
     throw Error(input + ": " + std::to_string(ids.size()) + " tokens, fewer than one --ctx window");
-  const DecoderModel m = load(o.model, false);
+  const DecoderModel m = load(o.model, o.weights.load_options(o.mode, o.threads));
   DecoderOptions d;
   d.threads = o.threads;
   d.mode = engine::parse_mode(o.mode);
@@ -309,7 +321,7 @@ void cmd_logits(const LogitsOptions& o) {
     }
   }
   if (seqs.empty()) throw Error(o.ids + ": no token ids");
-  const DecoderModel m = load(o.model, false);
+  const DecoderModel m = load(o.model, o.weights.load_options(o.mode, o.threads));
   DecoderOptions d;
   d.threads = o.threads;
   d.mode = engine::parse_mode(o.mode);
@@ -337,6 +349,8 @@ void cmd_logits(const LogitsOptions& o) {
 
 struct BenchDecodeOptions {
   std::string model, json_out, python, gguf, kv = "f32";
+  std::vector<std::string> runs = {"dense", "fp32", "bf16", "int8"};  // sparse24's rows
+  std::string peers = "F32,F16,Q8_0,Q4_K_M";                          // decode_llamacpp.py's --kinds
   int threads = 1;
   int64_t prompt = 128, generate = 128;
   bool no_peers = false;
@@ -417,8 +431,16 @@ double read_bandwidth() {
 
 void cmd_bench_decode(const BenchDecodeOptions& o) {
   if (o.threads < 1 || o.prompt < 1 || o.generate < 1) throw Error("bad --threads, --prompt or --generate");
-  DecoderModel m = load(o.model, false);
-  const bool was_pruned = model_is_pruned(m);
+  const std::set<std::string> rows(o.runs.begin(), o.runs.end());
+  if (rows.empty()) throw Error("--runs: no runs");
+  // Without the dense row the model is pruned as it is read, and with int8 alone quantized too: never more
+  // than a layer of it in fp32 (an 8B model's 32 GB).
+  engine::DecoderLoadOptions lo;
+  lo.prune = !rows.count("dense");
+  lo.int8 = rows.size() == 1 && rows.count("int8");
+  lo.threads = o.threads;
+  DecoderModel m = load(o.model, lo);
+  const bool was_pruned = !lo.prune && model_is_pruned(m);
   const std::vector<int32_t> prompt = bench_prompt(o.prompt, m.config.vocab);
   const double bw = read_bandwidth();
   std::fprintf(stderr, "single-thread read bandwidth %.1f GB/s (512 MiB)\n", bw);
@@ -433,16 +455,21 @@ void cmd_bench_decode(const BenchDecodeOptions& o) {
       "load %s\n",
       static_cast<long long>(o.prompt), static_cast<long long>(o.generate), o.threads, isa_name(active_isa()),
       o.kv.c_str(), load_average().c_str());
-  d.mode = engine::Mode::kDense;
-  runs.push_back(time_decoder("sparse24 dense fp32", m, d, prompt, o.generate));
-  if (!was_pruned) m.prune_magnitude(o.threads);
+  std::map<std::string, double> tps;  // decode tokens/s by row
+  if (rows.count("dense")) {
+    d.mode = engine::Mode::kDense;
+    runs.push_back(time_decoder("sparse24 dense fp32", m, d, prompt, o.generate));
+    tps["dense"] = runs.back().gen_tps;
+    if (!was_pruned) m.prune_magnitude(o.threads);
+  }
   d.mode = engine::Mode::kSparse;
-  runs.push_back(time_decoder("sparse24 2:4 fp32", m, d, prompt, o.generate));
-  d.bf16_weights = true;
-  runs.push_back(time_decoder("sparse24 2:4 bf16", m, d, prompt, o.generate));
-  d.bf16_weights = false;
-  d.int8_weights = true;
-  runs.push_back(time_decoder("sparse24 2:4 int8", m, d, prompt, o.generate));
+  for (const char* row : {"fp32", "bf16", "int8"}) {
+    if (!rows.count(row)) continue;
+    d.bf16_weights = std::string(row) == "bf16";
+    d.int8_weights = std::string(row) == "int8";
+    runs.push_back(time_decoder(std::string("sparse24 2:4 ") + row, m, d, prompt, o.generate));
+    tps[row] = runs.back().gen_tps;
+  }
 
   nlohmann::json peers = nlohmann::json::object();
   std::string peer_note;
@@ -466,10 +493,11 @@ void cmd_bench_decode(const BenchDecodeOptions& o) {
       for (int32_t id : prompt) ids += (ids.empty() ? "" : ",") + std::to_string(id);
       write_file_atomic((tmp / "prompt.txt").string(), ids + "\n");
       const std::string python = o.python.empty() ? default_python() : o.python;
-      const std::string cmd =
-          "'" + python + "' '" + SPARSE24_SOURCE_DIR + "/bench/peers/decode_llamacpp.py' --gguf '" + gguf +
-          "' --prompt-ids '" + (tmp / "prompt.txt").string() + "' --generate " + std::to_string(o.generate) +
-          " --threads " + std::to_string(o.threads) + " --json '" + (tmp / "peers.json").string() + "'";
+      const std::string cmd = "'" + python + "' '" + SPARSE24_SOURCE_DIR +
+                              "/bench/peers/decode_llamacpp.py' --gguf '" + gguf + "' --prompt-ids '" +
+                              (tmp / "prompt.txt").string() + "' --generate " + std::to_string(o.generate) +
+                              " --threads " + std::to_string(o.threads) + " --kinds '" + o.peers +
+                              "' --json '" + (tmp / "peers.json").string() + "'";
       std::fprintf(stderr, "peers: %s\n", cmd.c_str());
       std::fflush(stderr);
       const int rc = std::system(cmd.c_str());
@@ -511,21 +539,21 @@ void cmd_bench_decode(const BenchDecodeOptions& o) {
   }
   out["runtimes"] = rt;
   if (!peer_note.empty()) out["note"] = peer_note;
-  const double dense = runs[0].gen_tps, sp = runs[1].gen_tps, bf = runs[2].gen_tps, i8 = runs[3].gen_tps;
-  std::printf("2:4 fp32 / dense fp32: %.2fx", sp / dense);
-  if (peers.contains("llama.cpp F32"))
-    std::printf("; 2:4 fp32 / llama.cpp F32: %.2fx",
-                sp / peers["llama.cpp F32"]["tokens_per_s"].get<double>());
-  if (peers.contains("llama.cpp F16"))
-    std::printf("; 2:4 bf16 / llama.cpp F16: %.2fx",
-                bf / peers["llama.cpp F16"]["tokens_per_s"].get<double>());
-  if (peers.contains("llama.cpp Q8_0"))
-    std::printf("; 2:4 int8 / llama.cpp Q8_0: %.2fx",
-                i8 / peers["llama.cpp Q8_0"]["tokens_per_s"].get<double>());
-  if (peers.contains("llama.cpp Q4_K_M"))
-    std::printf("; 2:4 int8 / llama.cpp Q4_K_M: %.2fx",
-                i8 / peers["llama.cpp Q4_K_M"]["tokens_per_s"].get<double>());
-  std::printf(" (load %s)\n", load_average().c_str());
+  // Each 2:4 row against the dense row and the llama.cpp file of the closest weight type.
+  std::string ratios;
+  const auto ratio = [&](const std::string& row, const std::string& label, double base) {
+    if (!tps.count(row) || base <= 0) return;
+    char x[32];
+    std::snprintf(x, sizeof x, "%.2fx", tps[row] / base);
+    ratios += (ratios.empty() ? "" : "; ") + label + ": " + x;
+  };
+  ratio("fp32", "2:4 fp32 / dense fp32", tps.count("dense") ? tps["dense"] : 0);
+  for (const auto& [row, kind] :
+       {std::pair{"fp32", "F32"}, {"bf16", "F16"}, {"int8", "Q8_0"}, {"int8", "Q4_K_M"}})
+    if (peers.contains(std::string("llama.cpp ") + kind))
+      ratio(row, std::string("2:4 ") + row + " / llama.cpp " + kind,
+            peers[std::string("llama.cpp ") + kind]["tokens_per_s"].get<double>());
+  std::printf("%s (load %s)\n", ratios.c_str(), load_average().c_str());
   if (!o.json_out.empty()) write_file_atomic(o.json_out, out.dump(2) + "\n");
 }
 
@@ -618,6 +646,17 @@ void register_decode_commands(CLI::App& app) {
         ->check(CLI::IsMember({"f32", "f16"}))
         ->capture_default_str();
     cmd->add_flag("--no-peers", o->no_peers, "sparse24 only");
+    cmd->add_option(
+           "--runs", o->runs,
+           "sparse24's rows: dense, fp32, bf16, int8 (2:4 fp32/bf16/int8); without dense the model is "
+           "pruned as it is read, and with int8 alone quantized too (an 8B model in 24 GB)")
+        ->delimiter(',')
+        ->check(CLI::IsMember({"dense", "fp32", "bf16", "int8"}))
+        ->capture_default_str();
+    cmd->add_option("--peers", o->peers,
+                    "llama.cpp's files: F32, F16, Q8_0 (made from the GGUF source), any llama-quantize type "
+                    "(Q4_K_M, ...; made from the F32 file), or 'file': the source file itself")
+        ->capture_default_str();
     cmd->callback([o] { cmd_bench_decode(*o); });
   }
 }
