@@ -77,6 +77,17 @@ def quantize_with_llamacpp(f32_path, dst, kind, threads=1):
     os.replace(dst + ".tmp", dst)
 
 
+def file_type_name(path):
+    """general.file_type's name as llama-quantize spells it (MOSTLY_Q4_K_M: Q4_K_M), or "file"."""
+    import gguf
+
+    field = gguf.GGUFReader(path).fields.get("general.file_type")
+    if field is None:
+        return "file"
+    name = gguf.LlamaFileType(int(field.contents())).name
+    return name.removeprefix("MOSTLY_").removeprefix("ALL_")
+
+
 def tensor_bytes(path):
     import gguf
 
@@ -143,7 +154,8 @@ def main():
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--json", required=True)
     p.add_argument("--kinds", default="F32,F16,Q8_0,Q4_K_M",
-                   help="F32, F16, Q8_0 (written here) or any llama-quantize TYPE (Q4_K_M, Q5_K_M, ...)")
+                   help="F32, F16, Q8_0 (written here), any llama-quantize TYPE (Q4_K_M, Q5_K_M, ...; from the "
+                        "F32 file), or file (the --gguf file itself)")
     p.add_argument("--cache", default=os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")),
                                                    "sparse24", "gguf"))
     a = p.parse_args()
@@ -161,7 +173,9 @@ def main():
     out = {}
     for kind in a.kinds.split(","):
         path = os.path.join(a.cache, f"{base}-{kind}.gguf")
-        if stale(path):
+        if kind == "file":  # the source itself (an 8B Q4_K_M: its F32 file would not fit), named by its type
+            path, kind = a.gguf, file_type_name(a.gguf)
+        elif stale(path):
             print(f"decode_llamacpp: making {path}", file=sys.stderr, flush=True)
             if kind in ("F32", "F16", "Q8_0"):
                 make_gguf(a.gguf, path, kind)

@@ -235,6 +235,10 @@ class Decoder {
   // m must outlive the Decoder, unchanged: it reads m's embedding table, norm weights and dense Linears'
   // weights in place.
   Decoder(const DecoderModel& m, const DecoderOptions& o);
+  // Takes the model instead: each packed Linear's 2:4 values are released once packed, and the untied
+  // head's weights once held as bf16 or int8, so the weights are in memory once (an 8B int8 model's 4.8 GB,
+  // not twice that).
+  Decoder(DecoderModel&& m, const DecoderOptions& o);
   ~Decoder();
   Decoder(Decoder&&) noexcept;
   Decoder& operator=(Decoder&&) noexcept;

@@ -85,10 +85,10 @@ class PyDecoder {
     lo.prune = prune;
     lo.int8 = o.int8_weights && o.mode != Mode::kDense;
     lo.threads = threads;
-    d.model_ = std::make_unique<DecoderModel>(load_decoder(model, lo));
-    o.max_context = std::min(max_context, d.model_->config.max_positions);
-    d.vocab_ = d.model_->config.vocab;
-    d.dec_ = std::make_unique<Decoder>(*d.model_, o);
+    DecoderModel m = load_decoder(model, lo);
+    o.max_context = std::min(max_context, m.config.max_positions);
+    d.vocab_ = m.config.vocab;
+    d.dec_ = std::make_unique<Decoder>(std::move(m), o);  // the weights in memory once
     return d;
   }
 
@@ -254,7 +254,6 @@ class PyDecoder {
   int64_t vocab_ = 0;
   std::unique_ptr<text::ByteBpe> bpe_;
   std::string template_, template_error_;  // the chat template, or why the model has none
-  std::unique_ptr<DecoderModel> model_;    // read in place by dec_ (embeddings, norms): outlives it
   std::unique_ptr<Decoder> dec_;
 };
 

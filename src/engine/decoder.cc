@@ -122,6 +122,7 @@ void DecoderModel::prune_magnitude(int threads) {
 }
 
 struct Decoder::Impl {
+  std::unique_ptr<DecoderModel> owned;  // the model, when the Decoder took it
   DecoderConfig c;
   int threads = 1;
   int64_t capacity = 0, pos = 0;
@@ -286,6 +287,21 @@ Decoder::Decoder(const DecoderModel& m, const DecoderOptions& o) : impl_(std::ma
   s.scratch.resize(static_cast<size_t>(
       detail::attention_scratch(o.threads, s.c.heads, s.c.kv_heads, s.c.head_dim, s.capacity, o.kv_half)));
   s.last.resize(s.c.hidden);
+}
+
+Decoder::Decoder(DecoderModel&& m, const DecoderOptions& o) {
+  auto owned = std::make_unique<DecoderModel>(std::move(m));  // (the vectors' buffers move, not copied)
+  *this = Decoder(*owned, o);
+  Impl& s = *impl_;
+  for (size_t l = 0; l < s.layers.size(); ++l) {
+    DecoderLayer& L = owned->layers[l];
+    const LayerExec& e = s.layers[l];
+    for (auto [g, lin] :
+         {std::pair{&L.qkv, &e.qkv}, {&L.o, &e.o}, {&L.gate_up, &e.gate_up}, {&L.down, &e.down}})
+      if (lin->packed) g->sparse = Compressed{};
+  }
+  if (!s.head_i8.empty() || !s.head_bf16.empty()) owned->head = Gemm{};
+  s.owned = std::move(owned);
 }
 
 Decoder::~Decoder() = default;

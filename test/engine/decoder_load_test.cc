@@ -364,6 +364,15 @@ void expect_load_options_match(const std::function<DecoderModel(const DecoderLoa
     for (const DecoderLayer& L : int8.layers) EXPECT_EQ(L.down.sparse.dtype, DType::kI8);
     EXPECT_EQ(int8.fingerprint, whole.fingerprint + "-int8");
     EXPECT_EQ(logits(int8, true), logits(whole, true));
+    {  // a Decoder that takes the model (its 2:4 values and head released once packed) runs the same
+      DecoderOptions i8;
+      i8.int8_weights = true;
+      Decoder taken(load(o), i8);
+      std::vector<float> out(static_cast<size_t>(ids.size() * whole.config.vocab));
+      taken.forward(ids.data(), static_cast<int64_t>(ids.size()), out.data(), true);
+      EXPECT_EQ(out, logits(whole, true));
+      EXPECT_EQ(taken.weight_bytes(), Decoder(whole, i8).weight_bytes());
+    }
     DecoderOptions bf16;  // int8 values run int8 whatever the options say (the head is bf16 here)
     bf16.bf16_weights = true;
     EXPECT_EQ(Decoder(int8, bf16).sparse_linears(), 4 * static_cast<int>(int8.layers.size()));
@@ -376,7 +385,7 @@ TEST(GgufDecoder, PrunesAndQuantizesAsItReads) {
   const Tiny t;
   DecoderModel m = tiny_model(g, t);
   GgufWriter w;
-  const std::vector<uint8_t> bytes = encode_gguf(tiny_gguf(m, t, w));
+  const std::vector<uint8_t> bytes = encode_gguf(tiny_gguf(m, t, w, /*untied=*/true));
   const Gguf file = parse_gguf(bytes.data(), bytes.size(), "tiny.gguf");
   expect_load_options_match(
       [&](const DecoderLoadOptions& o) { return load_gguf_decoder(file, "tiny.gguf", o); },

@@ -121,13 +121,15 @@ struct GenerateOptions {
   WeightFlags weights;
 };
 
-Decoder make_decoder(const DecoderModel& m, const GenerateOptions& o, int64_t max_context) {
+// The model o names, read as o's flags say, handed to its Decoder (which keeps it: the weights in memory
+// once).
+Decoder make_decoder(const GenerateOptions& o, int64_t max_context) {
   DecoderOptions d;
   d.threads = o.threads;
   d.mode = engine::parse_mode(o.mode);
   o.weights.apply(d);
   d.max_context = max_context;
-  return Decoder(m, d);
+  return Decoder(load(o.model, o.weights.load_options(o.mode, o.threads)), d);
 }
 
 // Samples up to o.max_tokens tokens after `logits` (the last position's), stopping at an end-of-reply id,
@@ -173,9 +175,8 @@ void cmd_generate(const GenerateOptions& o) {
   }
   if (prompt.empty()) throw Error("an empty prompt");
   if (o.max_tokens < 0 || o.threads < 1) throw Error("bad --max-tokens or --threads");
-  const DecoderModel m = load(o.model, o.weights.load_options(o.mode, o.threads));
-  Decoder dec = make_decoder(m, o, static_cast<int64_t>(prompt.size()) + o.max_tokens);
-  std::vector<float> logits(static_cast<size_t>(m.config.vocab));
+  Decoder dec = make_decoder(o, static_cast<int64_t>(prompt.size()) + o.max_tokens);
+  std::vector<float> logits(static_cast<size_t>(dec.config().vocab));
   uint64_t state = o.seed;
   const auto t0 = Clock::now();
   dec.forward(prompt.data(), static_cast<int64_t>(prompt.size()), logits.data());
@@ -194,7 +195,7 @@ void cmd_generate(const GenerateOptions& o) {
                "prompt: %zu tokens, %.1f tokens/s; generation: %lld tokens, %.1f tokens/s (%d of %zu "
                "Linears 2:4, %s kernels)\n",
                prompt.size(), prompt.size() / (prefill_ms / 1000), static_cast<long long>(generated),
-               generated / std::max(gen_ms / 1000, 1e-9), dec.sparse_linears(), 4 * m.layers.size(),
+               generated / std::max(gen_ms / 1000, 1e-9), dec.sparse_linears(), 4 * dec.config().layers,
                isa_name(active_isa()));
 }
 
@@ -208,11 +209,10 @@ void cmd_chat(const GenerateOptions& o) {
     throw Error("bad --max-tokens, --threads or --max-context");
   const text::ByteBpe bpe = text::ByteBpe::from_model(o.model);
   const std::string tmpl = text::chat_template_of(o.model);
-  const DecoderModel m = load(o.model, o.weights.load_options(o.mode, o.threads));
-  Decoder dec = make_decoder(m, o, o.max_context);
+  Decoder dec = make_decoder(o, o.max_context);
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   if (!o.system.empty()) messages.push_back({{"role", "system"}, {"content", o.system}});
-  std::vector<float> logits(static_cast<size_t>(m.config.vocab));
+  std::vector<float> logits(static_cast<size_t>(dec.config().vocab));
   uint64_t state = o.seed;
   const bool tty = ::isatty(0) != 0;
   std::string line;
@@ -270,14 +270,13 @@ void cmd_perplexity(const PerplexityOptions& o) {
   const std::string input = o.input.empty() ? o.input_ids : o.input;
   if (static_cast<int64_t>(ids.size()) < o.ctx)
     throw Error(input + ": " + std::to_string(ids.size()) + " tokens, fewer than one --ctx window");
-  const DecoderModel m = load(o.model, o.weights.load_options(o.mode, o.threads));
   DecoderOptions d;
   d.threads = o.threads;
   d.mode = engine::parse_mode(o.mode);
   o.weights.apply(d);
   d.max_context = o.ctx;
   d.prefill_layout = true;
-  Decoder dec(m, d);
+  Decoder dec(load(o.model, o.weights.load_options(o.mode, o.threads)), d);
   const auto t0 = Clock::now();
   const engine::Perplexity p = engine::perplexity(dec, ids, o.ctx);
   const double ms = ms_since(t0), ppl = p.perplexity;
@@ -321,14 +320,13 @@ void cmd_logits(const LogitsOptions& o) {
     }
   }
   if (seqs.empty()) throw Error(o.ids + ": no token ids");
-  const DecoderModel m = load(o.model, o.weights.load_options(o.mode, o.threads));
   DecoderOptions d;
   d.threads = o.threads;
   d.mode = engine::parse_mode(o.mode);
   o.weights.apply(d);
   d.max_context = longest;
-  Decoder dec(m, d);
-  const int64_t V = m.config.vocab;
+  Decoder dec(load(o.model, o.weights.load_options(o.mode, o.threads)), d);
+  const int64_t V = dec.config().vocab;
   std::vector<float> logits(static_cast<size_t>(total * V));
   float* at = logits.data();
   for (const std::vector<int32_t>& ids : seqs) {
@@ -378,10 +376,8 @@ std::vector<int32_t> bench_prompt(int64_t n, int64_t vocab) {
   return ids;
 }
 
-Run time_decoder(const std::string& name, const DecoderModel& m, const DecoderOptions& d,
-                 const std::vector<int32_t>& prompt, int64_t gen) {
-  Decoder dec(m, d);
-  std::vector<float> logits(static_cast<size_t>(m.config.vocab));
+Run time_decoder(const std::string& name, Decoder dec, const std::vector<int32_t>& prompt, int64_t gen) {
+  std::vector<float> logits(static_cast<size_t>(dec.config().vocab));
   Run r;
   r.name = name;
   r.weight_bytes = dec.weight_bytes();
@@ -458,7 +454,7 @@ void cmd_bench_decode(const BenchDecodeOptions& o) {
   std::map<std::string, double> tps;  // decode tokens/s by row
   if (rows.count("dense")) {
     d.mode = engine::Mode::kDense;
-    runs.push_back(time_decoder("sparse24 dense fp32", m, d, prompt, o.generate));
+    runs.push_back(time_decoder("sparse24 dense fp32", Decoder(m, d), prompt, o.generate));
     tps["dense"] = runs.back().gen_tps;
     if (!was_pruned) m.prune_magnitude(o.threads);
   }
@@ -467,7 +463,10 @@ void cmd_bench_decode(const BenchDecodeOptions& o) {
     if (!rows.count(row)) continue;
     d.bf16_weights = std::string(row) == "bf16";
     d.int8_weights = std::string(row) == "int8";
-    runs.push_back(time_decoder(std::string("sparse24 2:4 ") + row, m, d, prompt, o.generate));
+    // One row alone takes the model (the weights in memory once); several share it.
+    runs.push_back(time_decoder(std::string("sparse24 2:4 ") + row,
+                                rows.size() == 1 ? Decoder(std::move(m), d) : Decoder(m, d), prompt,
+                                o.generate));
     tps[row] = runs.back().gen_tps;
   }
 
