@@ -235,9 +235,9 @@ class Decoder {
   // m must outlive the Decoder, unchanged: it reads m's embedding table, norm weights and dense Linears'
   // weights in place.
   Decoder(const DecoderModel& m, const DecoderOptions& o);
-  // Takes the model instead: each packed Linear's 2:4 values are released once packed, and the untied
-  // head's weights once held as bf16 or int8, so the weights are in memory once (an 8B int8 model's 4.8 GB,
-  // not twice that).
+  // Takes the model instead: each layer's packed Linears' 2:4 values are released as soon as they are
+  // packed, and the untied head's weights once held as bf16 or int8, so the weights are never in memory
+  // twice (an 8B int8 model's 4.8 GB).
   Decoder(DecoderModel&& m, const DecoderOptions& o);
   ~Decoder();
   Decoder(Decoder&&) noexcept;
@@ -268,6 +268,7 @@ class Decoder {
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  void build(const DecoderModel& m, const DecoderOptions& o, DecoderModel* owned);
 };
 
 // Perplexity of `ids` over non-overlapping windows of ctx tokens (a tail shorter than a window is left

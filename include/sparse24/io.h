@@ -53,6 +53,10 @@ class MappedFile {
   size_t size() const { return size_; }
   std::span<const uint8_t> bytes() const { return {data_, size_}; }
   const std::string& path() const { return path_; }
+  // Drops the pages wholly inside `part` (bytes of this mapping) from memory: read again, they come from
+  // the file again. What a loader does with a tensor it has converted (a big model's file is not kept
+  // resident beside what was made of it).
+  void release(std::span<const uint8_t> part) const;
 
  private:
   void reset() noexcept;

@@ -221,6 +221,18 @@ struct Decoder::Impl {
 };
 
 Decoder::Decoder(const DecoderModel& m, const DecoderOptions& o) : impl_(std::make_unique<Impl>()) {
+  build(m, o, nullptr);
+}
+
+Decoder::Decoder(DecoderModel&& m, const DecoderOptions& o) : impl_(std::make_unique<Impl>()) {
+  impl_->owned = std::make_unique<DecoderModel>(std::move(m));  // (the vectors' buffers move, not copied)
+  build(*impl_->owned, o, impl_->owned.get());
+}
+
+// The constructors' work on m; with `owned` (m itself, the Decoder's), each layer's packed Linears' 2:4
+// values are released as soon as they are packed and a bf16 / int8 head's weights once converted: the
+// weights are never in memory twice.
+void Decoder::build(const DecoderModel& m, const DecoderOptions& o, DecoderModel* owned) {
   Impl& s = *impl_;
   s.c = m.config;
   if (o.threads < 1 || o.threads > 1024) throw Error("threads must be at least 1");
@@ -236,9 +248,9 @@ Decoder::Decoder(const DecoderModel& m, const DecoderOptions& o) : impl_(std::ma
     throw Error("decoder: bf16_weights and int8_weights exclude each other");
   const bool sparse = o.mode != Mode::kDense;
   if (o.bf16_weights || o.int8_weights) {
-    const std::vector<float> w = s.c.tied        ? m.embed
-                                 : m.head.pruned ? decompress(m.head.sparse).to_float()
-                                                 : m.head.dense;
+    std::vector<float> expanded;  // a 2:4 head's weights
+    if (!s.c.tied && m.head.pruned) expanded = decompress(m.head.sparse).to_float();
+    const std::vector<float>& w = s.c.tied ? m.embed : m.head.pruned ? expanded : m.head.dense;
     if (static_cast<int64_t>(w.size()) != s.c.vocab * s.c.hidden) throw Error("decoder: head size mismatch");
     if (o.int8_weights) {
       s.head_i8.resize(w.size());
@@ -250,6 +262,7 @@ Decoder::Decoder(const DecoderModel& m, const DecoderOptions& o) : impl_(std::ma
       for (size_t i = 0; i < w.size(); ++i) s.head_bf16[i] = float_to_bf16(w[i]);
     }
     s.column.resize(static_cast<size_t>(s.c.hidden));
+    if (owned != nullptr && !s.c.tied) owned->head = Gemm{};
   } else if (!s.c.tied) {
     s.head.emplace(m.head, false, o);
   }
@@ -275,6 +288,12 @@ Decoder::Decoder(const DecoderModel& m, const DecoderOptions& o) : impl_(std::ma
     LayerExec& e = s.layers.back();
     e.window = window;
     for (const Linear* lin : {&e.qkv, &e.o, &e.gate_up, &e.down}) s.sparse += lin->packed ? 1 : 0;
+    if (owned != nullptr) {
+      DecoderLayer& L = owned->layers[at];
+      for (auto [g, lin] :
+           {std::pair{&L.qkv, &e.qkv}, {&L.o, &e.o}, {&L.gate_up, &e.gate_up}, {&L.down, &e.down}})
+        if (lin->packed) g->sparse = Compressed{};
+    }
   }
   const int64_t rd = s.c.rotary_dim > 0 ? s.c.rotary_dim : s.c.head_dim;
   if (rd % 2 != 0 || rd > s.c.head_dim) throw Error("decoder: rotary_dim must be even and at most head_dim");
@@ -287,21 +306,6 @@ Decoder::Decoder(const DecoderModel& m, const DecoderOptions& o) : impl_(std::ma
   s.scratch.resize(static_cast<size_t>(
       detail::attention_scratch(o.threads, s.c.heads, s.c.kv_heads, s.c.head_dim, s.capacity, o.kv_half)));
   s.last.resize(s.c.hidden);
-}
-
-Decoder::Decoder(DecoderModel&& m, const DecoderOptions& o) {
-  auto owned = std::make_unique<DecoderModel>(std::move(m));  // (the vectors' buffers move, not copied)
-  *this = Decoder(*owned, o);
-  Impl& s = *impl_;
-  for (size_t l = 0; l < s.layers.size(); ++l) {
-    DecoderLayer& L = owned->layers[l];
-    const LayerExec& e = s.layers[l];
-    for (auto [g, lin] :
-         {std::pair{&L.qkv, &e.qkv}, {&L.o, &e.o}, {&L.gate_up, &e.gate_up}, {&L.down, &e.down}})
-      if (lin->packed) g->sparse = Compressed{};
-  }
-  if (!s.head_i8.empty() || !s.head_bf16.empty()) owned->head = Gemm{};
-  s.owned = std::move(owned);
 }
 
 Decoder::~Decoder() = default;

@@ -562,8 +562,10 @@ std::string gguf_name(const std::string& hf, bool gemma) {
 // transformers name (what gguf_to_hf_dir writes).
 class GgufTensors {
  public:
-  GgufTensors(const Gguf& g, const std::string& path, const DecoderConfig& c, bool rope_rows, bool keep)
-      : g_(g), path_(path), c_(c), rope_rows_(rope_rows), keep_(keep) {}
+  // file: the mapping g's bytes are in, if any: each tensor's pages are dropped once it is converted.
+  GgufTensors(const Gguf& g, const std::string& path, const DecoderConfig& c, bool rope_rows, bool keep,
+              const MappedFile* file)
+      : g_(g), path_(path), c_(c), rope_rows_(rope_rows), keep_(keep), file_(file) {}
   std::vector<float> dense(const std::string& hf, const std::vector<int64_t>& shape) {
     std::vector<float> v(static_cast<size_t>(numel(shape)));
     dense_into(hf, shape, v.data());
@@ -589,6 +591,7 @@ class GgufTensors {
       throw Error(path_ + ": tensor '" + name + "' holds a non-finite value");
     h_ = fnv1a(h_, reinterpret_cast<const uint8_t*>(name.data()), name.size());
     h_ = fnv1a_words(h_, t->bytes.data(), t->bytes.size());
+    if (file_ != nullptr) file_->release(t->bytes);
     if (permuted)
       unpermute_rope_rows(v, q ? c_.heads : c_.kv_heads, c_.head_dim, shape.size() == 2 ? shape[1] : 1, out);
     if (keep_) {  // as a Hugging Face checkpoint holds it: Gemma's norms as w - 1
@@ -630,14 +633,15 @@ class GgufTensors {
   std::string path_;
   DecoderConfig c_;
   bool rope_rows_, keep_;
+  const MappedFile* file_;
   std::vector<float> rows_;  // a permuted tensor's rows before they are put back in order
   std::set<std::string> used_;
   uint64_t h_ = kFnvBasis;
 };
 
 DecoderModel read_gguf_decoder(const Gguf& g, const std::string& path,
-                               std::vector<std::pair<std::string, Tensor>>* kept,
-                               const DecoderLoadOptions& o) {
+                               std::vector<std::pair<std::string, Tensor>>* kept, const DecoderLoadOptions& o,
+                               const MappedFile* file) {
   Biases b;
   const DecoderConfig c = read_decoder_config(gguf_config(g, path), path + " (metadata)", b);
   const Architecture& arch = *find_architecture(c.model_type);
@@ -646,7 +650,7 @@ DecoderModel read_gguf_decoder(const Gguf& g, const std::string& path,
     throw Error(path + ": RoPE over part of a head (" + a + ".rope.dimension_count " +
                 std::to_string(g.get_int(a + ".rope.dimension_count")) + ", head size " +
                 std::to_string(c.head_dim) + ") is not supported");
-  GgufTensors w(g, path, c, arch.gguf_rope_rows, kept != nullptr);
+  GgufTensors w(g, path, c, arch.gguf_rope_rows, kept != nullptr, file);
   DecoderModel m = build_decoder(c, b, w, path, true, o);
   w.used_by_config("rope_freqs.weight");
   w.check_all_used();
@@ -659,17 +663,17 @@ DecoderModel read_gguf_decoder(const Gguf& g, const std::string& path,
 
 DecoderModel load_gguf_decoder(const std::string& path, const DecoderLoadOptions& o) {
   const MappedGguf f(path);
-  return load_gguf_decoder(f.gguf, path, o);
+  return read_gguf_decoder(f.gguf, path, nullptr, o, &f.file);
 }
 
 DecoderModel load_gguf_decoder(const Gguf& g, const std::string& path, const DecoderLoadOptions& o) {
-  return read_gguf_decoder(g, path, nullptr, o);
+  return read_gguf_decoder(g, path, nullptr, o, nullptr);
 }
 
 void gguf_to_hf_dir(const std::string& path, const std::string& out_dir) {
   const MappedGguf f(path);
   std::vector<std::pair<std::string, Tensor>> tensors;
-  const DecoderModel m = read_gguf_decoder(f.gguf, path, &tensors, {});
+  const DecoderModel m = read_gguf_decoder(f.gguf, path, &tensors, {}, &f.file);
   const text::ByteBpe tok = text::ByteBpe::from_gguf(f.gguf, path);
   json config = gguf_config(f.gguf, path);
   config["architectures"] = json::array({find_architecture(m.config.model_type)->hf_class});

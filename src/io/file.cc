@@ -108,6 +108,14 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
 
 MappedFile::~MappedFile() { reset(); }
 
+void MappedFile::release(std::span<const uint8_t> part) const {
+  if (part.empty() || part.data() < data_ || part.data() + part.size() > data_ + size_) return;
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(part.data()) + page - 1) / page * page,
+                  end = (reinterpret_cast<uintptr_t>(part.data()) + part.size()) / page * page;
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);  // advice only
+}
+
 void MappedFile::reset() noexcept {
   if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
   data_ = nullptr;
