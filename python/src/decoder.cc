@@ -268,7 +268,7 @@ void register_decoder(nb::module_& m) {
           "Loads a Hugging Face decoder directory or a GGUF file. weights: fp32, bf16 or int8 (the 2:4 "
           "Linears' values and the output head's). mode: sparse (2:4 Linears on "
           "the 2:4 kernels) or dense. prune: magnitude-prune every Linear 2:4 as its layer is read (with "
-          "weights='int8' never more than a layer in fp32: an 8B model fits in 16 GB). "
+          "weights='int8' never more than a layer in fp32: Llama 3.1 8B's shape peaks at 11.4 GB). "
           "max_context: the KV cache's tokens (at most the model's). prefill_layout: also pack the 2:4 "
           "Linears for many tokens at once (faster long prompts and perplexity, more memory). kv: the KV "
           "cache's type, f32 or f16 (IEEE half, llama.cpp's default: faster at long contexts).")
