@@ -390,6 +390,19 @@ int main(int argc, char** argv) {
     add("blk.0.ffn_up.weight", {8, 8});
     add("blk.0.ffn_down.weight", {8, 8});
     put(out / "gguf_decoder", "tiny_llama", encode_gguf(g));
+    {  // Llama 3's RoPE scaling as llama.cpp's converter stores it: a divisor per frequency of a head of 4
+      Gguf scaled = g;
+      const float factors[2] = {1.0f, 4.0f};
+      storage.emplace_back(reinterpret_cast<const uint8_t*>(factors),
+                           reinterpret_cast<const uint8_t*>(factors) + sizeof factors);
+      GgufTensor t;
+      t.name = "rope_freqs.weight";
+      t.shape = {2};
+      t.type = static_cast<uint32_t>(GgmlType::kF32);
+      t.bytes = storage.back();
+      scaled.tensors.push_back(t);
+      put(out / "gguf_decoder", "tiny_llama3_rope", encode_gguf(scaled));
+    }
     // The same as Qwen2 (Q, K, V biases), Qwen3 (Q/K norms), Gemma 2 and 3: their ARCH.* keys and extra
     // tensors.
     const Gguf llama = g;
