@@ -135,6 +135,9 @@ void gguf_to_hf_dir(const std::string& gguf_path, const std::string& out_dir);
 DecoderModel load_decoder(const std::string& path, const DecoderLoadOptions& o = {});
 
 namespace detail {
+// int8 weights: one fp32 scale per this many positions of a row (one per super chunk of the int8 kernels'
+// layout; docs/accuracy.md measured 64 against whole rows and 32).
+constexpr int64_t kInt8ScaleGroup = 64;
 // The loaders' step per layer (DecoderLoadOptions) and prune_magnitude's: each of `linears` pruned (if
 // o.prune and dense) and quantized to int8 (if o.int8, 2:4 and fp32), o.threads of them at a time; the first
 // error is rethrown after all have run.

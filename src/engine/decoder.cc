@@ -21,10 +21,6 @@ namespace {
 // longrope's switch runs the held tokens again).
 constexpr int64_t kChunk = 512;
 
-// int8 weights: one fp32 scale per this many positions of a row (one per super chunk of the int8 kernels'
-// layout; docs/accuracy.md measured 64 against whole rows and 32).
-constexpr int64_t kInt8ScaleGroup = 64;
-
 // One Linear, Y[m, n] = W X (X [k, n], feature-major): the 2:4 kernel on packed weights (the memory-bound
 // layout only: decoding runs at n = 1, and that is what its bytes are counted for) or dense weights (one
 // token: gemv_f32; more: oneDNN's sgemm).
@@ -47,7 +43,7 @@ struct Linear {
       PackOptions o;
       o.bf16_weights = d.bf16_weights && f32;
       o.layouts = both ? PackLayouts::kBoth : PackLayouts::kSmallN;
-      packed = pack(d.int8_weights && f32 ? quantize_int8(g.sparse, kInt8ScaleGroup) : g.sparse, o);
+      packed = pack(d.int8_weights && f32 ? quantize_int8(g.sparse, detail::kInt8ScaleGroup) : g.sparse, o);
       return;
     }
     if (g.pruned) decompressed = decompress(g.sparse).to_float();
@@ -82,44 +78,6 @@ struct LayerExec {
 };
 
 }  // namespace
-
-namespace detail {
-
-void prepare_linears(const std::vector<Gemm*>& linears, const DecoderLoadOptions& o) {
-  std::exception_ptr error;
-#pragma omp parallel for num_threads(o.threads) schedule(dynamic, 1) if (o.threads > 1)
-  for (size_t i = 0; i < linears.size(); ++i) {
-    try {
-      Gemm& g = *linears[i];
-      if (o.prune && !g.pruned) {
-        g.sparse = compress(Tensor::from_float(g.dense, {g.m, g.k}), /*prune=*/true);
-        g.pruned = true;
-        g.dense.clear();
-        g.dense.shrink_to_fit();
-      }
-      if (o.int8 && g.pruned && g.sparse.dtype == DType::kF32)
-        g.sparse = quantize_int8(g.sparse, kInt8ScaleGroup);
-    } catch (...) {
-#pragma omp critical(sparse24_prepare_linears)
-      if (!error) error = std::current_exception();
-    }
-  }
-  if (error) std::rethrow_exception(error);
-}
-
-}  // namespace detail
-
-void DecoderModel::prune_magnitude(int threads) {
-  std::vector<Gemm*> todo;
-  for (DecoderLayer& l : layers)
-    for (Gemm* g : {&l.qkv, &l.o, &l.gate_up, &l.down})
-      if (!g->pruned) todo.push_back(g);
-  DecoderLoadOptions o;
-  o.prune = true;
-  o.threads = threads;
-  detail::prepare_linears(todo, o);
-  fingerprint += "-magnitude24";
-}
 
 struct Decoder::Impl {
   std::unique_ptr<DecoderModel> owned;  // the model, when the Decoder took it

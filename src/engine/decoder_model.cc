@@ -1,0 +1,160 @@
+// The decoder's model-side code, which the loaders call: pruning and int8 quantization of a model's
+// Linears (as it is read, DecoderLoadOptions, or afterwards, prune_magnitude) and RoPE's frequencies
+// (config -> inverse frequencies; llama.cpp's rope_freqs.weight -> config). No kernels and no oneDNN: the
+// fuzz harnesses link it with the loaders (test/fuzz/run.sh).
+#include <cmath>
+#include <exception>
+
+#include "sparse24/compressed.h"
+#include "sparse24/decoder.h"
+#include "sparse24/error.h"
+
+namespace sparse24::engine {
+namespace detail {
+
+void prepare_linears(const std::vector<Gemm*>& linears, const DecoderLoadOptions& o) {
+  std::exception_ptr error;
+#pragma omp parallel for num_threads(o.threads) schedule(dynamic, 1) if (o.threads > 1)
+  for (size_t i = 0; i < linears.size(); ++i) {
+    try {
+      Gemm& g = *linears[i];
+      if (o.prune && !g.pruned) {
+        g.sparse = compress(Tensor::from_float(g.dense, {g.m, g.k}), /*prune=*/true);
+        g.pruned = true;
+        g.dense.clear();
+        g.dense.shrink_to_fit();
+      }
+      if (o.int8 && g.pruned && g.sparse.dtype == DType::kF32)
+        g.sparse = quantize_int8(g.sparse, kInt8ScaleGroup);
+    } catch (...) {
+#pragma omp critical(sparse24_prepare_linears)
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+std::vector<float> rope_inv_freq(const RopeConfig& r, int64_t dim, bool long_factors) {
+  std::vector<float> inv(static_cast<size_t>(dim / 2));
+  for (int64_t i = 0; i < dim / 2; ++i)  // fp32 as transformers computes it
+    inv[i] =
+        1.0f / std::pow(static_cast<float>(r.theta), static_cast<float>(2 * i) / static_cast<float>(dim));
+  if (r.type == "default") return inv;
+  if (r.type == "longrope") {  // 1 / (factor_i * theta^(2i/dim)), in fp32
+    const std::vector<double>& f = long_factors ? r.long_factor : r.short_factor;
+    if (f.size() != inv.size())
+      throw Error("rope: longrope has " + std::to_string(f.size()) + " factors for " +
+                  std::to_string(inv.size()) + " frequencies");
+    for (size_t i = 0; i < inv.size(); ++i)
+      inv[i] =
+          1.0f / (static_cast<float>(f[i]) *
+                  std::pow(static_cast<float>(r.theta), static_cast<float>(2 * i) / static_cast<float>(dim)));
+    return inv;
+  }
+  if (r.type == "linear") {  // positions divided by factor (transformers divides inv_freq)
+    for (float& f : inv) f = static_cast<float>(f / r.factor);
+    return inv;
+  }
+  if (r.type != "llama3")
+    throw Error("rope type '" + r.type + "' is not supported (default, linear, llama3, longrope)");
+  // Llama 3.1: wavelengths shorter than original / high_freq_factor are kept, longer than original /
+  // low_freq_factor divided by factor, and those between interpolated.
+  const double orig = static_cast<double>(r.original_max_positions);
+  const double low_wavelen = orig / r.low_freq_factor, high_wavelen = orig / r.high_freq_factor;
+  for (float& f : inv) {
+    const double wavelen = 2.0 * M_PI / f;
+    if (wavelen < high_wavelen) continue;
+    if (wavelen > low_wavelen) {
+      f = static_cast<float>(f / r.factor);
+      continue;
+    }
+    const double smooth = (orig / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+    f = static_cast<float>((1.0 - smooth) * f / r.factor + smooth * f);
+  }
+  return inv;
+}
+
+RopeConfig rope_from_factors(double theta, int64_t dim, const std::vector<float>& factors,
+                             const std::string& what) {
+  RopeConfig r;
+  r.theta = theta;
+  const auto n = static_cast<size_t>(dim / 2);
+  if (n == 0 || factors.size() != n)
+    throw Error(what + ": rope_freqs.weight has " + std::to_string(factors.size()) + " factors for " +
+                std::to_string(n) + " RoPE frequencies");
+  for (float f : factors)
+    if (!(f >= 1.0f && f <= 1e6f))
+      throw Error(what + ": rope_freqs.weight holds " + std::to_string(f) +
+                  " (Llama 3's factors are 1 .. 1e6)");
+  const auto near = [](double a, double b) { return std::fabs(a - b) <= 1e-4 * std::max(1.0, std::fabs(b)); };
+  const double factor = factors[n - 1];  // the longest wavelength's: the whole factor
+  if (!near(factor, 1.0)) {
+    // Wavelengths grow with i: the divisors are 1, then in between (smooth = a / wavelength + b, falling
+    // from 1 to 0), then `factor`.
+    const std::vector<float> plain = rope_inv_freq(r, dim);
+    std::vector<double> x, s;  // 1 / wavelength and smooth of the divisors strictly between 1 and factor
+    size_t last_one = 0, first_full = n;  // one past the last 1, the first `factor`
+    for (size_t i = 0; i < n; ++i) {
+      if (near(factors[i], 1.0)) last_one = i + 1;
+      if (first_full == n && near(factors[i], factor)) first_full = i;
+      if (!near(factors[i], 1.0) && !near(factors[i], factor)) {
+        x.push_back(plain[i] / (2.0 * M_PI));
+        s.push_back((1.0 / factors[i] - 1.0 / factor) / (1.0 - 1.0 / factor));
+      }
+    }
+    // The boundaries in 1 / wavelength: smooth reaches 1 at x1 (high_freq_factor / original) and 0 at x0.
+    const auto xw = [&](size_t i) { return plain[i] / (2.0 * M_PI); };
+    double x0 = 0, x1 = 0;
+    if (x.size() >= 2) {  // a line through the first and last
+      const double a = (s.back() - s.front()) / (x.back() - x.front()), b = s.front() - a * x.front();
+      x0 = -b / a;
+      x1 = (1.0 - b) / a;
+    } else if (x.size() == 1) {  // any line through it that keeps its neighbours outside: s = 1 at x1 below
+      // the last 1's x (x_one), s = 0 at x0 above the first factor's (x_full); x0 > x_full holds while
+      // x1 < x1_max.
+      const double x_one = last_one > 0 ? xw(last_one - 1) : INFINITY,
+                   x_full = first_full < n ? xw(first_full) : 0;
+      const double x1_max = (x[0] - (1.0 - s[0]) * x_full) / s[0];
+      x1 = (x[0] + std::min(x_one, x1_max)) / 2;
+      x0 = (x[0] - s[0] * x1) / (1.0 - s[0]);
+    } else if (x.empty() && last_one > 0 && first_full < n) {  // no frequency in between
+      x0 = std::cbrt(xw(last_one - 1) * xw(first_full) * xw(first_full));
+      x1 = std::cbrt(xw(last_one - 1) * xw(last_one - 1) * xw(first_full));
+    }
+    r.type = "llama3";
+    r.factor = factor;
+    r.original_max_positions = 8192;
+    r.low_freq_factor = 8192.0 * x0;
+    r.high_freq_factor = 8192.0 * x1;
+    if (!(x0 > 0 && x1 > x0 && std::isfinite(x1)))
+      throw Error(what +
+                  ": rope_freqs.weight is not Llama 3's RoPE scaling (factors 1, then falling "
+                  "smoothly, then one factor)");
+  }
+  // The divisors the parameters give, against the file's.
+  RopeConfig unscaled;
+  unscaled.theta = theta;
+  const std::vector<float> plain = rope_inv_freq(unscaled, dim), scaled = rope_inv_freq(r, dim);
+  for (size_t i = 0; i < n; ++i)
+    if (!near(static_cast<double>(plain[i]) / scaled[i], factors[i]))
+      throw Error(what + ": rope_freqs.weight is not Llama 3's RoPE scaling (factor " + std::to_string(i) +
+                  " is " + std::to_string(factors[i]) + ", the fit gives " +
+                  std::to_string(static_cast<double>(plain[i]) / scaled[i]) + ")");
+  return r;
+}
+
+}  // namespace detail
+
+void DecoderModel::prune_magnitude(int threads) {
+  std::vector<Gemm*> todo;
+  for (DecoderLayer& l : layers)
+    for (Gemm* g : {&l.qkv, &l.o, &l.gate_up, &l.down})
+      if (!g->pruned) todo.push_back(g);
+  DecoderLoadOptions o;
+  o.prune = true;
+  o.threads = threads;
+  detail::prepare_linears(todo, o);
+  fingerprint += "-magnitude24";
+}
+
+}  // namespace sparse24::engine
