@@ -191,3 +191,21 @@ def test_pruned_int8_load_never_holds_the_model_in_fp32(tmp_path):
     fp32_kb = linear_params * 4 / 1024
     assert dense > fp32_kb  # the measure sees the fp32 model
     assert pruned < 0.9 * fp32_kb and pruned < 0.7 * dense, (pruned, dense, fp32_kb)
+
+
+def test_bench_decode_rows(smol, cli, tmp_path):
+    """bench-decode times the rows --runs names (without the dense row the model is pruned as read, so whether
+    it came pruned is unknown: null), each with its weight bytes; an unknown row is refused."""
+    import json
+    import subprocess
+
+    cli("bench-decode", smol, "--runs", "int8,fp32", "--no-peers", "--prompt", 4, "--generate", 2, "--json",
+        tmp_path / "b.json")
+    b = json.loads((tmp_path / "b.json").read_text())
+    assert set(b["runtimes"]) == {"sparse24 2:4 fp32", "sparse24 2:4 int8"}
+    assert b["pruned_as_read"] is True and b["model_was_pruned"] is None
+    fp32, int8 = b["runtimes"]["sparse24 2:4 fp32"], b["runtimes"]["sparse24 2:4 int8"]
+    assert fp32["tokens_per_s"] > 0 and int8["tokens_per_s"] > 0
+    assert int8["weight_bytes"] < 0.5 * fp32["weight_bytes"]
+    with pytest.raises(subprocess.CalledProcessError):
+        cli("bench-decode", smol, "--runs", "fp16", "--no-peers")

@@ -436,7 +436,7 @@ void cmd_bench_decode(const BenchDecodeOptions& o) {
   lo.int8 = rows.size() == 1 && rows.count("int8");
   lo.threads = o.threads;
   DecoderModel m = load(o.model, lo);
-  const bool was_pruned = !lo.prune && model_is_pruned(m);
+  const bool was_pruned = model_is_pruned(m);
   const std::vector<int32_t> prompt = bench_prompt(o.prompt, m.config.vocab);
   const double bw = read_bandwidth();
   std::fprintf(stderr, "single-thread read bandwidth %.1f GB/s (512 MiB)\n", bw);
@@ -517,7 +517,9 @@ void cmd_bench_decode(const BenchDecodeOptions& o) {
                         {"generated_tokens", o.generate},
                         {"isa", isa_name(active_isa())},
                         {"load_average", load_average()},
-                        {"model_was_pruned", was_pruned},
+                        // (unknown when the model was pruned as it was read)
+                        {"model_was_pruned", lo.prune ? nlohmann::json(nullptr) : nlohmann::json(was_pruned)},
+                        {"pruned_as_read", lo.prune},
                         {"kv_cache", o.kv},
                         {"read_bandwidth_gb_s", bw}};
   nlohmann::json rt = nlohmann::json::object();
@@ -552,7 +554,7 @@ void cmd_bench_decode(const BenchDecodeOptions& o) {
     if (peers.contains(std::string("llama.cpp ") + kind))
       ratio(row, std::string("2:4 ") + row + " / llama.cpp " + kind,
             peers[std::string("llama.cpp ") + kind]["tokens_per_s"].get<double>());
-  std::printf("%s (load %s)\n", ratios.c_str(), load_average().c_str());
+  std::printf("%s%s(load %s)\n", ratios.c_str(), ratios.empty() ? "" : " ", load_average().c_str());
   if (!o.json_out.empty()) write_file_atomic(o.json_out, out.dump(2) + "\n");
 }
 
