@@ -87,11 +87,11 @@ RopeConfig rope_from_factors(double theta, int64_t dim, const std::vector<float>
       throw Error(what + ": rope_freqs.weight holds " + std::to_string(f) +
                   " (Llama 3's factors are 1 .. 1e6)");
   const auto near = [](double a, double b) { return std::fabs(a - b) <= 1e-4 * std::max(1.0, std::fabs(b)); };
-  const double factor = factors[n - 1];  // the longest wavelength's: the whole factor
+  const std::vector<float> plain = rope_inv_freq(r, dim);  // r is still the unscaled RoPE
+  const double factor = factors[n - 1];                    // the longest wavelength's: the whole factor
   if (!near(factor, 1.0)) {
     // Wavelengths grow with i: the divisors are 1, then in between (smooth = a / wavelength + b, falling
     // from 1 to 0), then `factor`.
-    const std::vector<float> plain = rope_inv_freq(r, dim);
     std::vector<double> x, s;  // 1 / wavelength and smooth of the divisors strictly between 1 and factor
     size_t last_one = 0, first_full = n;  // one past the last 1, the first `factor`
     for (size_t i = 0; i < n; ++i) {
@@ -132,9 +132,7 @@ RopeConfig rope_from_factors(double theta, int64_t dim, const std::vector<float>
                   "smoothly, then one factor)");
   }
   // The divisors the parameters give, against the file's.
-  RopeConfig unscaled;
-  unscaled.theta = theta;
-  const std::vector<float> plain = rope_inv_freq(unscaled, dim), scaled = rope_inv_freq(r, dim);
+  const std::vector<float> scaled = rope_inv_freq(r, dim);
   for (size_t i = 0; i < n; ++i)
     if (!near(static_cast<double>(plain[i]) / scaled[i], factors[i]))
       throw Error(what + ": rope_freqs.weight is not Llama 3's RoPE scaling (factor " + std::to_string(i) +

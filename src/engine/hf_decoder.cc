@@ -579,7 +579,6 @@ class GgufTensors {
     if (t->shape != shape)
       throw Error(path_ + ": tensor '" + name + "' has shape " + shape_string(t->shape) + ", expected " +
                   shape_string(shape));
-    used_.insert(name);
     const auto n = static_cast<size_t>(numel(shape));
     // llama.cpp's RoPE order of Q's and K's rows, back to transformers' (through a buffer kept for them).
     const bool q = hf.find("self_attn.q_proj.") != std::string::npos;
@@ -589,8 +588,7 @@ class GgufTensors {
     dequantize_floats_into(*t, v, n);
     if (!kernels::all_finite(v, static_cast<int64_t>(n)))
       throw Error(path_ + ": tensor '" + name + "' holds a non-finite value");
-    h_ = fnv1a(h_, reinterpret_cast<const uint8_t*>(name.data()), name.size());
-    h_ = fnv1a_words(h_, t->bytes.data(), t->bytes.size());
+    take(name, *t);
     if (file_ != nullptr) file_->release(t->bytes);
     if (permuted)
       unpermute_rope_rows(v, q ? c_.heads : c_.kv_heads, c_.head_dim, shape.size() == 2 ? shape[1] : 1, out);
@@ -615,10 +613,7 @@ class GgufTensors {
   // A tensor the metadata's reading took in (rope_freqs.weight): used, and part of the fingerprint.
   void used_by_config(const std::string& name) {
     const GgufTensor* t = g_.find_tensor(name);
-    if (t == nullptr) return;
-    used_.insert(name);
-    h_ = fnv1a(h_, reinterpret_cast<const uint8_t*>(name.data()), name.size());
-    h_ = fnv1a_words(h_, t->bytes.data(), t->bytes.size());
+    if (t != nullptr) take(name, *t);
   }
   void check_all_used() const {
     for (const GgufTensor& t : g_.tensors)
@@ -629,6 +624,12 @@ class GgufTensors {
   std::vector<std::pair<std::string, Tensor>> kept;
 
  private:
+  // A tensor read: marked used, its name and bytes hashed into the fingerprint.
+  void take(const std::string& name, const GgufTensor& t) {
+    used_.insert(name);
+    h_ = fnv1a(h_, reinterpret_cast<const uint8_t*>(name.data()), name.size());
+    h_ = fnv1a_words(h_, t.bytes.data(), t.bytes.size());
+  }
   const Gguf& g_;
   std::string path_;
   DecoderConfig c_;
