@@ -1,4 +1,4 @@
-"""A decoder GGUF file with the shape of a real model and random weights, for `sparse24 bench-decode` (which
+"""A decoder GGUF file (or Hugging Face directory) with the shape of a real model and random weights, for `sparse24 bench-decode` (which
 times sparse24 and llama.cpp on it; decoding speed does not depend on the weights' values). No Qwen or Llama 3
 weights ship in the project's packages; their shapes (hidden size, layers, heads, vocabulary) decide the
 bytes a token reads, and the architectures' extras (Qwen2's Q/K/V biases, Qwen3's Q/K norms, Gemma 3's four
@@ -11,6 +11,7 @@ one merge; or SentencePiece-style for TinyLlama), the head tied where the model 
   .venv/bin/python bench/make_random_decoder.py --shape qwen2.5-0.5b --out /tmp/qwen2.5-0.5b.gguf
   build/sparse24 bench-decode /tmp/qwen2.5-0.5b.gguf --threads 1 --prompt 128 --generate 128
   .venv/bin/python bench/make_random_decoder.py --shape llama3.1-8b --quantize Q4_K_M --out /tmp/llama8b.gguf
+  .venv/bin/python bench/make_random_decoder.py --shape llama3.1-8b --hf-dir --out /tmp/llama8b-hf
 """
 import argparse
 import os
@@ -91,6 +92,83 @@ def llama3_rope_factors(theta, dim, factor, low, high, original):
     return np.array(out, dtype=np.float32)
 
 
+def to_bf16(x):
+    """float32 -> bfloat16 bits (round to nearest even), as uint16."""
+    b = x.astype(np.float32).view(np.uint32)
+    return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def write_hf_dir(s, g, out):
+    """The same model as a Hugging Face directory, as real checkpoints are published: transformers' names,
+    bf16 tensors in shards of at most 5 GB with model.safetensors.index.json, config.json. Each shard is
+    written as safetensors (header, then the tensors' bytes in order) one tensor at a time, so an 8B model's
+    16 GB are never in memory."""
+    import json
+
+    if s["arch"] not in ("llama", "qwen2", "qwen3"):
+        sys.exit(f"--hf-dir: not written for {s['arch']} (llama, qwen2, qwen3)")
+    H, D, q, kv, F = s["hidden"], s["head_dim"], s["heads"] * s["head_dim"], s["kv"] * s["head_dim"], s["ffn"]
+    rnd = lambda *shape, scale=0.02: (shape, lambda: g.standard_normal(shape, dtype=np.float32) * scale)
+    ones = lambda n: ((n,), lambda: np.ones(n, np.float32))
+    tensors = {"model.embed_tokens.weight": rnd(s["vocab"], H)}
+    for l in range(s["layers"]):
+        p = f"model.layers.{l}."
+        tensors.update({p + "input_layernorm.weight": ones(H), p + "post_attention_layernorm.weight": ones(H),
+                        p + "self_attn.q_proj.weight": rnd(q, H), p + "self_attn.k_proj.weight": rnd(kv, H),
+                        p + "self_attn.v_proj.weight": rnd(kv, H), p + "self_attn.o_proj.weight": rnd(H, q),
+                        p + "mlp.gate_proj.weight": rnd(F, H), p + "mlp.up_proj.weight": rnd(F, H),
+                        p + "mlp.down_proj.weight": rnd(H, F)})
+        if s["arch"] == "qwen2":
+            for n, rows in (("q_proj", q), ("k_proj", kv), ("v_proj", kv)):
+                tensors[p + f"self_attn.{n}.bias"] = rnd(rows, scale=0.1)
+        if s["arch"] == "qwen3":
+            tensors.update({p + "self_attn.q_norm.weight": ones(D), p + "self_attn.k_norm.weight": ones(D)})
+    tensors["model.norm.weight"] = ones(H)
+    if not s["tied"]:
+        tensors["lm_head.weight"] = rnd(s["vocab"], H)
+    shards, size = [[]], 0
+    for name, (shape, _) in tensors.items():
+        nbytes = int(np.prod(shape)) * 2
+        if shards[-1] and size + nbytes > 5_000_000_000:
+            shards.append([])
+            size = 0
+        shards[-1].append(name)
+        size += nbytes
+    tmp = out + ".tmp"
+    os.makedirs(tmp)
+    weight_map = {}
+    for i, names in enumerate(shards):
+        file = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+        header, at = {"__metadata__": {"format": "pt"}}, 0
+        for n in names:
+            nbytes = int(np.prod(tensors[n][0])) * 2
+            header[n] = {"dtype": "BF16", "shape": list(tensors[n][0]), "data_offsets": [at, at + nbytes]}
+            at += nbytes
+            weight_map[n] = file
+        text = json.dumps(header).encode()
+        text += b" " * (-len(text) % 8)
+        with open(os.path.join(tmp, file), "wb") as f:
+            f.write(len(text).to_bytes(8, "little") + text)
+            for n in names:
+                f.write(to_bf16(tensors[n][1]()).tobytes())
+    with open(os.path.join(tmp, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": sum(int(np.prod(t[0])) * 2 for t in tensors.values())},
+                   "weight_map": weight_map}, f, indent=2)
+    config = {"architectures": [{"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
+                                 "qwen3": "Qwen3ForCausalLM"}[s["arch"]]],
+              "model_type": s["arch"], "hidden_size": H, "intermediate_size": F, "num_hidden_layers": s["layers"],
+              "num_attention_heads": s["heads"], "num_key_value_heads": s["kv"], "head_dim": D,
+              "vocab_size": s["vocab"], "max_position_embeddings": s["ctx"], "rms_norm_eps": 1e-6,
+              "rope_theta": s["theta"], "tie_word_embeddings": s["tied"], "torch_dtype": "bfloat16"}
+    if "llama3" in s:
+        factor, low, high, original = s["llama3"]
+        config["rope_scaling"] = {"rope_type": "llama3", "factor": factor, "low_freq_factor": low,
+                                  "high_freq_factor": high, "original_max_position_embeddings": original}
+    with open(os.path.join(tmp, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    os.replace(tmp, out)
+
+
 def main():
     import gguf
 
@@ -100,9 +178,15 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quantize", metavar="TYPE",
                     help="then quantize the file with llama.cpp's quantizer to TYPE (Q4_K_M, Q8_0, ...)")
+    ap.add_argument("--hf-dir", action="store_true",
+                    help="write a Hugging Face directory (bf16 shards, config.json) at --out instead of a GGUF file")
     a = ap.parse_args()
     s = SHAPES[a.shape]
     g = np.random.default_rng(a.seed)
+    if a.hf_dir:
+        write_hf_dir(s, g, a.out)
+        print(f"{a.out}: random {a.shape} ({s['arch']}, a Hugging Face directory, bf16)")
+        return
     f16 = a.out + (".f16.tmp" if a.quantize else ".tmp")  # (the quantizer writes a.out + ".tmp")
     w = gguf.GGUFWriter(f16, s["arch"])
     w.add_name(f"random {a.shape}")

@@ -43,8 +43,24 @@ struct Checkpoint {
   int64_t sparse_count() const;
 };
 
-// Decodes every sparse24 and sparse-24-bitmask layer (validating each completely) and copies the rest.
-// Errors "<what>: ..." name the layer and the problem.
+// The same checkpoint read in place: dense tensors are views into the file's bytes (they live as long as
+// the buffer `st` views), 2:4 layers decoded.
+struct CheckpointTensorView {
+  std::string name;
+  StTensorView dense;                // when !sparse
+  std::optional<Compressed> sparse;  // a compressed 2:4 weight
+  // The tensor with its dense bytes copied out (the 2:4 weight moved).
+  CheckpointTensor copy() && { return {std::move(name), sparse ? StTensor{} : dense.copy(), std::move(sparse)}; }
+};
+struct CheckpointView {
+  std::map<std::string, std::string> metadata;
+  std::vector<CheckpointTensorView> tensors;  // in file order
+};
+
+// Decodes every sparse24 and sparse-24-bitmask layer (validating each completely) and leaves the rest in
+// place (read_checkpoint_view) or copies it (read_checkpoint). Errors "<what>: ..." name the layer and the
+// problem.
+CheckpointView read_checkpoint_view(const SafeTensorsView& st, const std::string& what);
 Checkpoint read_checkpoint(const SafeTensorsView& st, const std::string& what);
 Checkpoint load_checkpoint(const std::string& path);  // memory-mapped
 

@@ -5,6 +5,7 @@
 // sentence-transformers modules) is carried along by writers as it is.
 #pragma once
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,10 +21,27 @@ struct HfDir {
   Checkpoint weights;               // every shard's tensors, decoded (2:4 layers as Compressed)
 };
 
+// The same directory read in place, as the model loaders read it: its shards memory-mapped, dense tensors
+// left in the files (views into `files`; a 16 GB checkpoint is not copied into memory first), 2:4 layers
+// decoded. Movable; the views stay valid as long as it lives.
+struct MappedHfDir {
+  struct Tensor {
+    CheckpointTensorView t;
+    const MappedFile* file;  // the mapping t.dense's bytes are in
+  };
+  std::string dir;
+  std::string config_json;
+  std::vector<std::string> shards;
+  std::vector<std::unique_ptr<MappedSafeTensors>> files;  // one per shard
+  std::map<std::string, std::string> metadata;             // every shard's __metadata__ (layout keys aside)
+  std::vector<Tensor> tensors;                             // shard by shard, each in file order
+};
+
 // Reads and validates DIR: config.json must be a JSON object; shard names must be plain file names inside
 // DIR; every shard is validated (checkpoint.h) and a tensor may appear in one shard only; a config whose
 // sparsity_config names another format than the sparse-24-bitmask layers it comes with is refused. Error
-// "DIR: ..." naming the problem.
+// "DIR: ..." naming the problem. read_hf_dir is map_hf_dir plus a copy of every dense tensor.
+MappedHfDir map_hf_dir(const std::string& dir);
 HfDir read_hf_dir(const std::string& dir);
 
 // The config.json text that goes with `weights` written in layout `to`: quantization_config.sparsity_config

@@ -193,6 +193,52 @@ def test_pruned_int8_load_never_holds_the_model_in_fp32(tmp_path):
     assert pruned < 0.9 * fp32_kb and pruned < 0.7 * dense, (pruned, dense, fp32_kb)
 
 
+def test_pruned_int8_load_of_a_directory_never_holds_its_shards(tmp_path):
+    """A Hugging Face directory (bf16, as real checkpoints are, in two shards) read with --prune --int8 peaks
+    under the bytes of its shards: they are mapped and each tensor's pages dropped once it is converted,
+    never copied into memory whole (as read_hf_dir did before, so the peak could not go below them)."""
+    import json
+    import os
+
+    torch = pytest.importorskip("torch")
+    st = pytest.importorskip("safetensors.torch")
+    cli_path = os.environ.get("SPARSE24_CLI")
+    if not cli_path:
+        pytest.skip("needs the C++ tool (SPARSE24_CLI)")
+    H, F, layers, vocab = 1024, 4096, 16, 1024
+    (tmp_path / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": H, "intermediate_size": F,
+        "num_hidden_layers": layers, "num_attention_heads": 16, "num_key_value_heads": 16, "vocab_size": vocab,
+        "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": True}))
+    g = torch.Generator().manual_seed(0)
+
+    def randn(*shape):
+        return (torch.randn(*shape, generator=g) * 0.02).to(torch.bfloat16)
+
+    weight_map, shard_bytes = {}, 0
+    for shard, span in enumerate((range(0, layers // 2), range(layers // 2, layers))):
+        name = f"model-0000{shard + 1}-of-00002.safetensors"
+        tensors = {"model.embed_tokens.weight": randn(vocab, H)} if shard == 0 else {"model.norm.weight":
+                                                                                    torch.ones(H, dtype=torch.bfloat16)}
+        for l in span:
+            p = f"model.layers.{l}."
+            tensors[p + "input_layernorm.weight"] = torch.ones(H, dtype=torch.bfloat16)
+            tensors[p + "post_attention_layernorm.weight"] = torch.ones(H, dtype=torch.bfloat16)
+            for proj in ("q_proj", "k_proj", "v_proj", "o_proj"):
+                tensors[p + f"self_attn.{proj}.weight"] = randn(H, H)
+            for proj, shape in (("gate_proj", (F, H)), ("up_proj", (F, H)), ("down_proj", (H, F))):
+                tensors[p + f"mlp.{proj}.weight"] = randn(*shape)
+        st.save_file(tensors, str(tmp_path / name))
+        shard_bytes += os.path.getsize(tmp_path / name)
+        weight_map.update({t: name for t in tensors})
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    run = [cli_path, "generate", tmp_path, "--prompt-ids", "1,2,3", "--max-tokens", 2]
+    dense = peak_rss_kb(*run)
+    pruned = peak_rss_kb(*run, "--prune", "--int8")
+    assert dense > 2 * shard_bytes / 1024  # the measure sees the fp32 model (twice the bf16 bytes)
+    assert pruned < 0.8 * shard_bytes / 1024, (pruned, dense, shard_bytes / 1024)
+
+
 def test_bench_decode_rows(smol, cli, tmp_path):
     """bench-decode times the rows --runs names (without the dense row the model is pruned as read, so whether
     it came pruned is unknown: null), each with its weight bytes; an unknown row is refused."""

@@ -362,24 +362,36 @@ bool is_hf_decoder(const std::string& dir) {
          find_architecture(j["model_type"].get<std::string>()) != nullptr;
 }
 
-DecoderModel load_hf_decoder(const std::string& dir, const DecoderLoadOptions& o) {
-  return load_hf_decoder(read_hf_dir(dir), o);
-}
+namespace {
 
-DecoderModel load_hf_decoder(HfDir d, const DecoderLoadOptions& o) {
-  const std::string config_path = d.dir + "/config.json";
-  const json cj = json::parse(d.config_json, nullptr, false);
+DecoderModel read_hf_decoder(const std::string& dir, const std::string& config_json, detail::Weights& w,
+                             const std::string& what, const DecoderLoadOptions& o) {
+  const std::string config_path = dir + "/config.json";
+  const json cj = json::parse(config_json, nullptr, false);
   if (cj.is_discarded() || !cj.is_object()) throw Error(config_path + ": not a JSON object");
   Biases b;
   const DecoderConfig c = read_decoder_config(cj, config_path, b);
-  const std::string what = d.shards.size() == 1 ? d.shards[0] : d.dir;
-  detail::Weights w(std::move(d.weights), what);
   DecoderModel m = build_decoder(c, b, w, what, false, o);
   w.check_all_used([&](const std::string& n) {
     return n.find("rotary_emb.inv_freq") != std::string::npos || (c.tied && n == "lm_head.weight");
   });
-  m.fingerprint = w.fingerprint(d.config_json) + fingerprint_suffix(o);
+  m.fingerprint = w.fingerprint(config_json) + fingerprint_suffix(o);
   return m;
+}
+
+}  // namespace
+
+DecoderModel load_hf_decoder(const std::string& dir, const DecoderLoadOptions& o) {
+  MappedHfDir d = map_hf_dir(dir);
+  const std::string what = detail::weights_what(d.dir, d.shards), config = d.config_json;
+  detail::Weights w(std::move(d), what);
+  return read_hf_decoder(dir, config, w, what, o);
+}
+
+DecoderModel load_hf_decoder(HfDir d, const DecoderLoadOptions& o) {
+  const std::string what = detail::weights_what(d.dir, d.shards);
+  detail::Weights w(std::move(d.weights), what);
+  return read_hf_decoder(d.dir, d.config_json, w, what, o);
 }
 
 namespace {

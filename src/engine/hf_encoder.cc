@@ -111,16 +111,10 @@ void read_sentence_transformers(const std::string& dir, TextModelInfo& info) {
   }
 }
 
-}  // namespace
-
-Model load_hf_encoder(const std::string& dir, TextModelInfo* info) {
-  return load_hf_encoder(read_hf_dir(dir), info);
-}
-
-Model load_hf_encoder(HfDir d, TextModelInfo* info_out) {
-  const std::string& dir = d.dir;
+Model read_hf_encoder(const std::string& dir, const std::string& config_json, Weights& w,
+                      TextModelInfo* info_out) {
   const std::string config_path = dir + "/config.json";
-  const json cj = json::parse(d.config_json, nullptr, false);
+  const json cj = json::parse(config_json, nullptr, false);
   const EncoderConfig c = read_encoder_config(cj, config_path);
   TextModelInfo info;
   info.model_type = c.type;
@@ -128,8 +122,6 @@ Model load_hf_encoder(HfDir d, TextModelInfo* info_out) {
   info.max_tokens = max_sequence;
   read_sentence_transformers(dir, info);
 
-  const std::string what = d.shards.size() == 1 ? d.shards[0] : dir;
-  Weights w(std::move(d.weights), what);
   // A task model (BertForX, MPNetForX) keeps the encoder under the model type's prefix.
   const std::string root = w.has(c.type + ".embeddings.word_embeddings.weight") ? c.type + "." : "";
   auto norm = [&](const std::string& prefix) {
@@ -187,7 +179,21 @@ Model load_hf_encoder(HfDir d, TextModelInfo* info_out) {
   h = b.pool(h, info.pool);
   if (info.normalize) h = b.l2norm(h);
   if (info_out) *info_out = info;
-  return b.finish(h, w.fingerprint(d.config_json));
+  return b.finish(h, w.fingerprint(config_json));
+}
+
+}  // namespace
+
+Model load_hf_encoder(const std::string& dir, TextModelInfo* info) {
+  MappedHfDir d = map_hf_dir(dir);
+  const std::string config = d.config_json, what = detail::weights_what(dir, d.shards);
+  Weights w(std::move(d), what);
+  return read_hf_encoder(dir, config, w, info);
+}
+
+Model load_hf_encoder(HfDir d, TextModelInfo* info) {
+  Weights w(std::move(d.weights), detail::weights_what(d.dir, d.shards));
+  return read_hf_encoder(d.dir, d.config_json, w, info);
 }
 
 Model load_any_model(const std::string& dir, TextModelInfo* info) {

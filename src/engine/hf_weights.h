@@ -14,6 +14,7 @@
 #include "fingerprint.h"
 #include "kernels/convert.h"
 #include "sparse24/checkpoint.h"
+#include "sparse24/hf_dir.h"
 #include "sparse24/engine.h"
 #include "sparse24/error.h"
 #include "sparse24/io.h"
@@ -69,40 +70,47 @@ struct Fields {
   }
 };
 
-// The checkpoint's tensors as the architecture asks for them; every one is checked and marked used.
+// The checkpoint's tensors as the architecture asks for them; every one is checked, marked used and hashed
+// into the fingerprint (name and stored bytes, in the order the loader asks for them) the first time.
+// Dense tensors are converted from where they are stored: a checkpoint in memory, or a directory's mapped
+// files, whose pages are dropped once a tensor is converted (a big checkpoint is not kept resident beside
+// what was made of it). A 2:4 weight is moved into the Linear that asks for it, so it is read once.
 class Weights {
  public:
-  Weights(Checkpoint ck, std::string what) : ck_(std::move(ck)), what_(std::move(what)) {
-    for (const CheckpointTensor& t : ck_.tensors) by_name_[t.name] = &t;
+  Weights(Checkpoint ck, std::string what) : owned_(std::move(ck)), what_(std::move(what)) {
+    for (CheckpointTensor& t : owned_.tensors)
+      add(t.name, StTensorView{t.dense.dtype, t.dense.shape, t.dense.bytes}, t.sparse, nullptr);
   }
+  Weights(MappedHfDir d, std::string what) : mapped_(std::move(d)), what_(std::move(what)) {
+    for (MappedHfDir::Tensor& x : mapped_.tensors) add(x.t.name, x.t.dense, x.t.sparse, x.file);
+  }
+  Weights(const Weights&) = delete;
+  Weights& operator=(const Weights&) = delete;
+
   bool has(const std::string& name) const { return by_name_.count(name) != 0; }
-  const CheckpointTensor& find(const std::string& name) {
-    const auto it = by_name_.find(name);
-    if (it == by_name_.end()) throw Error(what_ + ": missing tensor '" + name + "'");
-    used_.insert(name);
-    return *it->second;
-  }
   std::vector<float> dense(const std::string& name, const std::vector<int64_t>& shape) {
-    const CheckpointTensor& t = find(name);
-    if (t.sparse)
-      throw Error(what_ + ": tensor '" + name + "' is stored 2:4, the architecture needs it dense");
-    if ((t.dense.dtype != "F32" && t.dense.dtype != "F16" && t.dense.dtype != "BF16") ||
-        t.dense.shape != shape)
-      throw Error(what_ + ": tensor '" + name + "' is " + t.dense.dtype + " " + shape_string(t.dense.shape) +
-                  ", the architecture needs a float " + shape_string(shape));
-    std::vector<float> v = from_st(t.dense, name).to_float();
-    finite(name, v);
+    std::vector<float> v(static_cast<size_t>(shape_numel(shape)));
+    dense_into(name, shape, v.data());
     return v;
   }
   // The same into out (a joined GEMM's rows), and whether a tensor is stored dense (absent: true, so that
   // dense_into names it missing).
   void dense_into(const std::string& name, const std::vector<int64_t>& shape, float* out) {
-    const std::vector<float> v = dense(name, shape);
-    std::copy(v.begin(), v.end(), out);
+    const Entry& t = take(name);
+    if (t.sparse)
+      throw Error(what_ + ": tensor '" + name + "' is stored 2:4, the architecture needs it dense");
+    const std::string& dt = t.dense.dtype;
+    if ((dt != "F32" && dt != "F16" && dt != "BF16") || t.dense.shape != shape)
+      throw Error(what_ + ": tensor '" + name + "' is " + dt + " " + shape_string(t.dense.shape) +
+                  ", the architecture needs a float " + shape_string(shape));
+    const int64_t n = shape_numel(shape);
+    kernels::elements_to_floats(dtype_from_st(dt), t.dense.bytes.data(), n, out);
+    if (t.file != nullptr) t.file->release(t.dense.bytes);
+    finite(name, out, n);
   }
   bool is_dense(const std::string& name) const {
     const auto it = by_name_.find(name);
-    return it == by_name_.end() || !it->second->sparse;
+    return it == by_name_.end() || !entries_[it->second].sparse;
   }
   // A Linear's weight [out, in], dense or 2:4, and its bias (when `bias`).
   Gemm linear(const std::string& prefix, const std::string& layer, int64_t out, int64_t in,
@@ -113,16 +121,17 @@ class Weights {
     g.k = in;
     const std::string name = prefix + ".weight";
     g.sources = {name};
-    const CheckpointTensor& t = find(name);
+    const Entry& t = take(name);
     if (t.sparse) {
       if (t.sparse->shape != std::vector<int64_t>{out, in})
         throw Error(what_ + ": tensor '" + name + "' is 2:4 " + shape_string(t.sparse->shape) +
                     ", the architecture needs " + shape_string({out, in}));
       g.pruned = true;
-      g.sparse = *t.sparse;
+      g.sparse = std::move(*t.sparse);
       if (g.sparse.dtype != DType::kF32)
-        g.sparse = compress(Tensor::from_float(decompress(*t.sparse).to_float(), {out, in}));
-      finite(name, decompress(g.sparse).to_float());
+        g.sparse = compress(Tensor::from_float(decompress(g.sparse).to_float(), {out, in}));
+      finite(name, reinterpret_cast<const float*>(g.sparse.values.data()),
+             static_cast<int64_t>(g.sparse.values.size() / sizeof(float)));
     } else {
       g.dense = dense(name, {out, in});
     }
@@ -131,30 +140,68 @@ class Weights {
   }
   // Refuses a tensor nothing used, except those `ignored` accepts (heads the model does not run).
   void check_all_used(const std::function<bool(const std::string&)>& ignored) const {
-    for (const CheckpointTensor& t : ck_.tensors)
-      if (!used_.count(t.name) && !ignored(t.name))
+    for (const Entry& t : entries_)
+      if (!t.used && !ignored(t.name))
         throw Error(what_ + ": tensor '" + t.name + "' is not used by the architecture");
   }
+  // The config's text and the tensors taken so far.
   std::string fingerprint(const std::string& config) const {
     uint64_t h = fnv1a(kFnvBasis, reinterpret_cast<const uint8_t*>(config.data()), config.size());
-    for (const CheckpointTensor& t : ck_.tensors) {
-      h = fnv1a(h, reinterpret_cast<const uint8_t*>(t.name.data()), t.name.size());
-      const std::vector<uint8_t>& a = t.sparse ? t.sparse->values : t.dense.bytes;
-      h = fnv1a_words(h, a.data(), a.size());
-      if (t.sparse) h = fnv1a_words(h, t.sparse->metadata.data(), t.sparse->metadata.size());
-    }
-    return hex(h);
+    return hex(fnv1a(h, reinterpret_cast<const uint8_t*>(&h_), sizeof(h_)));
   }
 
  private:
-  void finite(const std::string& name, const std::vector<float>& v) const {
-    if (!kernels::all_finite(v.data(), static_cast<int64_t>(v.size())))
-      throw Error(what_ + ": tensor '" + name + "' holds a non-finite value");
+  struct Entry {
+    std::string name;
+    StTensorView dense;           // when !sparse
+    Compressed* sparse;           // null when dense; moved out by linear()
+    const MappedFile* file;       // the mapping dense's bytes are in (null: in memory)
+    bool used = false;
+  };
+  void add(const std::string& name, StTensorView dense, std::optional<Compressed>& sparse,
+           const MappedFile* file) {
+    by_name_[name] = entries_.size();
+    entries_.push_back({name, std::move(dense), sparse ? &*sparse : nullptr, file});
   }
-  Checkpoint ck_;
+  // A tensor asked for: marked used and hashed the first time; a 2:4 weight only once (linear moves it).
+  Entry& take(const std::string& name) {
+    const auto it = by_name_.find(name);
+    if (it == by_name_.end()) throw Error(what_ + ": missing tensor '" + name + "'");
+    Entry& t = entries_[it->second];
+    if (t.used) {
+      if (t.sparse) throw Error(what_ + ": tensor '" + name + "' is asked for twice");
+      return t;
+    }
+    t.used = true;
+    h_ = fnv1a(h_, reinterpret_cast<const uint8_t*>(name.data()), name.size());
+    if (t.sparse) {
+      const Compressed& c = *t.sparse;
+      h_ = fnv1a_words(h_, c.values.data(), c.values.size());
+      h_ = fnv1a_words(h_, c.metadata.data(), c.metadata.size());
+    } else {
+      h_ = fnv1a_words(h_, t.dense.bytes.data(), t.dense.bytes.size());
+    }
+    return t;
+  }
+  void finite(const std::string& name, const float* v, int64_t n) const {
+    if (!kernels::all_finite(v, n)) throw Error(what_ + ": tensor '" + name + "' holds a non-finite value");
+  }
+  static int64_t shape_numel(const std::vector<int64_t>& shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+  Checkpoint owned_;    // the tensors, when held in memory
+  MappedHfDir mapped_;  // or the mapped directory they are in
   std::string what_;
-  std::map<std::string, const CheckpointTensor*> by_name_;
-  std::set<std::string> used_;
+  std::vector<Entry> entries_;
+  std::map<std::string, size_t> by_name_;
+  uint64_t h_ = kFnvBasis;
 };
+
+// Where a directory's tensors are read, for errors: its one shard, or the directory.
+inline std::string weights_what(const std::string& dir, const std::vector<std::string>& shards) {
+  return shards.size() == 1 ? shards[0] : dir;
+}
 
 }  // namespace sparse24::engine::detail

@@ -100,11 +100,11 @@ int64_t Checkpoint::sparse_count() const {
                        [](const CheckpointTensor& t) { return t.sparse.has_value(); });
 }
 
-Checkpoint read_checkpoint(const SafeTensorsView& st, const std::string& what) {
-  Checkpoint ck;
+CheckpointView read_checkpoint_view(const SafeTensorsView& st, const std::string& what) {
+  CheckpointView ck;
   std::set<std::string> consumed;  // tensor names that belong to a sparse layer
   // name -> its entry, keyed by the file position of the layer's first tensor (to keep file order).
-  std::vector<std::pair<size_t, CheckpointTensor>> entries;
+  std::vector<std::pair<size_t, CheckpointTensorView>> entries;
   auto position = [&](const std::string& tensor_name) {
     for (size_t i = 0; i < st.tensors.size(); ++i)
       if (st.tensors[i].first == tensor_name) return i;
@@ -127,7 +127,7 @@ Checkpoint read_checkpoint(const SafeTensorsView& st, const std::string& what) {
       if (!ends_with(key, kShapeSuffix)) continue;
       const std::string name = key.substr(0, key.size() - std::string(kShapeSuffix).size());
       if (!st.find(name + kValuesSuffix) && !st.find(name + kMetadataSuffix)) continue;  // someone else's key
-      CheckpointTensor t;
+      CheckpointTensorView t;
       t.name = name;
       t.sparse = read_sparse24_layer(st, name, value, what);
       consumed.insert(name + kValuesSuffix);
@@ -140,7 +140,7 @@ Checkpoint read_checkpoint(const SafeTensorsView& st, const std::string& what) {
 
   // sparse-24-bitmask layers.
   for (const std::string& prefix : find_bitmask24_layers(st, what)) {
-    CheckpointTensor t;
+    CheckpointTensorView t;
     t.name = prefix + ".weight";
     t.sparse = read_bitmask24_layer(st, prefix, what);
     size_t pos = st.tensors.size();
@@ -155,7 +155,7 @@ Checkpoint read_checkpoint(const SafeTensorsView& st, const std::string& what) {
   for (size_t i = 0; i < st.tensors.size(); ++i) {
     const auto& [name, v] = st.tensors[i];
     if (consumed.count(name)) continue;
-    entries.emplace_back(i, CheckpointTensor{name, v.copy(), std::nullopt});
+    entries.emplace_back(i, CheckpointTensorView{name, v, std::nullopt});
   }
   std::stable_sort(entries.begin(), entries.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -168,6 +168,15 @@ Checkpoint read_checkpoint(const SafeTensorsView& st, const std::string& what) {
   }
   for (const auto& [key, value] : st.metadata)
     if (!layout_keys.count(key)) ck.metadata.emplace(key, value);
+  return ck;
+}
+
+Checkpoint read_checkpoint(const SafeTensorsView& st, const std::string& what) {
+  CheckpointView v = read_checkpoint_view(st, what);
+  Checkpoint ck;
+  ck.metadata = std::move(v.metadata);
+  for (CheckpointTensorView& t : v.tensors)
+    ck.tensors.push_back(std::move(t).copy());
   return ck;
 }
 

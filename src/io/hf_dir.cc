@@ -61,8 +61,8 @@ std::vector<std::string> shard_names(const std::string& dir) {
 
 }  // namespace
 
-HfDir read_hf_dir(const std::string& dir) {
-  HfDir d;
+MappedHfDir map_hf_dir(const std::string& dir) {
+  MappedHfDir d;
   d.dir = dir;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) fail(dir, "not a directory");
@@ -77,20 +77,32 @@ HfDir read_hf_dir(const std::string& dir) {
   for (const std::string& name : shard_names(dir)) {
     const std::string path = dir + "/" + name;
     d.shards.push_back(path);
-    MappedSafeTensors st(path);
+    d.files.push_back(std::make_unique<MappedSafeTensors>(path));
+    const MappedSafeTensors& st = *d.files.back();
     if (!find_bitmask24_layers(st.view, path).empty() && sc &&
         (sc->format != kBitmask24Format || sc->sparsity_structure != "2:4"))
       fail(config, "sparsity_config says format '" + printable(sc->format) + "', structure '" +
                        printable(sc->sparsity_structure) + "', but " + name +
                        " holds sparse-24-bitmask layers");
-    Checkpoint part = read_checkpoint(st.view, path);
-    for (CheckpointTensor& t : part.tensors) {
+    CheckpointView part = read_checkpoint_view(st.view, path);
+    for (CheckpointTensorView& t : part.tensors) {
       if (!seen.insert(t.name).second)
         fail(path, "tensor '" + printable(t.name) + "' is in more than one shard");
-      d.weights.tensors.push_back(std::move(t));
+      d.tensors.push_back({std::move(t), &st.file});
     }
-    d.weights.metadata.insert(part.metadata.begin(), part.metadata.end());
+    d.metadata.insert(part.metadata.begin(), part.metadata.end());
   }
+  return d;
+}
+
+HfDir read_hf_dir(const std::string& dir) {
+  MappedHfDir m = map_hf_dir(dir);
+  HfDir d;
+  d.dir = std::move(m.dir);
+  d.config_json = std::move(m.config_json);
+  d.shards = std::move(m.shards);
+  d.weights.metadata = std::move(m.metadata);
+  for (MappedHfDir::Tensor& x : m.tensors) d.weights.tensors.push_back(std::move(x.t).copy());
   return d;
 }
 

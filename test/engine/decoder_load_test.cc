@@ -12,11 +12,13 @@
 #include <nlohmann/json.hpp>
 
 #include "../common/seed.h"
+#include "sparse24/checkpoint.h"
 #include "sparse24/compressed.h"
 #include "sparse24/decoder.h"
 #include "sparse24/dtype.h"
 #include "sparse24/error.h"
 #include "sparse24/gguf.h"
+#include "sparse24/hf_dir.h"
 #include "sparse24/io.h"
 #include "text/bpe.h"
 #include "tiny_decoder.h"
@@ -404,6 +406,47 @@ TEST_F(HfDecoderDir, PrunesAndQuantizesAsItReads) {
   write(tiny_model(g, t_), config());
   expect_load_options_match([&](const DecoderLoadOptions& o) { return load_hf_decoder(dir_.string(), o); },
                             random_ids(g, 7, t_.vocab));
+}
+
+// A directory read in place (its shards mapped: what load_hf_decoder(dir) does) and read into memory first
+// (read_hf_dir) load the same model: weights, fingerprint, logits; with the weights dense, and with the
+// Linears stored 2:4 in sparse24's layout (moved into the model as read).
+TEST_F(HfDecoderDir, MappedAndInMemoryReadsAgree) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(24);
+  DecoderModel m = tiny_model(g, t_);
+  m.prune_magnitude();
+  write(m, config());
+  const std::vector<int32_t> ids = random_ids(g, 7, t_.vocab);
+  const auto logits = [&](const DecoderModel& model) {
+    Decoder d(model, {});
+    std::vector<float> out(static_cast<size_t>(ids.size() * t_.vocab));
+    d.forward(ids.data(), static_cast<int64_t>(ids.size()), out.data(), true);
+    return out;
+  };
+  for (bool compressed : {false, true}) {
+    SCOPED_TRACE(compressed ? "sparse24 layout" : "dense");
+    const std::string file = (dir_ / "model.safetensors").string();
+    if (compressed) {
+      Checkpoint ck = load_checkpoint(file);
+      sparsify(ck, {});
+      ASSERT_EQ(ck.sparse_count(), 7 * t_.layers);
+      write_safetensors(file, encode_checkpoint(ck, CheckpointFormat::kSparse24));
+    }
+    const DecoderModel mapped = load_hf_decoder(dir_.string()), held = load_hf_decoder(read_hf_dir(dir_.string()));
+    EXPECT_EQ(mapped.fingerprint, held.fingerprint);
+    EXPECT_EQ(mapped.embed, held.embed);
+    for (size_t l = 0; l < held.layers.size(); ++l)
+      for (auto G : {&DecoderLayer::qkv, &DecoderLayer::o, &DecoderLayer::gate_up, &DecoderLayer::down}) {
+        const Gemm &a = mapped.layers[l].*G, &b = held.layers[l].*G;
+        EXPECT_EQ(a.pruned, compressed);
+        EXPECT_EQ(a.pruned, b.pruned);
+        EXPECT_EQ(a.dense, b.dense);
+        EXPECT_EQ(a.sparse.values, b.sparse.values);
+        EXPECT_EQ(a.sparse.metadata, b.sparse.metadata);
+      }
+    EXPECT_EQ(logits(mapped), logits(held));
+  }
 }
 
 void add_tiny_tokenizer(Gguf& f, int64_t vocab) {
