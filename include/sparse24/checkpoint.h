@@ -50,7 +50,9 @@ struct CheckpointTensorView {
   StTensorView dense;                // when !sparse
   std::optional<Compressed> sparse;  // a compressed 2:4 weight
   // The tensor with its dense bytes copied out (the 2:4 weight moved).
-  CheckpointTensor copy() && { return {std::move(name), sparse ? StTensor{} : dense.copy(), std::move(sparse)}; }
+  CheckpointTensor copy() && {
+    return {std::move(name), sparse ? StTensor{} : dense.copy(), std::move(sparse)};
+  }
 };
 struct CheckpointView {
   std::map<std::string, std::string> metadata;

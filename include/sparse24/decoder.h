@@ -209,10 +209,13 @@ struct DecoderOptions {
   int threads = 1;
   // kDense: every Linear dense oneDNN; kSparse (or kPlan): 2:4 Linears sparse, the others dense.
   Mode mode = Mode::kSparse;
-  bool bf16_weights = false;  // sparse Linears and the output head hold bfloat16 weights
+  // Sparse Linears, the output head and the embedding rows tokens look up hold bfloat16 weights (the tied
+  // head's table is both; a Decoder that took its model frees the fp32 embedding table).
+  bool bf16_weights = false;
   // Sparse Linears hold their 2:4 values as int8 with an fp32 scale per 64 positions of a row
-  // (quantize_int8, docs/accuracy.md), the output head int8 too (an fp32 scale per 64 positions of a row,
-  // kernels::gemv_i8; bf16 until session 17). Not with bf16_weights.
+  // (quantize_int8, docs/accuracy.md), the output head and the embedding rows int8 too (an fp32 scale per 64
+  // positions of a row, kernels::gemv_i8; the head bf16 until session 17, the embeddings fp32 until session
+  // 22). Not with bf16_weights.
   bool int8_weights = false;
   int64_t max_context = 2048;  // the KV cache's capacity in tokens (at most max_positions)
   // Sparse Linears also pack the compute-bound layout, for long prefills (perplexity); weight_bytes then
@@ -239,8 +242,8 @@ class Decoder {
   // weights in place.
   Decoder(const DecoderModel& m, const DecoderOptions& o);
   // Takes the model instead: each layer's packed Linears' 2:4 values are released as soon as they are
-  // packed, and the untied head's weights once held as bf16 or int8, so the weights are never in memory
-  // twice (an 8B int8 model's 4.8 GB).
+  // packed, and the untied head's weights and the fp32 embedding table once held as bf16 or int8, so the
+  // weights are never in memory twice (an 8B int8 model's 4.8 GB).
   Decoder(DecoderModel&& m, const DecoderOptions& o);
   ~Decoder();
   Decoder(Decoder&&) noexcept;

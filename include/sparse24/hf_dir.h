@@ -33,8 +33,8 @@ struct MappedHfDir {
   std::string config_json;
   std::vector<std::string> shards;
   std::vector<std::unique_ptr<MappedSafeTensors>> files;  // one per shard
-  std::map<std::string, std::string> metadata;             // every shard's __metadata__ (layout keys aside)
-  std::vector<Tensor> tensors;                             // shard by shard, each in file order
+  std::map<std::string, std::string> metadata;            // every shard's __metadata__ (layout keys aside)
+  std::vector<Tensor> tensors;                            // shard by shard, each in file order
 };
 
 // Reads and validates DIR: config.json must be a JSON object; shard names must be plain file names inside

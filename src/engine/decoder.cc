@@ -87,11 +87,23 @@ struct Decoder::Impl {
   std::vector<int32_t> ids;                   // the tokens in the KV cache (pos of them)
   const std::vector<float>* embed = nullptr;  // the model's table (tied head too); the model outlives us
   std::vector<float> norm;
-  std::optional<Linear> head;       // untied, fp32
-  std::vector<uint16_t> head_bf16;  // bf16 weights: the head (tied or not), bf16 [vocab, hidden]
-  std::vector<int8_t> head_i8;      // int8 weights: the head as int8 with a scale per 64 of a row
-  std::vector<float> head_scales;   //   (kernels::gemv_i8: as llama.cpp's Q8_0 head)
-  std::vector<float> column;        // one token's final-norm output (the bf16 / int8 head's input)
+  std::optional<Linear> head;  // untied, fp32
+  // bf16 / int8 weights: the head (tied or not) as a [vocab, hidden] table in that type; an untied model's
+  // embeddings converted the same way. Tokens then look up their embeddings in `embed_rows` (the tied head's
+  // table or the embeddings'), and a Decoder that took its model frees the fp32 table (Llama 3.1 8B's
+  // 2.1 GB).
+  struct Table {
+    std::vector<uint16_t> bf16;  // bf16 weights
+    std::vector<int8_t> i8;      // int8 weights with a scale per 64 of a row
+    std::vector<float> scales;   //   (kernels::gemv_i8: as llama.cpp's Q8_0 head)
+    bool empty() const { return bf16.empty() && i8.empty(); }
+    size_t bytes() const {
+      return bf16.size() * sizeof(uint16_t) + i8.size() + scales.size() * sizeof(float);
+    }
+  };
+  Table head_table, embed_table;
+  const Table* embed_rows = nullptr;
+  std::vector<float> column;  // one token's final-norm output (the bf16 / int8 head's input)
   std::vector<LayerExec> layers;
   // RoPE tables: the sliding layers' own if they have one; longrope's long-factor table, used while the
   // sequence is longer than rope.original_max_positions (`long_rope`: what the cache's keys were rotated by).
@@ -118,9 +130,20 @@ struct Decoder::Impl {
   // The n tokens' embeddings through every layer into h, their K and V appended to the cache.
   void append(const int32_t* tokens, int64_t n) {
     reserve(n);
+    const int64_t H = c.hidden, groups = (H + kernels::kGemvI8Group - 1) / kernels::kGemvI8Group;
     for (int64_t j = 0; j < n; ++j) {  // embeddings, feature-major
-      const float* e = embed->data() + static_cast<int64_t>(tokens[j]) * c.hidden;
-      for (int64_t r = 0; r < c.hidden; ++r) h[r * n + j] = e[r] * c.embed_scale;
+      const int64_t at = static_cast<int64_t>(tokens[j]) * H;
+      if (embed_rows != nullptr && !embed_rows->i8.empty()) {
+        const float* scale = embed_rows->scales.data() + static_cast<int64_t>(tokens[j]) * groups;
+        for (int64_t r = 0; r < H; ++r)
+          h[r * n + j] =
+              static_cast<float>(embed_rows->i8[at + r]) * scale[r / kernels::kGemvI8Group] * c.embed_scale;
+      } else if (embed_rows != nullptr) {
+        for (int64_t r = 0; r < H; ++r)
+          h[r * n + j] = bf16_to_float(embed_rows->bf16[at + r]) * c.embed_scale;
+      } else {
+        for (int64_t r = 0; r < H; ++r) h[r * n + j] = (*embed)[at + r] * c.embed_scale;
+      }
     }
     layers_forward(h.data(), n, nullptr);
     pos += n;
@@ -209,18 +232,27 @@ void Decoder::build(const DecoderModel& m, const DecoderOptions& o, DecoderModel
     std::vector<float> expanded;  // a 2:4 head's weights
     if (!s.c.tied && m.head.pruned) expanded = decompress(m.head.sparse).to_float();
     const std::vector<float>& w = s.c.tied ? m.embed : m.head.pruned ? expanded : m.head.dense;
-    if (static_cast<int64_t>(w.size()) != s.c.vocab * s.c.hidden) throw Error("decoder: head size mismatch");
-    if (o.int8_weights) {
-      s.head_i8.resize(w.size());
-      s.head_scales.resize(static_cast<size_t>(
-          s.c.vocab * ((s.c.hidden + kernels::kGemvI8Group - 1) / kernels::kGemvI8Group)));
-      kernels::quantize_gemv_i8(w.data(), s.c.vocab, s.c.hidden, s.head_i8.data(), s.head_scales.data());
-    } else {
-      s.head_bf16.resize(w.size());
-      for (size_t i = 0; i < w.size(); ++i) s.head_bf16[i] = float_to_bf16(w[i]);
-    }
-    s.column.resize(static_cast<size_t>(s.c.hidden));
+    if (static_cast<int64_t>(w.size()) != s.c.vocab * s.c.hidden ||
+        static_cast<int64_t>(m.embed.size()) != s.c.vocab * s.c.hidden)
+      throw Error("decoder: the head or the embedding table is not vocab x hidden floats");
+    // A [vocab, hidden] table as the head holds it: int8 with a scale per 64 of a row, or bf16.
+    const auto convert = [&](const std::vector<float>& t, Impl::Table& out) {
+      if (o.int8_weights) {
+        out.i8.resize(t.size());
+        out.scales.resize(static_cast<size_t>(
+            s.c.vocab * ((s.c.hidden + kernels::kGemvI8Group - 1) / kernels::kGemvI8Group)));
+        kernels::quantize_gemv_i8(t.data(), s.c.vocab, s.c.hidden, out.i8.data(), out.scales.data());
+      } else {
+        out.bf16.resize(t.size());
+        for (size_t i = 0; i < t.size(); ++i) out.bf16[i] = float_to_bf16(t[i]);
+      }
+    };
+    convert(w, s.head_table);
     if (owned != nullptr && !s.c.tied) owned->head = Gemm{};
+    if (!s.c.tied) convert(m.embed, s.embed_table);
+    if (owned != nullptr) std::vector<float>().swap(owned->embed);
+    s.embed_rows = s.c.tied ? &s.head_table : &s.embed_table;
+    s.column.resize(static_cast<size_t>(s.c.hidden));
   } else if (!s.c.tied) {
     s.head.emplace(m.head, false, o);
   }
@@ -324,8 +356,8 @@ size_t Decoder::cache_bytes() const {
 size_t Decoder::weight_bytes() const {
   const Impl& s = *impl_;
   size_t b = s.norm.size() * sizeof(float);
-  if (!s.head_bf16.empty() || !s.head_i8.empty())  // (a decoded token reads one row of the fp32 embeddings)
-    b += s.head_bf16.size() * sizeof(uint16_t) + s.head_i8.size() + s.head_scales.size() * sizeof(float);
+  if (!s.head_table.empty())  // (a decoded token reads one row of the embeddings)
+    b += s.head_table.bytes();
   else
     b += s.embed->size() * sizeof(float) + (s.head ? s.head->bytes() : 0);
   for (const LayerExec& e : s.layers)
@@ -375,14 +407,15 @@ void Decoder::Impl::head_logits(int64_t n, bool all, float* logits) {
   }
   detail::rms_norm(in, H, m, norm.data(), c.eps, x.data());
   auto run_head = [&] {
-    if (!head_bf16.empty() || !head_i8.empty()) {
+    if (!head_table.empty()) {
       for (int64_t j = 0; j < m; ++j) {
         for (int64_t r = 0; r < H; ++r) column[r] = x[r * m + j];
         float* y = logits + j * c.vocab;
-        if (head_i8.empty())
-          kernels::gemv_bf16(head_bf16.data(), c.vocab, H, column.data(), y, threads);
+        const Table& t = head_table;
+        if (t.i8.empty())
+          kernels::gemv_bf16(t.bf16.data(), c.vocab, H, column.data(), y, threads);
         else
-          kernels::gemv_i8(head_i8.data(), head_scales.data(), c.vocab, H, column.data(), y, threads);
+          kernels::gemv_i8(t.i8.data(), t.scales.data(), c.vocab, H, column.data(), y, threads);
       }
       return;
     }

@@ -14,9 +14,9 @@
 #include "fingerprint.h"
 #include "kernels/convert.h"
 #include "sparse24/checkpoint.h"
-#include "sparse24/hf_dir.h"
 #include "sparse24/engine.h"
 #include "sparse24/error.h"
+#include "sparse24/hf_dir.h"
 #include "sparse24/io.h"
 #include "sparse24/tensor.h"
 
@@ -153,9 +153,9 @@ class Weights {
  private:
   struct Entry {
     std::string name;
-    StTensorView dense;           // when !sparse
-    Compressed* sparse;           // null when dense; moved out by linear()
-    const MappedFile* file;       // the mapping dense's bytes are in (null: in memory)
+    StTensorView dense;      // when !sparse
+    Compressed* sparse;      // null when dense; moved out by linear()
+    const MappedFile* file;  // the mapping dense's bytes are in (null: in memory)
     bool used = false;
   };
   void add(const std::string& name, StTensorView dense, std::optional<Compressed>& sparse,

@@ -175,8 +175,7 @@ Checkpoint read_checkpoint(const SafeTensorsView& st, const std::string& what) {
   CheckpointView v = read_checkpoint_view(st, what);
   Checkpoint ck;
   ck.metadata = std::move(v.metadata);
-  for (CheckpointTensorView& t : v.tensors)
-    ck.tensors.push_back(std::move(t).copy());
+  for (CheckpointTensorView& t : v.tensors) ck.tensors.push_back(std::move(t).copy());
   return ck;
 }
 

@@ -433,7 +433,8 @@ TEST_F(HfDecoderDir, MappedAndInMemoryReadsAgree) {
       ASSERT_EQ(ck.sparse_count(), 7 * t_.layers);
       write_safetensors(file, encode_checkpoint(ck, CheckpointFormat::kSparse24));
     }
-    const DecoderModel mapped = load_hf_decoder(dir_.string()), held = load_hf_decoder(read_hf_dir(dir_.string()));
+    const DecoderModel mapped = load_hf_decoder(dir_.string()),
+                       held = load_hf_decoder(read_hf_dir(dir_.string()));
     EXPECT_EQ(mapped.fingerprint, held.fingerprint);
     EXPECT_EQ(mapped.embed, held.embed);
     for (size_t l = 0; l < held.layers.size(); ++l)

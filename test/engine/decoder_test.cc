@@ -432,51 +432,70 @@ TEST(Decoder, Bf16WeightsMatchReference) {
 // int8 weights: the 2:4 Linears quantized (quantize_int8, an fp32 scale per 64 positions) and the output head
 // too (kernels::quantize_gemv_i8, a scale per 64 of a row): the logits of the reference run on those same
 // quantized weights, and not the fp32 ones.
+// int8 weights: the 2:4 Linears, the head and the embedding rows (the tied head's table; an untied model's
+// own table quantized the same way) as int8 with a scale per 64 of a row, against the reference forward pass
+// on those weights dequantized.
 TEST(Decoder, Int8WeightsMatchReferenceOnTheQuantizedWeights) {
   SPARSE24_SEED_TRACE();
   auto g = rng(12);
   const Tiny t;
-  DecoderModel m = tiny_model(g, t);
-  m.prune_magnitude();
-  DecoderModel q = m;  // what the int8 Linears hold
-  for (DecoderLayer& L : q.layers)
-    for (Gemm* G : {&L.qkv, &L.o, &L.gate_up, &L.down}) G->sparse = quantize_int8(G->sparse, 64);
-  // The tied head as the decoder holds it: an untied int8 copy of the table (lookups stay fp32).
-  const int64_t groups = (t.hidden + kernels::kGemvI8Group - 1) / kernels::kGemvI8Group;
-  std::vector<int8_t> hq(m.embed.size());
-  std::vector<float> hs(static_cast<size_t>(t.vocab * groups));
-  kernels::quantize_gemv_i8(m.embed.data(), t.vocab, t.hidden, hq.data(), hs.data());
-  q.config.tied = false;
-  q.head = random_gemm(g, "lm_head", t.vocab, t.hidden);
-  for (int64_t r = 0; r < t.vocab; ++r)
-    for (int64_t c = 0; c < t.hidden; ++c)
-      q.head.dense[r * t.hidden + c] = hq[r * t.hidden + c] * hs[r * groups + c / kernels::kGemvI8Group];
-  DecoderOptions o;
-  o.int8_weights = true;
-  o.max_context = 32;
-  DecoderOptions b = o;
-  b.int8_weights = false;
-  b.bf16_weights = true;
-  Decoder dec(m, o), dec16(m, b);
-  EXPECT_EQ(dec.sparse_linears(), 4 * t.layers);
-  EXPECT_LT(dec.weight_bytes(), dec16.weight_bytes());  // 2:4 values and the head in 1 byte instead of 2
-  const std::vector<int32_t> ids = random_ids(g, 10, t.vocab);
-  const std::vector<double> ref = ref_forward(q, ids), ref32 = ref_forward(m, ids);
-  std::vector<float> all(ids.size() * t.vocab);
-  dec.forward(ids.data(), 10, all.data(), true);
-  double moved = 0;
-  for (size_t i = 0; i < all.size(); ++i) {
-    ASSERT_NEAR(all[i], ref[i], 2e-4) << i;
-    moved = std::max(moved, std::fabs(ref[i] - ref32[i]));
+  for (bool tied : {true, false}) {
+    SCOPED_TRACE(tied ? "tied head" : "untied head");
+    DecoderModel m = tiny_model(g, t);
+    if (!tied) {
+      m.config.tied = false;
+      m.head = random_gemm(g, "lm_head", t.vocab, t.hidden);
+    }
+    m.prune_magnitude();
+    DecoderModel q = m;  // what the int8 Linears hold
+    for (DecoderLayer& L : q.layers)
+      for (Gemm* G : {&L.qkv, &L.o, &L.gate_up, &L.down}) G->sparse = quantize_int8(G->sparse, 64);
+    // A [vocab, hidden] table as the decoder holds it, dequantized.
+    const auto dequantized = [&](const std::vector<float>& w) {
+      const int64_t groups = (t.hidden + kernels::kGemvI8Group - 1) / kernels::kGemvI8Group;
+      std::vector<int8_t> hq(w.size());
+      std::vector<float> hs(static_cast<size_t>(t.vocab * groups)), out(w.size());
+      kernels::quantize_gemv_i8(w.data(), t.vocab, t.hidden, hq.data(), hs.data());
+      for (int64_t r = 0; r < t.vocab; ++r)
+        for (int64_t c = 0; c < t.hidden; ++c)
+          out[r * t.hidden + c] = hq[r * t.hidden + c] * hs[r * groups + c / kernels::kGemvI8Group];
+      return out;
+    };
+    q.embed = dequantized(m.embed);
+    if (!tied) q.head.dense = dequantized(m.head.dense);
+    DecoderOptions o;
+    o.int8_weights = true;
+    o.max_context = 32;
+    DecoderOptions b = o;
+    b.int8_weights = false;
+    b.bf16_weights = true;
+    Decoder dec(m, o), dec16(m, b);
+    EXPECT_EQ(dec.sparse_linears(), 4 * t.layers);
+    EXPECT_LT(dec.weight_bytes(), dec16.weight_bytes());  // 2:4 values and the head in 1 byte instead of 2
+    const std::vector<int32_t> ids = random_ids(g, 10, t.vocab);
+    const std::vector<double> ref = ref_forward(q, ids), ref32 = ref_forward(m, ids);
+    std::vector<float> all(ids.size() * t.vocab);
+    dec.forward(ids.data(), 10, all.data(), true);
+    double moved = 0;
+    for (size_t i = 0; i < all.size(); ++i) {
+      ASSERT_NEAR(all[i], ref[i], 2e-4) << i;
+      moved = std::max(moved, std::fabs(ref[i] - ref32[i]));
+    }
+    EXPECT_GT(moved, 1e-3) << "the quantization did not move the logits: the test cannot tell int8 from fp32";
+    dec.reset();  // one token at a time (the memory-bound kernels)
+    std::vector<float> last(t.vocab);
+    for (int64_t p = 0; p < 10; ++p) dec.forward(&ids[p], 1, last.data());
+    for (int64_t v = 0; v < t.vocab; ++v) ASSERT_NEAR(last[v], ref[9 * t.vocab + v], 2e-4);
+    // A Decoder that takes the model (and frees its fp32 embeddings and untied head) runs the same.
+    DecoderModel taken = m;
+    Decoder owner(std::move(taken), o);
+    std::vector<float> again(ids.size() * t.vocab);
+    owner.forward(ids.data(), 10, again.data(), true);
+    EXPECT_EQ(again, all);
   }
-  EXPECT_GT(moved, 1e-3) << "the quantization did not move the logits: the test cannot tell int8 from fp32";
-  dec.reset();  // one token at a time (the memory-bound kernels)
-  std::vector<float> last(t.vocab);
-  for (int64_t p = 0; p < 10; ++p) dec.forward(&ids[p], 1, last.data());
-  for (int64_t v = 0; v < t.vocab; ++v) ASSERT_NEAR(last[v], ref[9 * t.vocab + v], 2e-4);
-  DecoderOptions both = o;
-  both.bf16_weights = true;
-  EXPECT_THROW(Decoder(m, both), Error);
+  DecoderOptions both;
+  both.int8_weights = both.bf16_weights = true;
+  EXPECT_THROW(Decoder(tiny_model(g, t), both), Error);
 }
 
 TEST(Decoder, IncrementalDecodingEqualsFullRecomputation) {
