@@ -81,11 +81,23 @@ struct DecoderLayer {
   Gemm down;     // [hidden, ffn]
 };
 
+// A [vocab, hidden] table (embeddings, output head) as a Decoder with bf16 or int8 weights holds it.
+struct WeightTable {
+  std::vector<uint16_t> bf16;  // bf16 weights
+  std::vector<int8_t> i8;      // int8 weights with an fp32 scale per 64 of a row (kernels::gemv_i8, as
+  std::vector<float> scales;   //   llama.cpp's Q8_0 head): [vocab, ceil(hidden / 64)]
+  bool empty() const { return bf16.empty() && i8.empty(); }
+  size_t bytes() const { return bf16.size() * sizeof(uint16_t) + i8.size() + scales.size() * sizeof(float); }
+};
+
 struct DecoderModel {
   DecoderConfig config;
-  std::vector<float> embed;  // [vocab, hidden]
+  std::vector<float> embed;  // [vocab, hidden]; empty when embed_i8 holds it
   std::vector<float> norm;   // the final RMSNorm
   Gemm head;                 // untied: [vocab, hidden]; tied: empty (the embedding table is the head)
+  // Read with DecoderLoadOptions::int8: the embedding table and an untied head as int8 tables instead (embed
+  // and head.dense empty), which every Decoder runs int8.
+  WeightTable embed_i8, head_i8;
   std::vector<DecoderLayer> layers;
   std::string fingerprint;
   // Magnitude-prunes every layer's Linears 2:4 in memory (the embeddings and head stay dense), `threads`
@@ -97,8 +109,10 @@ struct DecoderModel {
 // model is then never whole in fp32 (Llama 3.1 8B's 32 GB), only one layer of it.
 struct DecoderLoadOptions {
   bool prune = false;  // magnitude-prune the dense Linears 2:4 (as DecoderModel::prune_magnitude)
-  // Hold the 2:4 Linears' values as int8 with an fp32 scale per 64 positions of a row: what a Decoder with
-  // int8_weights packs (bit for bit the same weights as quantizing at Decoder construction).
+  // Hold the 2:4 Linears' values as int8 with an fp32 scale per 64 positions of a row, and the embeddings and
+  // an untied head as int8 tables (DecoderModel::embed_i8, head_i8): what a Decoder with int8_weights holds
+  // (bit for bit the same weights as quantizing at Decoder construction), never the fp32 tables beside them
+  // (Llama 3.1 8B's 4.2 GB).
   bool int8 = false;
   int threads = 1;  // a layer's Linears pruned and quantized this many at a time
 };
@@ -142,6 +156,8 @@ constexpr int64_t kInt8ScaleGroup = 64;
 // o.prune and dense) and quantized to int8 (if o.int8, 2:4 and fp32), o.threads of them at a time; the first
 // error is rethrown after all have run.
 void prepare_linears(const std::vector<Gemm*>& linears, const DecoderLoadOptions& o);
+// W [rows, cols] as an int8 table (WeightTable::i8 and scales).
+WeightTable int8_table(const std::vector<float>& w, int64_t rows, int64_t cols);
 
 // The decoder's ops on feature-major tensors ([rows, n] row-major, one column per token).
 // Per column j: y[:, j] = x[:, j] / sqrt(mean(x[:, j]^2) + eps) * w.

@@ -92,17 +92,8 @@ struct Decoder::Impl {
   // embeddings converted the same way. Tokens then look up their embeddings in `embed_rows` (the tied head's
   // table or the embeddings'), and a Decoder that took its model frees the fp32 table (Llama 3.1 8B's
   // 2.1 GB).
-  struct Table {
-    std::vector<uint16_t> bf16;  // bf16 weights
-    std::vector<int8_t> i8;      // int8 weights with a scale per 64 of a row
-    std::vector<float> scales;   //   (kernels::gemv_i8: as llama.cpp's Q8_0 head)
-    bool empty() const { return bf16.empty() && i8.empty(); }
-    size_t bytes() const {
-      return bf16.size() * sizeof(uint16_t) + i8.size() + scales.size() * sizeof(float);
-    }
-  };
-  Table head_table, embed_table;
-  const Table* embed_rows = nullptr;
+  WeightTable head_table, embed_table;
+  const WeightTable* embed_rows = nullptr;
   std::vector<float> column;  // one token's final-norm output (the bf16 / int8 head's input)
   std::vector<LayerExec> layers;
   // RoPE tables: the sliding layers' own if they have one; longrope's long-factor table, used while the
@@ -228,29 +219,44 @@ void Decoder::build(const DecoderModel& m, const DecoderOptions& o, DecoderModel
   if (o.bf16_weights && o.int8_weights)
     throw Error("decoder: bf16_weights and int8_weights exclude each other");
   const bool sparse = o.mode != Mode::kDense;
-  if (o.bf16_weights || o.int8_weights) {
+  const int64_t table_size = s.c.vocab * s.c.hidden,
+                scales_size = s.c.vocab * ((s.c.hidden + kernels::kGemvI8Group - 1) / kernels::kGemvI8Group);
+  if (!m.embed_i8.empty()) {  // quantized as read (DecoderLoadOptions::int8): int8 whatever the options
+    for (const WeightTable* t : {&m.embed_i8, s.c.tied ? &m.embed_i8 : &m.head_i8})
+      if (static_cast<int64_t>(t->i8.size()) != table_size ||
+          static_cast<int64_t>(t->scales.size()) != scales_size)
+        throw Error(
+            "decoder: the int8 embeddings or head are not vocab x hidden with a scale per 64 of a row");
+    const auto take = [](const WeightTable& t, WeightTable* own) -> WeightTable {
+      if (own != nullptr) return std::move(*own);  // a Decoder that took its model takes its tables
+      return t;
+    };
+    if (s.c.tied) {
+      s.head_table = take(m.embed_i8, owned != nullptr ? &owned->embed_i8 : nullptr);
+    } else {
+      s.head_table = take(m.head_i8, owned != nullptr ? &owned->head_i8 : nullptr);
+      s.embed_table = take(m.embed_i8, owned != nullptr ? &owned->embed_i8 : nullptr);
+    }
+  } else if (o.bf16_weights || o.int8_weights) {
     std::vector<float> expanded;  // a 2:4 head's weights
     if (!s.c.tied && m.head.pruned) expanded = decompress(m.head.sparse).to_float();
     const std::vector<float>& w = s.c.tied ? m.embed : m.head.pruned ? expanded : m.head.dense;
-    if (static_cast<int64_t>(w.size()) != s.c.vocab * s.c.hidden ||
-        static_cast<int64_t>(m.embed.size()) != s.c.vocab * s.c.hidden)
+    if (static_cast<int64_t>(w.size()) != table_size || static_cast<int64_t>(m.embed.size()) != table_size)
       throw Error("decoder: the head or the embedding table is not vocab x hidden floats");
     // A [vocab, hidden] table as the head holds it: int8 with a scale per 64 of a row, or bf16.
-    const auto convert = [&](const std::vector<float>& t, Impl::Table& out) {
-      if (o.int8_weights) {
-        out.i8.resize(t.size());
-        out.scales.resize(static_cast<size_t>(
-            s.c.vocab * ((s.c.hidden + kernels::kGemvI8Group - 1) / kernels::kGemvI8Group)));
-        kernels::quantize_gemv_i8(t.data(), s.c.vocab, s.c.hidden, out.i8.data(), out.scales.data());
-      } else {
-        out.bf16.resize(t.size());
-        for (size_t i = 0; i < t.size(); ++i) out.bf16[i] = float_to_bf16(t[i]);
-      }
+    const auto convert = [&](const std::vector<float>& t) {
+      if (o.int8_weights) return detail::int8_table(t, s.c.vocab, s.c.hidden);
+      WeightTable out;
+      out.bf16.resize(t.size());
+      for (size_t i = 0; i < t.size(); ++i) out.bf16[i] = float_to_bf16(t[i]);
+      return out;
     };
-    convert(w, s.head_table);
+    s.head_table = convert(w);
     if (owned != nullptr && !s.c.tied) owned->head = Gemm{};
-    if (!s.c.tied) convert(m.embed, s.embed_table);
+    if (!s.c.tied) s.embed_table = convert(m.embed);
     if (owned != nullptr) std::vector<float>().swap(owned->embed);
+  }
+  if (!s.head_table.empty()) {
     s.embed_rows = s.c.tied ? &s.head_table : &s.embed_table;
     s.column.resize(static_cast<size_t>(s.c.hidden));
   } else if (!s.c.tied) {
@@ -411,7 +417,7 @@ void Decoder::Impl::head_logits(int64_t n, bool all, float* logits) {
       for (int64_t j = 0; j < m; ++j) {
         for (int64_t r = 0; r < H; ++r) column[r] = x[r * m + j];
         float* y = logits + j * c.vocab;
-        const Table& t = head_table;
+        const WeightTable& t = head_table;
         if (t.i8.empty())
           kernels::gemv_bf16(t.bf16.data(), c.vocab, H, column.data(), y, threads);
         else

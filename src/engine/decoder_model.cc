@@ -1,10 +1,12 @@
 // The decoder's model-side code, which the loaders call: pruning and int8 quantization of a model's
 // Linears (as it is read, DecoderLoadOptions, or afterwards, prune_magnitude) and RoPE's frequencies
-// (config -> inverse frequencies; llama.cpp's rope_freqs.weight -> config). No kernels and no oneDNN: the
-// fuzz harnesses link it with the loaders (test/fuzz/run.sh).
+// (config -> inverse frequencies; llama.cpp's rope_freqs.weight -> config). No kernels (but the row
+// conversions of kernels/convert.h) and no oneDNN: the fuzz harnesses link it with the loaders
+// (test/fuzz/run.sh).
 #include <cmath>
 #include <exception>
 
+#include "kernels/convert.h"
 #include "sparse24/compressed.h"
 #include "sparse24/decoder.h"
 #include "sparse24/error.h"
@@ -32,6 +34,16 @@ void prepare_linears(const std::vector<Gemm*>& linears, const DecoderLoadOptions
     }
   }
   if (error) std::rethrow_exception(error);
+}
+
+WeightTable int8_table(const std::vector<float>& w, int64_t rows, int64_t cols) {
+  if (static_cast<int64_t>(w.size()) != rows * cols)
+    throw Error("int8_table: the weights are not rows x cols");
+  WeightTable t;
+  t.i8.resize(w.size());
+  t.scales.resize(static_cast<size_t>(rows * ((cols + kernels::kGemvI8Group - 1) / kernels::kGemvI8Group)));
+  kernels::quantize_gemv_i8(w.data(), rows, cols, t.i8.data(), t.scales.data());
+  return t;
 }
 
 std::vector<float> rope_inv_freq(const RopeConfig& r, int64_t dim, bool long_factors) {

@@ -303,11 +303,19 @@ DecoderModel build_decoder(const DecoderConfig& c, const Biases& b, Src& w, cons
       for (float& x : v) x += 1.0f;
     return v;
   };
+  // With o.int8 the embeddings and an untied head become int8 tables as soon as read (never both in fp32).
+  const auto table = [&](std::vector<float>& fp32, WeightTable& i8) {
+    if (!o.int8) return;
+    i8 = detail::int8_table(fp32, c.vocab, c.hidden);
+    std::vector<float>().swap(fp32);
+  };
   m.embed = w.dense("model.embed_tokens.weight", {c.vocab, c.hidden});
+  table(m.embed, m.embed_i8);
   m.norm = norm("model.norm.weight", c.hidden);
   if (!c.tied) {
     m.head = w.linear("lm_head", "lm_head", c.vocab, c.hidden, false);
     if (m.head.pruned) throw Error(what + ": the output head 'lm_head.weight' must be dense");
+    table(m.head.dense, m.head_i8);
   }
   const int64_t q_rows = c.heads * c.head_dim, kv_rows = c.kv_heads * c.head_dim;
   for (int64_t l = 0; l < c.layers; ++l) {

@@ -2,6 +2,7 @@
 #include "convert.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 namespace sparse24::kernels {
@@ -73,6 +74,21 @@ bool all_finite(const float* x, int64_t n) {
   for (; i < n; ++i)
     if (carry(x + i) & 0x80000000u) return false;
   return true;
+}
+
+void quantize_gemv_i8(const float* w, int64_t rows, int64_t cols, int8_t* q, float* scales) {
+  const int64_t groups = (cols + kGemvI8Group - 1) / kGemvI8Group;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t c0 = g * kGemvI8Group, c1 = std::min(cols, c0 + kGemvI8Group);
+      float mx = 0;
+      for (int64_t c = c0; c < c1; ++c) mx = std::max(mx, std::fabs(w[r * cols + c]));
+      const float scale = mx > 0 ? mx / 127.0f : 1.0f;
+      scales[r * groups + g] = scale;
+      for (int64_t c = c0; c < c1; ++c)
+        q[r * cols + c] =
+            static_cast<int8_t>(std::clamp(std::nearbyint(w[r * cols + c] / scale), -127.0f, 127.0f));
+    }
 }
 
 }  // namespace sparse24::kernels

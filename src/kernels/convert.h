@@ -14,6 +14,12 @@ void floats_to_half(const float* x, int64_t n, uint16_t* y);
 void half_to_floats(const uint16_t* x, int64_t n, float* y);
 // n elements of dtype t stored at p (any alignment) as floats: element_to_float over the row.
 void elements_to_floats(DType t, const uint8_t* p, int64_t n, float* y);
+// gemv_i8's weights (gemv.h): int8 with an fp32 scale per kGemvI8Group columns of a row. Symmetric
+// round-to-nearest quantization of W [rows, cols]: each group's scale is its largest magnitude / 127 (1 for
+// an all-zero group). q: rows * cols, scales: rows * ceil(cols / kGemvI8Group). Here, not beside gemv_i8,
+// because the loaders (which the fuzz harnesses link without the kernels) quantize tables as they read.
+constexpr int64_t kGemvI8Group = 64;
+void quantize_gemv_i8(const float* w, int64_t rows, int64_t cols, int8_t* q, float* scales);
 // Whether no x[i] is an infinity or a NaN.
 bool all_finite(const float* x, int64_t n);
 

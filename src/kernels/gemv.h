@@ -6,6 +6,8 @@
 #pragma once
 #include <cstdint>
 
+#include "convert.h"
+
 namespace sparse24::kernels {
 
 // On `threads` OpenMP threads (rows split between them); the AVX2 path where the CPU has AVX2 and FMA,
@@ -24,15 +26,12 @@ void gemv_f32_avx2(const float* w, int64_t r0, int64_t r1, int64_t cols, const f
 // int8 weights with an fp32 scale per kGemvI8Group columns of a row: y[r] = sum over groups g of
 // scales[r, g] * sum_{c in g} W[r, c] x[c]. scales: [rows, ceil(cols / kGemvI8Group)]. The decoder's output
 // head with int8 weights (1.06 bytes per weight with the scales, as llama.cpp's Q8_0 head).
-constexpr int64_t kGemvI8Group = 64;
+// (kGemvI8Group and quantize_gemv_i8: convert.h.)
 void gemv_i8(const int8_t* w, const float* scales, int64_t rows, int64_t cols, const float* x, float* y,
              int threads);
 void gemv_i8_reference(const int8_t* w, const float* scales, int64_t rows, int64_t cols, const float* x,
                        float* y);
 void gemv_i8_avx2(const int8_t* w, const float* scales, int64_t r0, int64_t r1, int64_t cols, const float* x,
                   float* y);
-// Symmetric round-to-nearest quantization of W [rows, cols] for gemv_i8: each group's scale is its largest
-// magnitude / 127 (1 for an all-zero group). q: rows * cols, scales: rows * ceil(cols / kGemvI8Group).
-void quantize_gemv_i8(const float* w, int64_t rows, int64_t cols, int8_t* q, float* scales);
 
 }  // namespace sparse24::kernels

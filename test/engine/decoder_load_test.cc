@@ -364,6 +364,10 @@ void expect_load_options_match(const std::function<DecoderModel(const DecoderLoa
     o.int8 = true;
     const DecoderModel int8 = load(o);
     for (const DecoderLayer& L : int8.layers) EXPECT_EQ(L.down.sparse.dtype, DType::kI8);
+    // The embeddings and an untied head held as int8 tables only (their fp32 never kept beside them).
+    EXPECT_TRUE(int8.embed.empty() && !int8.embed_i8.i8.empty());
+    EXPECT_EQ(int8.head_i8.i8.empty(), int8.config.tied);
+    EXPECT_TRUE(int8.head.dense.empty());
     EXPECT_EQ(int8.fingerprint, whole.fingerprint + "-int8");
     EXPECT_EQ(logits(int8, true), logits(whole, true));
     {  // a Decoder that takes the model (its 2:4 values and head released once packed) runs the same
