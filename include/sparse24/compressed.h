@@ -65,6 +65,9 @@ bool valid_code(uint8_t code);
 // Compresses a dense tensor. Without `prune`, a tensor that is not 2:4 is an error naming the first bad
 // row and group; with it, magnitude 2:4 pruning is applied first. NaN is an error.
 Compressed compress(const Tensor& dense, bool prune = false);
+// compress(Tensor::from_float(w, {rows, cols}), true) without copying w: magnitude 2:4 pruning and
+// compression of an fp32 matrix in one pass (what loading a model with --prune spends its time on).
+Compressed compress_pruned_f32(const float* w, int64_t rows, int64_t cols);
 // Expands back to the dense tensor (bit for bit what compress() was given, after pruning). Throws Error
 // on an invalid metadata code or inconsistent sizes.
 Tensor decompress(const Compressed& c);

@@ -13,6 +13,37 @@ namespace sparse24 {
 
 namespace {
 
+// Positions to store for each set of kept nonzeros of a group (4 bits): those positions (the first two),
+// completed with the lowest other positions to make two, in increasing order; `real` marks the kept
+// nonzeros, the only ones copied (the completing positions hold zero: values start zeroed).
+struct Slots {
+  int pos[2];
+  bool real[2];
+};
+const std::array<Slots, 16>& slots24() {
+  static const std::array<Slots, 16> table = [] {
+    std::array<Slots, 16> t{};
+    for (int m = 0; m < 16; ++m) {
+      Slots& s = t[static_cast<size_t>(m)];
+      int n = 0;
+      s.real[0] = s.real[1] = false;
+      for (int i = 0; i < 4 && n < 2; ++i)
+        if ((m >> i) & 1) {
+          s.real[n] = true;
+          s.pos[n++] = i;
+        }
+      for (int i = 0; i < 4 && n < 2; ++i)
+        if (n == 0 || s.pos[0] != i) s.pos[n++] = i;
+      if (s.pos[0] > s.pos[1]) {
+        std::swap(s.pos[0], s.pos[1]);
+        std::swap(s.real[0], s.real[1]);
+      }
+    }
+    return t;
+  }();
+  return table;
+}
+
 std::string at(int64_t r, int64_t g) { return "row " + std::to_string(r) + ", group " + std::to_string(g); }
 
 // Element index in the tensor of matrix position (r, c): identity except for conv weights.
@@ -87,7 +118,10 @@ Compressed quantize_int8(const Compressed& f, int64_t scale_group) {
       q.scales[static_cast<size_t>(r * ns + s)] = scale;
       if (scale == 0.f) continue;  // all zero (q stays 0)
       for (int64_t j = j0; j < j1; ++j) {
-        const float v = std::nearbyint(row(j) / scale);
+        // Round to nearest even as std::nearbyint in the default rounding mode (|v| <= 127 here, far below
+        // 2^22), without a library call per value.
+        constexpr float kRound = 12582912.0f;  // 1.5 * 2^23
+        const float v = (row(j) / scale + kRound) - kRound;
         q.values[static_cast<size_t>(r * vpr + j)] =
             static_cast<uint8_t>(static_cast<int8_t>(std::clamp(v, -127.f, 127.f)));
       }
@@ -104,6 +138,54 @@ double compression_ratio(int64_t rows, int64_t cols, DType t) {
 
 double Compressed::compression_ratio() const { return sparse24::compression_ratio(rows, cols, dtype); }
 
+Compressed compress_pruned_f32(const float* w, int64_t rows, int64_t cols) {
+  if (rows < 0 || cols <= 0)
+    throw Error("invalid matrix [" + std::to_string(rows) + ", " + std::to_string(cols) +
+                "] (K must be positive)");
+  Compressed c;
+  c.dtype = DType::kF32;
+  c.shape = {rows, cols};
+  c.rows = rows;
+  c.cols = cols;
+  const int64_t G = c.groups_per_row(), vpr = c.values_per_row(), mpr = c.meta_bytes_per_row();
+  c.values.resize(static_cast<size_t>(rows * vpr) * sizeof(float));
+  c.metadata.resize(static_cast<size_t>(rows * mpr));
+  const std::array<Slots, 16>& slots = slots24();
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = w + r * cols;
+    uint32_t nan = 0;  // (as bits, so that the loop vectorizes)
+    for (int64_t i = 0; i < cols; ++i) {
+      uint32_t b;
+      std::memcpy(&b, row + i, sizeof(b));
+      nan |= static_cast<uint32_t>((b & 0x7fffffffu) > 0x7f800000u);
+    }
+    for (int64_t i = 0; nan && i < cols; ++i)  // (magnitude_mask's error, for the first NaN)
+      if (std::isnan(row[i]))
+        throw Error("NaN at row " + std::to_string(r) + ", column " + std::to_string(i));
+    uint8_t* values = c.values.data() + static_cast<size_t>(r * vpr) * sizeof(float);
+    uint8_t* meta = c.metadata.data() + r * mpr;
+    for (int64_t g = 0; g < G; ++g) {
+      const int len = static_cast<int>(std::min<int64_t>(4, cols - 4 * g));
+      float x[4] = {0.f, 0.f, 0.f, 0.f};
+      for (int i = 0; i < len; ++i) x[i] = row[4 * g + i];
+      const float a0 = std::fabs(x[0]), a1 = std::fabs(x[1]), a2 = std::fabs(x[2]), a3 = std::fabs(x[3]);
+      // Kept: the two of rank < 2 (ahead of i: larger, or as large at a lower index), as magnitude_mask; a
+      // padded tail group's zeros rank behind every real element, so they never displace one. Stored when
+      // nonzero.
+      const int g10 = a1 > a0, g20 = a2 > a0, g30 = a3 > a0, g21 = a2 > a1, g31 = a3 > a1, g32 = a3 > a2;
+      const int rank[4] = {g10 + g20 + g30, 1 - g10 + g21 + g31, 2 - g20 - g21 + g32, 3 - g30 - g31 - g32};
+      int m = 0;
+      for (int i = 0; i < 4; ++i) m |= static_cast<int>(rank[i] < 2 && x[i] != 0.f) << i;
+      const Slots& sl = slots[static_cast<size_t>(m)];
+      const float kept[2] = {sl.real[0] ? x[sl.pos[0]] : 0.f, sl.real[1] ? x[sl.pos[1]] : 0.f};
+      std::memcpy(values + static_cast<size_t>(2 * g) * sizeof(float), kept, sizeof(kept));
+      const uint8_t code = static_cast<uint8_t>(sl.pos[0] | sl.pos[1] << 2);
+      meta[g / 2] |= static_cast<uint8_t>((g & 1) ? code << 4 : code);
+    }
+  }
+  return c;
+}
+
 Compressed compress(const Tensor& dense, bool prune) {
   const MatrixView v = matrix_view(dense.shape);
   const size_t es = dtype_size(dense.dtype);
@@ -111,6 +193,13 @@ Compressed compress(const Tensor& dense, bool prune) {
     throw Error("tensor data is " + std::to_string(dense.bytes.size()) + " bytes, shape " +
                 shape_string(dense.shape) + " of " + dtype_name(dense.dtype) + " needs " +
                 std::to_string(static_cast<size_t>(dense.numel()) * es));
+  }
+  if (prune && dense.dtype == DType::kF32 && !v.conv) {  // the common case, in one pass
+    std::vector<float> w(static_cast<size_t>(dense.numel()));
+    std::memcpy(w.data(), dense.bytes.data(), dense.bytes.size());
+    Compressed c = compress_pruned_f32(w.data(), v.rows, v.cols);
+    c.shape = dense.shape;
+    return c;
   }
   const IndexMap idx = index_map(dense.shape, v);
   std::vector<float> w = dense.to_float();
@@ -141,33 +230,7 @@ Compressed compress(const Tensor& dense, bool prune) {
   const int64_t G = c.groups_per_row();
   c.values.assign(static_cast<size_t>(v.rows * c.values_per_row()) * es, 0);
   c.metadata.assign(static_cast<size_t>(v.rows * c.meta_bytes_per_row()), 0);
-  // Positions to store for each set of kept nonzeros of a group (4 bits): those positions (the first two),
-  // completed with the lowest other positions to make two, in increasing order; `real` marks the kept
-  // nonzeros, the only ones copied (the completing positions hold zero: values start zeroed).
-  struct Slots {
-    int pos[2];
-    bool real[2];
-  };
-  const std::array<Slots, 16> slots = [] {
-    std::array<Slots, 16> t{};
-    for (int m = 0; m < 16; ++m) {
-      Slots& s = t[static_cast<size_t>(m)];
-      int n = 0;
-      s.real[0] = s.real[1] = false;
-      for (int i = 0; i < 4 && n < 2; ++i)
-        if ((m >> i) & 1) {
-          s.real[n] = true;
-          s.pos[n++] = i;
-        }
-      for (int i = 0; i < 4 && n < 2; ++i)
-        if (n == 0 || s.pos[0] != i) s.pos[n++] = i;
-      if (s.pos[0] > s.pos[1]) {
-        std::swap(s.pos[0], s.pos[1]);
-        std::swap(s.real[0], s.real[1]);
-      }
-    }
-    return t;
-  }();
+  const std::array<Slots, 16>& slots = slots24();
   for (int64_t r = 0; r < v.rows; ++r)
     for (int64_t g = 0; g < G; ++g) {
       int m = 0;

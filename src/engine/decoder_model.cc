@@ -21,7 +21,7 @@ void prepare_linears(const std::vector<Gemm*>& linears, const DecoderLoadOptions
     try {
       Gemm& g = *linears[i];
       if (o.prune && !g.pruned) {
-        g.sparse = compress(Tensor::from_float(g.dense, {g.m, g.k}), /*prune=*/true);
+        g.sparse = compress_pruned_f32(g.dense.data(), g.m, g.k);
         g.pruned = true;
         g.dense.clear();
         g.dense.shrink_to_fit();

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common/seed.h"
+#include "sparse24/dtype.h"
 #include "sparse24/error.h"
 #include "sparse24/mask.h"
 
@@ -116,6 +117,49 @@ TEST(Compress, RefusesDenseUnlessPruning) {
   EXPECT_TRUE(check_pattern(back.data(), 2, 8, kPattern24).valid);
   EXPECT_EQ(back[2], 1.f);  // ties: the lower positions of each group are kept
   EXPECT_EQ(back[3], 1.f);
+}
+
+// The one-pass fp32 pruning (compress_pruned_f32, what the loaders and compress(F32, prune) run) against the
+// general path: magnitude_mask and the per-dtype copy, run on the same values as bf16 (exact in fp32). Ties
+// (equal magnitudes, +-x), zeros (-0 too) and tail groups at the edge sizes; a NaN is refused with the same
+// error.
+TEST(Compress, PrunedF32MatchesTheGeneralPath) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(14);
+  for (int64_t rows : kSizes)
+    for (int64_t k : kSizes) {
+      SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(k));
+      std::vector<float> w = random_floats(g, static_cast<size_t>(rows * k), -2.f, 2.f);
+      for (size_t i = 0; i < w.size(); ++i) {
+        w[i] = bf16_to_float(float_to_bf16(w[i]));
+        if (i % 5 == 1) w[i] = -w[i - 1];  // ties of magnitude
+        if (i % 11 == 3) w[i] = (i % 2) ? 0.f : -0.f;
+        if (i % 13 == 6) w[i] = w[i - 2];
+      }
+      const Compressed fast = compress_pruned_f32(w.data(), rows, k);
+      const Compressed general = compress(Tensor::from_float(w, {rows, k}, DType::kBF16), true);
+      EXPECT_EQ(fast.metadata, general.metadata);
+      EXPECT_EQ(decompress(fast).to_float(), decompress(general).to_float());
+      EXPECT_EQ(fast.shape, (std::vector<int64_t>{rows, k}));
+      validate(fast);
+      const Compressed via = compress(Tensor::from_float(w, {rows, k}), true);  // compress's F32 route
+      EXPECT_EQ(via.values, fast.values);
+      EXPECT_EQ(via.metadata, fast.metadata);
+      w[w.size() / 2] = NAN;
+      std::string fast_error, general_error;
+      try {
+        compress_pruned_f32(w.data(), rows, k);
+      } catch (const Error& e) {
+        fast_error = e.what();
+      }
+      try {
+        magnitude_mask(w.data(), rows, k, kPattern24);
+      } catch (const Error& e) {
+        general_error = e.what();
+      }
+      EXPECT_FALSE(fast_error.empty());
+      EXPECT_EQ(fast_error, general_error);
+    }
 }
 
 TEST(Compress, RejectsNaN) { EXPECT_THROW(compress(Tensor::from_float({1, NAN, 0, 0}, {1, 4})), Error); }
