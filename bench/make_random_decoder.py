@@ -92,6 +92,29 @@ def llama3_rope_factors(theta, dim, factor, low, high, original):
     return np.array(out, dtype=np.float32)
 
 
+def layer_tensors(s):
+    """Each layer's Llama-style tensors as (transformers' name, llama.cpp's name, shape, kind): kind "w" a
+    random weight, "b" a random bias, "1" a norm of ones."""
+    H, D, q, kv, F = s["hidden"], s["head_dim"], s["heads"] * s["head_dim"], s["kv"] * s["head_dim"], s["ffn"]
+    out = [("input_layernorm.weight", "attn_norm.weight", (H,), "1"),
+           ("post_attention_layernorm.weight", "ffn_norm.weight", (H,), "1"),
+           ("self_attn.q_proj.weight", "attn_q.weight", (q, H), "w"),
+           ("self_attn.k_proj.weight", "attn_k.weight", (kv, H), "w"),
+           ("self_attn.v_proj.weight", "attn_v.weight", (kv, H), "w"),
+           ("self_attn.o_proj.weight", "attn_output.weight", (H, q), "w"),
+           ("mlp.gate_proj.weight", "ffn_gate.weight", (F, H), "w"),
+           ("mlp.up_proj.weight", "ffn_up.weight", (F, H), "w"),
+           ("mlp.down_proj.weight", "ffn_down.weight", (H, F), "w")]
+    if s["arch"] == "qwen2":
+        out += [(f"self_attn.{n}_proj.bias", f"attn_{n}.bias", (rows,), "b") for n, rows in (("q", q), ("k", kv), ("v", kv))]
+    if s["arch"] in ("qwen3", "gemma3"):
+        out += [("self_attn.q_norm.weight", "attn_q_norm.weight", (D,), "1"),
+                ("self_attn.k_norm.weight", "attn_k_norm.weight", (D,), "1")]
+    if s["arch"].startswith("gemma"):  # norms stored as 1 + w, as llama.cpp's converter writes them
+        out += [(None, "post_attention_norm.weight", (H,), "1"), (None, "post_ffw_norm.weight", (H,), "1")]
+    return out
+
+
 def to_bf16(x):
     """float32 -> bfloat16 bits (round to nearest even), as uint16."""
     b = x.astype(np.float32).view(np.uint32)
@@ -107,22 +130,14 @@ def write_hf_dir(s, g, out):
 
     if s["arch"] not in ("llama", "qwen2", "qwen3"):
         sys.exit(f"--hf-dir: not written for {s['arch']} (llama, qwen2, qwen3)")
-    H, D, q, kv, F = s["hidden"], s["head_dim"], s["heads"] * s["head_dim"], s["kv"] * s["head_dim"], s["ffn"]
+    H, D, F = s["hidden"], s["head_dim"], s["ffn"]
     rnd = lambda *shape, scale=0.02: (shape, lambda: g.standard_normal(shape, dtype=np.float32) * scale)
     ones = lambda n: ((n,), lambda: np.ones(n, np.float32))
     tensors = {"model.embed_tokens.weight": rnd(s["vocab"], H)}
     for l in range(s["layers"]):
-        p = f"model.layers.{l}."
-        tensors.update({p + "input_layernorm.weight": ones(H), p + "post_attention_layernorm.weight": ones(H),
-                        p + "self_attn.q_proj.weight": rnd(q, H), p + "self_attn.k_proj.weight": rnd(kv, H),
-                        p + "self_attn.v_proj.weight": rnd(kv, H), p + "self_attn.o_proj.weight": rnd(H, q),
-                        p + "mlp.gate_proj.weight": rnd(F, H), p + "mlp.up_proj.weight": rnd(F, H),
-                        p + "mlp.down_proj.weight": rnd(H, F)})
-        if s["arch"] == "qwen2":
-            for n, rows in (("q_proj", q), ("k_proj", kv), ("v_proj", kv)):
-                tensors[p + f"self_attn.{n}.bias"] = rnd(rows, scale=0.1)
-        if s["arch"] == "qwen3":
-            tensors.update({p + "self_attn.q_norm.weight": ones(D), p + "self_attn.k_norm.weight": ones(D)})
+        for hf, _, shape, kind in layer_tensors(s):  # (hf is None only for Gemma, refused above)
+            tensors[f"model.layers.{l}.{hf}"] = (ones(shape[0]) if kind == "1" else
+                                                 rnd(*shape, scale=0.1 if kind == "b" else 0.02))
     tensors["model.norm.weight"] = ones(H)
     if not s["tied"]:
         tensors["lm_head.weight"] = rnd(s["vocab"], H)
@@ -220,7 +235,7 @@ def main():
     def ones(n):
         return (n,), np.float32, lambda: np.ones(n, np.float32)
 
-    H, D, q, kv, F = s["hidden"], s["head_dim"], s["heads"] * s["head_dim"], s["kv"] * s["head_dim"], s["ffn"]
+    H, D = s["hidden"], s["head_dim"]
     tensors = {"token_embd.weight": rnd(s["vocab"], H), "output_norm.weight": ones(H)}
     if "llama3" in s:
         tensors["rope_freqs.weight"] = ((D // 2,), np.float32,
@@ -228,19 +243,9 @@ def main():
     if not s["tied"]:
         tensors["output.weight"] = rnd(s["vocab"], H)
     for l in range(s["layers"]):
-        p = f"blk.{l}."
-        tensors.update({p + "attn_norm.weight": ones(H), p + "ffn_norm.weight": ones(H),
-                        p + "attn_q.weight": rnd(q, H), p + "attn_k.weight": rnd(kv, H),
-                        p + "attn_v.weight": rnd(kv, H), p + "attn_output.weight": rnd(H, q),
-                        p + "ffn_gate.weight": rnd(F, H), p + "ffn_up.weight": rnd(F, H),
-                        p + "ffn_down.weight": rnd(H, F)})
-        if s["arch"] == "qwen2":
-            for n, rows in (("attn_q", q), ("attn_k", kv), ("attn_v", kv)):
-                tensors[p + n + ".bias"] = rnd(rows, scale=0.1, dtype=np.float32)
-        if s["arch"] in ("qwen3", "gemma3"):
-            tensors.update({p + "attn_q_norm.weight": ones(D), p + "attn_k_norm.weight": ones(D)})
-        if s["arch"].startswith("gemma"):  # norms stored as 1 + w, as llama.cpp's converter writes them
-            tensors.update({p + "post_attention_norm.weight": ones(H), p + "post_ffw_norm.weight": ones(H)})
+        for _, name, shape, kind in layer_tensors(s):
+            tensors[f"blk.{l}.{name}"] = (ones(shape[0]) if kind == "1" else
+                                          rnd(*shape, scale=0.1, dtype=np.float32) if kind == "b" else rnd(*shape))
     for name, (shape, dtype, _) in tensors.items():
         w.add_tensor_info(name, shape, np.dtype(dtype), int(np.prod(shape)) * np.dtype(dtype).itemsize)
     w.write_header_to_file()
