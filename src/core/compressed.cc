@@ -196,7 +196,7 @@ Compressed compress(const Tensor& dense, bool prune) {
   }
   if (prune && dense.dtype == DType::kF32 && !v.conv) {  // the common case, in one pass
     std::vector<float> w(static_cast<size_t>(dense.numel()));
-    std::memcpy(w.data(), dense.bytes.data(), dense.bytes.size());
+    if (!w.empty()) std::memcpy(w.data(), dense.bytes.data(), dense.bytes.size());
     Compressed c = compress_pruned_f32(w.data(), v.rows, v.cols);
     c.shape = dense.shape;
     return c;
