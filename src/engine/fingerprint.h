@@ -37,6 +37,12 @@ inline uint64_t fnv1a_words(uint64_t h, const uint8_t* p, size_t n) {
   return fnv1a(h, p + i, n - i);
 }
 
+// The loaders' fingerprint step per tensor, as it is taken: its name, then its stored bytes.
+inline uint64_t fnv1a_tensor(uint64_t h, const std::string& name, const uint8_t* p, size_t n) {
+  h = fnv1a(h, reinterpret_cast<const uint8_t*>(name.data()), name.size());
+  return fnv1a_words(h, p, n);
+}
+
 inline std::string hex(uint64_t v) {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));

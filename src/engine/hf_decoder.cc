@@ -647,8 +647,7 @@ class GgufTensors {
   // A tensor read: marked used, its name and bytes hashed into the fingerprint.
   void take(const std::string& name, const GgufTensor& t) {
     used_.insert(name);
-    h_ = fnv1a(h_, reinterpret_cast<const uint8_t*>(name.data()), name.size());
-    h_ = fnv1a_words(h_, t.bytes.data(), t.bytes.size());
+    h_ = fnv1a_tensor(h_, name, t.bytes.data(), t.bytes.size());
   }
   const Gguf& g_;
   std::string path_;

@@ -7,7 +7,6 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -173,13 +172,12 @@ class Weights {
       return t;
     }
     t.used = true;
-    h_ = fnv1a(h_, reinterpret_cast<const uint8_t*>(name.data()), name.size());
     if (t.sparse) {
       const Compressed& c = *t.sparse;
-      h_ = fnv1a_words(h_, c.values.data(), c.values.size());
+      h_ = fnv1a_tensor(h_, name, c.values.data(), c.values.size());
       h_ = fnv1a_words(h_, c.metadata.data(), c.metadata.size());
     } else {
-      h_ = fnv1a_words(h_, t.dense.bytes.data(), t.dense.bytes.size());
+      h_ = fnv1a_tensor(h_, name, t.dense.bytes.data(), t.dense.bytes.size());
     }
     return t;
   }
