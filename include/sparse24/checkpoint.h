@@ -17,6 +17,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sparse24/compressed.h"
@@ -93,7 +94,9 @@ struct SparsifyReport {
 SparsifyReport sparsify(Checkpoint& ck, const SparsifyOptions& opts);
 // Expands every sparse weight to its dense tensor.
 void densify(Checkpoint& ck);
-// Fraction of zero elements (by value) over all floating tensors, sparse ones included.
+// Fraction of zero elements (by value) over all floating tensors, sparse ones included; zero_count gives
+// the two counts (zero elements, all elements) for totals over several checkpoints.
 double zero_fraction(const Checkpoint& ck);
+std::pair<double, double> zero_count(const Checkpoint& ck);
 
 }  // namespace sparse24

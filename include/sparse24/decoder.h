@@ -115,6 +115,10 @@ struct DecoderLoadOptions {
   // (Llama 3.1 8B's 4.2 GB).
   bool int8 = false;
   int threads = 1;  // a layer's Linears pruned and quantized this many at a time
+  // Called with each layer as soon as it is read (after the steps above), in order, with the model read so
+  // far (config, embeddings, norm and head are in it): what it leaves in the layer is what the model keeps
+  // (calibrated pruning, prune_model.h, takes each layer's weights and leaves it empty).
+  std::function<void(DecoderModel& read_so_far, DecoderLayer& layer, int64_t index)> on_layer;
 };
 
 // The config.json model_types this engine loads, e.g. "llama, mistral, qwen2, qwen3, gemma2, ..., phi3".

@@ -60,4 +60,33 @@ std::optional<std::string> config_for_layout(const std::optional<std::string>& c
 void write_hf_dir(const HfDir& src, const Checkpoint& weights, CheckpointFormat to,
                   const std::string& out_dir, const std::map<std::string, std::string>& files = {});
 
+// The same directory written shard by shard, for a model never whole in memory: add() writes each part as a
+// safetensors file at once; finish() names them model-0000i-of-0000n.safetensors with
+// model.safetensors.index.json (one part: model.safetensors), writes config.json (its sparsity config
+// over all parts) and the other files, and renames the directory into place. Destroyed unfinished, it
+// removes what it wrote.
+class HfDirWriter {
+ public:
+  // src_dir: the files to carry along ("" for none); src_shards: its weight files, not carried.
+  HfDirWriter(std::string src_dir, std::vector<std::string> src_shards,
+              std::optional<std::string> config_json, CheckpointFormat to, std::string out_dir,
+              std::map<std::string, std::string> files = {});
+  ~HfDirWriter();
+  HfDirWriter(const HfDirWriter&) = delete;
+  HfDirWriter& operator=(const HfDirWriter&) = delete;
+  void add(const Checkpoint& part);
+  void finish();
+
+ private:
+  std::string src_dir_, out_, tmp_;
+  std::vector<std::string> src_shards_;
+  std::optional<std::string> config_;
+  CheckpointFormat to_;
+  std::map<std::string, std::string> files_;
+  std::vector<std::vector<std::string>> names_;  // per part, the tensors as stored
+  std::vector<std::string> sparse_prefixes_;
+  double zeros_ = 0, total_ = 0;
+  uint64_t bytes_ = 0;
+  bool done_ = false;
+};
 }  // namespace sparse24

@@ -21,6 +21,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,17 @@ PruneModelReport prune_hf_encoder(HfDir& dir, const PruneModelOptions& options);
 // states to the next. Permutations: the attention output Linear with V's rows within heads (query heads
 // sharing a V head share one permutation), the FFN output Linear with gate's and up's rows (SwiGLU pairs
 // them); the others read the residual stream and stay unpermuted.
+//
+// Layer by layer as it is read: the loader hands each layer over (DecoderLoadOptions::on_layer) and the
+// pruner takes its Linears, so only one layer is ever in fp32; the weights keep their stored dtype (a bf16
+// checkpoint's pruned values are bf16). In place of `dir` (read_hf_dir), or from directory DIR straight
+// into OUT_DIR (which must not exist) in layout `to`: DIR mapped, never read whole, one shard written per
+// layer (its norms and any Linear already 2:4 as stored), the embeddings, final norm and head in a last one,
+// every other file of DIR and `files` carried along (hf_dir.h: HfDirWriter) — a model of 8B parameters is
+// pruned in the memory of a few layers.
 PruneModelReport prune_hf_decoder(HfDir& dir, const PruneModelOptions& options);
+PruneModelReport prune_hf_decoder(const std::string& dir, const std::string& out_dir, CheckpointFormat to,
+                                  const PruneModelOptions& options,
+                                  const std::map<std::string, std::string>& files = {});
 
 }  // namespace sparse24::engine

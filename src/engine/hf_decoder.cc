@@ -349,6 +349,7 @@ DecoderModel build_decoder(const DecoderConfig& c, const Biases& b, Src& w, cons
     L.o = w.linear(p + "self_attn.o_proj", name + "o", c.hidden, q_rows, b.o);
     L.down = w.linear(p + "mlp.down_proj", name + "down", c.hidden, c.ffn, b.mlp);
     if (o.prune || o.int8) detail::prepare_linears({&L.qkv, &L.o, &L.gate_up, &L.down}, o);
+    if (o.on_layer) o.on_layer(m, L, l);
     m.layers.push_back(std::move(L));
   }
   return m;

@@ -5,9 +5,11 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <optional>
 #include <regex>
+#include <set>
 
 #include "sparse24/decoder.h"
 #include "sparse24/engine.h"
@@ -88,11 +90,14 @@ class Tensors {
     CheckpointTensor& t = *by_name_.at(name);
     return t.sparse ? t.sparse->shape : t.dense.shape;
   }
+  // Stored in the tensor's own float dtype (bf16 stays bf16), float32 otherwise.
   void set(const std::string& name, const std::vector<float>& v) {
     CheckpointTensor& t = *by_name_.at(name);
     const std::vector<int64_t> s = shape(name);
+    const bool half = !t.sparse && (t.dense.dtype == "BF16" || t.dense.dtype == "F16");
+    const DType d = half ? dtype_from_st(t.dense.dtype) : DType::kF32;
     t.sparse.reset();
-    t.dense = to_st(Tensor::from_float(v, s));
+    t.dense = to_st(Tensor::from_float(v, s, d));
   }
 
  private:
@@ -159,8 +164,8 @@ struct Stats {
 // the checkpoint's tensors, the report and the progress count.
 class Pruner {
  public:
-  Pruner(HfDir& dir, const PruneModelOptions& o, const char* default_targets)
-      : o_(o), tensors_(dir.weights), targets_(o.targets.empty() ? default_targets : o.targets) {
+  Pruner(Checkpoint& weights, const PruneModelOptions& o, const char* default_targets)
+      : o_(o), tensors_(weights), targets_(o.targets.empty() ? default_targets : o.targets) {
     if (o.threads < 1) throw Error("threads must be at least 1");
     if (o.tokens_per_call < 1) throw Error("tokens per call must be at least 1");
     try {
@@ -170,6 +175,10 @@ class Pruner {
     }
   }
   bool calibrated() const { return o_.method != PruneMethod::kMagnitude; }
+  bool targeted(const std::string& name) const { return std::regex_search(name, re_); }
+  const std::string& targets() const { return targets_; }
+  // The weights read and written from now on (a decoder's layer at a time).
+  void use(Checkpoint& weights) { tensors_ = Tensors(weights); }
   // The weights of `g` to prune: its sources the targets match (a weight already 2:4 or with columns not
   // a multiple of 4 is reported as skipped).
   std::vector<std::string> select(const Gemm& g) {
@@ -248,13 +257,17 @@ class Pruner {
     }
   }
 
-  // Every pruned weight as 2:4 (a permuted producer pruned earlier is still 2:4: its rows only moved).
-  PruneModelReport finish() {
-    for (const PrunedWeight& pw : report_.weights) {
-      CheckpointTensor& t = *tensors_.find(pw.name);
-      t.sparse = compress(from_st(t.dense, pw.name));
+  // Every weight pruned since the first `first` as 2:4 (a permuted producer pruned earlier is still 2:4: its
+  // rows only moved).
+  void compress_pruned(size_t first = 0) {
+    for (size_t i = first; i < report_.weights.size(); ++i) {
+      CheckpointTensor& t = *tensors_.find(report_.weights[i].name);
+      t.sparse = compress(from_st(t.dense, t.name));
       t.dense = StTensor{};
     }
+  }
+  PruneModelReport finish() {
+    compress_pruned();
     return std::move(report_);
   }
 
@@ -346,7 +359,7 @@ const char* prune_method_name(PruneMethod m) {
 }
 
 PruneModelReport prune_hf_encoder(HfDir& dir, const PruneModelOptions& o) {
-  Pruner pruner(dir, o, kEncoderLinears);
+  Pruner pruner(dir.weights, o, kEncoderLinears);
   PruneModelReport& report = pruner.report();
   TextModelInfo info;
   const Model first = load_hf_encoder(dir, &info);
@@ -464,86 +477,155 @@ PruneModelReport prune_hf_encoder(HfDir& dir, const PruneModelOptions& o) {
   return pruner.finish();
 }
 
-PruneModelReport prune_hf_decoder(HfDir& dir, const PruneModelOptions& o) {
-  Pruner pruner(dir, o, kDecoderLinears);
+namespace {
+
+// A decoder checkpoint as the layer-by-layer pruner reads it: `load` reads the model with a per-layer hook
+// (load_hf_decoder of a directory or of an HfDir), `stored` names every tensor with its dtype and shape as
+// stored (dtype "" for a 2:4 one), `tokenizer_dir` holds tokenizer.json.
+struct DecoderSource {
+  std::function<DecoderModel(const DecoderLoadOptions&)> load;
+  std::map<std::string, std::pair<std::string, std::vector<int64_t>>> stored;
+  std::string tokenizer_dir;
+};
+
+Gemm& gemm_of(DecoderLayer& l, int which) {
+  return which == 0 ? l.qkv : which == 1 ? l.o : which == 2 ? l.gate_up : l.down;
+}
+
+// "model.layers.N." -> N, or -1.
+int64_t layer_of(const std::string& name) {
+  static const std::regex re(R"(^model\.layers\.([0-9]+)\.)");
+  std::smatch m;
+  return std::regex_search(name, m, re) ? std::stoll(m[1].str()) : -1;
+}
+
+// Calibrates and prunes the decoder layer by layer as src.load reads it: each layer's Linear weights
+// (their stored dtype) become a checkpoint of their own, are pruned (2:4 ones Compressed) and handed to
+// `emit` with the layer's index, and the layer is dropped; only one layer is ever in fp32.
+PruneModelReport prune_decoder(const DecoderSource& src, const PruneModelOptions& o,
+                               const std::function<void(int64_t, Checkpoint&&)>& emit) {
+  Checkpoint none;
+  Pruner pruner(none, o, kDecoderLinears);
   PruneModelReport& report = pruner.report();
-  DecoderModel work = load_hf_decoder(dir);
-  const DecoderConfig& c = work.config;
-  // Per layer its four GEMMs (QKV, O, gate/up, down) and their targets.
-  std::vector<std::array<std::vector<std::string>, 4>> targets(static_cast<size_t>(c.layers));
-  auto gemm_of = [](DecoderLayer& l, int which) -> Gemm& {
-    return which == 0 ? l.qkv : which == 1 ? l.o : which == 2 ? l.gate_up : l.down;
-  };
-  int64_t last_layer = -1;
-  for (int64_t l = 0; l < c.layers; ++l)
-    for (int which = 0; which < 4; ++which) {
-      targets[l][which] = pruner.select(gemm_of(work.layers[l], which));
-      if (!targets[l][which].empty()) last_layer = l;
+  // Before reading the model: which stored weights the targets match (the units of work, the last layer
+  // with one) and whether calibration text is there.
+  int64_t expected = 0, last_layer = -1;
+  for (const auto& [name, st] : src.stored)
+    if (!st.first.empty() && st.second.size() == 2 && layer_of(name) >= 0 && name.ends_with(".weight") &&
+        pruner.targeted(name)) {
+      ++expected;
+      last_layer = std::max(last_layer, layer_of(name));
     }
-  pruner.check_any();
+  if (expected == 0) throw Error("no weight matched --targets '" + pruner.targets() + "'");
+  if (pruner.calibrated() && o.calibration.empty() && o.calibration_ids.empty())
+    throw Error(std::string(prune_method_name(o.method)) + " needs calibration text");
 
-  // Calibration: the texts joined by newlines and tokenized as one, cut into sequences of
-  // sequence_tokens (or the sequences given); each sequence's hidden state, layer by layer.
-  std::vector<std::vector<int32_t>> sequences;
-  if (pruner.calibrated()) sequences = o.calibration_ids;
-  if (pruner.calibrated() && sequences.empty()) {
-    if (o.sequence_tokens < 2) throw Error("calibration sequences must hold at least 2 tokens");
-    std::string text;
-    for (const std::string& line : o.calibration) text += line + "\n";
-    const std::vector<int32_t> ids = text::ByteBpe::from_dir(dir.dir).encode(text);
-    for (size_t i = 0; i < ids.size(); i += static_cast<size_t>(o.sequence_tokens))
-      sequences.emplace_back(ids.begin() + static_cast<int64_t>(i),
-                             ids.begin() + static_cast<int64_t>(std::min(ids.size(), i + o.sequence_tokens)));
-  }
-  int64_t capacity = 1;
-  std::vector<std::vector<float>> hidden;  // per sequence [hidden, n], feature-major
-  for (const std::vector<int32_t>& ids : sequences) {
-    const int64_t n = static_cast<int64_t>(ids.size());
-    if (n == 0) continue;
-    if (n > c.max_positions)
-      throw Error("a calibration sequence of " + std::to_string(n) + " tokens exceeds the model's " +
-                  std::to_string(c.max_positions) + " positions");
-    std::vector<float> h(static_cast<size_t>(c.hidden * n));
-    for (int64_t j = 0; j < n; ++j) {
-      if (ids[j] < 0 || ids[j] >= c.vocab)
-        throw Error("calibration token id " + std::to_string(ids[j]) + " outside the vocabulary");
-      for (int64_t r = 0; r < c.hidden; ++r)
-        h[static_cast<size_t>(r * n + j)] =
-            work.embed[static_cast<size_t>(ids[j] * c.hidden + r)] * c.embed_scale;
-    }
-    hidden.push_back(std::move(h));
-    capacity = std::max(capacity, n);
-    report.calibration_tokens += n;
-  }
-  report.calibration_sequences = static_cast<int64_t>(hidden.size());
-  if (pruner.calibrated() && hidden.empty()) throw Error("the calibration text has no tokens");
-
-  // One layer as a decoder of its own, dense (its pruned weights dense again), to calibrate and to carry
-  // the hidden states on.
+  DecoderConfig c;
+  std::vector<std::vector<float>> hidden;  // per calibration sequence [hidden, n], feature-major
+  int64_t capacity = 1, units = 0;
   DecoderOptions dopt;
   dopt.threads = o.threads;
   dopt.mode = Mode::kDense;
-  dopt.max_context = capacity;
   dopt.sliding_ring = false;  // run_layers takes a whole sequence at once
-  auto layer_decoder = [&](DecoderModel& one, int64_t l) {
+  // One layer as a decoder of its own, dense (its pruned weights dense again), to calibrate and to carry
+  // the hidden states on.
+  auto layer_decoder = [&](DecoderModel& one, const DecoderLayer& layer, int64_t l) {
     one.config = c;
     one.config.layers = 1;
     if (!c.sliding.empty()) one.config.sliding = {c.sliding[static_cast<size_t>(l)]};
-    one.layers = {work.layers[l]};
+    one.layers = {layer};
     return Decoder(one, dopt);
   };
-  const int64_t calls = static_cast<int64_t>(hidden.size());
-  const int64_t units = (pruner.calibrated() ? 2 * (last_layer + 1) * calls : 0) + pruner.total();
+  // The calibration: the texts joined by newlines and tokenized as one, cut into sequences of
+  // sequence_tokens (or the sequences given); each sequence's embeddings, the first layer's input.
+  auto start = [&](const DecoderModel& m) {
+    c = m.config;
+    std::vector<std::vector<int32_t>> sequences;
+    if (pruner.calibrated()) sequences = o.calibration_ids;
+    if (pruner.calibrated() && sequences.empty()) {
+      if (o.sequence_tokens < 2) throw Error("calibration sequences must hold at least 2 tokens");
+      std::string text;
+      for (const std::string& line : o.calibration) text += line + "\n";
+      const std::vector<int32_t> ids = text::ByteBpe::from_dir(src.tokenizer_dir).encode(text);
+      for (size_t i = 0; i < ids.size(); i += static_cast<size_t>(o.sequence_tokens))
+        sequences.emplace_back(
+            ids.begin() + static_cast<int64_t>(i),
+            ids.begin() + static_cast<int64_t>(std::min(ids.size(), i + o.sequence_tokens)));
+    }
+    for (const std::vector<int32_t>& ids : sequences) {
+      const int64_t n = static_cast<int64_t>(ids.size());
+      if (n == 0) continue;
+      if (n > c.max_positions)
+        throw Error("a calibration sequence of " + std::to_string(n) + " tokens exceeds the model's " +
+                    std::to_string(c.max_positions) + " positions");
+      std::vector<float> h(static_cast<size_t>(c.hidden * n));
+      for (int64_t j = 0; j < n; ++j) {
+        if (ids[j] < 0 || ids[j] >= c.vocab)
+          throw Error("calibration token id " + std::to_string(ids[j]) + " outside the vocabulary");
+        for (int64_t r = 0; r < c.hidden; ++r)
+          h[static_cast<size_t>(r * n + j)] =
+              m.embed[static_cast<size_t>(ids[j] * c.hidden + r)] * c.embed_scale;
+      }
+      hidden.push_back(std::move(h));
+      capacity = std::max(capacity, n);
+      report.calibration_tokens += n;
+    }
+    report.calibration_sequences = static_cast<int64_t>(hidden.size());
+    if (pruner.calibrated() && hidden.empty()) throw Error("the calibration text has no tokens");
+    dopt.max_context = capacity;
+    units = (pruner.calibrated() ? 2 * (last_layer + 1) * static_cast<int64_t>(hidden.size()) : 0) + expected;
+  };
+
   std::vector<float> x, xt;
-  for (int64_t l = 0; l <= last_layer; ++l) {
+  DecoderLoadOptions lo;
+  lo.on_layer = [&](DecoderModel& m, DecoderLayer& L, int64_t l) {
+    if (l == 0) start(m);
+    // The layer's Linear weights (and biases) as stored: what the pruner reads and writes.
+    Checkpoint ck;
+    for (int which = 0; which < 4; ++which) {
+      const Gemm& g = gemm_of(L, which);
+      if (g.pruned) continue;  // stored 2:4: select() reports it
+      int64_t row0 = 0;
+      for (const std::string& s : g.sources) {
+        const auto& [dtype, shape] = src.stored.at(s);
+        const int64_t rows = shape.at(0);
+        const DType d = dtype == "BF16" || dtype == "F16" ? dtype_from_st(dtype) : DType::kF32;
+        const auto at = g.dense.begin() + row0 * g.k;
+        ck.tensors.push_back({s, to_st(Tensor::from_float({at, at + rows * g.k}, {rows, g.k}, d)), {}});
+        if (!g.bias.empty()) {
+          const std::string b = bias_of(s);
+          const auto& bd = src.stored.at(b).first;
+          const auto bat = g.bias.begin() + row0;
+          ck.tensors.push_back(
+              {b,
+               to_st(Tensor::from_float({bat, bat + rows}, {rows},
+                                        bd == "BF16" || bd == "F16" ? dtype_from_st(bd) : DType::kF32)),
+               {}});
+        }
+        row0 += rows;
+      }
+    }
+    pruner.use(ck);
+    const size_t first = report.weights.size();
+    std::array<std::vector<std::string>, 4> targets;
+    bool any = false;
+    for (int which = 0; which < 4; ++which) {
+      const Gemm& g = gemm_of(L, which);
+      if (g.pruned) {
+        for (const std::string& s : g.sources)
+          if (pruner.targeted(s)) report.skipped.push_back(s + ": already 2:4");
+        continue;
+      }
+      targets[which] = pruner.select(g);
+      any = any || !targets[which].empty();
+    }
     std::map<int, Stats> stats;
-    if (pruner.calibrated()) {
+    if (pruner.calibrated() && any) {
       auto t0 = Clock::now();
       DecoderModel one;
-      Decoder d = layer_decoder(one, l);
+      Decoder d = layer_decoder(one, L, l);
       for (int which = 0; which < 4; ++which)
-        if (!targets[l][which].empty())
-          stats.emplace(which, Stats(o.method, gemm_of(work.layers[l], which).k));
+        if (!targets[which].empty()) stats.emplace(which, Stats(o.method, gemm_of(L, which).k));
       report.forward_s += seconds_since(t0);
       for (const std::vector<float>& h : hidden) {
         double stat_s = 0;
@@ -561,54 +643,119 @@ PruneModelReport prune_hf_decoder(HfDir& dir, const PruneModelOptions& o) {
         report.forward_s += seconds_since(t0) - stat_s;
         pruner.step(units);
       }
+    } else if (pruner.calibrated() && l <= last_layer) {
+      for (size_t i = 0; i < hidden.size(); ++i) pruner.step(units);  // nothing to calibrate here
     }
-    DecoderLayer& L = work.layers[l];
     for (int which = 0; which < 4; ++which) {
-      if (targets[l][which].empty()) continue;
+      if (targets[which].empty()) continue;
       // The producers: V's rows for the attention output (within heads; the query heads sharing a V head
       // share its permutation), gate's and up's rows for the FFN output; Q, K, V and gate/up read the
       // residual stream.
       Producer p;
       p.reason = kResidual;
-      if (which == 1 && L.qkv.sources.size() == 3) {
+      if (which == 1 && L.qkv.sources.size() == 3 && !L.qkv.pruned) {
         p.rows_of = {L.qkv.sources[2]};
         p.head_dim = c.head_dim;
         p.group = c.heads / c.kv_heads;
-      } else if (which == 3 && L.gate_up.sources.size() == 2) {
+      } else if (which == 3 && L.gate_up.sources.size() == 2 && !L.gate_up.pruned) {
         p.rows_of = L.gate_up.sources;
+      } else if ((which == 1 && L.qkv.pruned) || (which == 3 && L.gate_up.pruned)) {
+        p.reason = "its producer is stored 2:4 already: not permuted";
       } else if (which == 1 || which == 3) {  // Phi-3: the producer's rows share a tensor with others
         p.reason = "its producer is stored fused with other rows (qkv_proj / gate_up_proj): not permuted";
       }
-      pruner.prune(gemm_of(L, which), targets[l][which], stats.count(which) ? &stats.at(which) : nullptr, p,
+      pruner.prune(gemm_of(L, which), targets[which], stats.count(which) ? &stats.at(which) : nullptr, p,
                    units);
     }
-    if (!pruner.calibrated() || l == last_layer) continue;
-    // The layer as pruned (and permuted) carries the hidden states to the next.
-    const auto t0 = Clock::now();
-    for (int which = 0; which < 4; ++which) {
-      Gemm& g = gemm_of(L, which);
-      std::vector<float> w, bias;  // the weights and biases as pruned and permuted
-      for (const std::string& s : g.sources) {
-        const std::vector<float> v = pruner.tensors().get(s);
-        w.insert(w.end(), v.begin(), v.end());
-        if (!g.bias.empty()) {
-          const std::vector<float> b = pruner.tensors().get(bias_of(s));
-          bias.insert(bias.end(), b.begin(), b.end());
+    if (pruner.calibrated() && l < last_layer) {
+      // The layer as pruned (and permuted) carries the hidden states to the next.
+      const auto t0 = Clock::now();
+      for (int which = 0; which < 4; ++which) {
+        Gemm& g = gemm_of(L, which);
+        if (g.pruned) continue;
+        std::vector<float> w, bias;  // the weights and biases as pruned and permuted
+        for (const std::string& s : g.sources) {
+          const std::vector<float> v = pruner.tensors().get(s);
+          w.insert(w.end(), v.begin(), v.end());
+          if (!g.bias.empty()) {
+            const std::vector<float> b = pruner.tensors().get(bias_of(s));
+            bias.insert(bias.end(), b.begin(), b.end());
+          }
         }
+        g.dense = std::move(w);
+        g.bias = std::move(bias);
       }
-      g.dense = std::move(w);
-      g.bias = std::move(bias);
-      g.pruned = false;
+      DecoderModel one;
+      Decoder d = layer_decoder(one, L, l);
+      for (std::vector<float>& h : hidden) {
+        d.run_layers(h.data(), static_cast<int64_t>(h.size()) / c.hidden, {});
+        pruner.step(units);
+      }
+      report.forward_s += seconds_since(t0);
     }
-    DecoderModel one;
-    Decoder d = layer_decoder(one, l);
-    for (std::vector<float>& h : hidden) {
-      d.run_layers(h.data(), static_cast<int64_t>(h.size()) / c.hidden, {});
-      pruner.step(units);
-    }
-    report.forward_s += seconds_since(t0);
-  }
-  return pruner.finish();
+    pruner.compress_pruned(first);
+    L = DecoderLayer{};
+    emit(l, std::move(ck));
+  };
+  src.load(lo);
+  pruner.check_any();
+  return std::move(report);
+}
+
+}  // namespace
+
+PruneModelReport prune_hf_decoder(HfDir& dir, const PruneModelOptions& o) {
+  DecoderSource src;
+  for (const CheckpointTensor& t : dir.weights.tensors)
+    src.stored[t.name] = t.sparse ? std::make_pair(std::string(), t.sparse->shape)
+                                  : std::make_pair(t.dense.dtype, t.dense.shape);
+  src.tokenizer_dir = dir.dir;
+  src.load = [&](const DecoderLoadOptions& lo) { return load_hf_decoder(dir, lo); };
+  std::map<std::string, CheckpointTensor*> by_name;
+  for (CheckpointTensor& t : dir.weights.tensors) by_name[t.name] = &t;
+  // Each layer's weights as pruned replace the stored ones once the model is read (the loader reads a
+  // copy of the checkpoint).
+  std::vector<Checkpoint> layers;
+  PruneModelReport r =
+      prune_decoder(src, o, [&](int64_t, Checkpoint&& ck) { layers.push_back(std::move(ck)); });
+  for (Checkpoint& ck : layers)
+    for (CheckpointTensor& t : ck.tensors) *by_name.at(t.name) = std::move(t);
+  return r;
+}
+
+PruneModelReport prune_hf_decoder(const std::string& dir, const std::string& out_dir, CheckpointFormat to,
+                                  const PruneModelOptions& o,
+                                  const std::map<std::string, std::string>& files) {
+  const MappedHfDir in = map_hf_dir(dir);
+  DecoderSource src;
+  for (const MappedHfDir::Tensor& t : in.tensors)
+    src.stored[t.t.name] = t.t.sparse ? std::make_pair(std::string(), t.t.sparse->shape)
+                                      : std::make_pair(t.t.dense.dtype, t.t.dense.shape);
+  src.tokenizer_dir = dir;
+  src.load = [&](const DecoderLoadOptions& lo) { return load_hf_decoder(dir, lo); };
+  HfDirWriter out(in.dir, in.shards, in.config_json, to, out_dir, files);
+  std::set<std::string> written;
+  // A stored tensor as it is (dense bytes copied out of the mapping, a 2:4 one as decoded).
+  auto stored = [&](const MappedHfDir::Tensor& t) {
+    written.insert(t.t.name);
+    return CheckpointTensor{t.t.name, t.t.sparse ? StTensor{} : t.t.dense.copy(), t.t.sparse};
+  };
+  // One shard per layer: its Linears as pruned, and the rest of its tensors (norms, 2:4 Linears) as stored.
+  PruneModelReport r = prune_decoder(src, o, [&](int64_t l, Checkpoint&& ck) {
+    ck.metadata = in.metadata;
+    for (const CheckpointTensor& t : ck.tensors) written.insert(t.name);
+    for (const MappedHfDir::Tensor& t : in.tensors)
+      if (layer_of(t.t.name) == l && !written.count(t.t.name)) ck.tensors.push_back(stored(t));
+    out.add(ck);
+  });
+  // The embeddings, the final norm and the head as stored, one shard.
+  Checkpoint rest;
+  rest.metadata = in.metadata;
+  for (const MappedHfDir::Tensor& t : in.tensors)
+    if (!written.count(t.t.name)) rest.tensors.push_back(stored(t));
+  if (!rest.tensors.empty()) out.add(rest);
+  out.finish();
+  return r;
 }
 
 }  // namespace sparse24::engine

@@ -320,7 +320,7 @@ void densify(Checkpoint& ck) {
   }
 }
 
-double zero_fraction(const Checkpoint& ck) {
+std::pair<double, double> zero_count(const Checkpoint& ck) {
   double zeros = 0, total = 0;
   for (const CheckpointTensor& t : ck.tensors) {
     if (t.sparse) {
@@ -337,6 +337,11 @@ double zero_fraction(const Checkpoint& ck) {
       total += static_cast<double>(d.numel());
     }
   }
+  return {zeros, total};
+}
+
+double zero_fraction(const Checkpoint& ck) {
+  const auto [zeros, total] = zero_count(ck);
   return total > 0 ? zeros / total : 0.0;
 }
 

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -106,17 +107,15 @@ HfDir read_hf_dir(const std::string& dir) {
   return d;
 }
 
-std::optional<std::string> config_for_layout(const std::optional<std::string>& config_json,
-                                             const Checkpoint& weights, CheckpointFormat to,
-                                             const std::string& what) {
-  std::vector<std::string> sparse_prefixes;
-  for (const CheckpointTensor& t : weights.tensors)
-    if (to == CheckpointFormat::kBitmask24 && bitmask24_keeps_sparse(t))
-      sparse_prefixes.push_back(bitmask24_prefix(t.name));
+namespace {
+
+std::optional<std::string> config_with(const std::optional<std::string>& config_json,
+                                       const std::vector<std::string>& sparse_prefixes, double zero_fraction,
+                                       const std::string& what) {
   if (!sparse_prefixes.empty()) {
     SparsityConfig sc;
     sc.targets = sparse_prefixes;
-    sc.global_sparsity = zero_fraction(weights);
+    sc.global_sparsity = zero_fraction;
     return with_sparsity_config(config_json.value_or(""), sc, what);
   }
   if (config_json && parse_sparsity_config(*config_json, what))
@@ -124,20 +123,78 @@ std::optional<std::string> config_for_layout(const std::optional<std::string>& c
   return config_json;
 }
 
+std::vector<std::string> sparse_prefixes_of(const Checkpoint& weights, CheckpointFormat to) {
+  std::vector<std::string> p;
+  for (const CheckpointTensor& t : weights.tensors)
+    if (to == CheckpointFormat::kBitmask24 && bitmask24_keeps_sparse(t))
+      p.push_back(bitmask24_prefix(t.name));
+  return p;
+}
+
+}  // namespace
+
+std::optional<std::string> config_for_layout(const std::optional<std::string>& config_json,
+                                             const Checkpoint& weights, CheckpointFormat to,
+                                             const std::string& what) {
+  const std::vector<std::string> p = sparse_prefixes_of(weights, to);
+  return config_with(config_json, p, p.empty() ? 0.0 : zero_fraction(weights), what);
+}
+
 void write_hf_dir(const HfDir& src, const Checkpoint& weights, CheckpointFormat to,
                   const std::string& out_dir, const std::map<std::string, std::string>& files) {
+  HfDirWriter w(src.dir, src.shards, src.config_json, to, out_dir, files);
+  w.add(weights);
+  w.finish();
+}
+
+HfDirWriter::HfDirWriter(std::string src_dir, std::vector<std::string> src_shards,
+                         std::optional<std::string> config_json, CheckpointFormat to, std::string out_dir,
+                         std::map<std::string, std::string> files)
+    : src_dir_(std::move(src_dir)),
+      out_(std::move(out_dir)),
+      src_shards_(std::move(src_shards)),
+      config_(std::move(config_json)),
+      to_(to),
+      files_(std::move(files)) {
   std::error_code ec;
-  if (fs::exists(out_dir, ec)) fail(out_dir, "already exists (give a new directory)");
-  const fs::path out = fs::path(out_dir);
-  const fs::path tmp = out.parent_path() / (out.filename().string() + ".tmp." + std::to_string(::getpid()));
-  fs::remove_all(tmp, ec);
+  if (fs::exists(out_, ec)) fail(out_, "already exists (give a new directory)");
+  const fs::path out = fs::path(out_);
+  tmp_ = (out.parent_path() / (out.filename().string() + ".tmp." + std::to_string(::getpid()))).string();
+  fs::remove_all(tmp_, ec);
+  fs::create_directories(tmp_, ec);
+  if (ec) fail(out_, "cannot write: " + ec.message());
+}
+
+HfDirWriter::~HfDirWriter() {
+  std::error_code ec;
+  if (!done_) fs::remove_all(tmp_, ec);
+}
+
+void HfDirWriter::add(const Checkpoint& part) {
+  const SafeTensors st = encode_checkpoint(part, to_);
+  write_safetensors(tmp_ + "/part-" + std::to_string(names_.size()), st);
+  names_.emplace_back();
+  for (const auto& [name, t] : st.tensors) {
+    names_.back().push_back(name);
+    bytes_ += t.bytes.size();
+  }
+  const std::vector<std::string> p = sparse_prefixes_of(part, to_);
+  sparse_prefixes_.insert(sparse_prefixes_.end(), p.begin(), p.end());
+  if (to_ == CheckpointFormat::kBitmask24) {  // the sparsity config's global_sparsity
+    const auto [zeros, total] = zero_count(part);
+    zeros_ += zeros;
+    total_ += total;
+  }
+}
+
+void HfDirWriter::finish() {
   try {
-    fs::create_directories(tmp);
     std::set<std::string> skip = {"config.json", kWeights, kIndex};
-    for (const std::string& s : src.shards) skip.insert(fs::path(s).filename().string());
-    for (const auto& [name, text] : files) skip.insert(name);
-    if (!src.dir.empty())
-      for (const fs::directory_entry& e : fs::directory_iterator(src.dir)) {
+    for (const std::string& s : src_shards_) skip.insert(fs::path(s).filename().string());
+    for (const auto& [name, text] : files_) skip.insert(name);
+    const fs::path tmp(tmp_);
+    if (!src_dir_.empty())
+      for (const fs::directory_entry& e : fs::directory_iterator(src_dir_)) {
         const std::string name = e.path().filename().string();
         if (skip.count(name) || name == "plan.json") continue;
         if (e.is_directory())
@@ -145,17 +202,28 @@ void write_hf_dir(const HfDir& src, const Checkpoint& weights, CheckpointFormat 
         else if (e.is_regular_file())
           fs::copy_file(e.path(), tmp / name);
       }
-    for (const auto& [name, text] : files) write_file_atomic((tmp / name).string(), text);
-    write_safetensors((tmp / kWeights).string(), encode_checkpoint(weights, to));
-    const auto config = config_for_layout(src.config_json, weights, to, src.dir + "/config.json");
-    write_file_atomic((tmp / "config.json").string(), *config);
-    fs::rename(tmp, out);
+    for (const auto& [name, text] : files_) write_file_atomic((tmp / name).string(), text);
+    const size_t n = names_.size();
+    if (n == 1) {
+      fs::rename(tmp / "part-0", tmp / kWeights);
+    } else {
+      nlohmann::json map = nlohmann::json::object();
+      for (size_t i = 0; i < n; ++i) {
+        char file[64];
+        std::snprintf(file, sizeof file, "model-%05zu-of-%05zu.safetensors", i + 1, n);
+        fs::rename(tmp / ("part-" + std::to_string(i)), tmp / file);
+        for (const std::string& t : names_[i]) map[t] = file;
+      }
+      const nlohmann::json index = {{"metadata", {{"total_size", bytes_}}}, {"weight_map", map}};
+      write_file_atomic((tmp / kIndex).string(), index.dump(2) + "\n");
+    }
+    const auto config =
+        config_with(config_, sparse_prefixes_, total_ > 0 ? zeros_ / total_ : 0.0, src_dir_ + "/config.json");
+    write_file_atomic((tmp / "config.json").string(), config.value_or("{}"));
+    fs::rename(tmp, out_);
+    done_ = true;
   } catch (const fs::filesystem_error& e) {
-    fs::remove_all(tmp, ec);
-    fail(out_dir, std::string("cannot write: ") + e.what());
-  } catch (...) {
-    fs::remove_all(tmp, ec);
-    throw;
+    fail(out_, std::string("cannot write: ") + e.what());
   }
 }
 

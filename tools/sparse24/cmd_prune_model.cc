@@ -42,6 +42,12 @@ struct PruneModelOpts {
   double permute_seconds = 1.0;
 };
 
+std::string fixed1(double x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f", x);
+  return b;
+}
+
 json report_json(const engine::PruneModelReport& r) {
   json layers = json::array();
   for (const auto& w : r.weights)
@@ -81,24 +87,33 @@ json prune_model(const PruneModelOpts& o) {
   const bool decoder = engine::is_hf_decoder(model);
   po.targets = o.targets;
   po.sequence_tokens = o.calib_ctx;
-  HfDir d = read_hf_dir(model);
-  const double read_s = ms_since(t0) / 1000;
   std::optional<Progress> bar;
   if (!o.quiet)
     po.progress = [&](int64_t done, int64_t total) {
       if (!bar) bar.emplace("calibrating and pruning: steps", total);
       bar->update(done);
     };
-  const engine::PruneModelReport r =
-      decoder ? engine::prune_hf_decoder(d, po) : engine::prune_hf_encoder(d, po);
-  const auto t1 = Clock::now();
-  write_hf_dir(d, d.weights, parse_checkpoint_format(o.format), o.out);
-  const double write_s = ms_since(t1) / 1000, total_s = ms_since(t0) / 1000;
+  const CheckpointFormat format = parse_checkpoint_format(o.format);
+  engine::PruneModelReport r;
+  double read_s = 0;
+  auto t1 = Clock::now();
+  if (decoder) {  // read layer by layer, written shard by shard (reading and writing inside the pruning)
+    r = engine::prune_hf_decoder(model, o.out, format, po);
+  } else {
+    HfDir d = read_hf_dir(model);
+    read_s = ms_since(t0) / 1000;
+    r = engine::prune_hf_encoder(d, po);
+    t1 = Clock::now();
+    write_hf_dir(d, d.weights, format, o.out);
+  }
+  const double write_s = decoder ? 0 : ms_since(t1) / 1000, total_s = ms_since(t0) / 1000;
   json j = report_json(r);
   j["method"] = o.method;
   j["permute"] = o.permute;
-  j["seconds"]["read"] = read_s;
-  j["seconds"]["write"] = write_s;
+  if (!decoder) {
+    j["seconds"]["read"] = read_s;
+    j["seconds"]["write"] = write_s;
+  }
   j["seconds"]["total"] = total_s;
   if (!o.quiet) {
     for (const std::string& s : r.skipped) std::fprintf(stderr, "left dense: %s\n", s.c_str());
@@ -109,12 +124,14 @@ json prune_model(const PruneModelOpts& o) {
                                             std::to_string(w.kept_permuted) + ")")
                                                .c_str()
                                          : "");
+    // A decoder is read and written layer by layer inside the pruning (the total holds both).
+    const std::string io = decoder ? "" : "read " + fixed1(read_s) + ", ";
     std::printf(
-        "wrote %s (%s, %s%s): %zu weights 2:4 from %lld calibration tokens; %.1f s: read %.1f, forward %.1f, "
-        "statistics %.1f, permutations %.1f, pruning %.1f, write %.1f\n",
+        "wrote %s (%s, %s%s): %zu weights 2:4 from %lld calibration tokens; %.1f s: %sforward %.1f, "
+        "statistics %.1f, permutations %.1f, pruning %.1f%s\n",
         o.out.c_str(), o.format.c_str(), o.method.c_str(), o.permute ? " + permutations" : "",
-        r.weights.size(), static_cast<long long>(r.calibration_tokens), total_s, read_s, r.forward_s,
-        r.statistics_s, r.permute_s, r.prune_s, write_s);
+        r.weights.size(), static_cast<long long>(r.calibration_tokens), total_s, io.c_str(), r.forward_s,
+        r.statistics_s, r.permute_s, r.prune_s, decoder ? "" : (", write " + fixed1(write_s)).c_str());
   }
   return j;
 }
