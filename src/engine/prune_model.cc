@@ -527,14 +527,19 @@ PruneModelReport prune_decoder(const DecoderSource& src, const PruneModelOptions
   dopt.threads = o.threads;
   dopt.mode = Mode::kDense;
   dopt.sliding_ring = false;  // run_layers takes a whole sequence at once
-  // One layer as a decoder of its own, dense (its pruned weights dense again), to calibrate and to carry
-  // the hidden states on.
-  auto layer_decoder = [&](DecoderModel& one, const DecoderLayer& layer, int64_t l) {
+  // Layer l as a decoder of its own, dense (its pruned weights dense again), running `fn` (calibration, or
+  // carrying the hidden states on): the layer is lent to it, not copied, and given back.
+  auto run_layer = [&](DecoderLayer& layer, int64_t l, const std::function<void(Decoder&)>& fn) {
+    DecoderModel one;
     one.config = c;
     one.config.layers = 1;
     if (!c.sliding.empty()) one.config.sliding = {c.sliding[static_cast<size_t>(l)]};
-    one.layers = {layer};
-    return Decoder(one, dopt);
+    one.layers.push_back(std::move(layer));
+    {
+      Decoder d(one, dopt);
+      fn(d);
+    }
+    layer = std::move(one.layers[0]);
   };
   // The calibration: the texts joined by newlines and tokenized as one, cut into sequences of
   // sequence_tokens (or the sequences given); each sequence's embeddings, the first layer's input.
@@ -621,28 +626,26 @@ PruneModelReport prune_decoder(const DecoderSource& src, const PruneModelOptions
     }
     std::map<int, Stats> stats;
     if (pruner.calibrated() && any) {
-      auto t0 = Clock::now();
-      DecoderModel one;
-      Decoder d = layer_decoder(one, L, l);
+      const auto t0 = Clock::now();
       for (int which = 0; which < 4; ++which)
         if (!targets[which].empty()) stats.emplace(which, Stats(o.method, gemm_of(L, which).k));
-      report.forward_s += seconds_since(t0);
-      for (const std::vector<float>& h : hidden) {
-        double stat_s = 0;
-        t0 = Clock::now();
-        x = h;
-        d.run_layers(x.data(), static_cast<int64_t>(h.size()) / c.hidden,
-                     [&](int64_t, int which, const float* in, int64_t k, int64_t n) {
-                       const auto it = stats.find(which);
-                       if (it == stats.end()) return;
-                       const auto s0 = Clock::now();
-                       it->second.add(in, k, n, xt);
-                       stat_s += seconds_since(s0);
-                     });
-        report.statistics_s += stat_s;
-        report.forward_s += seconds_since(t0) - stat_s;
-        pruner.step(units);
-      }
+      double stat_s = 0;
+      run_layer(L, l, [&](Decoder& d) {
+        for (const std::vector<float>& h : hidden) {
+          x = h;
+          d.run_layers(x.data(), static_cast<int64_t>(h.size()) / c.hidden,
+                       [&](int64_t, int which, const float* in, int64_t k, int64_t n) {
+                         const auto it = stats.find(which);
+                         if (it == stats.end()) return;
+                         const auto s0 = Clock::now();
+                         it->second.add(in, k, n, xt);
+                         stat_s += seconds_since(s0);
+                       });
+          pruner.step(units);
+        }
+      });
+      report.statistics_s += stat_s;
+      report.forward_s += seconds_since(t0) - stat_s;
     } else if (pruner.calibrated() && l <= last_layer) {
       for (size_t i = 0; i < hidden.size(); ++i) pruner.step(units);  // nothing to calibrate here
     }
@@ -685,12 +688,12 @@ PruneModelReport prune_decoder(const DecoderSource& src, const PruneModelOptions
         g.dense = std::move(w);
         g.bias = std::move(bias);
       }
-      DecoderModel one;
-      Decoder d = layer_decoder(one, L, l);
-      for (std::vector<float>& h : hidden) {
-        d.run_layers(h.data(), static_cast<int64_t>(h.size()) / c.hidden, {});
-        pruner.step(units);
-      }
+      run_layer(L, l, [&](Decoder& d) {
+        for (std::vector<float>& h : hidden) {
+          d.run_layers(h.data(), static_cast<int64_t>(h.size()) / c.hidden, {});
+          pruner.step(units);
+        }
+      });
       report.forward_s += seconds_since(t0);
     }
     pruner.compress_pruned(first);
