@@ -143,11 +143,11 @@ DecoderModel load_gguf_decoder(const std::string& path, const DecoderLoadOptions
 // A parsed file (gguf.h).
 DecoderModel load_gguf_decoder(const Gguf& gguf, const std::string& what, const DecoderLoadOptions& o = {});
 // A GGUF decoder (checked as load_gguf_decoder checks it) as a new Hugging Face directory OUT_DIR:
-// config.json (the mapped metadata; LlamaForCausalLM, Qwen2ForCausalLM, ...), model.safetensors (fp32,
-// transformers' tensor names,
-// Q and K rows in transformers' RoPE order), tokenizer.json and tokenizer_config.json (the GGUF tokenizer,
-// text/bpe.h), and chat_template.jinja when the file has tokenizer.chat_template. Written atomically
-// (hf_dir.h). What `prune-model` and `convert` work on for a GGUF input.
+// config.json (the mapped metadata; LlamaForCausalLM, Qwen2ForCausalLM, ...), the weights (fp32,
+// transformers' tensor names, Q and K rows in transformers' RoPE order) written as read, a shard per layer
+// with an index (one layer: model.safetensors), tokenizer.json and tokenizer_config.json (the GGUF
+// tokenizer, text/bpe.h), and chat_template.jinja when the file has tokenizer.chat_template. Written
+// atomically (hf_dir.h: HfDirWriter). What `prune-model` and `convert` work on for a GGUF input.
 void gguf_to_hf_dir(const std::string& gguf_path, const std::string& out_dir);
 // A GGUF file or a Hugging Face decoder directory.
 DecoderModel load_decoder(const std::string& path, const DecoderLoadOptions& o = {});

@@ -579,13 +579,13 @@ std::string gguf_name(const std::string& hf, bool gemma) {
 }
 
 // A GGUF file's tensors asked for by transformers' names (build_decoder), dequantized to fp32, Q's and K's
-// rows (and biases) in transformers' RoPE order; with `keep`, every tensor read is kept under its
-// transformers name (what gguf_to_hf_dir writes).
+// rows (and biases) in transformers' RoPE order; with `keep`, every tensor read is appended to it under its
+// transformers name, as a checkpoint holds it (what gguf_to_hf_dir writes, draining it as layers are read).
 class GgufTensors {
  public:
   // file: the mapping g's bytes are in, if any: each tensor's pages are dropped once it is converted.
-  GgufTensors(const Gguf& g, const std::string& path, const DecoderConfig& c, bool rope_rows, bool keep,
-              const MappedFile* file)
+  GgufTensors(const Gguf& g, const std::string& path, const DecoderConfig& c, bool rope_rows,
+              std::vector<std::pair<std::string, Tensor>>* keep, const MappedFile* file)
       : g_(g), path_(path), c_(c), rope_rows_(rope_rows), keep_(keep), file_(file) {}
   std::vector<float> dense(const std::string& hf, const std::vector<int64_t>& shape) {
     std::vector<float> v(static_cast<size_t>(numel(shape)));
@@ -613,11 +613,11 @@ class GgufTensors {
     if (file_ != nullptr) file_->release(t->bytes);
     if (permuted)
       unpermute_rope_rows(v, q ? c_.heads : c_.kv_heads, c_.head_dim, shape.size() == 2 ? shape[1] : 1, out);
-    if (keep_) {  // as a Hugging Face checkpoint holds it: Gemma's norms as w - 1
+    if (keep_ != nullptr) {  // as a Hugging Face checkpoint holds it: Gemma's norms as w - 1
       std::vector<float> k(out, out + n);
       if (c_.sandwich_norms && hf.ends_with("norm.weight"))
         for (float& x : k) x -= 1.0f;
-      kept.push_back({hf, Tensor::from_float(k, shape)});
+      keep_->push_back({hf, Tensor::from_float(k, shape)});
     }
   }
   bool is_dense(const std::string&) const { return true; }
@@ -642,7 +642,6 @@ class GgufTensors {
         throw Error(path_ + ": tensor '" + t.name + "' is not used by the architecture");
   }
   std::string fingerprint() const { return hex(h_); }
-  std::vector<std::pair<std::string, Tensor>> kept;
 
  private:
   // A tensor read: marked used, its name and bytes hashed into the fingerprint.
@@ -653,7 +652,8 @@ class GgufTensors {
   const Gguf& g_;
   std::string path_;
   DecoderConfig c_;
-  bool rope_rows_, keep_;
+  bool rope_rows_;
+  std::vector<std::pair<std::string, Tensor>>* keep_;
   const MappedFile* file_;
   std::vector<float> rows_;  // a permuted tensor's rows before they are put back in order
   std::set<std::string> used_;
@@ -671,12 +671,11 @@ DecoderModel read_gguf_decoder(const Gguf& g, const std::string& path,
     throw Error(path + ": RoPE over part of a head (" + a + ".rope.dimension_count " +
                 std::to_string(g.get_int(a + ".rope.dimension_count")) + ", head size " +
                 std::to_string(c.head_dim) + ") is not supported");
-  GgufTensors w(g, path, c, arch.gguf_rope_rows, kept != nullptr, file);
+  GgufTensors w(g, path, c, arch.gguf_rope_rows, kept, file);
   DecoderModel m = build_decoder(c, b, w, path, true, o);
   w.used_by_config("rope_freqs.weight");
   w.check_all_used();
   m.fingerprint = w.fingerprint() + fingerprint_suffix(o);
-  if (kept != nullptr) *kept = std::move(w.kept);
   return m;
 }
 
@@ -693,25 +692,41 @@ DecoderModel load_gguf_decoder(const Gguf& g, const std::string& path, const Dec
 
 void gguf_to_hf_dir(const std::string& path, const std::string& out_dir) {
   const MappedGguf f(path);
-  std::vector<std::pair<std::string, Tensor>> tensors;
-  const DecoderModel m = read_gguf_decoder(f.gguf, path, &tensors, {}, &f.file);
   const text::ByteBpe tok = text::ByteBpe::from_gguf(f.gguf, path);
   json config = gguf_config(f.gguf, path);
-  config["architectures"] = json::array({find_architecture(m.config.model_type)->hf_class});
+  Biases b;
+  const DecoderConfig c = read_decoder_config(config, path + " (metadata)", b);
+  config["architectures"] = json::array({find_architecture(c.model_type)->hf_class});
   config["torch_dtype"] = "float32";
-  if (!m.config.gelu) config["hidden_act"] = "silu";
+  if (!c.gelu) config["hidden_act"] = "silu";
   if (tok.bos_id() >= 0) config["bos_token_id"] = tok.bos_id();
   if (tok.eos_id() >= 0) config["eos_token_id"] = tok.eos_id();
-  HfDir d;
-  d.config_json = config.dump(2);
-  for (auto& [name, t] : tensors) d.weights.tensors.push_back({name, to_st(t), {}});
   std::map<std::string, std::string> files = {{"tokenizer.json", tok.to_json()},
                                               {"tokenizer_config.json", tok.config_json()}};
   // The chat template, where transformers saves one (and text::chat_template_of reads it).
   const GgufValue* chat = f.gguf.find("tokenizer.chat_template");
   if (chat != nullptr && !chat->is_array() && chat->type == GgufType::kString)
     files["chat_template.jinja"] = chat->strings[0];
-  write_hf_dir(d, d.weights, CheckpointFormat::kDense, out_dir, files);
+  // Written as read: a shard per layer (the first with the embeddings, norm and head read before it), each
+  // layer dropped from the model once kept, so an 8B file converts in the memory of its tables and a layer.
+  HfDirWriter out("", {}, config.dump(2), CheckpointFormat::kDense, out_dir, files);
+  std::vector<std::pair<std::string, Tensor>> kept;
+  const auto flush = [&] {
+    Checkpoint part;
+    for (auto& [name, t] : kept) part.tensors.push_back({name, to_st(t), {}});
+    kept.clear();
+    if (!part.tensors.empty()) out.add(part);
+  };
+  DecoderLoadOptions o;
+  o.on_layer = [&](DecoderModel& m, DecoderLayer& layer, int64_t) {
+    std::vector<float>().swap(m.embed);
+    m.head = Gemm{};
+    layer = DecoderLayer{};
+    flush();
+  };
+  read_gguf_decoder(f.gguf, path, &kept, o, &f.file);
+  flush();
+  out.finish();
 }
 
 DecoderModel load_decoder(const std::string& path, const DecoderLoadOptions& o) {

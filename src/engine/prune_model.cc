@@ -584,7 +584,11 @@ PruneModelReport prune_decoder(const DecoderSource& src, const PruneModelOptions
   std::vector<float> x, xt;
   DecoderLoadOptions lo;
   lo.on_layer = [&](DecoderModel& m, DecoderLayer& L, int64_t l) {
-    if (l == 0) start(m);
+    if (l == 0) {
+      start(m);
+      std::vector<float>().swap(m.embed);  // the tables are not needed again (8B: 4.2 GB of fp32)
+      m.head = Gemm{};
+    }
     // The layer's Linear weights (and biases) as stored: what the pruner reads and writes.
     Checkpoint ck;
     for (int which = 0; which < 4; ++which) {
@@ -738,10 +742,13 @@ PruneModelReport prune_hf_decoder(const std::string& dir, const std::string& out
   src.load = [&](const DecoderLoadOptions& lo) { return load_hf_decoder(dir, lo); };
   HfDirWriter out(in.dir, in.shards, in.config_json, to, out_dir, files);
   std::set<std::string> written;
-  // A stored tensor as it is (dense bytes copied out of the mapping, a 2:4 one as decoded).
+  // A stored tensor as it is (dense bytes copied out of the mapping, whose pages are then dropped; a 2:4 one
+  // as decoded).
   auto stored = [&](const MappedHfDir::Tensor& t) {
     written.insert(t.t.name);
-    return CheckpointTensor{t.t.name, t.t.sparse ? StTensor{} : t.t.dense.copy(), t.t.sparse};
+    CheckpointTensor c{t.t.name, t.t.sparse ? StTensor{} : t.t.dense.copy(), t.t.sparse};
+    if (!t.t.sparse) t.file->release(t.t.dense.bytes);
+    return c;
   };
   // One shard per layer: its Linears as pruned, and the rest of its tensors (norms, 2:4 Linears) as stored.
   PruneModelReport r = prune_decoder(src, o, [&](int64_t l, Checkpoint&& ck) {
@@ -751,12 +758,25 @@ PruneModelReport prune_hf_decoder(const std::string& dir, const std::string& out
       if (layer_of(t.t.name) == l && !written.count(t.t.name)) ck.tensors.push_back(stored(t));
     out.add(ck);
   });
-  // The embeddings, the final norm and the head as stored, one shard.
+  // The embeddings, the final norm and the head as stored, in shards of up to 1 GiB but one tensor each
+  // (8B: the embeddings and the head a shard each, never both copied at once).
   Checkpoint rest;
-  rest.metadata = in.metadata;
+  size_t bytes = 0;
+  const auto flush = [&] {
+    if (rest.tensors.empty()) return;
+    rest.metadata = in.metadata;
+    out.add(rest);
+    rest.tensors.clear();
+    bytes = 0;
+  };
   for (const MappedHfDir::Tensor& t : in.tensors)
-    if (!written.count(t.t.name)) rest.tensors.push_back(stored(t));
-  if (!rest.tensors.empty()) out.add(rest);
+    if (!written.count(t.t.name)) {
+      const size_t b = t.t.sparse ? t.t.sparse->values.size() : t.t.dense.bytes.size();
+      if (bytes + b > (size_t{1} << 30)) flush();
+      rest.tensors.push_back(stored(t));
+      bytes += b;
+    }
+  flush();
   out.finish();
   return r;
 }
