@@ -139,6 +139,7 @@ def check_half_cache(a, ids_path, ref):
 def check_gguf_conversion(a, tok, ids, ref):
     """`sparse24 convert MODEL.gguf DIR`: the directory transformers made from the same file, tensor for tensor;
     its tokenizer.json gives Hugging Face `tokenizers` the same ids; transformers runs it to the same logits."""
+    import glob
     import shutil
 
     import torch
@@ -149,7 +150,10 @@ def check_gguf_conversion(a, tok, ids, ref):
     out = os.path.join(a.work, "from-gguf")
     shutil.rmtree(out, ignore_errors=True)
     run([a.sparse24, "convert", a.gguf, out, "--to", "dense"])
-    ours, want = load_file(os.path.join(out, "model.safetensors")), load_file(os.path.join(a.model, "model.safetensors"))
+    ours = {}  # a shard per layer
+    for shard in sorted(glob.glob(os.path.join(out, "*.safetensors"))):
+        ours.update(load_file(shard))
+    want = load_file(os.path.join(a.model, "model.safetensors"))
     want = {k: v for k, v in want.items() if k != "lm_head.weight"}  # the tied head, saved by transformers
     if sorted(ours) != sorted(want):
         sys.exit(f"compare_decoder_logits: converted tensors {sorted(set(ours) ^ set(want))} differ in name")

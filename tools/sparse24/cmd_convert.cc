@@ -103,6 +103,11 @@ void register_convert(CLI::App& app) {
     }
     if (is_gguf_file(o->in)) {  // a GGUF decoder: a Hugging Face directory in the chosen layout
       if (fs::exists(o->out)) throw Error(o->out + ": already exists (give a new directory)");
+      if (!o->prune) {  // nothing becomes 2:4: the converted directory is the answer, written layer by layer
+        engine::gguf_to_hf_dir(o->in, o->out);
+        std::printf("wrote %s (dense: a GGUF file's weights, a shard per layer)\n", o->out.c_str());
+        return;
+      }
       const GgufAsHfDir hf(o->in, o->out);
       convert_dir(hf.dir(), o->out, to, o->prune, o->targets, o->in);
       return;
