@@ -123,6 +123,9 @@ std::optional<std::string> config_with(const std::optional<std::string>& config_
   return config_json;
 }
 
+// A part's file until finish() names it (not a name a model directory's own files take).
+std::string part_name(size_t i) { return ".sparse24-part-" + std::to_string(i); }
+
 std::vector<std::string> sparse_prefixes_of(const Checkpoint& weights, CheckpointFormat to) {
   std::vector<std::string> p;
   for (const CheckpointTensor& t : weights.tensors)
@@ -172,7 +175,7 @@ HfDirWriter::~HfDirWriter() {
 
 void HfDirWriter::add(const Checkpoint& part) {
   const SafeTensors st = encode_checkpoint(part, to_);
-  write_safetensors(tmp_ + "/part-" + std::to_string(names_.size()), st);
+  write_safetensors(tmp_ + "/" + part_name(names_.size()), st);
   names_.emplace_back();
   for (const auto& [name, t] : st.tensors) {
     names_.back().push_back(name);
@@ -204,14 +207,15 @@ void HfDirWriter::finish() {
       }
     for (const auto& [name, text] : files_) write_file_atomic((tmp / name).string(), text);
     const size_t n = names_.size();
+    if (n == 0) fail(out_, "no weights were written");
     if (n == 1) {
-      fs::rename(tmp / "part-0", tmp / kWeights);
+      fs::rename(tmp / part_name(0), tmp / kWeights);
     } else {
       nlohmann::json map = nlohmann::json::object();
       for (size_t i = 0; i < n; ++i) {
         char file[64];
         std::snprintf(file, sizeof file, "model-%05zu-of-%05zu.safetensors", i + 1, n);
-        fs::rename(tmp / ("part-" + std::to_string(i)), tmp / file);
+        fs::rename(tmp / part_name(i), tmp / file);
         for (const std::string& t : names_[i]) map[t] = file;
       }
       const nlohmann::json index = {{"metadata", {{"total_size", bytes_}}}, {"weight_map", map}};

@@ -9,6 +9,7 @@
 #include <array>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "sparse24/error.h"
 #include "sparse24/prune.h"
@@ -40,6 +41,49 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
     for (int64_t q = k; q < len; ++q) t += shared[q] * other[r][q];
     out[r] = t;
   }
+}
+
+// The lazy batch update: rows[r][j] -= e[r][k] * u[k][j] for r < nr, j in [from, n), k < nk with
+// e[r][k] != 0 (rows: [nr, n], e: [nr, lde], u: the block's nk rows of U, [nk, n]). Each element gets the
+// operations the plain loop (a row at a time, k by k) gives it, in the same order and unfused, so the result
+// is the same bits; the columns go in chunks of 32 so the block of U's rows is read from cache across the
+// batch's rows instead of streamed again for each (at n = 14336, 15 MB per row and block).
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"),
+               optimize("fp-contract=off"))) void
+lazy_update(double* rows, int64_t nr, int64_t n, const double* e, int64_t lde, int64_t nk, const double* u,
+            int64_t from) {
+  typedef double v4 __attribute__((vector_size(32)));
+  constexpr int64_t kChunk = 32;
+  std::vector<int32_t> ks(static_cast<size_t>(nr * nk));  // per row, the k with e != 0
+  std::vector<int64_t> count(static_cast<size_t>(nr), 0);
+  for (int64_t r = 0; r < nr; ++r)
+    for (int64_t k = 0; k < nk; ++k)
+      if (e[r * lde + k] != 0) ks[static_cast<size_t>(r * nk + count[r]++)] = static_cast<int32_t>(k);
+  int64_t j = from;
+  for (; j + kChunk <= n; j += kChunk)
+    for (int64_t r = 0; r < nr; ++r) {
+      double* row = rows + r * n + j;
+      v4 acc[kChunk / 4];
+      __builtin_memcpy(acc, row, sizeof acc);
+      for (int64_t c = 0; c < count[r]; ++c) {
+        const int64_t k = ks[static_cast<size_t>(r * nk + c)];
+        const double ek = e[r * lde + k];
+        const v4 ev = {ek, ek, ek, ek};
+        const double* uk = u + k * n + j;
+        for (int64_t q = 0; q < kChunk / 4; ++q) {
+          v4 uv;
+          __builtin_memcpy(&uv, uk + 4 * q, sizeof uv);
+          acc[q] -= ev * uv;
+        }
+      }
+      __builtin_memcpy(row, acc, sizeof acc);
+    }
+  for (int64_t r = 0; r < nr; ++r)  // the last columns
+    for (int64_t c = 0; c < count[r]; ++c) {
+      const int64_t k = ks[static_cast<size_t>(r * nk + c)];
+      const double ek = e[r * lde + k];
+      for (int64_t jj = j; jj < n; ++jj) rows[r * n + jj] -= ek * u[k * n + jj];
+    }
 }
 
 // Upper Cholesky factor U of H^-1 (H^-1 = U^T U), H symmetric row-major n x n. With P the reversal
@@ -194,14 +238,9 @@ Mask sparsegpt_prune(float* w, int64_t rows, int64_t cols, const Hessian& h,
             row[i] = q;  // exactly (the update above leaves q up to rounding)
             e[i - i1] = ei;
           }
-          // Lazy batch update of the columns after the block.
-          for (int64_t k = 0; k < i2 - i1; ++k) {
-            const double ek = e[k];
-            if (ek == 0) continue;
-            const double* uk = u.data() + (i1 + k) * n;
-            for (int64_t j = i2; j < n; ++j) row[j] -= ek * uk[j];
-          }
         }
+        // Lazy batch update of the columns after the block, for the batch's rows at once.
+        lazy_update(wd.data(), nr, n, errs.data(), block, i2 - i1, u.data() + i1 * n, i2);
       }
       for (int64_t r = 0; r < nr; ++r)
         for (int64_t j = 0; j < n; ++j)

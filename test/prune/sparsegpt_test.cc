@@ -147,23 +147,28 @@ TEST(SparseGpt, HessianMatchesNaiveProduct) {
 TEST(SparseGpt, MatchesTheReferenceForEveryBlockSize) {
   SPARSE24_SEED_TRACE();
   auto g = rng(902);
-  const int64_t rows = 37, cols = 42, tokens = 200;  // 42: a partial last group and partial blocks
-  const std::vector<float> x = calibration(g, tokens, cols);
-  const std::vector<float> w0 = random_floats(g, rows * cols);
-  Hessian h(cols);
-  h.add(x.data(), tokens);
-  std::vector<double> ref(w0.begin(), w0.end());
-  const Mask ref_mask = reference_sparsegpt(ref, rows, cols, h.matrix(), 0.01);
-  for (int block : {4, 8, 20, 128}) {
-    std::vector<float> w = w0;
-    SparseGptOptions o;
-    o.block_size = block;
-    const Mask mask = sparsegpt_prune(w.data(), rows, cols, h, o);
-    EXPECT_EQ(mask, ref_mask) << "block " << block;
-    double max_w = 0;
-    for (double v : ref) max_w = std::max(max_w, std::fabs(v));
-    for (int64_t i = 0; i < rows * cols; ++i)
-      ASSERT_NEAR(w[i], ref[i], 1e-5 * max_w) << "block " << block << " at " << i;
+  // 42 columns: a partial last group and partial blocks; 100: the lazy update's 32-column chunks and a
+  // tail; 70 rows: two whole batches of 32 rows and a partial one.
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{37, 42}, {70, 100}}) {
+    const int64_t tokens = 200;
+    const std::vector<float> x = calibration(g, tokens, cols);
+    const std::vector<float> w0 = random_floats(g, rows * cols);
+    Hessian h(cols);
+    h.add(x.data(), tokens);
+    std::vector<double> ref(w0.begin(), w0.end());
+    const Mask ref_mask = reference_sparsegpt(ref, rows, cols, h.matrix(), 0.01);
+    for (int block : {4, 8, 20, 128}) {
+      std::vector<float> w = w0;
+      SparseGptOptions o;
+      o.block_size = block;
+      const Mask mask = sparsegpt_prune(w.data(), rows, cols, h, o);
+      EXPECT_EQ(mask, ref_mask) << "[" << rows << ", " << cols << "] block " << block;
+      double max_w = 0;
+      for (double v : ref) max_w = std::max(max_w, std::fabs(v));
+      for (int64_t i = 0; i < rows * cols; ++i)
+        ASSERT_NEAR(w[i], ref[i], 1e-5 * max_w)
+            << "[" << rows << ", " << cols << "] block " << block << " at " << i;
+    }
   }
 }
 
