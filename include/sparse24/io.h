@@ -33,6 +33,8 @@ std::vector<uint8_t> read_file(const std::string& path);
 // itself is replaced.
 void write_file_atomic(const std::string& path, std::string_view bytes);
 void write_file_atomic(const std::string& path, const std::vector<uint8_t>& bytes);
+// The same with the contents in pieces, written one after the other (a file never assembled in memory).
+void write_file_atomic(const std::string& path, const std::vector<std::string_view>& pieces);
 
 // A regular file mapped read-only into memory (mmap, MAP_PRIVATE), unmapped on destruction. Readers parse
 // straight from the mapping instead of copying the file first. An empty file maps to data() == nullptr,

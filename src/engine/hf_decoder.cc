@@ -585,7 +585,7 @@ class GgufTensors {
  public:
   // file: the mapping g's bytes are in, if any: each tensor's pages are dropped once it is converted.
   GgufTensors(const Gguf& g, const std::string& path, const DecoderConfig& c, bool rope_rows,
-              std::vector<std::pair<std::string, Tensor>>* keep, const MappedFile* file)
+              std::vector<std::pair<std::string, StTensor>>* keep, const MappedFile* file)
       : g_(g), path_(path), c_(c), rope_rows_(rope_rows), keep_(keep), file_(file) {}
   std::vector<float> dense(const std::string& hf, const std::vector<int64_t>& shape) {
     std::vector<float> v(static_cast<size_t>(numel(shape)));
@@ -613,11 +613,13 @@ class GgufTensors {
     if (file_ != nullptr) file_->release(t->bytes);
     if (permuted)
       unpermute_rope_rows(v, q ? c_.heads : c_.kv_heads, c_.head_dim, shape.size() == 2 ? shape[1] : 1, out);
-    if (keep_ != nullptr) {  // as a Hugging Face checkpoint holds it: Gemma's norms as w - 1
-      std::vector<float> k(out, out + n);
+    if (keep_ != nullptr) {  // as a Hugging Face checkpoint holds it (fp32): Gemma's norms as w - 1
+      StTensor k{"F32", shape, std::vector<uint8_t>(n * sizeof(float))};
+      float* f = reinterpret_cast<float*>(k.bytes.data());
+      std::copy(out, out + n, f);
       if (c_.sandwich_norms && hf.ends_with("norm.weight"))
-        for (float& x : k) x -= 1.0f;
-      keep_->push_back({hf, Tensor::from_float(k, shape)});
+        for (size_t i = 0; i < n; ++i) f[i] -= 1.0f;
+      keep_->push_back({hf, std::move(k)});
     }
   }
   bool is_dense(const std::string&) const { return true; }
@@ -653,7 +655,7 @@ class GgufTensors {
   std::string path_;
   DecoderConfig c_;
   bool rope_rows_;
-  std::vector<std::pair<std::string, Tensor>>* keep_;
+  std::vector<std::pair<std::string, StTensor>>* keep_;
   const MappedFile* file_;
   std::vector<float> rows_;  // a permuted tensor's rows before they are put back in order
   std::set<std::string> used_;
@@ -661,8 +663,8 @@ class GgufTensors {
 };
 
 DecoderModel read_gguf_decoder(const Gguf& g, const std::string& path,
-                               std::vector<std::pair<std::string, Tensor>>* kept, const DecoderLoadOptions& o,
-                               const MappedFile* file) {
+                               std::vector<std::pair<std::string, StTensor>>* kept,
+                               const DecoderLoadOptions& o, const MappedFile* file) {
   Biases b;
   const DecoderConfig c = read_decoder_config(gguf_config(g, path), path + " (metadata)", b);
   const Architecture& arch = *find_architecture(c.model_type);
@@ -710,10 +712,10 @@ void gguf_to_hf_dir(const std::string& path, const std::string& out_dir) {
   // Written as read: a shard per layer (the first with the embeddings, norm and head read before it), each
   // layer dropped from the model once kept, so an 8B file converts in the memory of its tables and a layer.
   HfDirWriter out("", {}, config.dump(2), CheckpointFormat::kDense, out_dir, files);
-  std::vector<std::pair<std::string, Tensor>> kept;
+  std::vector<std::pair<std::string, StTensor>> kept;
   const auto flush = [&] {
     Checkpoint part;
-    for (auto& [name, t] : kept) part.tensors.push_back({name, to_st(t), {}});
+    for (auto& [name, t] : kept) part.tensors.push_back({name, std::move(t), {}});
     kept.clear();
     if (!part.tensors.empty()) out.add(part);
   };

@@ -123,6 +123,10 @@ void MappedFile::reset() noexcept {
 }
 
 void write_file_atomic(const std::string& path, std::string_view bytes) {
+  write_file_atomic(path, std::vector<std::string_view>{bytes});
+}
+
+void write_file_atomic(const std::string& path, const std::vector<std::string_view>& pieces) {
   // pid + a per-process counter: unique across processes and across threads of this one.
   static std::atomic<uint64_t> counter{0};
   const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
@@ -136,12 +140,14 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
     ::unlink(tmp.c_str());
     throw Error("cannot write '" + path + "': " + step + ": " + errno_text(err));
   };
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::write(fd.get(), bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) fail("write", errno);
-    done += static_cast<size_t>(n);
+  for (const std::string_view bytes : pieces) {
+    size_t done = 0;
+    while (done < bytes.size()) {
+      ssize_t n = ::write(fd.get(), bytes.data() + done, bytes.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) fail("write", errno);
+      done += static_cast<size_t>(n);
+    }
   }
   if (::fsync(fd.get()) != 0) fail("fsync", errno);
   if (fd.close() != 0) fail("close", errno);

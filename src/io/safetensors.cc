@@ -310,7 +310,10 @@ const StTensorView* SafeTensorsView::find(const std::string& name) const {
   return nullptr;
 }
 
-std::vector<uint8_t> encode_safetensors(const SafeTensors& st) {
+namespace {
+
+// The file's first part: the header's length (8 bytes, little-endian), then the header, padded.
+std::string encoded_header(const SafeTensors& st) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!st.metadata.empty()) {
     auto& m = header[kMetadataKey] = nlohmann::ordered_json::object();
@@ -339,18 +342,32 @@ std::vector<uint8_t> encode_safetensors(const SafeTensors& st) {
   }
   // The reference implementation pads with spaces so the data buffer starts 8-byte aligned.
   text.append((8 - text.size() % 8) % 8, ' ');
-
-  std::vector<uint8_t> out;
-  out.reserve(8 + text.size() + offset);
+  std::string out(8, '\0');
   for (int i = 0; i < 8; ++i)
-    out.push_back(static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i)));
-  out.insert(out.end(), text.begin(), text.end());
+    out[static_cast<size_t>(i)] = static_cast<char>(static_cast<uint64_t>(text.size()) >> (8 * i));
+  return out + text;
+}
+
+}  // namespace
+
+std::vector<uint8_t> encode_safetensors(const SafeTensors& st) {
+  const std::string head = encoded_header(st);
+  size_t size = head.size();
+  for (const auto& [name, t] : st.tensors) size += t.bytes.size();
+  std::vector<uint8_t> out;
+  out.reserve(size);
+  out.insert(out.end(), head.begin(), head.end());
   for (const auto& [name, t] : st.tensors) out.insert(out.end(), t.bytes.begin(), t.bytes.end());
   return out;
 }
 
+// The header, then each tensor's bytes where they are: the file is never a second copy in memory.
 void write_safetensors(const std::string& path, const SafeTensors& st) {
-  write_file_atomic(path, encode_safetensors(st));
+  const std::string head = encoded_header(st);
+  std::vector<std::string_view> pieces = {head};
+  for (const auto& [name, t] : st.tensors)
+    pieces.emplace_back(reinterpret_cast<const char*>(t.bytes.data()), t.bytes.size());
+  write_file_atomic(path, pieces);
 }
 
 }  // namespace sparse24
