@@ -9,6 +9,7 @@
 #include <array>
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sparse24/error.h"
@@ -90,7 +91,7 @@ lazy_update(double* rows, int64_t nr, int64_t n, const double* e, int64_t lde, i
 // permutation and P H P = L L^T, H^-1 = P L^-T L^-1 P = U^T U for U = P L^-1 P, which is upper triangular
 // with a positive diagonal: one Cholesky and one triangular inverse instead of inverting H and factoring
 // again. Throws Error if H is not (numerically) positive definite.
-std::vector<double> upper_cholesky_of_inverse(const std::vector<double>& h, int64_t n) {
+std::vector<double> upper_cholesky_of_inverse(std::vector<double> h, int64_t n) {
   auto H = [&](int64_t i, int64_t j) { return h[static_cast<size_t>((n - 1 - i) * n + (n - 1 - j))]; };
   // Left-looking Cholesky, kGroup rows at a time: their dots with each finished row j share its load.
   std::vector<double> l(static_cast<size_t>(n * n), 0.0);
@@ -123,6 +124,7 @@ std::vector<double> upper_cholesky_of_inverse(const std::vector<double>& h, int6
       }
     }
   }
+  std::vector<double>().swap(h);  // n = 14336 (Llama 3.1 8B's down_proj): 1.6 GB per matrix, three at most
   // M = L^-1 by columns (independent, so OpenMP over groups of kGroup columns): m_c[c] = 1 / L_cc and
   // m_c[i] = -(sum_{k=c}^{i-1} L_ik m_c[k]) / L_ii for i > c. Stored column-wise: mt[c * n + i] = M_ic.
   std::vector<double> mt(static_cast<size_t>(n * n), 0.0);
@@ -142,6 +144,7 @@ std::vector<double> upper_cholesky_of_inverse(const std::vector<double>& h, int6
       }
     }
   }
+  std::vector<double>().swap(l);
   std::vector<double> u(static_cast<size_t>(n * n), 0.0);
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = i; j < n; ++j)
@@ -187,7 +190,7 @@ Mask sparsegpt_prune(float* w, int64_t rows, int64_t cols, const Hessian& h,
   mean_diag /= static_cast<double>(n);
   const double damp = options.dampening * mean_diag;
   for (int64_t j = 0; j < n; ++j) hm[static_cast<size_t>(j * n + j)] += damp;
-  const std::vector<double> u = upper_cholesky_of_inverse(hm, n);
+  const std::vector<double> u = upper_cholesky_of_inverse(std::move(hm), n);
 
   Mask mask(static_cast<size_t>(rows * cols), 1);
   const int64_t block = options.block_size;
