@@ -252,7 +252,7 @@ def test_prune_model_of_a_directory_holds_a_layer_at_a_time(tmp_path):
     shard of its own: Wanda's calibrated pruning peaks under 0.6 of the input's bytes (measured 244 of 514 MiB:
     a layer in fp32, its dense copy for the calibration pass, its bf16 output; reading the directory whole, as
     before, took all of them and the fp32 model, twice them, beside), and the output keeps bf16 values, is
-    sharded and runs."""
+    sharded and runs; interrupted, it leaves nothing behind."""
     import json
     import os
     import subprocess
@@ -283,6 +283,19 @@ def test_prune_model_of_a_directory_holds_a_layer_at_a_time(tmp_path):
     ran = subprocess.run([cli_path, "generate", str(out), "--prompt-ids", "1,2,3", "--max-tokens", "2"],
                          capture_output=True, text=True)
     assert ran.returncode == 0, ran.stderr
+    # Interrupted (Ctrl-C) once its first shards are written: it stops with an error and leaves nothing.
+    import signal
+    import time
+
+    out2 = tmp_path / "interrupted"
+    p = subprocess.Popen([cli_path, "prune-model", str(model), "-o", str(out2), "--method", "wanda", "--calib",
+                          str(calib), "--calib-ctx", "64"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while p.poll() is None and not list(tmp_path.glob("interrupted.tmp.*/.sparse24-part-*")):
+        time.sleep(0.05)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=300)
+    assert p.returncode != 0 and "interrupted" in err, err
+    assert not out2.exists() and not list(tmp_path.glob("interrupted*")), list(tmp_path.iterdir())
 
 
 

@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -15,6 +17,26 @@
 #include "sparse24/io.h"
 
 namespace sparse24::cli {
+
+// Ctrl-C (SIGINT) or SIGTERM while a long command writes its output: the first asks it to stop (stop_asked()
+// turns true; the command throws at its next step, so its temporary output is removed as on any error), a
+// second ends the process at once.
+inline std::atomic<bool> g_stop_asked{false};
+extern "C" inline void on_stop_signal(int sig) {
+  if (g_stop_asked.exchange(true)) {
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+    return;
+  }
+  static const char msg[] =
+      "\nstopping after the current step (again to quit at once, leaving its temporary files)\n";
+  (void)!::write(2, msg, sizeof msg - 1);
+}
+inline void stop_on_signals() {
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
+}
+inline bool stop_asked() { return g_stop_asked.load(); }
 
 // The lines of a text file (a trailing \r dropped; a last line without \n kept).
 // A `--text S...` option: any number of texts, each taken as it is (CLI11 would otherwise split a value

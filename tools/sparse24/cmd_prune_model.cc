@@ -88,11 +88,13 @@ json prune_model(const PruneModelOpts& o) {
   po.targets = o.targets;
   po.sequence_tokens = o.calib_ctx;
   std::optional<Progress> bar;
-  if (!o.quiet)
-    po.progress = [&](int64_t done, int64_t total) {
-      if (!bar) bar.emplace("calibrating and pruning: steps", total);
-      bar->update(done);
-    };
+  stop_on_signals();  // a decoder's output is written while it is pruned: interrupted, it is removed
+  po.progress = [&](int64_t done, int64_t total) {
+    if (stop_asked()) throw Error("interrupted: " + o.out + " not written");
+    if (o.quiet) return;
+    if (!bar) bar.emplace("calibrating and pruning: steps", total);
+    bar->update(done);
+  };
   const CheckpointFormat format = parse_checkpoint_format(o.format);
   engine::PruneModelReport r;
   double read_s = 0;
