@@ -72,6 +72,12 @@ Producer find_producer(const Model& m, int gemm) {
   return p;
 }
 
+// The dtype a pruned or permuted tensor is stored in: its own when half precision (bf16 stays bf16), else
+// fp32.
+DType kept_dtype(const std::string& st_dtype) {
+  return st_dtype == "BF16" || st_dtype == "F16" ? dtype_from_st(st_dtype) : DType::kF32;
+}
+
 // The checkpoint's float weights, read and written by name (float32 while the pruning runs).
 class Tensors {
  public:
@@ -94,8 +100,7 @@ class Tensors {
   void set(const std::string& name, const std::vector<float>& v) {
     CheckpointTensor& t = *by_name_.at(name);
     const std::vector<int64_t> s = shape(name);
-    const bool half = !t.sparse && (t.dense.dtype == "BF16" || t.dense.dtype == "F16");
-    const DType d = half ? dtype_from_st(t.dense.dtype) : DType::kF32;
+    const DType d = t.sparse ? DType::kF32 : kept_dtype(t.dense.dtype);
     t.sparse.reset();
     t.dense = to_st(Tensor::from_float(v, s, d));
   }
@@ -598,17 +603,15 @@ PruneModelReport prune_decoder(const DecoderSource& src, const PruneModelOptions
       for (const std::string& s : g.sources) {
         const auto& [dtype, shape] = src.stored.at(s);
         const int64_t rows = shape.at(0);
-        const DType d = dtype == "BF16" || dtype == "F16" ? dtype_from_st(dtype) : DType::kF32;
         const auto at = g.dense.begin() + row0 * g.k;
-        ck.tensors.push_back({s, to_st(Tensor::from_float({at, at + rows * g.k}, {rows, g.k}, d)), {}});
+        ck.tensors.push_back(
+            {s, to_st(Tensor::from_float({at, at + rows * g.k}, {rows, g.k}, kept_dtype(dtype))), {}});
         if (!g.bias.empty()) {
           const std::string b = bias_of(s);
-          const auto& bd = src.stored.at(b).first;
           const auto bat = g.bias.begin() + row0;
           ck.tensors.push_back(
               {b,
-               to_st(Tensor::from_float({bat, bat + rows}, {rows},
-                                        bd == "BF16" || bd == "F16" ? dtype_from_st(bd) : DType::kF32)),
+               to_st(Tensor::from_float({bat, bat + rows}, {rows}, kept_dtype(src.stored.at(b).first))),
                {}});
         }
         row0 += rows;
