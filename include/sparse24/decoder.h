@@ -149,6 +149,19 @@ DecoderModel load_gguf_decoder(const Gguf& gguf, const std::string& what, const 
 // tokenizer, text/bpe.h), and chat_template.jinja when the file has tokenizer.chat_template. Written
 // atomically (hf_dir.h: HfDirWriter). What `prune-model` and `convert` work on for a GGUF input.
 void gguf_to_hf_dir(const std::string& gguf_path, const std::string& out_dir);
+// A GGUF decoder as such a directory beside `near` (NEAR.from-gguf.PID), removed when this goes away: what
+// the directory commands (convert, prune-model) read for a .gguf input.
+class GgufAsHfDir {
+ public:
+  GgufAsHfDir(const std::string& gguf, const std::string& near);
+  ~GgufAsHfDir();
+  GgufAsHfDir(const GgufAsHfDir&) = delete;
+  GgufAsHfDir& operator=(const GgufAsHfDir&) = delete;
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+};
 // A GGUF file or a Hugging Face decoder directory.
 DecoderModel load_decoder(const std::string& path, const DecoderLoadOptions& o = {});
 

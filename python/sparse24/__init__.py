@@ -14,11 +14,12 @@ import os
 import numpy as np
 
 from . import _core
-from ._core import Compressed, Decoder, Engine, Error, FileError, Packed, isa, render_chat_template, spmm
+from ._core import (Compressed, Decoder, Engine, Error, FileError, Packed, isa, prune_model, render_chat_template,
+                    spmm)
 
 __all__ = [
     "Compressed", "Decoder", "Engine", "Error", "FileError", "Packed", "compress", "decompress", "inspect", "isa",
-    "load", "mask", "pack", "prune", "render_chat_template", "save", "spmm",
+    "load", "mask", "pack", "prune", "prune_model", "render_chat_template", "save", "spmm",
 ]
 
 _SUPPORTED = (np.float32, np.float16, np.int8)

@@ -44,5 +44,6 @@ void register_arrays(nb::module_& m);
 void register_files(nb::module_& m);
 void register_engine(nb::module_& m);
 void register_decoder(nb::module_& m);
+void register_prune(nb::module_& m);
 
 }  // namespace sparse24::py

@@ -8,4 +8,5 @@ NB_MODULE(_core, m) {
   sparse24::py::register_files(m);
   sparse24::py::register_engine(m);
   sparse24::py::register_decoder(m);
+  sparse24::py::register_prune(m);
 }

@@ -230,6 +230,22 @@ def write_sharded_bf16_llama(path, layers=16, H=1024, F=4096, vocab=1024):
     return shard_bytes
 
 
+CALIBRATION = ["In the beginning God created the heaven and the earth.",
+               "And the earth was without form, and void; and darkness was upon the face of the deep."] * 8
+
+
+def write_calibration(model, tmp_path):
+    """A byte-level BPE tokenizer.json for `model` (trained by `tokenizers` on CALIBRATION) and the calibration
+    text as a file, one line per text; returns the file."""
+    tokenizers = pytest.importorskip("tokenizers")
+    tok = tokenizers.ByteLevelBPETokenizer()
+    tok.train_from_iterator(CALIBRATION * 4, vocab_size=300, min_frequency=1, special_tokens=["<|endoftext|>"])
+    tok.save(str(model / "tokenizer.json"))
+    calib = tmp_path / "calib.txt"
+    calib.write_text("\n".join(CALIBRATION) + "\n")
+    return calib
+
+
 def test_pruned_int8_load_of_a_directory_never_holds_its_shards(tmp_path):
     """A Hugging Face directory (bf16, as real checkpoints are, in two shards) read with --prune --int8 peaks
     under the bytes of its shards: they are mapped and each tensor's pages dropped once it is converted,
@@ -258,20 +274,13 @@ def test_prune_model_of_a_directory_holds_a_layer_at_a_time(tmp_path):
     import subprocess
 
     safetensors = pytest.importorskip("safetensors")
-    tokenizers = pytest.importorskip("tokenizers")
     cli_path = os.environ.get("SPARSE24_CLI")
     if not cli_path:
         pytest.skip("needs the C++ tool (SPARSE24_CLI)")
     model = tmp_path / "model"
     model.mkdir()
     shard_bytes = write_sharded_bf16_llama(model)
-    text = ["In the beginning God created the heaven and the earth.",
-            "And the earth was without form, and void; and darkness was upon the face of the deep."] * 8
-    tok = tokenizers.ByteLevelBPETokenizer()
-    tok.train_from_iterator(text * 4, vocab_size=300, min_frequency=1, special_tokens=["<|endoftext|>"])
-    tok.save(str(model / "tokenizer.json"))
-    calib = tmp_path / "calib.txt"
-    calib.write_text("\n".join(text) + "\n")
+    calib = write_calibration(model, tmp_path)
     out = tmp_path / "pruned"
     peak = peak_rss_kb(cli_path, "prune-model", model, "-o", out, "--method", "wanda", "--calib", calib,
                        "--calib-ctx", 64)
@@ -315,3 +324,48 @@ def test_bench_decode_rows(smol, cli, tmp_path):
     assert int8["weight_bytes"] < 0.5 * fp32["weight_bytes"]
     with pytest.raises(subprocess.CalledProcessError):
         cli("bench-decode", smol, "--runs", "fp16", "--no-peers")
+
+
+def test_prune_model_from_python_is_the_cli(tmp_path):
+    """sparse24.prune_model runs what `sparse24 prune-model` runs: SparseGPT with permutations on a small bf16
+    Llama gives the same files as the CLI, reports every Linear, calls progress up to its total; errors are
+    sparse24.Error, and an exception from progress stops it with nothing left behind."""
+    import os
+    import subprocess
+
+    cli_path = os.environ.get("SPARSE24_CLI")
+    if not cli_path:
+        pytest.skip("needs the C++ tool (SPARSE24_CLI)")
+    model = tmp_path / "model"
+    model.mkdir()
+    write_sharded_bf16_llama(model, layers=4, H=128, F=256, vocab=512)
+    calib = write_calibration(model, tmp_path)
+    seen = []
+    kw = dict(method="sparsegpt", permute=True, permute_seconds=30, calib_ctx=64)
+    report = sparse24.prune_model(str(model), str(tmp_path / "py"), calibration=CALIBRATION,
+                                  progress=lambda done, total: seen.append((done, total)), **kw)
+    assert len(report["weights"]) == 7 * 4 and report["calibration_tokens"] > 0, report
+    assert [w["permutation"].startswith("with") for w in report["weights"]].count(True) == 2 * 4  # o and down
+    assert seen and seen[-1][0] == seen[-1][1] and [d for d, _ in seen] == sorted(d for d, _ in seen), seen
+    subprocess.run([cli_path, "prune-model", str(model), "-o", str(tmp_path / "cli"), "--method", "sparsegpt",
+                    "--permute", "--permute-seconds", "30", "--calib", str(calib), "--calib-ctx", "64"],
+                   check=True, capture_output=True)
+    files = sorted(p.name for p in (tmp_path / "py").iterdir())
+    assert files == sorted(p.name for p in (tmp_path / "cli").iterdir())
+    for name in files:
+        assert (tmp_path / "py" / name).read_bytes() == (tmp_path / "cli" / name).read_bytes(), name
+
+    with pytest.raises(sparse24.Error, match="already exists"):
+        sparse24.prune_model(str(model), str(tmp_path / "py"))
+    with pytest.raises(sparse24.Error, match="calibration"):
+        sparse24.prune_model(str(model), str(tmp_path / "x"), method="wanda")
+    with pytest.raises(sparse24.Error, match="no weight matched"):
+        sparse24.prune_model(str(model), str(tmp_path / "x"), targets="nothing-like-this")
+
+    def stop(done, total):
+        if done >= 10:
+            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        sparse24.prune_model(str(model), str(tmp_path / "stopped"), method="wanda", calibration=CALIBRATION,
+                             calib_ctx=64, progress=stop)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(("stopped", "x"))], list(tmp_path.iterdir())

@@ -3,9 +3,12 @@
 // fields and bounded by the same code), then one builder asks for the tensors by transformers' names (a GGUF
 // file answers under llama.cpp's) and joins them into the decoder's Linears (Q, K and V into one GEMM, gate
 // and up into another, so a decoded token runs four GEMMs per layer).
+#include <unistd.h>
+
 #include <cmath>
 #include <filesystem>
 #include <set>
+#include <system_error>
 
 #include "builder.h"
 #include "hf_weights.h"
@@ -729,6 +732,18 @@ void gguf_to_hf_dir(const std::string& path, const std::string& out_dir) {
   read_gguf_decoder(f.gguf, path, &kept, o, &f.file);
   flush();
   out.finish();
+}
+
+GgufAsHfDir::GgufAsHfDir(const std::string& gguf, const std::string& near)
+    : dir_(near + ".from-gguf." + std::to_string(::getpid())) {
+  std::error_code ec;
+  std::filesystem::remove_all(dir_, ec);
+  gguf_to_hf_dir(gguf, dir_);
+}
+
+GgufAsHfDir::~GgufAsHfDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(dir_, ec);
 }
 
 DecoderModel load_decoder(const std::string& path, const DecoderLoadOptions& o) {

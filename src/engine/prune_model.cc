@@ -5,6 +5,7 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <optional>
@@ -14,6 +15,7 @@
 #include "sparse24/decoder.h"
 #include "sparse24/engine.h"
 #include "sparse24/error.h"
+#include "sparse24/gguf.h"
 #include "sparse24/io.h"
 #include "sparse24/mask.h"
 #include "text/bpe.h"
@@ -583,7 +585,9 @@ PruneModelReport prune_decoder(const DecoderSource& src, const PruneModelOptions
     report.calibration_sequences = static_cast<int64_t>(hidden.size());
     if (pruner.calibrated() && hidden.empty()) throw Error("the calibration text has no tokens");
     dopt.max_context = capacity;
-    units = (pruner.calibrated() ? 2 * (last_layer + 1) * static_cast<int64_t>(hidden.size()) : 0) + expected;
+    // Every layer up to the last one with targets runs the sequences once for its statistics, and each but
+    // that last one once more to carry them on.
+    units = (pruner.calibrated() ? (2 * last_layer + 1) * static_cast<int64_t>(hidden.size()) : 0) + expected;
   };
 
   std::vector<float> x, xt;
@@ -781,6 +785,19 @@ PruneModelReport prune_hf_decoder(const std::string& dir, const std::string& out
     }
   flush();
   out.finish();
+  return r;
+}
+
+PruneModelReport prune_model(const std::string& model, const std::string& out_dir, CheckpointFormat to,
+                             const PruneModelOptions& o) {
+  if (std::filesystem::exists(out_dir)) throw Error(out_dir + ": already exists (give a new directory)");
+  std::optional<GgufAsHfDir> from_gguf;
+  if (is_gguf_file(model)) from_gguf.emplace(model, out_dir);
+  const std::string dir = from_gguf ? from_gguf->dir() : model;
+  if (is_hf_decoder(dir)) return prune_hf_decoder(dir, out_dir, to, o);
+  HfDir d = read_hf_dir(dir);
+  PruneModelReport r = prune_hf_encoder(d, o);
+  write_hf_dir(d, d.weights, to, out_dir);
   return r;
 }
 

@@ -72,28 +72,6 @@ inline std::vector<std::string> spread_lines(const std::vector<std::string>& lin
   return out;
 }
 
-// A GGUF decoder as a Hugging Face directory beside `near` (engine::gguf_to_hf_dir), removed when this goes
-// away: what the directory commands (convert, prune-model) read for a .gguf input.
-class GgufAsHfDir {
- public:
-  GgufAsHfDir(const std::string& gguf, const std::string& near)
-      : dir_(near + ".from-gguf." + std::to_string(::getpid())) {
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-    engine::gguf_to_hf_dir(gguf, dir_);
-  }
-  ~GgufAsHfDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
-  GgufAsHfDir(const GgufAsHfDir&) = delete;
-  GgufAsHfDir& operator=(const GgufAsHfDir&) = delete;
-  const std::string& dir() const { return dir_; }
-
- private:
-  std::string dir_;
-};
-
 // One line on a terminal, redrawn: done/total, rate and time left.
 class Progress {
  public:

@@ -108,7 +108,7 @@ void register_convert(CLI::App& app) {
         std::printf("wrote %s (dense: a GGUF file's weights, a shard per layer)\n", o->out.c_str());
         return;
       }
-      const GgufAsHfDir hf(o->in, o->out);
+      const engine::GgufAsHfDir hf(o->in, o->out);
       convert_dir(hf.dir(), o->out, to, o->prune, o->targets, o->in);
       return;
     }

@@ -42,12 +42,6 @@ struct PruneModelOpts {
   double permute_seconds = 1.0;
 };
 
-std::string fixed1(double x) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.1f", x);
-  return b;
-}
-
 json report_json(const engine::PruneModelReport& r) {
   json layers = json::array();
   for (const auto& w : r.weights)
@@ -79,43 +73,22 @@ json prune_model(const PruneModelOpts& o) {
     po.calibration = spread_lines(read_lines(o.calib), o.calib_lines);
     if (po.calibration.empty()) throw Error(o.calib + ": no lines");
   }
-  if (fs::exists(o.out)) throw Error(o.out + " already exists");
-  // A GGUF decoder is pruned as the Hugging Face directory it converts to (the output is one).
-  std::optional<GgufAsHfDir> from_gguf;
-  if (is_gguf_file(o.model)) from_gguf.emplace(o.model, o.out);
-  const std::string model = from_gguf ? from_gguf->dir() : o.model;
-  const bool decoder = engine::is_hf_decoder(model);
   po.targets = o.targets;
   po.sequence_tokens = o.calib_ctx;
   std::optional<Progress> bar;
-  stop_on_signals();  // a decoder's output is written while it is pruned: interrupted, it is removed
+  stop_on_signals();  // the output is written while the model is pruned: interrupted, it is removed
   po.progress = [&](int64_t done, int64_t total) {
     if (stop_asked()) throw Error("interrupted: " + o.out + " not written");
     if (o.quiet) return;
     if (!bar) bar.emplace("calibrating and pruning: steps", total);
     bar->update(done);
   };
-  const CheckpointFormat format = parse_checkpoint_format(o.format);
-  engine::PruneModelReport r;
-  double read_s = 0;
-  auto t1 = Clock::now();
-  if (decoder) {  // read layer by layer, written shard by shard (reading and writing inside the pruning)
-    r = engine::prune_hf_decoder(model, o.out, format, po);
-  } else {
-    HfDir d = read_hf_dir(model);
-    read_s = ms_since(t0) / 1000;
-    r = engine::prune_hf_encoder(d, po);
-    t1 = Clock::now();
-    write_hf_dir(d, d.weights, format, o.out);
-  }
-  const double write_s = decoder ? 0 : ms_since(t1) / 1000, total_s = ms_since(t0) / 1000;
+  const engine::PruneModelReport r =
+      engine::prune_model(o.model, o.out, parse_checkpoint_format(o.format), po);
+  const double total_s = ms_since(t0) / 1000;
   json j = report_json(r);
   j["method"] = o.method;
   j["permute"] = o.permute;
-  if (!decoder) {
-    j["seconds"]["read"] = read_s;
-    j["seconds"]["write"] = write_s;
-  }
   j["seconds"]["total"] = total_s;
   if (!o.quiet) {
     for (const std::string& s : r.skipped) std::fprintf(stderr, "left dense: %s\n", s.c_str());
@@ -126,14 +99,12 @@ json prune_model(const PruneModelOpts& o) {
                                             std::to_string(w.kept_permuted) + ")")
                                                .c_str()
                                          : "");
-    // A decoder is read and written layer by layer inside the pruning (the total holds both).
-    const std::string io = decoder ? "" : "read " + fixed1(read_s) + ", ";
     std::printf(
-        "wrote %s (%s, %s%s): %zu weights 2:4 from %lld calibration tokens; %.1f s: %sforward %.1f, "
-        "statistics %.1f, permutations %.1f, pruning %.1f%s\n",
+        "wrote %s (%s, %s%s): %zu weights 2:4 from %lld calibration tokens; %.1f s (reading and writing "
+        "included): forward %.1f, statistics %.1f, permutations %.1f, pruning %.1f\n",
         o.out.c_str(), o.format.c_str(), o.method.c_str(), o.permute ? " + permutations" : "",
-        r.weights.size(), static_cast<long long>(r.calibration_tokens), total_s, io.c_str(), r.forward_s,
-        r.statistics_s, r.permute_s, r.prune_s, decoder ? "" : (", write " + fixed1(write_s)).c_str());
+        r.weights.size(), static_cast<long long>(r.calibration_tokens), total_s, r.forward_s, r.statistics_s,
+        r.permute_s, r.prune_s);
   }
   return j;
 }
