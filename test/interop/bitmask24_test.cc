@@ -2,8 +2,11 @@
 // (reference_writer.h) convert to sparse24 and back bit for bit; hostile layers are refused clearly.
 #include "sparse24/bitmask24.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -12,6 +15,7 @@
 #include "interop/reference_writer.h"
 #include "io/io_test_util.h"
 #include "sparse24/checkpoint.h"
+#include "sparse24/hf_dir.h"
 #include "sparse24/io.h"
 
 namespace sparse24 {
@@ -425,6 +429,79 @@ TEST(Checkpoint, WriterOrderIsTheReferenceOrder) {
   for (const auto& [n, t] : st.tensors) names.push_back(n);
   EXPECT_EQ(names, (std::vector<std::string>{"t_U64", "t_I64", "t_F64", "a_F32", "t_F32", "t_I32", "t_BF16",
                                              "t_F16", "t_I8", "t_U8", "t_BOOL"}));
+}
+
+// A directory written in parts (HfDirWriter) holds what one write_hf_dir of all the tensors holds: the
+// same tensors, an index naming each stored tensor's shard, the same sparsity config (its global sparsity
+// over every part); destroyed before finish(), a writer leaves nothing.
+TEST(Checkpoint, DirectoryWrittenInPartsEqualsOneFile) {
+  SPARSE24_SEED_TRACE();
+  auto g = testing::rng(606);
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("sparse24_parts_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::vector<Checkpoint> parts(3);
+  Checkpoint all;
+  for (int p = 0; p < 3; ++p)
+    for (int i = 0; i < 2; ++i) {
+      const std::string name = "layers." + std::to_string(p) + "." + std::to_string(i) + ".weight";
+      std::vector<float> w = testing::random_floats(g, 8 * 16);
+      if (i == 0)
+        for (size_t k = 0; k < w.size(); ++k)
+          if (k % 4 >= 2) w[k] = 0;  // 2:4: compressed by sparsify
+      parts[static_cast<size_t>(p)].tensors.push_back({name, to_st(Tensor::from_float(w, {8, 16})), {}});
+    }
+  for (Checkpoint& part : parts) {
+    sparsify(part, {});
+    all.tensors.insert(all.tensors.end(), part.tensors.begin(), part.tensors.end());
+  }
+  const std::string config = R"({"model_type": "llama"})";
+  for (CheckpointFormat f : {CheckpointFormat::kSparse24, CheckpointFormat::kBitmask24}) {
+    SCOPED_TRACE(checkpoint_format_name(f));
+    const std::string one = (dir / ("one-" + std::string(checkpoint_format_name(f)))).string();
+    const std::string many = (dir / ("many-" + std::string(checkpoint_format_name(f)))).string();
+    HfDir src;
+    src.config_json = config;
+    write_hf_dir(src, all, f, one);
+    {
+      HfDirWriter w("", {}, config, f, many);
+      for (const Checkpoint& part : parts) w.add(part);
+      w.finish();
+    }
+    const HfDir a = read_hf_dir(one), b = read_hf_dir(many);
+    EXPECT_EQ(b.shards.size(), 3u);
+    ASSERT_EQ(a.weights.tensors.size(), b.weights.tensors.size());
+    for (const CheckpointTensor& t : a.weights.tensors) {
+      const CheckpointTensor* u = b.weights.find(t.name);
+      ASSERT_NE(u, nullptr) << t.name;
+      ASSERT_EQ(u->sparse.has_value(), t.sparse.has_value()) << t.name;
+      if (t.sparse) {
+        EXPECT_EQ(u->sparse->values, t.sparse->values) << t.name;
+        EXPECT_EQ(u->sparse->metadata, t.sparse->metadata) << t.name;
+      } else {
+        EXPECT_EQ(u->dense.bytes, t.dense.bytes) << t.name;
+      }
+    }
+    const auto sa = parse_sparsity_config(a.config_json, "a"), sb = parse_sparsity_config(b.config_json, "b");
+    ASSERT_EQ(sa.has_value(), f == CheckpointFormat::kBitmask24);
+    ASSERT_EQ(sb.has_value(), sa.has_value());
+    if (sa) {
+      EXPECT_EQ(sb->targets, sa->targets);
+      EXPECT_DOUBLE_EQ(sb->global_sparsity, sa->global_sparsity);
+    }
+    const std::vector<uint8_t> index = read_file(many + "/model.safetensors.index.json");
+    const std::string text(index.begin(), index.end());
+    EXPECT_NE(text.find("\"model-00002-of-00003.safetensors\""), std::string::npos) << text;
+    EXPECT_NE(text.find("\"total_size\""), std::string::npos) << text;
+  }
+  {
+    HfDirWriter w("", {}, config, CheckpointFormat::kSparse24, (dir / "unfinished").string());
+    w.add(parts[0]);
+  }
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    EXPECT_EQ(e.path().filename().string().find("unfinished"), std::string::npos) << e.path();
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Checkpoint, FormatNames) {
