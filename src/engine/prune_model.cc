@@ -517,12 +517,14 @@ PruneModelReport prune_decoder(const DecoderSource& src, const PruneModelOptions
   // Before reading the model: which stored weights the targets match (the units of work, the last layer
   // with one) and whether calibration text is there.
   int64_t expected = 0, last_layer = -1;
-  for (const auto& [name, st] : src.stored)
-    if (!st.first.empty() && st.second.size() == 2 && layer_of(name) >= 0 && name.ends_with(".weight") &&
-        pruner.targeted(name)) {
-      ++expected;
-      last_layer = std::max(last_layer, layer_of(name));
-    }
+  for (const auto& [name, st] : src.stored) {
+    if (st.first.empty() || st.second.size() != 2 || !name.ends_with(".weight") || !pruner.targeted(name))
+      continue;
+    const int64_t l = layer_of(name);
+    if (l < 0) continue;
+    ++expected;
+    last_layer = std::max(last_layer, l);
+  }
   if (expected == 0) throw Error("no weight matched --targets '" + pruner.targets() + "'");
   if (pruner.calibrated() && o.calibration.empty() && o.calibration_ids.empty())
     throw Error(std::string(prune_method_name(o.method)) + " needs calibration text");
@@ -748,6 +750,8 @@ PruneModelReport prune_hf_decoder(const std::string& dir, const std::string& out
   src.tokenizer_dir = dir;
   src.load = [&](const DecoderLoadOptions& lo) { return load_hf_decoder(dir, lo); };
   HfDirWriter out(in.dir, in.shards, in.config_json, to, out_dir, files);
+  std::vector<int64_t> layer;  // per stored tensor, its layer (-1: none), parsed once
+  for (const MappedHfDir::Tensor& t : in.tensors) layer.push_back(layer_of(t.t.name));
   std::set<std::string> written;
   // A stored tensor as it is (dense bytes copied out of the mapping, whose pages are then dropped; a 2:4 one
   // as decoded).
@@ -761,8 +765,8 @@ PruneModelReport prune_hf_decoder(const std::string& dir, const std::string& out
   PruneModelReport r = prune_decoder(src, o, [&](int64_t l, Checkpoint&& ck) {
     ck.metadata = in.metadata;
     for (const CheckpointTensor& t : ck.tensors) written.insert(t.name);
-    for (const MappedHfDir::Tensor& t : in.tensors)
-      if (layer_of(t.t.name) == l && !written.count(t.t.name)) ck.tensors.push_back(stored(t));
+    for (size_t i = 0; i < in.tensors.size(); ++i)
+      if (layer[i] == l && !written.count(in.tensors[i].t.name)) ck.tensors.push_back(stored(in.tensors[i]));
     out.add(ck);
   });
   // The embeddings, the final norm and the head as stored, in shards of up to 1 GiB but one tensor each
