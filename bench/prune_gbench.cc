@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "prune/dense.h"
 #include "sparse24/prune.h"
 
 namespace {
@@ -51,6 +52,44 @@ BENCHMARK(BM_SparseGpt)
     ->Unit(benchmark::kSecond)
     ->Iterations(1)
     ->UseRealTime();
+
+// SparseGPT's factorization (the upper Cholesky factor of H^-1) alone: args cols; `reference` = 1 runs the
+// plain loops. Counted as cols^3 / 3 multiply-adds (Cholesky and triangular inverse, n^3 / 6 each).
+void BM_Factorization(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const std::vector<double> h = random_hessian(n, n + 256).matrix();
+  for (auto _ : state) {
+    std::vector<double> u = state.range(1) ? sparse24::dense::upper_cholesky_of_inverse_reference(h, n)
+                                           : sparse24::dense::upper_cholesky_of_inverse(h, n);
+    benchmark::DoNotOptimize(u.data());
+  }
+  state.counters["multiply_adds/s"] = benchmark::Counter(
+      static_cast<double>(n * n) * static_cast<double>(n) / 3 * static_cast<double>(state.iterations()),
+      benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_Factorization)
+    ->ArgNames({"cols", "reference"})
+    ->Args({1024, 1})
+    ->Args({1024, 0})
+    ->Args({4096, 0})
+    ->Args({8192, 0})
+    ->Unit(benchmark::kSecond)
+    ->UseRealTime();
+
+// The product C -= A B of the lazy update at a Llama down projection's width: args rows (the row batch).
+void BM_LazyUpdateProduct(benchmark::State& state) {
+  const int64_t m = state.range(0), k = 128, n = 14336;
+  const std::vector<float> af = random_floats(m * k, 4), bf = random_floats(k * n, 5);
+  const std::vector<double> a(af.begin(), af.end()), b(bf.begin(), bf.end());
+  std::vector<double> c(static_cast<size_t>(m * n), 0.0);
+  for (auto _ : state) {
+    sparse24::dense::gemm_sub(m, n, k, {a.data(), k, 1}, {b.data(), n, 1}, c.data(), n);
+    benchmark::DoNotOptimize(c.data());
+  }
+  state.counters["multiply_adds/s"] = benchmark::Counter(
+      static_cast<double>(m * n * k) * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_LazyUpdateProduct)->Arg(64)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // The Hessian of 2,048 calibration tokens: args cols.
 void BM_Hessian(benchmark::State& state) {
