@@ -1,12 +1,15 @@
 // SparseGPT's Hessian H = 2/n X^T X. The accumulation is the hot part (cols^2 * tokens / 2 multiply-adds):
 // token blocks are packed into 16-column panels, 8x16 tiles of X^T X are accumulated in float over one
 // block (registers) and added into the double sum, so float only ever sums kBlock products.
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <string>
 
 #include "sparse24/error.h"
 #include "sparse24/prune.h"
+#include "sparse24/spmm.h"
 
 namespace sparse24 {
 namespace {
@@ -36,8 +39,59 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
   for (int k = 0; k < kTileRows; ++k) __builtin_memcpy(acc_out + k * kPanel, acc[k], sizeof acc[k]);
 }
 
+// The same for a whole 16 x 16 tile with AVX-512: 16 zmm accumulators, one vector of xj per token and the
+// 16 values of xi broadcast. Each element sums the same products in the same order with fused
+// multiply-adds as tile_kernel's clones do (GCC contracts their a * b + acc): the same bits.
+__attribute__((target("avx512f"))) void tile_kernel_avx512(const float* xi, const float* xj, int64_t tokens,
+                                                           float* acc_out) {
+  __m512 acc[kPanel];
+  for (int k = 0; k < kPanel; ++k) acc[k] = _mm512_setzero_ps();
+  for (int64_t t = 0; t < tokens; ++t) {
+    const __m512 b = _mm512_loadu_ps(xj + t * kPanel);
+    for (int k = 0; k < kPanel; ++k) acc[k] = _mm512_fmadd_ps(_mm512_set1_ps(xi[t * kPanel + k]), b, acc[k]);
+  }
+  for (int k = 0; k < kPanel; ++k) _mm512_storeu_ps(acc_out + k * kPanel, acc[k]);
+}
+
+// sum[k][l] += acc[k][l] for a whole 16 x 16 tile (rows of sum `cols` apart). GCC 12's AVX-512 conversion
+// intrinsics trip its own uninitialized-value warning (as in src/kernels' AVX-512 file).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+__attribute__((target("avx512f"))) void add_tile_avx512(const float* acc, double* sum, int64_t cols) {
+  for (int k = 0; k < kPanel; ++k) {
+    double* row = sum + k * cols;
+    for (int h = 0; h < 2; ++h) {
+      const __m512d v = _mm512_cvtps_pd(_mm256_loadu_ps(acc + k * kPanel + 8 * h));
+      _mm512_storeu_pd(row + 8 * h, _mm512_add_pd(_mm512_loadu_pd(row + 8 * h), v));
+    }
+  }
+}
+#pragma GCC diagnostic pop
+
 // sum[i][j] += (X^T X)[i][j] of one block, upper triangle (j >= i).
 void accumulate_block(const float* packed, int64_t tokens, int64_t panels, int64_t cols, double* sum) {
+  if (active_isa() == Isa::kAvx512) {  // tiles of 16 rows: a panel of rows
+#pragma omp parallel for schedule(dynamic)
+    for (int64_t ip = 0; ip < panels; ++ip) {
+      alignas(64) float acc[kPanel * kPanel];
+      for (int64_t jp = ip; jp < panels; ++jp) {
+        tile_kernel_avx512(packed + ip * kBlock * kPanel, packed + jp * kBlock * kPanel, tokens, acc);
+        if (jp > ip && (jp + 1) * kPanel <= cols) {  // wholly above the diagonal and inside
+          add_tile_avx512(acc, sum + ip * kPanel * cols + jp * kPanel, cols);
+          continue;
+        }
+        for (int64_t k = 0; k < kPanel && ip * kPanel + k < cols; ++k) {
+          const int64_t i = ip * kPanel + k;
+          for (int64_t l = 0; l < kPanel; ++l) {
+            const int64_t j = jp * kPanel + l;
+            if (j >= i && j < cols) sum[i * cols + j] += static_cast<double>(acc[k * kPanel + l]);
+          }
+        }
+      }
+    }
+    return;
+  }
   const int64_t tiles = panels * (kPanel / kTileRows);
 #pragma omp parallel for schedule(dynamic)
   for (int64_t ti = 0; ti < tiles; ++ti) {
