@@ -21,6 +21,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -149,8 +150,39 @@ DecoderModel load_gguf_decoder(const Gguf& gguf, const std::string& what, const 
 // tokenizer, text/bpe.h), and chat_template.jinja when the file has tokenizer.chat_template. Written
 // atomically (hf_dir.h: HfDirWriter). What `prune-model` and `convert` work on for a GGUF input.
 void gguf_to_hf_dir(const std::string& gguf_path, const std::string& out_dir);
+// A GGUF decoder as the Hugging Face checkpoint gguf_to_hf_dir writes of it, read a layer at a time, with
+// no directory in between: what gguf_to_hf_dir and prune-model (prune_model.h) read a .gguf through.
+class GgufCheckpoint {
+ public:
+  struct Stored {
+    uint32_t type;               // the GGUF type (GgmlType)
+    std::vector<int64_t> shape;  // in transformers' order
+  };
+  // Maps the file and reads its config and tokenizer (checked as load_gguf_decoder checks them).
+  explicit GgufCheckpoint(const std::string& path);
+  ~GgufCheckpoint();
+  GgufCheckpoint(const GgufCheckpoint&) = delete;
+  GgufCheckpoint& operator=(const GgufCheckpoint&) = delete;
+  // config.json (architectures LlamaForCausalLM, ...; torch_dtype float32, the caller's to change).
+  std::string config_json(const std::string& torch_dtype = "float32") const;
+  // tokenizer.json, tokenizer_config.json and, when the file has one, chat_template.jinja.
+  const std::map<std::string, std::string>& files() const { return files_; }
+  // Every tensor the model reads, by transformers' name (rope_freqs.weight, which the config carries, not).
+  const std::map<std::string, Stored>& tensors() const { return tensors_; }
+  // Token ids of a text, with the file's tokenizer.
+  std::vector<int32_t> encode(const std::string& text) const;
+  // The model as load_gguf_decoder reads it; each tensor read is also appended to `read` under its
+  // transformers name, in fp32 as a checkpoint holds it (Gemma's norms as w - 1), for o.on_layer to take.
+  DecoderModel load(const DecoderLoadOptions& o, std::vector<std::pair<std::string, StTensor>>& read) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  std::map<std::string, std::string> files_;
+  std::map<std::string, Stored> tensors_;
+};
 // A GGUF decoder as such a directory beside `near` (NEAR.from-gguf.PID), removed when this goes away: what
-// the directory commands (convert, prune-model) read for a .gguf input.
+// `convert MODEL.gguf DIR --prune` reads.
 class GgufAsHfDir {
  public:
   GgufAsHfDir(const std::string& gguf, const std::string& near);

@@ -98,11 +98,18 @@ PruneModelReport prune_hf_decoder(const std::string& dir, const std::string& out
                                   const PruneModelOptions& options,
                                   const std::map<std::string, std::string>& files = {});
 
+// A GGUF decoder pruned the same way, a layer at a time, into the Hugging Face directory OUT_DIR
+// (decoder.h: GgufCheckpoint; no converted directory in between): the Linears' and other tensors' values in
+// their GGUF type when it is F32, F16 or BF16, in bf16 when it is quantized (the dequantized values); the
+// config and tokenizer files as `convert MODEL.gguf DIR` writes them.
+PruneModelReport prune_gguf_decoder(const std::string& gguf_path, const std::string& out_dir,
+                                    CheckpointFormat to, const PruneModelOptions& options);
+
 // A model directory or file pruned into OUT_DIR (which must not exist) in layout `to`: a Hugging Face encoder
 // (read whole, prune_hf_encoder, written) or decoder directory (prune_hf_decoder, a layer at a time), or a
-// GGUF decoder, pruned as the Hugging Face directory it converts to (GgufAsHfDir: made beside OUT_DIR and
-// removed afterwards). What `sparse24 prune-model` and Python's sparse24.prune_model run; nothing is left at
-// OUT_DIR on an error (including one thrown by options.progress, which is how a caller stops it).
+// GGUF decoder (prune_gguf_decoder). What `sparse24 prune-model` and Python's sparse24.prune_model run;
+// nothing is left at OUT_DIR on an error (including one thrown by options.progress, which is how a caller
+// stops it).
 PruneModelReport prune_model(const std::string& model, const std::string& out_dir, CheckpointFormat to,
                              const PruneModelOptions& options);
 

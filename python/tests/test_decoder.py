@@ -308,6 +308,85 @@ def test_prune_model_of_a_directory_holds_a_layer_at_a_time(tmp_path):
 
 
 
+def test_prune_model_of_a_quantized_gguf_writes_bf16(tmp_path):
+    """prune-model of a GGUF file (read a layer at a time) writes a quantized type's weights in bf16: the kept values of each pruned Linear are bf16 of gguf's own
+    dequantization, 2 of each 4 nonzero, the norms and the F32 embeddings stay F32, config.json says
+    bfloat16, the output runs."""
+    import json
+    import os
+    import subprocess
+
+    gguf = pytest.importorskip("gguf")
+    torch = pytest.importorskip("torch")
+    safetensors = pytest.importorskip("safetensors")
+    cli_path = os.environ.get("SPARSE24_CLI")
+    if not cli_path:
+        pytest.skip("needs the C++ tool (SPARSE24_CLI)")
+    H, F, layers = 256, 512, 2
+    tokens = ["<|s|>"] + [chr(c) for c in range(ord("A"), ord("Z") + 1)] + ["\u0120", "AB"]
+    path = tmp_path / "m.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_block_count(layers)
+    w.add_context_length(64)
+    w.add_embedding_length(H)
+    w.add_feed_forward_length(F)
+    w.add_head_count(4)
+    w.add_head_count_kv(4)
+    w.add_rope_freq_base(10000.0)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_vocab_size(len(tokens))
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("gpt-2")
+    w.add_token_list(tokens)
+    w.add_token_types([3] + [1] * (len(tokens) - 1))
+    w.add_token_merges(["A B"])
+    g = np.random.default_rng(1)
+    w.add_tensor("token_embd.weight", g.standard_normal((len(tokens), H), dtype=np.float32) * 0.02)
+    w.add_tensor("output_norm.weight", np.ones(H, np.float32))
+    q8 = {}
+    for l in range(layers):
+        w.add_tensor(f"blk.{l}.attn_norm.weight", np.full(H, 1.5, np.float32))
+        w.add_tensor(f"blk.{l}.ffn_norm.weight", np.ones(H, np.float32))
+        for name, rows, cols in (("attn_q", H, H), ("attn_k", H, H), ("attn_v", H, H), ("attn_output", H, H),
+                                 ("ffn_gate", F, H), ("ffn_up", F, H), ("ffn_down", H, F)):
+            q = gguf.quants.quantize(g.standard_normal((rows, cols), dtype=np.float32) * 0.02,
+                                     gguf.GGMLQuantizationType.Q8_0)
+            q8[f"blk.{l}.{name}.weight"] = gguf.quants.dequantize(q, gguf.GGMLQuantizationType.Q8_0)
+            w.add_tensor(f"blk.{l}.{name}.weight", q, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    out = tmp_path / "pruned"
+    ran = subprocess.run([cli_path, "prune-model", str(path), "-o", str(out)], capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.gguf", "pruned"]
+    assert json.loads((out / "config.json").read_text())["torch_dtype"] == "bfloat16"
+    dense = tmp_path / "dense"  # the 2:4 layout read back as plain tensors
+    ran = subprocess.run([cli_path, "convert", str(out), str(dense), "--to", "dense"], capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
+    tensors = {}
+    for shard in dense.glob("*.safetensors"):
+        with safetensors.safe_open(str(shard), "pt") as f:
+            tensors.update({k: f.get_tensor(k) for k in f.keys()})
+    assert tensors["model.embed_tokens.weight"].dtype == torch.float32
+    assert tensors["model.layers.1.input_layernorm.weight"].dtype == torch.float32
+    assert torch.all(tensors["model.layers.1.input_layernorm.weight"] == 1.5)
+    for l in range(layers):  # Q's and K's rows are in transformers' order: the others compared
+        for hf, gg in (("self_attn.v_proj", "attn_v"), ("self_attn.o_proj", "attn_output"),
+                       ("mlp.gate_proj", "ffn_gate"), ("mlp.up_proj", "ffn_up"), ("mlp.down_proj", "ffn_down")):
+            got = tensors[f"model.layers.{l}.{hf}.weight"]
+            assert got.dtype == torch.bfloat16
+            want = torch.from_numpy(q8[f"blk.{l}.{gg}.weight"]).to(torch.bfloat16)
+            kept = got != 0
+            assert torch.equal(got[kept], want[kept]), hf
+            assert int(kept.reshape(got.shape[0], -1, 4).sum(-1).max()) <= 2, hf
+            assert kept.float().mean() > 0.49, hf
+    ran = subprocess.run([cli_path, "generate", str(out), "--prompt-ids", "1,2,3", "--max-tokens", "2"],
+                         capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
+
+
 def test_bench_decode_rows(smol, cli, tmp_path):
     """bench-decode times the rows --runs names (without the dense row the model is pruned as read, so whether
     it came pruned is unknown: null), each with its weight bytes; an unknown row is refused."""

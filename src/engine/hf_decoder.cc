@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <set>
 #include <system_error>
 
@@ -545,40 +546,62 @@ void unpermute_rope_rows(const float* w, int64_t heads, int64_t d, int64_t cols,
       }
 }
 
+// transformers' names and llama.cpp's: the tables, the layers' parts (after "model.layers.N." / "blk.N.")
+// and Gemma's norms (which take precedence for Gemma).
+constexpr std::pair<const char*, const char*> kGgufTop[] = {
+    {"model.embed_tokens.weight", "token_embd.weight"},
+    {"model.norm.weight", "output_norm.weight"},
+    {"lm_head.weight", "output.weight"}};
+constexpr std::pair<const char*, const char*> kGgufLayer[] = {
+    {"input_layernorm", "attn_norm"},    {"post_attention_layernorm", "ffn_norm"},
+    {"self_attn.q_proj", "attn_q"},      {"self_attn.k_proj", "attn_k"},
+    {"self_attn.v_proj", "attn_v"},      {"self_attn.o_proj", "attn_output"},
+    {"self_attn.q_norm", "attn_q_norm"}, {"self_attn.k_norm", "attn_k_norm"},
+    {"mlp.gate_proj", "ffn_gate"},       {"mlp.up_proj", "ffn_up"},
+    {"mlp.down_proj", "ffn_down"}};
+constexpr std::pair<const char*, const char*> kGgufGemma[] = {
+    {"input_layernorm", "attn_norm"},
+    {"post_attention_layernorm", "post_attention_norm"},
+    {"pre_feedforward_layernorm", "ffn_norm"},
+    {"post_feedforward_layernorm", "post_ffw_norm"}};
+
 // transformers' name of a decoder tensor -> llama.cpp's ("" when it has none). Gemma's four layer norms
 // have names of their own (its post_attention_layernorm is attention's output norm).
 std::string gguf_name(const std::string& hf, bool gemma) {
-  static const std::pair<const char*, const char*> kTop[] = {
-      {"model.embed_tokens.weight", "token_embd.weight"},
-      {"model.norm.weight", "output_norm.weight"},
-      {"lm_head.weight", "output.weight"}};
-  for (const auto& [h, g] : kTop)
+  for (const auto& [h, g] : kGgufTop)
     if (hf == h) return g;
   static const std::string kLayers = "model.layers.";
   if (hf.compare(0, kLayers.size(), kLayers) != 0) return "";
   const size_t dot = hf.find('.', kLayers.size());
   if (dot == std::string::npos) return "";
   const std::string layer = hf.substr(kLayers.size(), dot - kLayers.size()), rest = hf.substr(dot + 1);
-  static const std::pair<const char*, const char*> kLayer[] = {
-      {"input_layernorm", "attn_norm"},    {"post_attention_layernorm", "ffn_norm"},
-      {"self_attn.q_proj", "attn_q"},      {"self_attn.k_proj", "attn_k"},
-      {"self_attn.v_proj", "attn_v"},      {"self_attn.o_proj", "attn_output"},
-      {"self_attn.q_norm", "attn_q_norm"}, {"self_attn.k_norm", "attn_k_norm"},
-      {"mlp.gate_proj", "ffn_gate"},       {"mlp.up_proj", "ffn_up"},
-      {"mlp.down_proj", "ffn_down"}};
-  static const std::pair<const char*, const char*> kGemma[] = {
-      {"input_layernorm", "attn_norm"},
-      {"post_attention_layernorm", "post_attention_norm"},
-      {"pre_feedforward_layernorm", "ffn_norm"},
-      {"post_feedforward_layernorm", "post_ffw_norm"}};
-  for (const auto& [h, g] : kGemma)
+  for (const auto& [h, g] : kGgufGemma)
     if (gemma && rest == std::string(h) + ".weight") return "blk." + layer + "." + g + ".weight";
-  for (const auto& [h, g] : kLayer) {
+  for (const auto& [h, g] : kGgufLayer) {
     const std::string hs = h;
     if (rest.compare(0, hs.size(), hs) == 0 && (rest == hs + ".weight" || rest == hs + ".bias"))
       return "blk." + layer + "." + g + rest.substr(hs.size());
   }
   return "";
+}
+
+// transformers' name of a llama.cpp tensor (the transformers name gguf_name maps to it), or "" for one it
+// has none for (rope_freqs.weight: the config carries it).
+std::string hf_name_of_gguf(const std::string& name, bool gemma) {
+  for (const auto& [h, g] : kGgufTop)
+    if (name == g) return h;
+  if (name.compare(0, 4, "blk.") != 0) return "";
+  const size_t dot = name.find('.', 4), kind = name.rfind('.');
+  if (dot == std::string::npos || kind <= dot) return "";
+  const std::string prefix = "model.layers." + name.substr(4, dot - 4) + ".", suffix = name.substr(kind);
+  std::string found;
+  auto search = [&](const auto& table) {
+    for (const auto& [h, g] : table)
+      if (found.empty() && gguf_name(prefix + h + suffix, gemma) == name) found = prefix + h + suffix;
+  };
+  search(kGgufGemma);
+  search(kGgufLayer);
+  return found;
 }
 
 // A GGUF file's tensors asked for by transformers' names (build_decoder), dequantized to fp32, Q's and K's
@@ -695,26 +718,58 @@ DecoderModel load_gguf_decoder(const Gguf& g, const std::string& path, const Dec
   return read_gguf_decoder(g, path, nullptr, o, nullptr);
 }
 
-void gguf_to_hf_dir(const std::string& path, const std::string& out_dir) {
-  const MappedGguf f(path);
-  const text::ByteBpe tok = text::ByteBpe::from_gguf(f.gguf, path);
-  json config = gguf_config(f.gguf, path);
+struct GgufCheckpoint::Impl {
+  std::string path;
+  MappedGguf f;
+  json config;
+  std::optional<text::ByteBpe> tok;
+  explicit Impl(const std::string& p) : path(p), f(p) {}
+};
+
+GgufCheckpoint::GgufCheckpoint(const std::string& path) : impl_(std::make_unique<Impl>(path)) {
+  const Gguf& g = impl_->f.gguf;
+  const text::ByteBpe& tok = impl_->tok.emplace(text::ByteBpe::from_gguf(g, path));
+  json& config = impl_->config;
+  config = gguf_config(g, path);
   Biases b;
   const DecoderConfig c = read_decoder_config(config, path + " (metadata)", b);
   config["architectures"] = json::array({find_architecture(c.model_type)->hf_class});
-  config["torch_dtype"] = "float32";
   if (!c.gelu) config["hidden_act"] = "silu";
   if (tok.bos_id() >= 0) config["bos_token_id"] = tok.bos_id();
   if (tok.eos_id() >= 0) config["eos_token_id"] = tok.eos_id();
-  std::map<std::string, std::string> files = {{"tokenizer.json", tok.to_json()},
-                                              {"tokenizer_config.json", tok.config_json()}};
+  files_ = {{"tokenizer.json", tok.to_json()}, {"tokenizer_config.json", tok.config_json()}};
   // The chat template, where transformers saves one (and text::chat_template_of reads it).
-  const GgufValue* chat = f.gguf.find("tokenizer.chat_template");
+  const GgufValue* chat = g.find("tokenizer.chat_template");
   if (chat != nullptr && !chat->is_array() && chat->type == GgufType::kString)
-    files["chat_template.jinja"] = chat->strings[0];
+    files_["chat_template.jinja"] = chat->strings[0];
+  for (const GgufTensor& t : g.tensors) {
+    const std::string hf = hf_name_of_gguf(t.name, c.sandwich_norms);
+    if (!hf.empty()) tensors_[hf] = {t.type, t.shape};
+  }
+}
+
+GgufCheckpoint::~GgufCheckpoint() = default;
+
+std::string GgufCheckpoint::config_json(const std::string& torch_dtype) const {
+  json config = impl_->config;
+  config["torch_dtype"] = torch_dtype;
+  return config.dump(2);
+}
+
+std::vector<int32_t> GgufCheckpoint::encode(const std::string& text) const {
+  return impl_->tok->encode(text);
+}
+
+DecoderModel GgufCheckpoint::load(const DecoderLoadOptions& o,
+                                  std::vector<std::pair<std::string, StTensor>>& read) const {
+  return read_gguf_decoder(impl_->f.gguf, impl_->path, &read, o, &impl_->f.file);
+}
+
+void gguf_to_hf_dir(const std::string& path, const std::string& out_dir) {
+  const GgufCheckpoint in(path);
   // Written as read: a shard per layer (the first with the embeddings, norm and head read before it), each
   // layer dropped from the model once kept, so an 8B file converts in the memory of its tables and a layer.
-  HfDirWriter out("", {}, config.dump(2), CheckpointFormat::kDense, out_dir, files);
+  HfDirWriter out("", {}, in.config_json(), CheckpointFormat::kDense, out_dir, in.files());
   std::vector<std::pair<std::string, StTensor>> kept;
   const auto flush = [&] {
     Checkpoint part;
@@ -729,7 +784,7 @@ void gguf_to_hf_dir(const std::string& path, const std::string& out_dir) {
     layer = DecoderLayer{};
     flush();
   };
-  read_gguf_decoder(f.gguf, path, &kept, o, &f.file);
+  in.load(o, kept);
   flush();
   out.finish();
 }

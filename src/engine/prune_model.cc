@@ -488,11 +488,11 @@ namespace {
 
 // A decoder checkpoint as the layer-by-layer pruner reads it: `load` reads the model with a per-layer hook
 // (load_hf_decoder of a directory or of an HfDir), `stored` names every tensor with its dtype and shape as
-// stored (dtype "" for a 2:4 one), `tokenizer_dir` holds tokenizer.json.
+// stored (dtype "" for a 2:4 one), `encode` tokenizes the calibration text.
 struct DecoderSource {
   std::function<DecoderModel(const DecoderLoadOptions&)> load;
   std::map<std::string, std::pair<std::string, std::vector<int64_t>>> stored;
-  std::string tokenizer_dir;
+  std::function<std::vector<int32_t>(const std::string&)> encode;
 };
 
 Gemm& gemm_of(DecoderLayer& l, int which) {
@@ -560,7 +560,7 @@ PruneModelReport prune_decoder(const DecoderSource& src, const PruneModelOptions
       if (o.sequence_tokens < 2) throw Error("calibration sequences must hold at least 2 tokens");
       std::string text;
       for (const std::string& line : o.calibration) text += line + "\n";
-      const std::vector<int32_t> ids = text::ByteBpe::from_dir(src.tokenizer_dir).encode(text);
+      const std::vector<int32_t> ids = src.encode(text);
       for (size_t i = 0; i < ids.size(); i += static_cast<size_t>(o.sequence_tokens))
         sequences.emplace_back(
             ids.begin() + static_cast<int64_t>(i),
@@ -725,7 +725,7 @@ PruneModelReport prune_hf_decoder(HfDir& dir, const PruneModelOptions& o) {
   for (const CheckpointTensor& t : dir.weights.tensors)
     src.stored[t.name] = t.sparse ? std::make_pair(std::string(), t.sparse->shape)
                                   : std::make_pair(t.dense.dtype, t.dense.shape);
-  src.tokenizer_dir = dir.dir;
+  src.encode = [&](const std::string& text) { return text::ByteBpe::from_dir(dir.dir).encode(text); };
   src.load = [&](const DecoderLoadOptions& lo) { return load_hf_decoder(dir, lo); };
   std::map<std::string, CheckpointTensor*> by_name;
   for (CheckpointTensor& t : dir.weights.tensors) by_name[t.name] = &t;
@@ -747,7 +747,7 @@ PruneModelReport prune_hf_decoder(const std::string& dir, const std::string& out
   for (const MappedHfDir::Tensor& t : in.tensors)
     src.stored[t.t.name] = t.t.sparse ? std::make_pair(std::string(), t.t.sparse->shape)
                                       : std::make_pair(t.t.dense.dtype, t.t.dense.shape);
-  src.tokenizer_dir = dir;
+  src.encode = [&](const std::string& text) { return text::ByteBpe::from_dir(dir).encode(text); };
   src.load = [&](const DecoderLoadOptions& lo) { return load_hf_decoder(dir, lo); };
   HfDirWriter out(in.dir, in.shards, in.config_json, to, out_dir, files);
   std::vector<int64_t> layer;  // per stored tensor, its layer (-1: none), parsed once
@@ -792,14 +792,77 @@ PruneModelReport prune_hf_decoder(const std::string& dir, const std::string& out
   return r;
 }
 
+PruneModelReport prune_gguf_decoder(const std::string& path, const std::string& out_dir, CheckpointFormat to,
+                                    const PruneModelOptions& o) {
+  const GgufCheckpoint in(path);
+  // What each tensor is written as: F32, F16 and BF16 as they are, a quantized one (its values dequantized)
+  // in bf16, as Hugging Face checkpoints hold weights.
+  auto dtype_of = [](uint32_t type) {
+    const auto t = static_cast<GgmlType>(type);
+    return t == GgmlType::kF32 ? "F32" : t == GgmlType::kF16 ? "F16" : "BF16";
+  };
+  DecoderSource src;
+  for (const auto& [name, st] : in.tensors()) src.stored[name] = {dtype_of(st.type), st.shape};
+  src.encode = [&](const std::string& text) { return in.encode(text); };
+  const auto first = src.stored.find("model.layers.0.self_attn.q_proj.weight");
+  const std::string kept = first == src.stored.end() ? "F32" : first->second.first;
+  HfDirWriter out("", {},
+                  in.config_json(kept == "F32"   ? "float32"
+                                 : kept == "F16" ? "float16"
+                                                 : "bfloat16"),
+                  to, out_dir, in.files());
+  // The loader hands over every tensor it reads (fp32, transformers' names); a part of them as written.
+  std::vector<std::pair<std::string, StTensor>> read;
+  auto written = [&](std::pair<std::string, StTensor>&& t) {
+    const std::string d = src.stored.at(t.first).first;
+    StTensor st = std::move(t.second);
+    if (d != "F32") {
+      const Tensor f = from_st(st, t.first);
+      st = to_st(Tensor::from_float(f.to_float(), st.shape, kept_dtype(d)));
+    }
+    return CheckpointTensor{t.first, std::move(st), {}};
+  };
+  std::vector<std::pair<std::string, StTensor>> layer_rest;  // the layer's tensors but its Linears
+  src.load = [&](const DecoderLoadOptions& lo) {
+    DecoderLoadOptions wrapped = lo;
+    wrapped.on_layer = [&](DecoderModel& m, DecoderLayer& L, int64_t l) {
+      // The tables read before the first layer are written at once (8B: 4.2 GB of fp32 not held through
+      // the layer's calibration); of the layer's own tensors, its Linears are the pruner's (dropped here:
+      // it reads them from L), the rest (norms) wait for the layer's shard.
+      std::set<std::string> linears;
+      for (int which = 0; which < 4; ++which)
+        for (const std::string& s : gemm_of(L, which).sources) linears.insert(s), linears.insert(bias_of(s));
+      Checkpoint tables;
+      for (auto& t : read) {
+        if (layer_of(t.first) < 0)
+          tables.tensors.push_back(written(std::move(t)));
+        else if (!linears.count(t.first))
+          layer_rest.push_back(std::move(t));
+      }
+      read.clear();
+      if (!tables.tensors.empty()) out.add(tables);
+      lo.on_layer(m, L, l);
+    };
+    return in.load(wrapped, read);
+  };
+  PruneModelReport r = prune_decoder(src, o, [&](int64_t, Checkpoint&& ck) {
+    for (auto& t : layer_rest) ck.tensors.push_back(written(std::move(t)));
+    layer_rest.clear();
+    out.add(ck);
+  });
+  Checkpoint rest;  // anything read after the last layer
+  for (auto& t : read) rest.tensors.push_back(written(std::move(t)));
+  if (!rest.tensors.empty()) out.add(rest);
+  out.finish();
+  return r;
+}
+
 PruneModelReport prune_model(const std::string& model, const std::string& out_dir, CheckpointFormat to,
                              const PruneModelOptions& o) {
   if (std::filesystem::exists(out_dir)) throw Error(out_dir + ": already exists (give a new directory)");
-  std::optional<GgufAsHfDir> from_gguf;
-  if (is_gguf_file(model)) from_gguf.emplace(model, out_dir);
-  const std::string dir = from_gguf ? from_gguf->dir() : model;
-  if (is_hf_decoder(dir)) return prune_hf_decoder(dir, out_dir, to, o);
-  HfDir d = read_hf_dir(dir);
+  if (is_gguf_file(model)) return prune_gguf_decoder(model, out_dir, to, o);
+  if (is_hf_decoder(model)) return prune_hf_decoder(model, out_dir, to, o);
+  HfDir d = read_hf_dir(model);
   PruneModelReport r = prune_hf_encoder(d, o);
   write_hf_dir(d, d.weights, to, out_dir);
   return r;

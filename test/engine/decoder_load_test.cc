@@ -20,6 +20,7 @@
 #include "sparse24/gguf.h"
 #include "sparse24/hf_dir.h"
 #include "sparse24/io.h"
+#include "sparse24/prune_model.h"
 #include "text/bpe.h"
 #include "tiny_decoder.h"
 
@@ -508,6 +509,65 @@ TEST_F(HfDecoderDir, GgufConvertsToAHuggingFaceDirectory) {
       EXPECT_NE(std::string(e.what()).find("already exists"), std::string::npos) << e.what();
     }
   }
+}
+
+// prune-model of a GGUF file reads it a layer at a time (GgufCheckpoint), with no converted directory in
+// between: the output is the one prune-model makes of the converted directory, tensor for tensor and bit for
+// bit (an F32 file: both keep fp32), with the same config and tokenizer; a failure leaves nothing.
+TEST_F(HfDecoderDir, GgufPrunesAsItsConvertedDirectoryDoes) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(24);
+  const DecoderModel m = tiny_model(g, t_);
+  GgufWriter w;
+  Gguf file = tiny_gguf(m, t_, w, /*untied=*/true);
+  add_tiny_tokenizer(file, t_.vocab);
+  const std::string gguf = (dir_ / "tiny.gguf").string(), converted = (dir_ / "converted").string();
+  write_file_atomic(gguf, encode_gguf(file));
+  gguf_to_hf_dir(gguf, converted);
+  PruneModelOptions o;
+  o.calibration = {"ABBA AB BA", "BAAB\nABAB A", "AAB BBA ABBA"};
+  o.sequence_tokens = 5;
+  int run = 0;
+  for (PruneMethod method : {PruneMethod::kMagnitude, PruneMethod::kSparseGpt})
+    for (CheckpointFormat to : {CheckpointFormat::kDense, CheckpointFormat::kBitmask24}) {
+      o.method = method;
+      o.permute = method == PruneMethod::kSparseGpt;
+      const std::string a = (dir_ / ("from-gguf-" + std::to_string(run))).string(),
+                        b = (dir_ / ("from-dir-" + std::to_string(run))).string();
+      ++run;
+      const PruneModelReport ra = prune_model(gguf, a, to, o), rb = prune_model(converted, b, to, o);
+      SCOPED_TRACE(a);
+      EXPECT_EQ(ra.weights.size(), rb.weights.size());
+      EXPECT_EQ(ra.calibration_tokens, rb.calibration_tokens);
+      const HfDir da = read_hf_dir(a), db = read_hf_dir(b);
+      ASSERT_EQ(da.weights.tensors.size(), db.weights.tensors.size());
+      std::map<std::string, const CheckpointTensor*> by_name;
+      for (const CheckpointTensor& t : db.weights.tensors) by_name[t.name] = &t;
+      for (const CheckpointTensor& t : da.weights.tensors) {
+        ASSERT_TRUE(by_name.count(t.name)) << t.name;
+        const CheckpointTensor& u = *by_name.at(t.name);
+        EXPECT_EQ(t.dense.dtype, u.dense.dtype) << t.name;
+        EXPECT_EQ(t.dense.bytes, u.dense.bytes) << t.name;
+        ASSERT_EQ(t.sparse.has_value(), u.sparse.has_value()) << t.name;
+        if (t.sparse) {
+          EXPECT_EQ(t.sparse->values, u.sparse->values) << t.name;
+        }
+      }
+      EXPECT_EQ(json::parse(std::ifstream(a + "/config.json")),
+                json::parse(std::ifstream(b + "/config.json")));
+      for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+        EXPECT_EQ(read_file(a + "/" + f), read_file(b + "/" + f)) << f;
+      EXPECT_EQ(load_hf_decoder(a).fingerprint, load_hf_decoder(b).fingerprint);
+    }
+  // A failure once shards are written (an exception from progress, how a caller stops it) leaves nothing.
+  o.progress = [&](int64_t done, int64_t total) {
+    if (2 * done > total) throw Error("stopped");  // past the first layers' shards
+  };
+  const std::string stopped = (dir_ / "stopped").string();
+  EXPECT_THROW(prune_model(gguf, stopped, CheckpointFormat::kDense, o), Error);
+  EXPECT_FALSE(std::filesystem::exists(stopped));
+  for (const auto& e : std::filesystem::directory_iterator(dir_))
+    EXPECT_EQ(e.path().filename().string().find("stopped"), std::string::npos) << e.path();
 }
 
 // Qwen2 (Q, K, V biases) and Qwen3 (Q/K norms) as llama.cpp writes them (their RoPE rows as they are): the
