@@ -1,13 +1,63 @@
 // libFuzzer harness: the GGUF decoder loader (load_gguf_decoder: llama.* metadata mapped onto config.json's
 // bounds, llama.cpp's tensor names and shapes, dequantization, Q/K rows reordered). Any input is either
-// refused with sparse24::Error or yields a model whose every tensor has the size its config says.
+// refused with sparse24::Error or yields a model whose every tensor has the size its config says. An
+// accepted file is also read as a file through GgufCheckpoint (what prune-model and convert read a GGUF
+// through: config, tokenizer, transformers' names): refused with Error or handing over, layer by layer, only
+// tensors it listed, with the shapes and fp32 sizes it listed.
+#include <stdlib.h>
+#include <unistd.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "fuzz_common.h"
 #include "sparse24/decoder.h"
 #include "sparse24/error.h"
 #include "sparse24/gguf.h"
+
+namespace {
+
+const std::string& scratch_file() {
+  static const std::string path = [] {
+    char tmpl[] = "/tmp/sparse24-fuzz-gguf-XXXXXX";
+    if (!mkdtemp(tmpl)) std::abort();
+    return std::string(tmpl) + "/m.gguf";
+  }();
+  return path;
+}
+
+void check_as_checkpoint(const uint8_t* data, size_t size) {
+  using namespace sparse24;
+  put_file(scratch_file(), data, size);
+  try {
+    const engine::GgufCheckpoint ck(scratch_file());
+    FUZZ_CHECK(!ck.config_json().empty() && ck.files().count("tokenizer.json") == 1);
+    std::vector<std::pair<std::string, StTensor>> read;
+    const auto check = [&] {
+      for (const auto& [name, t] : read) {
+        const auto it = ck.tensors().find(name);
+        FUZZ_CHECK(it != ck.tensors().end() && it->second.shape == t.shape && t.dtype == "F32");
+        int64_t n = 1;
+        for (int64_t d : t.shape) n *= d;
+        FUZZ_CHECK(static_cast<int64_t>(t.bytes.size()) == 4 * n);
+      }
+      read.clear();
+    };
+    engine::DecoderLoadOptions o;
+    o.on_layer = [&](engine::DecoderModel&, engine::DecoderLayer& layer, int64_t) {
+      layer = engine::DecoderLayer{};
+      check();
+    };
+    ck.load(o, read);
+    check();
+  } catch (const Error&) {
+  }
+}
+
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace sparse24;
@@ -29,5 +79,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(static_cast<int64_t>(l.gate_up.dense.size()) == 2 * c.ffn * c.hidden);
     FUZZ_CHECK(static_cast<int64_t>(l.down.dense.size()) == c.hidden * c.ffn);
   }
+  check_as_checkpoint(data, size);
   return 0;
 }

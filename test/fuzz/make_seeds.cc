@@ -390,6 +390,17 @@ int main(int argc, char** argv) {
     add("blk.0.ffn_up.weight", {8, 8});
     add("blk.0.ffn_down.weight", {8, 8});
     put(out / "gguf_decoder", "tiny_llama", encode_gguf(g));
+    {  // with a tokenizer: what GgufCheckpoint (prune-model, convert) reads beyond the model
+      Gguf t = g;
+      t.metadata.push_back({"tokenizer.ggml.model", GgufValue::of_string("gpt2")});
+      t.metadata.push_back({"tokenizer.ggml.pre", GgufValue::of_string("smollm")});
+      t.metadata.push_back(
+          {"tokenizer.ggml.tokens", GgufValue::of_strings({"a", "b", "c", "d", "ab", "<s>"})});
+      t.metadata.push_back(
+          {"tokenizer.ggml.token_type", GgufValue::of_ints(GgufType::kI32, {1, 1, 1, 1, 1, 3})});
+      t.metadata.push_back({"tokenizer.ggml.merges", GgufValue::of_strings({"a b"})});
+      put(out / "gguf_decoder", "tiny_llama_tokenizer", encode_gguf(t));
+    }
     {  // Llama 3's RoPE scaling as llama.cpp's converter stores it: a divisor per frequency of a head of 4
       Gguf scaled = g;
       const float factors[2] = {1.0f, 4.0f};
