@@ -19,18 +19,6 @@ namespace {
 constexpr int64_t kMc = 192;   // rows of A per packed block (a multiple of every MR)
 constexpr int64_t kNc = 1536;  // columns of B per packed panel (a multiple of every NR)
 
-// The tile of C in registers: MR rows, NR columns.
-struct Tile {
-  int64_t mr, nr;
-};
-constexpr Tile kTileAvx512{12, 16};  // 24 zmm accumulators
-constexpr Tile kTileAvx2{6, 8};      // 12 ymm accumulators
-constexpr Tile kTilePortable{4, 4};
-
-Tile tile_of(Isa isa) {
-  return isa == Isa::kAvx512 ? kTileAvx512 : isa == Isa::kAvx2 ? kTileAvx2 : kTilePortable;
-}
-
 // C[mr, nr] -= the tile's sums (acc, row-major MR x NR), only the valid part of an edge tile.
 inline void subtract_tile(const double* acc, int64_t full_nr, double* c, int64_t ldc, int64_t mr,
                           int64_t nr) {
@@ -114,10 +102,16 @@ void kernel_portable(int64_t kc, const double* ap, const double* bp, double* c, 
   subtract_tile(acc, NR, c, ldc, mr, nr);
 }
 
-using Kernel = void (*)(int64_t, const double*, const double*, double*, int64_t, int64_t, int64_t);
+// A micro-kernel and its tile of C in registers: MR rows, NR columns.
+struct Micro {
+  int64_t mr, nr;
+  void (*fn)(int64_t kc, const double* ap, const double* bp, double* c, int64_t ldc, int64_t mr, int64_t nr);
+};
 
-Kernel kernel_of(Isa isa) {
-  return isa == Isa::kAvx512 ? kernel_avx512 : isa == Isa::kAvx2 ? kernel_avx2 : kernel_portable;
+Micro micro_of(Isa isa) {
+  if (isa == Isa::kAvx512) return {12, 16, kernel_avx512};  // 24 zmm accumulators
+  if (isa == Isa::kAvx2) return {6, 8, kernel_avx2};        // 12 ymm accumulators
+  return {4, 4, kernel_portable};
 }
 
 // Packing buffers, one pair per thread, kept between calls (the factorization calls the product often),
@@ -161,8 +155,7 @@ void pack_b(const double* b, int64_t rs, int64_t cs, int64_t kc, int64_t n, int6
 
 void gemm_sub(int64_t m, int64_t n, int64_t k, View a, View b, double* c, int64_t ldc, Isa isa) {
   if (m <= 0 || n <= 0 || k <= 0) return;
-  const Tile t = tile_of(isa);
-  const Kernel kernel = kernel_of(isa);
+  const Micro t = micro_of(isa);
   thread_local std::vector<double> a_buffer, b_buffer;
   double* pa = pack_buffer(a_buffer, kKc * kMc);
   double* pb = pack_buffer(b_buffer, kKc * std::min(kNc, (n + t.nr - 1) / t.nr * t.nr));
@@ -176,8 +169,8 @@ void gemm_sub(int64_t m, int64_t n, int64_t k, View a, View b, double* c, int64_
         pack_a(a.data + ic * a.rs + pc * a.cs, a.rs, a.cs, mc, kc, t.mr, pa);
         for (int64_t ir = 0; ir < mc; ir += t.mr)  // C tiles row by row: few streams for the prefetcher
           for (int64_t jr = 0; jr < nc; jr += t.nr)
-            kernel(kc, pa + ir * kc, pb + jr * kc, c + (ic + ir) * ldc + jc + jr, ldc,
-                   std::min(t.mr, mc - ir), std::min(t.nr, nc - jr));
+            t.fn(kc, pa + ir * kc, pb + jr * kc, c + (ic + ir) * ldc + jc + jr, ldc, std::min(t.mr, mc - ir),
+                 std::min(t.nr, nc - jr));
       }
     }
   }
