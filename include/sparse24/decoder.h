@@ -172,8 +172,12 @@ class GgufCheckpoint {
   // Token ids of a text, with the file's tokenizer.
   std::vector<int32_t> encode(const std::string& text) const;
   // The model as load_gguf_decoder reads it; each tensor read is also appended to `read` under its
-  // transformers name, in fp32 as a checkpoint holds it (Gemma's norms as w - 1), for o.on_layer to take.
-  DecoderModel load(const DecoderLoadOptions& o, std::vector<std::pair<std::string, StTensor>>& read) const;
+  // transformers name, in fp32 as a checkpoint holds it (Gemma's norms as w - 1), for o.on_layer to take;
+  // without `tables`, only the layers' tensors (the embeddings, final norm and head not: see tensor()).
+  DecoderModel load(const DecoderLoadOptions& o, std::vector<std::pair<std::string, StTensor>>& read,
+                    bool tables = true) const;
+  // One tensor of tensors() read on its own, as load hands it over.
+  StTensor tensor(const std::string& name) const;
 
  private:
   struct Impl;

@@ -610,9 +610,17 @@ std::string hf_name_of_gguf(const std::string& name, bool gemma) {
 class GgufTensors {
  public:
   // file: the mapping g's bytes are in, if any: each tensor's pages are dropped once it is converted.
+  // keep_tables: the tensors outside the layers (embeddings, final norm, head) are kept too.
   GgufTensors(const Gguf& g, const std::string& path, const DecoderConfig& c, bool rope_rows,
-              std::vector<std::pair<std::string, StTensor>>* keep, const MappedFile* file)
-      : g_(g), path_(path), c_(c), rope_rows_(rope_rows), keep_(keep), file_(file) {}
+              std::vector<std::pair<std::string, StTensor>>* keep, const MappedFile* file,
+              bool keep_tables = true)
+      : g_(g),
+        path_(path),
+        c_(c),
+        rope_rows_(rope_rows),
+        keep_(keep),
+        file_(file),
+        keep_tables_(keep_tables) {}
   std::vector<float> dense(const std::string& hf, const std::vector<int64_t>& shape) {
     std::vector<float> v(static_cast<size_t>(numel(shape)));
     dense_into(hf, shape, v.data());
@@ -639,7 +647,8 @@ class GgufTensors {
     if (file_ != nullptr) file_->release(t->bytes);
     if (permuted)
       unpermute_rope_rows(v, q ? c_.heads : c_.kv_heads, c_.head_dim, shape.size() == 2 ? shape[1] : 1, out);
-    if (keep_ != nullptr) {  // as a Hugging Face checkpoint holds it (fp32): Gemma's norms as w - 1
+    if (keep_ != nullptr && (keep_tables_ || hf.rfind("model.layers.", 0) == 0)) {
+      // As a Hugging Face checkpoint holds it (fp32): Gemma's norms as w - 1.
       StTensor k{"F32", shape, std::vector<uint8_t>(n * sizeof(float))};
       float* f = reinterpret_cast<float*>(k.bytes.data());
       std::copy(out, out + n, f);
@@ -683,6 +692,7 @@ class GgufTensors {
   bool rope_rows_;
   std::vector<std::pair<std::string, StTensor>>* keep_;
   const MappedFile* file_;
+  bool keep_tables_;
   std::vector<float> rows_;  // a permuted tensor's rows before they are put back in order
   std::set<std::string> used_;
   uint64_t h_ = kFnvBasis;
@@ -690,7 +700,7 @@ class GgufTensors {
 
 DecoderModel read_gguf_decoder(const Gguf& g, const std::string& path,
                                std::vector<std::pair<std::string, StTensor>>* kept,
-                               const DecoderLoadOptions& o, const MappedFile* file) {
+                               const DecoderLoadOptions& o, const MappedFile* file, bool keep_tables = true) {
   Biases b;
   const DecoderConfig c = read_decoder_config(gguf_config(g, path), path + " (metadata)", b);
   const Architecture& arch = *find_architecture(c.model_type);
@@ -699,7 +709,7 @@ DecoderModel read_gguf_decoder(const Gguf& g, const std::string& path,
     throw Error(path + ": RoPE over part of a head (" + a + ".rope.dimension_count " +
                 std::to_string(g.get_int(a + ".rope.dimension_count")) + ", head size " +
                 std::to_string(c.head_dim) + ") is not supported");
-  GgufTensors w(g, path, c, arch.gguf_rope_rows, kept, file);
+  GgufTensors w(g, path, c, arch.gguf_rope_rows, kept, file, keep_tables);
   DecoderModel m = build_decoder(c, b, w, path, true, o);
   w.used_by_config("rope_freqs.weight");
   w.check_all_used();
@@ -722,6 +732,8 @@ struct GgufCheckpoint::Impl {
   std::string path;
   MappedGguf f;
   json config;
+  DecoderConfig c;
+  bool rope_rows = false;
   std::optional<text::ByteBpe> tok;
   explicit Impl(const std::string& p) : path(p), f(p) {}
 };
@@ -732,7 +744,8 @@ GgufCheckpoint::GgufCheckpoint(const std::string& path) : impl_(std::make_unique
   json& config = impl_->config;
   config = gguf_config(g, path);
   Biases b;
-  const DecoderConfig c = read_decoder_config(config, path + " (metadata)", b);
+  const DecoderConfig& c = impl_->c = read_decoder_config(config, path + " (metadata)", b);
+  impl_->rope_rows = find_architecture(c.model_type)->gguf_rope_rows;
   config["architectures"] = json::array({find_architecture(c.model_type)->hf_class});
   if (!c.gelu) config["hidden_act"] = "silu";
   if (tok.bos_id() >= 0) config["bos_token_id"] = tok.bos_id();
@@ -761,8 +774,17 @@ std::vector<int32_t> GgufCheckpoint::encode(const std::string& text) const {
 }
 
 DecoderModel GgufCheckpoint::load(const DecoderLoadOptions& o,
-                                  std::vector<std::pair<std::string, StTensor>>& read) const {
-  return read_gguf_decoder(impl_->f.gguf, impl_->path, &read, o, &impl_->f.file);
+                                  std::vector<std::pair<std::string, StTensor>>& read, bool tables) const {
+  return read_gguf_decoder(impl_->f.gguf, impl_->path, &read, o, &impl_->f.file, tables);
+}
+
+StTensor GgufCheckpoint::tensor(const std::string& name) const {
+  const auto it = tensors_.find(name);
+  if (it == tensors_.end()) throw Error(impl_->path + ": no tensor '" + name + "'");
+  std::vector<std::pair<std::string, StTensor>> one;
+  GgufTensors w(impl_->f.gguf, impl_->path, impl_->c, impl_->rope_rows, &one, &impl_->f.file);
+  w.dense(name, it->second.shape);
+  return std::move(one.at(0).second);
 }
 
 void gguf_to_hf_dir(const std::string& path, const std::string& out_dir) {

@@ -5,6 +5,7 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -13,6 +14,7 @@
 #include <set>
 
 #include "sparse24/decoder.h"
+#include "sparse24/dtype.h"
 #include "sparse24/engine.h"
 #include "sparse24/error.h"
 #include "sparse24/gguf.h"
@@ -811,48 +813,52 @@ PruneModelReport prune_gguf_decoder(const std::string& path, const std::string& 
                                  : kept == "F16" ? "float16"
                                                  : "bfloat16"),
                   to, out_dir, in.files());
-  // The loader hands over every tensor it reads (fp32, transformers' names); a part of them as written.
-  std::vector<std::pair<std::string, StTensor>> read;
-  auto written = [&](std::pair<std::string, StTensor>&& t) {
-    const std::string d = src.stored.at(t.first).first;
-    StTensor st = std::move(t.second);
+  // A tensor the loader handed over (fp32, transformers' names) in its written type, the fp32 copy dropped.
+  auto written = [&](const std::string& name, StTensor&& f) {
+    const std::string d = src.stored.at(name).first;
+    CheckpointTensor t{name, std::move(f), {}};
     if (d != "F32") {
-      const Tensor f = from_st(st, t.first);
-      st = to_st(Tensor::from_float(f.to_float(), st.shape, kept_dtype(d)));
+      const auto* v = reinterpret_cast<const float*>(t.dense.bytes.data());
+      const size_t n = t.dense.bytes.size() / sizeof(float);
+      std::vector<uint8_t> b(n * 2);
+      for (size_t i = 0; i < n; ++i) {
+        const uint16_t h = d == "F16" ? float_to_half(v[i]) : float_to_bf16(v[i]);
+        std::memcpy(b.data() + 2 * i, &h, 2);
+      }
+      t.dense.dtype = d;
+      t.dense.bytes = std::move(b);
     }
-    return CheckpointTensor{t.first, std::move(st), {}};
+    return t;
   };
-  std::vector<std::pair<std::string, StTensor>> layer_rest;  // the layer's tensors but its Linears
+  // The layers' tensors as the loader reads them: the Linears are the pruner's (it reads them from the
+  // layer; dropped here), the rest (norms) wait for the layer's shard.
+  std::vector<std::pair<std::string, StTensor>> read, layer_rest;
   src.load = [&](const DecoderLoadOptions& lo) {
     DecoderLoadOptions wrapped = lo;
     wrapped.on_layer = [&](DecoderModel& m, DecoderLayer& L, int64_t l) {
-      // The tables read before the first layer are written at once (8B: 4.2 GB of fp32 not held through
-      // the layer's calibration); of the layer's own tensors, its Linears are the pruner's (dropped here:
-      // it reads them from L), the rest (norms) wait for the layer's shard.
       std::set<std::string> linears;
       for (int which = 0; which < 4; ++which)
         for (const std::string& s : gemm_of(L, which).sources) linears.insert(s), linears.insert(bias_of(s));
-      Checkpoint tables;
-      for (auto& t : read) {
-        if (layer_of(t.first) < 0)
-          tables.tensors.push_back(written(std::move(t)));
-        else if (!linears.count(t.first))
-          layer_rest.push_back(std::move(t));
-      }
+      for (auto& t : read)
+        if (!linears.count(t.first)) layer_rest.push_back(std::move(t));
       read.clear();
-      if (!tables.tensors.empty()) out.add(tables);
       lo.on_layer(m, L, l);
     };
-    return in.load(wrapped, read);
+    return in.load(wrapped, read, /*tables=*/false);
   };
   PruneModelReport r = prune_decoder(src, o, [&](int64_t, Checkpoint&& ck) {
-    for (auto& t : layer_rest) ck.tensors.push_back(written(std::move(t)));
+    for (auto& [name, t] : layer_rest) ck.tensors.push_back(written(name, std::move(t)));
     layer_rest.clear();
     out.add(ck);
   });
-  Checkpoint rest;  // anything read after the last layer
-  for (auto& t : read) rest.tensors.push_back(written(std::move(t)));
-  if (!rest.tensors.empty()) out.add(rest);
+  // The embeddings, final norm and head read again at the end, a shard each (8B: never two 2 GB tables at
+  // once, none held through the layers).
+  for (const auto& [name, st] : in.tensors())
+    if (layer_of(name) < 0) {
+      Checkpoint one;
+      one.tensors.push_back(written(name, in.tensor(name)));
+      out.add(one);
+    }
   out.finish();
   return r;
 }
