@@ -146,45 +146,61 @@ def peak_rss_kb(*args):
     return int(out.stdout)
 
 
+def write_q8_llama_gguf(path, H, F, layers, heads, context, tokens=None, attn_norm=1.0):
+    """A random Llama as llama.cpp writes a quantized one: F32 embeddings (a vocabulary of 1,024, or of
+    `tokens` with a byte-level BPE tokenizer over them) and norms (the attention norms `attn_norm`), Q8_0
+    Linears (normal x 0.02, seed 0); returns each Linear's values as gguf dequantizes them, by GGUF name."""
+    gguf = pytest.importorskip("gguf")
+    vocab = len(tokens) if tokens else 1024
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_block_count(layers)
+    w.add_context_length(context)
+    w.add_embedding_length(H)
+    w.add_feed_forward_length(F)
+    w.add_head_count(heads)
+    w.add_head_count_kv(heads)
+    w.add_rope_freq_base(10000.0)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_vocab_size(vocab)
+    if tokens:
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre("gpt-2")
+        w.add_token_list(tokens)
+        w.add_token_types([3] + [1] * (len(tokens) - 1))
+        w.add_token_merges(["A B"])
+    g = np.random.default_rng(0)
+    w.add_tensor("token_embd.weight", g.standard_normal((vocab, H), dtype=np.float32) * 0.02)
+    w.add_tensor("output_norm.weight", np.ones(H, np.float32))
+    linears = {}
+    for l in range(layers):
+        w.add_tensor(f"blk.{l}.attn_norm.weight", np.full(H, attn_norm, np.float32))
+        w.add_tensor(f"blk.{l}.ffn_norm.weight", np.ones(H, np.float32))
+        for name, rows, cols in (("attn_q", H, H), ("attn_k", H, H), ("attn_v", H, H), ("attn_output", H, H),
+                                 ("ffn_gate", F, H), ("ffn_up", F, H), ("ffn_down", H, F)):
+            q = gguf.quants.quantize(g.standard_normal((rows, cols), dtype=np.float32) * 0.02,
+                                     gguf.GGMLQuantizationType.Q8_0)
+            linears[f"blk.{l}.{name}.weight"] = gguf.quants.dequantize(q, gguf.GGMLQuantizationType.Q8_0)
+            w.add_tensor(f"blk.{l}.{name}.weight", q, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return linears
+
+
 def test_pruned_int8_load_never_holds_the_model_in_fp32(tmp_path):
     """A model read with --prune --int8 peaks under its Linears' fp32 bytes (here 512 MiB: read whole into fp32
     first, as before, it could not peak below them; measured 381 MiB), and under 0.7 of the dense load's
     peak (668 MiB)."""
     import os
 
-    gguf = pytest.importorskip("gguf")
+    pytest.importorskip("gguf")
     cli_path = os.environ.get("SPARSE24_CLI")
     if not cli_path:
         pytest.skip("needs the C++ tool (SPARSE24_CLI)")
     H, F, layers = 1024, 4096, 8
     path = tmp_path / "m.gguf"
-    w = gguf.GGUFWriter(str(path), "llama")
-    w.add_block_count(layers)
-    w.add_context_length(256)
-    w.add_embedding_length(H)
-    w.add_feed_forward_length(F)
-    w.add_head_count(16)
-    w.add_head_count_kv(16)
-    w.add_rope_freq_base(10000.0)
-    w.add_layer_norm_rms_eps(1e-5)
-    w.add_vocab_size(1024)
-    g = np.random.default_rng(0)
-    w.add_tensor("token_embd.weight", g.standard_normal((1024, H), dtype=np.float32) * 0.02)
-    w.add_tensor("output_norm.weight", np.ones(H, np.float32))
-    linear_params = 0
-    for l in range(layers):
-        w.add_tensor(f"blk.{l}.attn_norm.weight", np.ones(H, np.float32))
-        w.add_tensor(f"blk.{l}.ffn_norm.weight", np.ones(H, np.float32))
-        for name, rows, cols in (("attn_q", H, H), ("attn_k", H, H), ("attn_v", H, H), ("attn_output", H, H),
-                                 ("ffn_gate", F, H), ("ffn_up", F, H), ("ffn_down", H, F)):
-            x = g.standard_normal((rows, cols), dtype=np.float32) * 0.02
-            w.add_tensor(f"blk.{l}.{name}.weight", gguf.quants.quantize(x, gguf.GGMLQuantizationType.Q8_0),
-                         raw_dtype=gguf.GGMLQuantizationType.Q8_0)
-            linear_params += rows * cols
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    linear_params = sum(v.size for v in write_q8_llama_gguf(path, H, F, layers, heads=16, context=256).values())
     run = [cli_path, "generate", path, "--prompt-ids", "1,2,3", "--max-tokens", 2]
     dense = peak_rss_kb(*run)
     pruned = peak_rss_kb(*run, "--prune", "--int8")
@@ -309,14 +325,14 @@ def test_prune_model_of_a_directory_holds_a_layer_at_a_time(tmp_path):
 
 
 def test_prune_model_of_a_quantized_gguf_writes_bf16(tmp_path):
-    """prune-model of a GGUF file (read a layer at a time) writes a quantized type's weights in bf16: the kept values of each pruned Linear are bf16 of gguf's own
-    dequantization, 2 of each 4 nonzero, the norms and the F32 embeddings stay F32, config.json says
-    bfloat16, the output runs."""
+    """prune-model of a GGUF file (read a layer at a time) writes a quantized type's weights in bf16: the kept
+    values of each pruned Linear are bf16 of gguf's own dequantization, 2 of each 4 nonzero, the norms and the
+    F32 embeddings stay F32, config.json says bfloat16, the output runs."""
     import json
     import os
     import subprocess
 
-    gguf = pytest.importorskip("gguf")
+    pytest.importorskip("gguf")
     torch = pytest.importorskip("torch")
     safetensors = pytest.importorskip("safetensors")
     cli_path = os.environ.get("SPARSE24_CLI")
@@ -325,38 +341,7 @@ def test_prune_model_of_a_quantized_gguf_writes_bf16(tmp_path):
     H, F, layers = 256, 512, 2
     tokens = ["<|s|>"] + [chr(c) for c in range(ord("A"), ord("Z") + 1)] + ["\u0120", "AB"]
     path = tmp_path / "m.gguf"
-    w = gguf.GGUFWriter(str(path), "llama")
-    w.add_block_count(layers)
-    w.add_context_length(64)
-    w.add_embedding_length(H)
-    w.add_feed_forward_length(F)
-    w.add_head_count(4)
-    w.add_head_count_kv(4)
-    w.add_rope_freq_base(10000.0)
-    w.add_layer_norm_rms_eps(1e-5)
-    w.add_vocab_size(len(tokens))
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("gpt-2")
-    w.add_token_list(tokens)
-    w.add_token_types([3] + [1] * (len(tokens) - 1))
-    w.add_token_merges(["A B"])
-    g = np.random.default_rng(1)
-    w.add_tensor("token_embd.weight", g.standard_normal((len(tokens), H), dtype=np.float32) * 0.02)
-    w.add_tensor("output_norm.weight", np.ones(H, np.float32))
-    q8 = {}
-    for l in range(layers):
-        w.add_tensor(f"blk.{l}.attn_norm.weight", np.full(H, 1.5, np.float32))
-        w.add_tensor(f"blk.{l}.ffn_norm.weight", np.ones(H, np.float32))
-        for name, rows, cols in (("attn_q", H, H), ("attn_k", H, H), ("attn_v", H, H), ("attn_output", H, H),
-                                 ("ffn_gate", F, H), ("ffn_up", F, H), ("ffn_down", H, F)):
-            q = gguf.quants.quantize(g.standard_normal((rows, cols), dtype=np.float32) * 0.02,
-                                     gguf.GGMLQuantizationType.Q8_0)
-            q8[f"blk.{l}.{name}.weight"] = gguf.quants.dequantize(q, gguf.GGMLQuantizationType.Q8_0)
-            w.add_tensor(f"blk.{l}.{name}.weight", q, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    q8 = write_q8_llama_gguf(path, H, F, layers, heads=4, context=64, tokens=tokens, attn_norm=1.5)
     out = tmp_path / "pruned"
     ran = subprocess.run([cli_path, "prune-model", str(path), "-o", str(out)], capture_output=True, text=True)
     assert ran.returncode == 0, ran.stderr
