@@ -1,6 +1,6 @@
 // SparseGPT's Hessian H = 2/n X^T X. The accumulation is the hot part (cols^2 * tokens / 2 multiply-adds):
-// token blocks are packed into 16-column panels, 8x16 tiles of X^T X are accumulated in float over one
-// block (registers) and added into the double sum, so float only ever sums kBlock products.
+// token blocks are packed into 16-column panels, 16x16 (AVX-512) or 8x16 tiles of X^T X are accumulated in
+// float over one block (registers) and added into the double sum, so float only ever sums kBlock products.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -18,30 +18,52 @@ constexpr int64_t kBlock = 256;  // tokens per float accumulation block
 constexpr int64_t kPanel = 16;   // columns per packed panel
 constexpr int64_t kTileRows = 8;
 
-// acc[k][l] = sum_t xi[t][k] * xj[t][l] over one packed block (rows of 16 floats).
-// Compiled for AVX-512, AVX2+FMA and baseline x86-64; the loader picks one (GCC function multiversioning),
-// so the library still runs on any x86-64. Kept out of the OpenMP region, whose outlined body is not cloned.
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void tile_kernel(
-    const float* xi, const float* xj, int64_t tokens, float* acc_out) {
-  // GCC vector extensions: 8 rows x 2 vectors of 8 accumulators stay in registers (ymm0-31 with AVX-512VL).
-  typedef float v8 __attribute__((vector_size(32)));
-  v8 acc[kTileRows][2] = {};
+// acc[k][l] = sum_t xi[t][k] * xj[t][l] over one packed block (rows of 16 floats), 8 rows of a panel: 16 ymm
+// accumulators, two vectors of xj per token and 8 values of xi broadcast. Every kernel here sums each
+// element's products in token order with fused multiply-adds (written out, not left to the compiler's
+// contraction, which -O1 builds skip): the same bits on every ISA.
+__attribute__((target("avx2,fma"))) void tile_kernel_avx2(const float* xi, const float* xj, int64_t tokens,
+                                                          float* acc_out) {
+  // Named accumulators, not an array (GCC stored an array's elements back on every iteration).
+  __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00,
+         c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
   for (int64_t t = 0; t < tokens; ++t) {
-    v8 b0, b1;
-    __builtin_memcpy(&b0, xj + t * kPanel, sizeof b0);
-    __builtin_memcpy(&b1, xj + t * kPanel + 8, sizeof b1);
-    for (int k = 0; k < kTileRows; ++k) {
-      const float a = xi[t * kPanel + k];
-      acc[k][0] += a * b0;
-      acc[k][1] += a * b1;
-    }
+    const __m256 b0 = _mm256_loadu_ps(xj + t * kPanel), b1 = _mm256_loadu_ps(xj + t * kPanel + 8);
+    const float* a = xi + t * kPanel;
+    __m256 x = _mm256_broadcast_ss(a);
+    c00 = _mm256_fmadd_ps(x, b0, c00), c01 = _mm256_fmadd_ps(x, b1, c01);
+    x = _mm256_broadcast_ss(a + 1);
+    c10 = _mm256_fmadd_ps(x, b0, c10), c11 = _mm256_fmadd_ps(x, b1, c11);
+    x = _mm256_broadcast_ss(a + 2);
+    c20 = _mm256_fmadd_ps(x, b0, c20), c21 = _mm256_fmadd_ps(x, b1, c21);
+    x = _mm256_broadcast_ss(a + 3);
+    c30 = _mm256_fmadd_ps(x, b0, c30), c31 = _mm256_fmadd_ps(x, b1, c31);
+    x = _mm256_broadcast_ss(a + 4);
+    c40 = _mm256_fmadd_ps(x, b0, c40), c41 = _mm256_fmadd_ps(x, b1, c41);
+    x = _mm256_broadcast_ss(a + 5);
+    c50 = _mm256_fmadd_ps(x, b0, c50), c51 = _mm256_fmadd_ps(x, b1, c51);
+    x = _mm256_broadcast_ss(a + 6);
+    c60 = _mm256_fmadd_ps(x, b0, c60), c61 = _mm256_fmadd_ps(x, b1, c61);
+    x = _mm256_broadcast_ss(a + 7);
+    c70 = _mm256_fmadd_ps(x, b0, c70), c71 = _mm256_fmadd_ps(x, b1, c71);
   }
-  for (int k = 0; k < kTileRows; ++k) __builtin_memcpy(acc_out + k * kPanel, acc[k], sizeof acc[k]);
+  const __m256 acc[kTileRows * 2] = {c00, c01, c10, c11, c20, c21, c30, c31,
+                                     c40, c41, c50, c51, c60, c61, c70, c71};
+  for (int i = 0; i < kTileRows * 2; ++i) _mm256_storeu_ps(acc_out + 8 * i, acc[i]);
+}
+
+// The same on any x86-64 (SPARSE24_ISA=ref or a CPU without AVX2): std::fma per product, slow.
+void tile_kernel_portable(const float* xi, const float* xj, int64_t tokens, float* acc_out) {
+  float acc[kTileRows * kPanel] = {};
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int k = 0; k < kTileRows; ++k)
+      for (int l = 0; l < kPanel; ++l)
+        acc[k * kPanel + l] = std::fma(xi[t * kPanel + k], xj[t * kPanel + l], acc[k * kPanel + l]);
+  std::copy(acc, acc + kTileRows * kPanel, acc_out);
 }
 
 // The same for a whole 16 x 16 tile with AVX-512: 16 zmm accumulators, one vector of xj per token and the
-// 16 values of xi broadcast. Each element sums the same products in the same order with fused
-// multiply-adds as tile_kernel's clones do (GCC contracts their a * b + acc): the same bits.
+// 16 values of xi broadcast.
 __attribute__((target("avx512f"))) void tile_kernel_avx512(const float* xi, const float* xj, int64_t tokens,
                                                            float* acc_out) {
   __m512 acc[kPanel];
@@ -92,6 +114,7 @@ void accumulate_block(const float* packed, int64_t tokens, int64_t panels, int64
     }
     return;
   }
+  const auto tile_kernel = active_isa() == Isa::kAvx2 ? tile_kernel_avx2 : tile_kernel_portable;
   const int64_t tiles = panels * (kPanel / kTileRows);
 #pragma omp parallel for schedule(dynamic)
   for (int64_t ti = 0; ti < tiles; ++ti) {
