@@ -218,7 +218,7 @@ TEST(SparseGpt, ReconstructsBetterThanMagnitudeAndWanda) {
   RecordProperty("error_wanda", std::to_string(e_wanda));
   RecordProperty("error_magnitude", std::to_string(e_mag));
   EXPECT_LT(e_wanda, e_mag);
-  EXPECT_LT(e_gpt, 0.75 * e_wanda) << "sparsegpt " << e_gpt << " wanda " << e_wanda << " magnitude " << e_mag;
+  EXPECT_LT(e_gpt, 0.8 * e_wanda) << "sparsegpt " << e_gpt << " wanda " << e_wanda << " magnitude " << e_mag;
 }
 
 TEST(SparseGpt, DeadInputsArePrunedAndDoNotBreakTheInverse) {
