@@ -7,6 +7,12 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 
 jobs=$(nproc)
+# A clean run writes about 10 GB (three build trees, pytest's model copies, fuzz corpora); a full disk shows
+# up late, as an assembler or linker error, so say it first.
+free_kb=$(df -Pk . | awk 'NR == 2 {print $4}')
+if [ "$free_kb" -lt $((10 * 1024 * 1024)) ]; then
+  echo "warning: $((free_kb / 1024 / 1024)) GB free on this disk; a clean run needs about 10 GB" >&2
+fi
 echo "== release build and tests"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPARSE24_WERROR=ON >/dev/null
 cmake --build build -j"$jobs"
