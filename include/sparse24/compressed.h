@@ -73,5 +73,8 @@ Compressed compress_pruned_f32(const float* w, int64_t rows, int64_t cols);
 Tensor decompress(const Compressed& c);
 // Checks sizes and every metadata code; throws Error naming the first problem.
 void validate(const Compressed& c);
+// The same weights with float32 values: f16 and bf16 widened exactly, int8 times its scales; the codes as
+// they are (validated first). What decompress + compress gave, without the dense matrix in between.
+Compressed to_f32(Compressed c);
 
 }  // namespace sparse24

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "../kernels/convert.h"
 #include "sparse24/error.h"
 #include "sparse24/mask.h"
 #include "sparse24/pattern.h"
@@ -285,17 +286,20 @@ void validate(const Compressed& c) {
                     std::to_string(i / static_cast<size_t>(c.scales_per_row())) + " is not finite");
   }
   const int64_t G = c.groups_per_row();
-  // The valid codes as a bit set (valid_code's rule, checked without a call per group).
-  uint32_t valid = 0;
-  for (uint8_t code = 0; code < 16; ++code) valid |= static_cast<uint32_t>(valid_code(code)) << code;
+  // The metadata bytes whose two codes are both valid (valid_code's rule, checked a byte at a time).
+  std::array<bool, 256> valid_byte{};
+  for (int b = 0; b < 256; ++b)
+    valid_byte[b] = valid_code(b & 0xF) && valid_code(static_cast<uint8_t>(b >> 4));
+  const auto bad_code = [&](int64_t r, int64_t g) {
+    const uint8_t code = c.code(r, g);
+    return Error("invalid metadata code 0x" + std::string(1, "0123456789abcdef"[code]) + " at " + at(r, g) +
+                 " (positions must be two distinct indices in increasing order)");
+  };
   for (int64_t r = 0; r < c.rows; ++r) {
-    for (int64_t g = 0; g < G; ++g) {
-      const uint8_t code = c.code(r, g);
-      if (((valid >> code) & 1) == 0) {
-        throw Error("invalid metadata code 0x" + std::string(1, "0123456789abcdef"[code]) + " at " +
-                    at(r, g) + " (positions must be two distinct indices in increasing order)");
-      }
-    }
+    const uint8_t* meta = c.metadata.data() + r * c.meta_bytes_per_row();
+    for (int64_t i = 0; i < G / 2; ++i)
+      if (!valid_byte[meta[i]]) throw bad_code(r, valid_code(meta[i] & 0xF) ? 2 * i + 1 : 2 * i);
+    if (G % 2 == 1 && !valid_code(meta[G / 2] & 0xF)) throw bad_code(r, G - 1);
     if (c.cols % 4 != 0) {  // only the last group has positions past K
       const int64_t g = G - 1;
       const uint8_t code = c.code(r, g);
@@ -310,6 +314,25 @@ void validate(const Compressed& c) {
       throw Error("row " + std::to_string(r) + ": the unused last metadata nibble is not zero");
     }
   }
+}
+
+Compressed to_f32(Compressed c) {
+  validate(c);
+  if (c.dtype == DType::kF32) return c;
+  const int64_t n = c.rows * c.values_per_row();
+  std::vector<uint8_t> values(static_cast<size_t>(n) * sizeof(float));
+  auto* out = reinterpret_cast<float*>(values.data());
+  if (c.scale_group > 0) {
+    for (int64_t r = 0; r < c.rows; ++r)
+      for (int64_t j = 0; j < c.values_per_row(); ++j) out[r * c.values_per_row() + j] = c.value(r, j);
+  } else {
+    kernels::elements_to_floats(c.dtype, c.values.data(), n, out);
+  }
+  c.values = std::move(values);
+  c.dtype = DType::kF32;
+  c.scale_group = 0;
+  c.scales.clear();
+  return c;
 }
 
 Tensor decompress(const Compressed& c) {

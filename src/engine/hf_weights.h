@@ -126,9 +126,7 @@ class Weights {
         throw Error(what_ + ": tensor '" + name + "' is 2:4 " + shape_string(t.sparse->shape) +
                     ", the architecture needs " + shape_string({out, in}));
       g.pruned = true;
-      g.sparse = std::move(*t.sparse);
-      if (g.sparse.dtype != DType::kF32)
-        g.sparse = compress(Tensor::from_float(decompress(g.sparse).to_float(), {out, in}));
+      g.sparse = to_f32(std::move(*t.sparse));
       finite(name, reinterpret_cast<const float*>(g.sparse.values.data()),
              static_cast<int64_t>(g.sparse.values.size() / sizeof(float)));
     } else {

@@ -187,5 +187,54 @@ TEST(Validate, RejectsInvalidCodesAndSizes) {
   EXPECT_THROW(validate(pad), Error);
 }
 
+// validate reads the metadata a byte (two groups) at a time: the first bad group is still the one named,
+// whichever nibble it is in, also a last odd group's.
+TEST(Validate, NamesTheFirstInvalidGroup) {
+  auto g = rng(11);
+  for (int64_t k : {8, 12, 24, 28}) {
+    const Compressed c = compress(random_sparse(g, {3, k}, DType::kF32));
+    const int64_t groups = (k + 3) / 4;
+    for (int64_t bad = 0; bad < groups; ++bad)
+      for (int64_t later = bad; later < groups; ++later) {
+        SCOPED_TRACE("k " + std::to_string(k) + ", bad groups " + std::to_string(bad) + ", " +
+                     std::to_string(later));
+        Compressed b = c;
+        for (int64_t grp : {bad, later}) {
+          uint8_t& byte = b.metadata[static_cast<size_t>(b.meta_bytes_per_row() + grp / 2)];  // row 1
+          byte = static_cast<uint8_t>(grp % 2 ? (byte & 0x0F) | 0x50 : (byte & 0xF0) | 0x5);  // 0x5: 1, 1
+        }
+        try {
+          validate(b);
+          ADD_FAILURE() << "accepted";
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("row 1, group " + std::to_string(bad) + " "),
+                    std::string::npos)
+              << e.what();
+        }
+      }
+  }
+}
+
+// to_f32 gives what decompress + compress of the float values gives, for every stored type.
+TEST(Compress, ToF32MatchesRecompressingTheFloats) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(12);
+  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16, DType::kI8})
+    for (int64_t rows : kSizes)
+      for (int64_t k : kSizes) {
+        SCOPED_TRACE(std::string(dtype_name(dt)) + " " + std::to_string(rows) + "x" + std::to_string(k));
+        Compressed c = compress(random_sparse(g, {rows, k}, dt));
+        if (dt == DType::kI8) c = quantize_int8(compress(random_sparse(g, {rows, k}, DType::kF32)), 4);
+        const Compressed want = compress(Tensor::from_float(decompress(c).to_float(), {rows, k}));
+        const Compressed got = to_f32(c);
+        EXPECT_EQ(got.dtype, DType::kF32);
+        EXPECT_EQ(got.shape, want.shape);
+        EXPECT_EQ(got.scale_group, 0);
+        EXPECT_TRUE(got.scales.empty());
+        EXPECT_EQ(decompress(got).bytes, decompress(want).bytes);
+        EXPECT_EQ(got.metadata, c.metadata);  // the codes as stored
+      }
+}
+
 }  // namespace
 }  // namespace sparse24
