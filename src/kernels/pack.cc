@@ -1,4 +1,5 @@
 // The pack step: from the compressed format to the layouts the kernels stream (see packed.h).
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -67,45 +68,70 @@ LanesLayout pack_lanes(const Compressed& w, int kb, bool bf16) {
   p.data = AlignedArray<uint8_t>(static_cast<size_t>(p.m_blocks * p.supers * eb));
   const int64_t groups = w.groups_per_row();
   const int64_t per_block = kb / L::kSuper;
+  // Kept value j of row r as float: read in place from float32 values (what the loaders give), otherwise
+  // through Compressed::value.
+  const int64_t vpr = w.values_per_row(), mbpr = w.meta_bytes_per_row();
+  const float* f32 = w.dtype == DType::kF32 ? reinterpret_cast<const float*>(w.values.data()) : nullptr;
+  auto value = [&](int64_t r, int64_t j) { return f32 != nullptr ? f32[r * vpr + j] : w.value(r, j); };
   auto at = [&](int64_t mb, int64_t s) {
     const int64_t kblk = s / per_block;
     return p.data.data() + p.entry(kblk, mb) + static_cast<size_t>((s - kblk * per_block) * eb);
   };
-  for (int64_t r = 0; r < w.rows; ++r) {
-    const int64_t mb = r / L::kRows;
-    const int lane = static_cast<int>(r % L::kRows);
-    if (i8)
-      for (int64_t s = 0; s < p.supers; ++s) {
-        const float scale =
-            sg > 0 ? w.scales[static_cast<size_t>(r * w.scales_per_row() + s * L::kSuper / sg)] : 1.f;
-        std::memcpy(at(mb, s) + scale_at + 4 * lane, &scale, 4);
-      }
-    for (int64_t g = 0; g < groups; ++g) {
-      uint8_t* e = at(mb, g / 16);
-      const int q = static_cast<int>(g % 16);
-      const uint8_t code = w.code(r, g);
-      for (int t = 0; t < 2; ++t) {
-        const int slot = 2 * q + t;
-        const int idx = (code >> (2 * t)) & 3;
-        if (4 * g + idx >= w.cols) continue;  // the last group's padding: value 0, code 0
-        uint8_t* v = e + L::slot_at(p.weights, slot) + lane * sb;
+  // Entry by entry (a row block's super chunk), lane by lane: the entry's bytes are written together and
+  // each lane's two code words once.
+  for (int64_t mb = 0; mb < p.m_blocks; ++mb)
+    for (int64_t s = 0; s < p.supers; ++s) {
+      uint8_t* e = at(mb, s);
+      const int64_t g0 = 16 * s, g1 = std::min(groups, g0 + 16);
+      for (int lane = 0; lane < L::kRows && mb * L::kRows + lane < w.rows; ++lane) {
+        const int64_t r = mb * L::kRows + lane;
         if (i8) {
-          *v = w.values[static_cast<size_t>(r * w.values_per_row() + 2 * g + t)];
-        } else if (bf16) {
-          const uint16_t b = float_to_bf16(w.value(r, 2 * g + t));
-          std::memcpy(v, &b, 2);
-        } else {
-          const float f = w.value(r, 2 * g + t);
-          std::memcpy(v, &f, 4);
+          const float scale =
+              sg > 0 ? w.scales[static_cast<size_t>(r * w.scales_per_row() + s * L::kSuper / sg)] : 1.f;
+          std::memcpy(e + scale_at + 4 * lane, &scale, 4);
         }
-        uint32_t c;
-        uint8_t* cp = e + code_at + 4 * ((slot / 16) * L::kRows + lane);
-        std::memcpy(&c, cp, 4);
-        c |= static_cast<uint32_t>(idx) << (2 * (slot % 16));
-        std::memcpy(cp, &c, 4);
+        uint32_t codes[2] = {0, 0};  // slots 0..15, 16..31
+        if (4 * (g0 + 16) <= w.cols) {
+          // A whole super chunk: its 32 values in slot order, and its code words are the row's metadata
+          // bytes as they are (group g's nibble is bits 4 (g % 8) of word (g % 16) / 8, both ways).
+          std::memcpy(codes, w.metadata.data() + r * mbpr + g0 / 2, sizeof(codes));
+          uint8_t* v = e + L::slot_at(p.weights, 0) + lane * sb;
+          const int stride = L::kRows * sb;
+          for (int slot = 0; slot < L::kSlots; ++slot, v += stride) {
+            if (i8) {
+              *v = w.values[static_cast<size_t>(r * vpr + 2 * g0 + slot)];
+            } else if (bf16) {
+              const uint16_t b = float_to_bf16(value(r, 2 * g0 + slot));
+              std::memcpy(v, &b, 2);
+            } else {
+              const float f = value(r, 2 * g0 + slot);
+              std::memcpy(v, &f, 4);
+            }
+          }
+        } else {
+          for (int64_t g = g0; g < g1; ++g) {
+            const uint8_t code = w.code(r, g);
+            for (int t = 0; t < 2; ++t) {
+              const int slot = 2 * static_cast<int>(g - g0) + t;
+              const int idx = (code >> (2 * t)) & 3;
+              if (4 * g + idx >= w.cols) continue;  // the last group's padding: value 0, code 0
+              uint8_t* v = e + L::slot_at(p.weights, slot) + lane * sb;
+              if (i8) {
+                *v = w.values[static_cast<size_t>(r * vpr + 2 * g + t)];
+              } else if (bf16) {
+                const uint16_t b = float_to_bf16(value(r, 2 * g + t));
+                std::memcpy(v, &b, 2);
+              } else {
+                const float f = value(r, 2 * g + t);
+                std::memcpy(v, &f, 4);
+              }
+              codes[slot / 16] |= static_cast<uint32_t>(idx) << (2 * (slot % 16));
+            }
+          }
+        }
+        for (int h = 0; h < 2; ++h) std::memcpy(e + code_at + 4 * (h * L::kRows + lane), &codes[h], 4);
       }
     }
-  }
   return p;
 }
 
