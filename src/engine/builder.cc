@@ -25,6 +25,8 @@ Gemm concat_rows(std::string name, const std::vector<const Gemm*>& parts) {
       throw Error("layer '" + g.name + "': parts of different shapes");
     g.m += p->m;
     g.pruned = g.pruned && p->pruned;
+    if (p->pruned && p->sparse.dtype != parts[0]->sparse.dtype)
+      throw Error("layer '" + g.name + "': 2:4 parts of different types");
   }
   if (!g.pruned) g.dense.reserve(static_cast<size_t>(g.m * g.k));
   for (const Gemm* p : parts) {
@@ -43,7 +45,7 @@ Gemm concat_rows(std::string name, const std::vector<const Gemm*>& parts) {
     }
   }
   if (g.pruned) {
-    g.sparse.dtype = DType::kF32;
+    g.sparse.dtype = parts[0]->sparse.dtype;
     g.sparse.rows = g.m;
     g.sparse.cols = g.k;
     g.sparse.shape = {g.m, g.k};

@@ -39,12 +39,14 @@ struct Linear {
     if (!bias.empty() && static_cast<int64_t>(bias.size()) != m)
       throw Error("layer '" + g.name + "': bias size mismatch");
     if (sparse && g.pruned) {
-      // Values already int8 (DecoderLoadOptions::int8, an int8 checkpoint) run as they are.
-      const bool f32 = g.sparse.dtype == DType::kF32;
+      // Values already int8 (DecoderLoadOptions::int8, an int8 checkpoint) run as they are, bf16 ones (a
+      // bf16 checkpoint) as bf16 weights unless int8 ones are asked for.
+      const bool i8 = g.sparse.dtype == DType::kI8;
       PackOptions o;
-      o.bf16_weights = d.bf16_weights && f32;
+      o.bf16_weights = d.bf16_weights && !i8;
       o.layouts = both ? PackLayouts::kBoth : PackLayouts::kSmallN;
-      packed = pack(d.int8_weights && f32 ? quantize_int8(g.sparse, detail::kInt8ScaleGroup) : g.sparse, o);
+      packed = pack(
+          d.int8_weights && !i8 ? quantize_int8(to_f32(g.sparse), detail::kInt8ScaleGroup) : g.sparse, o);
       return;
     }
     if (g.pruned) decompressed = decompress(g.sparse).to_float();

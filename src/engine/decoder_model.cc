@@ -26,8 +26,8 @@ void prepare_linears(const std::vector<Gemm*>& linears, const DecoderLoadOptions
         g.dense.clear();
         g.dense.shrink_to_fit();
       }
-      if (o.int8 && g.pruned && g.sparse.dtype == DType::kF32)
-        g.sparse = quantize_int8(g.sparse, kInt8ScaleGroup);
+      if (o.int8 && g.pruned && g.sparse.dtype != DType::kI8)
+        g.sparse = quantize_int8(to_f32(std::move(g.sparse)), kInt8ScaleGroup);
     } catch (...) {
 #pragma omp critical(sparse24_prepare_linears)
       if (!error) error = std::current_exception();

@@ -126,9 +126,16 @@ class Weights {
         throw Error(what_ + ": tensor '" + name + "' is 2:4 " + shape_string(t.sparse->shape) +
                     ", the architecture needs " + shape_string({out, in}));
       g.pruned = true;
-      g.sparse = to_f32(std::move(*t.sparse));
-      finite(name, reinterpret_cast<const float*>(g.sparse.values.data()),
-             static_cast<int64_t>(g.sparse.values.size() / sizeof(float)));
+      // f32 and bf16 values stay as stored (bf16 ones pack as bf16 weights: exact, half the bytes).
+      g.sparse = std::move(*t.sparse);
+      if (g.sparse.dtype != DType::kF32 && g.sparse.dtype != DType::kBF16)
+        g.sparse = to_f32(std::move(g.sparse));
+      validate(g.sparse);
+      const auto n = static_cast<int64_t>(g.sparse.values.size() / dtype_size(g.sparse.dtype));
+      if (g.sparse.dtype == DType::kBF16
+              ? !kernels::all_finite_bf16(reinterpret_cast<const uint16_t*>(g.sparse.values.data()), n)
+              : !kernels::all_finite(reinterpret_cast<const float*>(g.sparse.values.data()), n))
+        throw Error(what_ + ": tensor '" + name + "' holds a non-finite value");
     } else {
       g.dense = dense(name, {out, in});
     }

@@ -104,6 +104,7 @@ std::vector<float> regroup_conv_dense(const std::vector<float>& w, int64_t out, 
 
 void scale_rows(Gemm& g, const std::vector<float>& s) {
   if (g.pruned) {
+    g.sparse = to_f32(std::move(g.sparse));
     float* v = reinterpret_cast<float*>(g.sparse.values.data());
     const int64_t vpr = g.sparse.values_per_row();
     for (int64_t r = 0; r < g.m; ++r)

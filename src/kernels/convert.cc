@@ -76,6 +76,12 @@ bool all_finite(const float* x, int64_t n) {
   return true;
 }
 
+bool all_finite_bf16(const uint16_t* x, int64_t n) {
+  uint16_t any = 0;  // all_finite's carry into the sign bit, on bfloat16's 8-bit exponent
+  for (int64_t i = 0; i < n; ++i) any |= static_cast<uint16_t>((x[i] & 0x7F80u) + 0x0080u);
+  return (any & 0x8000u) == 0;
+}
+
 void quantize_gemv_i8(const float* w, int64_t rows, int64_t cols, int8_t* q, float* scales) {
   const int64_t groups = (cols + kGemvI8Group - 1) / kGemvI8Group;
   for (int64_t r = 0; r < rows; ++r)

@@ -22,6 +22,8 @@ constexpr int64_t kGemvI8Group = 64;
 void quantize_gemv_i8(const float* w, int64_t rows, int64_t cols, int8_t* q, float* scales);
 // Whether no x[i] is an infinity or a NaN.
 bool all_finite(const float* x, int64_t n);
+// The same for n bfloat16 values (their bits) at x.
+bool all_finite_bf16(const uint16_t* x, int64_t n);
 
 // The F16C paths (convert_avx2.cc): call only where f16c_supported() (taken as AVX2: every AVX2 CPU has it).
 bool f16c_supported();

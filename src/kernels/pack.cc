@@ -73,6 +73,16 @@ LanesLayout pack_lanes(const Compressed& w, int kb, bool bf16) {
   const int64_t vpr = w.values_per_row(), mbpr = w.meta_bytes_per_row();
   const float* f32 = w.dtype == DType::kF32 ? reinterpret_cast<const float*>(w.values.data()) : nullptr;
   auto value = [&](int64_t r, int64_t j) { return f32 != nullptr ? f32[r * vpr + j] : w.value(r, j); };
+  // bf16 weights from bf16 values: their bits as they are.
+  const bool bf16_in = w.dtype == DType::kBF16;
+  auto bf16_of = [&](int64_t r, int64_t j) {
+    uint16_t b;
+    if (bf16_in)
+      std::memcpy(&b, w.values.data() + 2 * (r * vpr + j), 2);
+    else
+      b = float_to_bf16(value(r, j));
+    return b;
+  };
   auto at = [&](int64_t mb, int64_t s) {
     const int64_t kblk = s / per_block;
     return p.data.data() + p.entry(kblk, mb) + static_cast<size_t>((s - kblk * per_block) * eb);
@@ -101,7 +111,7 @@ LanesLayout pack_lanes(const Compressed& w, int kb, bool bf16) {
             if (i8) {
               *v = w.values[static_cast<size_t>(r * vpr + 2 * g0 + slot)];
             } else if (bf16) {
-              const uint16_t b = float_to_bf16(value(r, 2 * g0 + slot));
+              const uint16_t b = bf16_of(r, 2 * g0 + slot);
               std::memcpy(v, &b, 2);
             } else {
               const float f = value(r, 2 * g0 + slot);
@@ -119,7 +129,7 @@ LanesLayout pack_lanes(const Compressed& w, int kb, bool bf16) {
               if (i8) {
                 *v = w.values[static_cast<size_t>(r * vpr + 2 * g + t)];
               } else if (bf16) {
-                const uint16_t b = float_to_bf16(value(r, 2 * g + t));
+                const uint16_t b = bf16_of(r, 2 * g + t);
                 std::memcpy(v, &b, 2);
               } else {
                 const float f = value(r, 2 * g + t);

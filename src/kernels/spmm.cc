@@ -160,8 +160,8 @@ size_t PackedMatrix::bytes() const {
 }
 
 PackedMatrix pack(const Compressed& w, const PackOptions& options) {
-  if (w.dtype != DType::kF32 && w.dtype != DType::kI8)
-    throw Error(std::string("pack: weights must be float32 or int8, got ") + dtype_name(w.dtype));
+  if (w.dtype != DType::kF32 && w.dtype != DType::kBF16 && w.dtype != DType::kI8)
+    throw Error(std::string("pack: weights must be float32, bfloat16 or int8, got ") + dtype_name(w.dtype));
   if (w.dtype == DType::kI8 && options.bf16_weights) throw Error("pack: bf16_weights with int8 weights");
   validate(w);
   const Isa isa = options.isa_set ? options.isa : active_isa();
@@ -171,11 +171,11 @@ PackedMatrix pack(const Compressed& w, const PackOptions& options) {
   p.isa = isa;
   p.m = w.rows;
   p.k = w.cols;
-  p.bf16 = options.bf16_weights;
+  p.bf16 = options.bf16_weights || w.dtype == DType::kBF16;
   p.i8 = w.dtype == DType::kI8;
   const kernels::IsaRow* s = kernels::isa_row(isa);
   if (!s) {
-    p.ref = w;
+    p.ref = to_f32(w);
     if (p.bf16) {
       for (size_t i = 0; i + 4 <= p.ref.values.size(); i += 4) {
         float v;

@@ -455,6 +455,56 @@ TEST_F(HfDecoderDir, MappedAndInMemoryReadsAgree) {
   }
 }
 
+// A checkpoint whose 2:4 values are bfloat16 (what prune-model writes) runs them as bf16 weights, exactly
+// its values: with bf16_weights (the head too), the logits, bit for bit, and the bytes of its float32 copy;
+// without, fewer bytes than that copy run as float32 and the same logits up to the kernels' rounding.
+TEST_F(HfDecoderDir, Bf16CheckpointRunsAsBf16Weights) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(26);
+  DecoderModel m = tiny_model(g, t_);
+  m.prune_magnitude();
+  write(m, config());
+  const std::string file = (dir_ / "model.safetensors").string();
+  Checkpoint f32 = load_checkpoint(file);
+  sparsify(f32, {});
+  Checkpoint bf16 = f32;
+  for (size_t i = 0; i < f32.tensors.size(); ++i) {
+    if (!f32.tensors[i].sparse) continue;
+    Compressed &a = *f32.tensors[i].sparse, &b = *bf16.tensors[i].sparse;
+    b.dtype = DType::kBF16;
+    b.values.resize(a.values.size() / 2);
+    for (size_t j = 0; j < b.values.size() / 2; ++j) {
+      float v;
+      std::memcpy(&v, &a.values[4 * j], 4);
+      const uint16_t h = float_to_bf16(v);
+      v = bf16_to_float(h);
+      std::memcpy(&a.values[4 * j], &v, 4);
+      std::memcpy(&b.values[2 * j], &h, 2);
+    }
+  }
+  const std::vector<int32_t> ids = random_ids(g, 7, t_.vocab);
+  struct Run {
+    std::vector<float> logits;
+    size_t bytes;
+  };
+  const auto run = [&](const Checkpoint& ck, const DecoderOptions& o) {
+    write_safetensors(file, encode_checkpoint(ck, CheckpointFormat::kSparse24));
+    const DecoderModel model = load_hf_decoder(dir_.string());
+    Decoder d(model, o);
+    Run r{std::vector<float>(static_cast<size_t>(ids.size() * t_.vocab)), d.weight_bytes()};
+    d.forward(ids.data(), static_cast<int64_t>(ids.size()), r.logits.data(), true);
+    return r;
+  };
+  DecoderOptions as_bf16;
+  as_bf16.bf16_weights = true;
+  const Run a = run(bf16, as_bf16), b = run(f32, as_bf16);
+  EXPECT_EQ(a.logits, b.logits);
+  EXPECT_EQ(a.bytes, b.bytes);
+  const Run c = run(bf16, {}), d = run(f32, {});
+  EXPECT_LT(c.bytes, d.bytes);
+  for (size_t i = 0; i < c.logits.size(); ++i) ASSERT_NEAR(c.logits[i], d.logits[i], 1e-4) << i;
+}
+
 void add_tiny_tokenizer(Gguf& f, int64_t vocab) {
   std::vector<std::string> tokens = {"<|s|>"};
   std::vector<int64_t> types = {3};

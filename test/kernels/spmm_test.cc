@@ -297,6 +297,41 @@ TEST(Spmm, SingleLayoutAnyN) {
   }
 }
 
+// bfloat16 values (a bf16 checkpoint's) pack as bf16 weights: the same layouts, bytes and results, bit for
+// bit, as their float32 copies packed with bf16_weights, on every ISA (the reference's included).
+TEST(Spmm, Bf16ValuesPackAsBf16Weights) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(317);
+  for (Isa isa : isas_here())
+    for (int64_t k : {1, 5, 63, 64, 65, 129, 200})
+      for (int64_t n : {1, 7, 24}) {
+        SCOPED_TRACE(std::string(isa_name(isa)) + " k " + std::to_string(k) + " n " + std::to_string(n));
+        const int64_t m = 19;
+        const Compressed f32 = with_bf16_values(random_24(g, m, k));
+        Compressed bf16 = f32;
+        bf16.dtype = DType::kBF16;
+        bf16.values.resize(f32.values.size() / 2);
+        for (size_t i = 0; i < bf16.values.size() / 2; ++i) {
+          float v;
+          std::memcpy(&v, &f32.values[4 * i], 4);
+          const uint16_t b = float_to_bf16(v);
+          std::memcpy(&bf16.values[2 * i], &b, 2);
+        }
+        PackOptions o;
+        o.isa_set = true;
+        o.isa = isa;
+        const PackedMatrix from_bf16 = pack(bf16, o);
+        o.bf16_weights = true;
+        const PackedMatrix from_f32 = pack(f32, o);
+        EXPECT_EQ(from_bf16.bytes(), from_f32.bytes());
+        const std::vector<float> x = random_floats(g, static_cast<size_t>(k * n));
+        std::vector<float> y1(static_cast<size_t>(m * n)), y2(y1.size());
+        spmm(from_bf16, x.data(), n, n, y1.data(), n);
+        spmm(from_f32, x.data(), n, n, y2.data(), n);
+        EXPECT_EQ(y1, y2);
+      }
+}
+
 // Every row of the kernel list (src/kernels/kernel_list.inc) that this CPU runs, forced by name, against
 // the reference: every N it takes up to 17 (and wider N for the compute-bound rows), sampled M and K across
 // the tile edges, each weight type it reads, strides, offsets, bias, epilogues, 1 and 2 threads. The rows
