@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "commands.h"
+#include "sparse24/compressed.h"
 #include "sparse24/decoder.h"
 #include "sparse24/error.h"
 #include "sparse24/gguf.h"
@@ -85,7 +86,10 @@ struct WeightFlags {
     cmd->add_flag("--prune", prune,
                   "magnitude-prune the dense Linears 2:4 as each layer is read (one-shot, no calibration; "
                   "with --int8 never more than a layer in fp32)");
-    CLI::Option* b = cmd->add_flag("--bf16", bf16, "2:4 weights and the output head held as bfloat16");
+    CLI::Option* b =
+        cmd->add_flag("--bf16", bf16,
+                      "2:4 weights and the output head held as bfloat16 (a bf16 checkpoint's 2:4 "
+                      "weights are, without it: exactly its values)");
     cmd->add_flag("--int8", int8,
                   "2:4 weights and the output head held as int8 with an fp32 scale per 64 positions")
         ->excludes(b);
@@ -193,10 +197,10 @@ void cmd_generate(const GenerateOptions& o) {
   std::fflush(stdout);
   std::fprintf(stderr,
                "prompt: %zu tokens, %.1f tokens/s; generation: %lld tokens, %.1f tokens/s (%d of %zu "
-               "Linears 2:4, %s kernels)\n",
+               "Linears 2:4, %.0f MB of weights, %s kernels)\n",
                prompt.size(), prompt.size() / (prefill_ms / 1000), static_cast<long long>(generated),
                generated / std::max(gen_ms / 1000, 1e-9), dec.sparse_linears(), 4 * dec.config().layers,
-               isa_name(active_isa()));
+               dec.weight_bytes() / 1e6, isa_name(active_isa()));
 }
 
 // ---- chat ----------------------------------------------------------------------------------------------
@@ -459,6 +463,10 @@ void cmd_bench_decode(const BenchDecodeOptions& o) {
     if (!was_pruned) m.prune_magnitude(o.threads);
   }
   d.mode = engine::Mode::kSparse;
+  if (rows.count("fp32"))  // a bf16 checkpoint's 2:4 values would run as bf16 weights: fp32 ones for this row
+    for (engine::DecoderLayer& L : m.layers)
+      for (engine::Gemm* g : {&L.qkv, &L.o, &L.gate_up, &L.down})
+        if (g->pruned && g->sparse.dtype == DType::kBF16) g->sparse = to_f32(std::move(g->sparse));
   for (const char* row : {"fp32", "bf16", "int8"}) {
     if (!rows.count(row)) continue;
     d.bf16_weights = std::string(row) == "bf16";
