@@ -99,6 +99,9 @@ struct DecoderModel {
   // Read with DecoderLoadOptions::int8: the embedding table and an untied head as int8 tables instead (embed
   // and head.dense empty), which every Decoder runs int8.
   WeightTable embed_i8, head_i8;
+  // The embeddings and the head were stored as bfloat16 (a bf16 checkpoint's): a Decoder holds them as bf16
+  // tables whatever its options ask (exactly their values, half the bytes a token reads), unless int8 ones.
+  bool tables_bf16 = false;
   std::vector<DecoderLayer> layers;
   std::string fingerprint;
   // Magnitude-prunes every layer's Linears 2:4 in memory (the embeddings and head stay dense), `threads`

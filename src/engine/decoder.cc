@@ -240,7 +240,7 @@ void Decoder::build(const DecoderModel& m, const DecoderOptions& o, DecoderModel
       s.head_table = take(m.head_i8, owned != nullptr ? &owned->head_i8 : nullptr);
       s.embed_table = take(m.embed_i8, owned != nullptr ? &owned->embed_i8 : nullptr);
     }
-  } else if (o.bf16_weights || o.int8_weights) {
+  } else if (o.bf16_weights || o.int8_weights || m.tables_bf16) {
     std::vector<float> expanded;  // a 2:4 head's weights
     if (!s.c.tied && m.head.pruned) expanded = decompress(m.head.sparse).to_float();
     const std::vector<float>& w = s.c.tied ? m.embed : m.head.pruned ? expanded : m.head.dense;

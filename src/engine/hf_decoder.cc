@@ -313,6 +313,8 @@ DecoderModel build_decoder(const DecoderConfig& c, const Biases& b, Src& w, cons
     i8 = detail::int8_table(fp32, c.vocab, c.hidden);
     std::vector<float>().swap(fp32);
   };
+  m.tables_bf16 = w.dense_dtype("model.embed_tokens.weight") == "BF16" &&
+                  (c.tied || w.dense_dtype("lm_head.weight") == "BF16");
   m.embed = w.dense("model.embed_tokens.weight", {c.vocab, c.hidden});
   table(m.embed, m.embed_i8);
   m.norm = norm("model.norm.weight", c.hidden);
@@ -658,6 +660,11 @@ class GgufTensors {
     }
   }
   bool is_dense(const std::string&) const { return true; }
+  // The tensor's type as a safetensors name when it is bfloat16 ("BF16"; "" for any other).
+  std::string dense_dtype(const std::string& hf) const {
+    const GgufTensor* t = g_.find_tensor(gguf_name(hf, c_.sandwich_norms));
+    return t != nullptr && t->type == static_cast<uint32_t>(GgmlType::kBF16) ? "BF16" : "";
+  }
   Gemm linear(const std::string& prefix, const std::string& layer, int64_t out, int64_t in, bool bias) {
     Gemm r;
     r.name = layer;

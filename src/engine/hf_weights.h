@@ -107,6 +107,11 @@ class Weights {
     if (t.file != nullptr) t.file->release(t.dense.bytes);
     finite(name, out, n);
   }
+  // A dense tensor's stored type (safetensors' name; "" for a 2:4 or a missing one).
+  std::string dense_dtype(const std::string& name) const {
+    const auto it = by_name_.find(name);
+    return it == by_name_.end() || entries_[it->second].sparse ? "" : entries_[it->second].dense.dtype;
+  }
   bool is_dense(const std::string& name) const {
     const auto it = by_name_.find(name);
     return it == by_name_.end() || !entries_[it->second].sparse;

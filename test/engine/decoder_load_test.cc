@@ -455,9 +455,10 @@ TEST_F(HfDecoderDir, MappedAndInMemoryReadsAgree) {
   }
 }
 
-// A checkpoint whose 2:4 values are bfloat16 (what prune-model writes) runs them as bf16 weights, exactly
-// its values: with bf16_weights (the head too), the logits, bit for bit, and the bytes of its float32 copy;
-// without, fewer bytes than that copy run as float32 and the same logits up to the kernels' rounding.
+// A bf16 checkpoint (what prune-model writes) runs as it is stored: its 2:4 values as bf16 weights and its
+// embeddings / head as bf16 tables, exactly its values. The same logits, bit for bit, and bytes as its
+// float32 copy run with bf16_weights; fewer bytes than that copy run as float32, and the same logits up to
+// the kernels' rounding.
 TEST_F(HfDecoderDir, Bf16CheckpointRunsAsBf16Weights) {
   SPARSE24_SEED_TRACE();
   auto g = rng(26);
@@ -468,18 +469,27 @@ TEST_F(HfDecoderDir, Bf16CheckpointRunsAsBf16Weights) {
   Checkpoint f32 = load_checkpoint(file);
   sparsify(f32, {});
   Checkpoint bf16 = f32;
-  for (size_t i = 0; i < f32.tensors.size(); ++i) {
-    if (!f32.tensors[i].sparse) continue;
-    Compressed &a = *f32.tensors[i].sparse, &b = *bf16.tensors[i].sparse;
-    b.dtype = DType::kBF16;
-    b.values.resize(a.values.size() / 2);
-    for (size_t j = 0; j < b.values.size() / 2; ++j) {
+  // Every float rounded to bf16 in f32 (a's), stored as bf16 in bf16 (b's).
+  const auto narrow = [](std::vector<uint8_t>& a, std::vector<uint8_t>& b) {
+    b.resize(a.size() / 2);
+    for (size_t j = 0; j < b.size() / 2; ++j) {
       float v;
-      std::memcpy(&v, &a.values[4 * j], 4);
+      std::memcpy(&v, &a[4 * j], 4);
       const uint16_t h = float_to_bf16(v);
       v = bf16_to_float(h);
-      std::memcpy(&a.values[4 * j], &v, 4);
-      std::memcpy(&b.values[2 * j], &h, 2);
+      std::memcpy(&a[4 * j], &v, 4);
+      std::memcpy(&b[2 * j], &h, 2);
+    }
+  };
+  for (size_t i = 0; i < f32.tensors.size(); ++i) {
+    CheckpointTensor &a = f32.tensors[i], &b = bf16.tensors[i];
+    if (a.sparse) {
+      narrow(a.sparse->values, b.sparse->values);
+      b.sparse->dtype = DType::kBF16;
+    } else {
+      ASSERT_EQ(a.dense.dtype, "F32");
+      narrow(a.dense.bytes, b.dense.bytes);
+      b.dense.dtype = "BF16";
     }
   }
   const std::vector<int32_t> ids = random_ids(g, 7, t_.vocab);
@@ -497,12 +507,11 @@ TEST_F(HfDecoderDir, Bf16CheckpointRunsAsBf16Weights) {
   };
   DecoderOptions as_bf16;
   as_bf16.bf16_weights = true;
-  const Run a = run(bf16, as_bf16), b = run(f32, as_bf16);
+  const Run a = run(bf16, {}), b = run(f32, as_bf16), c = run(f32, {});
   EXPECT_EQ(a.logits, b.logits);
   EXPECT_EQ(a.bytes, b.bytes);
-  const Run c = run(bf16, {}), d = run(f32, {});
-  EXPECT_LT(c.bytes, d.bytes);
-  for (size_t i = 0; i < c.logits.size(); ++i) ASSERT_NEAR(c.logits[i], d.logits[i], 1e-4) << i;
+  EXPECT_LT(a.bytes, c.bytes);
+  for (size_t i = 0; i < a.logits.size(); ++i) ASSERT_NEAR(a.logits[i], c.logits[i], 1e-4) << i;
 }
 
 void add_tiny_tokenizer(Gguf& f, int64_t vocab) {
