@@ -86,6 +86,13 @@ MappedHfDir map_hf_dir(const std::string& dir) {
                        printable(sc->sparsity_structure) + "', but " + name +
                        " holds sparse-24-bitmask layers");
     CheckpointView part = read_checkpoint_view(st.view, path);
+    // The 2:4 weights were copied out of the file: the pages of the tensors they came from are dropped
+    // (a pruned 8B checkpoint's 7.5 GB would otherwise stay resident beside the model built from them).
+    std::set<const uint8_t*> dense;
+    for (const CheckpointTensorView& t : part.tensors)
+      if (!t.sparse) dense.insert(t.dense.bytes.data());
+    for (const auto& [tensor, v] : st.view.tensors)
+      if (!dense.count(v.bytes.data())) st.file.release(v.bytes);
     for (CheckpointTensorView& t : part.tensors) {
       if (!seen.insert(t.name).second)
         fail(path, "tensor '" + printable(t.name) + "' is in more than one shard");
