@@ -80,7 +80,8 @@ def inspect(x, pattern: str = "2:4") -> dict:
 
 
 def pack(w, bf16: bool = False) -> Packed:
-    """Prepares a float32 2:4 matrix (a Compressed, or a dense array that is already 2:4) for spmm."""
+    """Prepares a 2:4 matrix (a float32, bfloat16 or int8 Compressed, or a dense array that is already 2:4) for
+    spmm; bfloat16 values pack as bf16 weights."""
     if not isinstance(w, Compressed):
         w = compress(w)
     return _core._pack(w, bool(bf16))
