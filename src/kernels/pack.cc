@@ -73,15 +73,20 @@ LanesLayout pack_lanes(const Compressed& w, int kb, bool bf16) {
   const int64_t vpr = w.values_per_row(), mbpr = w.meta_bytes_per_row();
   const float* f32 = w.dtype == DType::kF32 ? reinterpret_cast<const float*>(w.values.data()) : nullptr;
   auto value = [&](int64_t r, int64_t j) { return f32 != nullptr ? f32[r * vpr + j] : w.value(r, j); };
-  // bf16 weights from bf16 values: their bits as they are.
+  // Kept value j of row r into slot bytes v in the layout's type (bf16 from bf16 values: their bits).
   const bool bf16_in = w.dtype == DType::kBF16;
-  auto bf16_of = [&](int64_t r, int64_t j) {
-    uint16_t b;
-    if (bf16_in)
-      std::memcpy(&b, w.values.data() + 2 * (r * vpr + j), 2);
-    else
-      b = float_to_bf16(value(r, j));
-    return b;
+  auto store = [&](uint8_t* v, int64_t r, int64_t j) {
+    const size_t at = static_cast<size_t>(r * vpr + j);
+    if (i8) {
+      *v = w.values[at];
+    } else if (bf16) {
+      const uint16_t b = bf16_in ? static_cast<uint16_t>(w.values[2 * at] | w.values[2 * at + 1] << 8)
+                                 : float_to_bf16(value(r, j));
+      std::memcpy(v, &b, 2);
+    } else {
+      const float f = value(r, j);
+      std::memcpy(v, &f, 4);
+    }
   };
   auto at = [&](int64_t mb, int64_t s) {
     const int64_t kblk = s / per_block;
@@ -108,15 +113,7 @@ LanesLayout pack_lanes(const Compressed& w, int kb, bool bf16) {
           uint8_t* v = e + L::slot_at(p.weights, 0) + lane * sb;
           const int stride = L::kRows * sb;
           for (int slot = 0; slot < L::kSlots; ++slot, v += stride) {
-            if (i8) {
-              *v = w.values[static_cast<size_t>(r * vpr + 2 * g0 + slot)];
-            } else if (bf16) {
-              const uint16_t b = bf16_of(r, 2 * g0 + slot);
-              std::memcpy(v, &b, 2);
-            } else {
-              const float f = value(r, 2 * g0 + slot);
-              std::memcpy(v, &f, 4);
-            }
+            store(v, r, 2 * g0 + slot);
           }
         } else {
           for (int64_t g = g0; g < g1; ++g) {
@@ -126,15 +123,7 @@ LanesLayout pack_lanes(const Compressed& w, int kb, bool bf16) {
               const int idx = (code >> (2 * t)) & 3;
               if (4 * g + idx >= w.cols) continue;  // the last group's padding: value 0, code 0
               uint8_t* v = e + L::slot_at(p.weights, slot) + lane * sb;
-              if (i8) {
-                *v = w.values[static_cast<size_t>(r * vpr + 2 * g + t)];
-              } else if (bf16) {
-                const uint16_t b = bf16_of(r, 2 * g + t);
-                std::memcpy(v, &b, 2);
-              } else {
-                const float f = value(r, 2 * g + t);
-                std::memcpy(v, &f, 4);
-              }
+              store(v, r, 2 * g + t);
               codes[slot / 16] |= static_cast<uint32_t>(idx) << (2 * (slot % 16));
             }
           }
