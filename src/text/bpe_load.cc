@@ -464,6 +464,9 @@ std::string ByteBpe::to_json() const {
   for (size_t id = 0; id < m.tokens.size(); ++id) {
     if (!m.has_token[id]) continue;
     const std::string& t = m.tokens[id];
+    if (!is_valid_utf8(t))
+      fail(m.what, "token " + std::to_string(id) + " ('" + printable(t) +
+                       "') is not valid UTF-8: a tokenizer.json vocabulary cannot hold it");
     if (vocab.contains(t))
       fail(m.what, "token '" + printable(t) + "' has ids " + std::to_string(vocab[t].get<int32_t>()) +
                        " and " + std::to_string(id) + ": a tokenizer.json vocabulary cannot hold both");

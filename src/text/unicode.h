@@ -14,6 +14,8 @@ namespace sparse24::text {
 // sequence (overlong, surrogate, beyond U+10FFFF, truncated) becomes one U+FFFD.
 void decode_utf8(std::string_view s, std::u32string& out);
 void append_utf8(std::string& out, char32_t c);
+// Whether `s` is valid UTF-8 as decode_utf8 reads it (what a JSON string must be).
+bool is_valid_utf8(std::string_view s);
 // Decodes the character at byte i of valid UTF-8 `s` (as produced by append_utf8) into c; returns its length.
 size_t next_char(std::string_view s, size_t i, char32_t& c);
 size_t count_chars(std::string_view s);  // characters of valid UTF-8

@@ -281,6 +281,13 @@ TEST(ByteBpe, SentencePieceStyle) {
   const ByteBpe f = ByteBpe::from_gguf(g, "spm.gguf");
   EXPECT_EQ(f.encode("ab a"), (ids{1, 6, 5, 6}));
   EXPECT_EQ(ByteBpe::from_json(f.to_json(), "written").encode("ab a"), (ids{1, 6, 5, 6}));
+  {  // a GGUF token that is not UTF-8 (a fuzzed file's) cannot be written as JSON: an Error, not a crash
+    std::vector<std::string> bad = tokens;
+    bad[7] = "a\xC3";
+    g.metadata[1].second = GgufValue::of_strings(bad);
+    EXPECT_ERROR(ByteBpe::from_gguf(g, "spm.gguf").to_json(), "token 7 ('a\\xc3') is not valid UTF-8");
+    g.metadata[1].second = GgufValue::of_strings(tokens);
+  }
   tokens.pop_back();  // a missing byte token is refused
   g.metadata[1].second = GgufValue::of_strings(tokens);
   scores.pop_back();
