@@ -93,17 +93,21 @@ struct WeightTable {
 
 struct DecoderModel {
   DecoderConfig config;
-  std::vector<float> embed;  // [vocab, hidden]; empty when embed_i8 holds it
+  std::vector<float> embed;  // [vocab, hidden]; empty when embed_table holds it
   std::vector<float> norm;   // the final RMSNorm
   Gemm head;                 // untied: [vocab, hidden]; tied: empty (the embedding table is the head)
-  // Read with DecoderLoadOptions::int8: the embedding table and an untied head as int8 tables instead (embed
-  // and head.dense empty), which every Decoder runs int8.
-  WeightTable embed_i8, head_i8;
-  // The embeddings and the head were stored as bfloat16 (a bf16 checkpoint's): a Decoder holds them as bf16
-  // tables whatever its options ask (exactly their values, half the bytes a token reads), unless int8 ones.
-  bool tables_bf16 = false;
+  // The embedding table and an untied head held as tables instead (embed and head.dense then empty): bf16
+  // as a checkpoint stores them in bfloat16 (exactly its values, never widened to fp32: Llama 3.1 8B's
+  // 4.2 GB), or int8 when read with DecoderLoadOptions::int8. A Decoder runs them as they are whatever its
+  // options ask, except that int8_weights makes int8 tables of bf16 ones.
+  WeightTable embed_table, head_table;
   std::vector<DecoderLayer> layers;
   std::string fingerprint;
+  // Token `id`'s embedding row (hidden floats) into out, from whichever form holds it (int8: dequantized).
+  void embedding(int32_t id, float* out) const;
+  // Frees the embeddings and the head (fp32 or tables): what a layer-at-a-time reader that needs only the
+  // layers does once they are read.
+  void release_tables();
   // Magnitude-prunes every layer's Linears 2:4 in memory (the embeddings and head stay dense), `threads`
   // Linears at a time.
   void prune_magnitude(int threads = 1);
@@ -114,7 +118,7 @@ struct DecoderModel {
 struct DecoderLoadOptions {
   bool prune = false;  // magnitude-prune the dense Linears 2:4 (as DecoderModel::prune_magnitude)
   // Hold the 2:4 Linears' values as int8 with an fp32 scale per 64 positions of a row, and the embeddings and
-  // an untied head as int8 tables (DecoderModel::embed_i8, head_i8): what a Decoder with int8_weights holds
+  // an untied head as int8 tables (DecoderModel::embed_table, head_table): what a Decoder with int8_weights holds
   // (bit for bit the same weights as quantizing at Decoder construction), never the fp32 tables beside them
   // (Llama 3.1 8B's 4.2 GB).
   bool int8 = false;
@@ -212,8 +216,11 @@ constexpr int64_t kInt8ScaleGroup = 64;
 // o.prune and dense) and quantized to int8 (if o.int8, 2:4 and fp32), o.threads of them at a time; the first
 // error is rethrown after all have run.
 void prepare_linears(const std::vector<Gemm*>& linears, const DecoderLoadOptions& o);
-// W [rows, cols] as an int8 table (WeightTable::i8 and scales).
+// W [rows, cols] as an int8 table (WeightTable::i8 and scales); of a bf16 table, its values widened.
 WeightTable int8_table(const std::vector<float>& w, int64_t rows, int64_t cols);
+WeightTable int8_table(const WeightTable& bf16, int64_t rows, int64_t cols);
+// Row `row` of a [rows, cols] bf16 or int8 table as floats (int8: times its scales) into out.
+void table_row(const WeightTable& t, int64_t row, int64_t cols, float* out);
 
 // The decoder's ops on feature-major tensors ([rows, n] row-major, one column per token).
 // Per column j: y[:, j] = x[:, j] / sqrt(mean(x[:, j]^2) + eps) * w.

@@ -97,7 +97,7 @@ struct Decoder::Impl {
   // 2.1 GB).
   WeightTable head_table, embed_table;
   const WeightTable* embed_rows = nullptr;
-  std::vector<float> column;  // one token's final-norm output (the bf16 / int8 head's input)
+  std::vector<float> column;  // one token's final-norm output (the bf16 / int8 head's input) or embedding
   std::vector<LayerExec> layers;
   // RoPE tables: the sliding layers' own if they have one; longrope's long-factor table, used while the
   // sequence is longer than rope.original_max_positions (`long_rope`: what the cache's keys were rotated by).
@@ -124,20 +124,14 @@ struct Decoder::Impl {
   // The n tokens' embeddings through every layer into h, their K and V appended to the cache.
   void append(const int32_t* tokens, int64_t n) {
     reserve(n);
-    const int64_t H = c.hidden, groups = (H + kernels::kGemvI8Group - 1) / kernels::kGemvI8Group;
+    const int64_t H = c.hidden;
     for (int64_t j = 0; j < n; ++j) {  // embeddings, feature-major
-      const int64_t at = static_cast<int64_t>(tokens[j]) * H;
-      if (embed_rows != nullptr && !embed_rows->i8.empty()) {
-        const float* scale = embed_rows->scales.data() + static_cast<int64_t>(tokens[j]) * groups;
-        for (int64_t r = 0; r < H; ++r)
-          h[r * n + j] =
-              static_cast<float>(embed_rows->i8[at + r]) * scale[r / kernels::kGemvI8Group] * c.embed_scale;
-      } else if (embed_rows != nullptr) {
-        for (int64_t r = 0; r < H; ++r)
-          h[r * n + j] = bf16_to_float(embed_rows->bf16[at + r]) * c.embed_scale;
-      } else {
-        for (int64_t r = 0; r < H; ++r) h[r * n + j] = (*embed)[at + r] * c.embed_scale;
-      }
+      const float* row = column.data();
+      if (embed_rows != nullptr)
+        detail::table_row(*embed_rows, tokens[j], H, column.data());
+      else
+        row = embed->data() + static_cast<int64_t>(tokens[j]) * H;
+      for (int64_t r = 0; r < H; ++r) h[r * n + j] = row[r] * c.embed_scale;
     }
     layers_forward(h.data(), n, nullptr);
     pos += n;
@@ -224,23 +218,30 @@ void Decoder::build(const DecoderModel& m, const DecoderOptions& o, DecoderModel
   const bool sparse = o.mode != Mode::kDense;
   const int64_t table_size = s.c.vocab * s.c.hidden,
                 scales_size = s.c.vocab * ((s.c.hidden + kernels::kGemvI8Group - 1) / kernels::kGemvI8Group);
-  if (!m.embed_i8.empty()) {  // quantized as read (DecoderLoadOptions::int8): int8 whatever the options
-    for (const WeightTable* t : {&m.embed_i8, s.c.tied ? &m.embed_i8 : &m.head_i8})
-      if (static_cast<int64_t>(t->i8.size()) != table_size ||
-          static_cast<int64_t>(t->scales.size()) != scales_size)
+  if (!m.embed_table.empty()) {  // as stored (bf16) or quantized as read (int8): held as they are
+    const auto fits = [&](const WeightTable& t) {
+      return t.i8.empty() ? static_cast<int64_t>(t.bf16.size()) == table_size && t.scales.empty()
+                          : static_cast<int64_t>(t.i8.size()) == table_size && t.bf16.empty() &&
+                                static_cast<int64_t>(t.scales.size()) == scales_size;
+    };
+    for (const WeightTable* t : {&m.embed_table, s.c.tied ? &m.embed_table : &m.head_table})
+      if (!fits(*t))
         throw Error(
-            "decoder: the int8 embeddings or head are not vocab x hidden with a scale per 64 of a row");
-    const auto take = [](const WeightTable& t, WeightTable* own) -> WeightTable {
+            "decoder: the embedding or head table is not vocab x hidden bf16 or int8 with a scale per 64 of a "
+            "row");
+    const auto take = [&](const WeightTable& t, WeightTable* own) -> WeightTable {
+      if (o.int8_weights && t.i8.empty()) return detail::int8_table(t, s.c.vocab, s.c.hidden);
       if (own != nullptr) return std::move(*own);  // a Decoder that took its model takes its tables
       return t;
     };
     if (s.c.tied) {
-      s.head_table = take(m.embed_i8, owned != nullptr ? &owned->embed_i8 : nullptr);
+      s.head_table = take(m.embed_table, owned != nullptr ? &owned->embed_table : nullptr);
     } else {
-      s.head_table = take(m.head_i8, owned != nullptr ? &owned->head_i8 : nullptr);
-      s.embed_table = take(m.embed_i8, owned != nullptr ? &owned->embed_i8 : nullptr);
+      s.head_table = take(m.head_table, owned != nullptr ? &owned->head_table : nullptr);
+      s.embed_table = take(m.embed_table, owned != nullptr ? &owned->embed_table : nullptr);
     }
-  } else if (o.bf16_weights || o.int8_weights || m.tables_bf16) {
+    if (owned != nullptr) owned->release_tables();
+  } else if (o.bf16_weights || o.int8_weights) {
     std::vector<float> expanded;  // a 2:4 head's weights
     if (!s.c.tied && m.head.pruned) expanded = decompress(m.head.sparse).to_float();
     const std::vector<float>& w = s.c.tied ? m.embed : m.head.pruned ? expanded : m.head.dense;

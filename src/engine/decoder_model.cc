@@ -3,6 +3,7 @@
 // (config -> inverse frequencies; llama.cpp's rope_freqs.weight -> config). No kernels (but the row
 // conversions of kernels/convert.h) and no oneDNN: the fuzz harnesses link it with the loaders
 // (test/fuzz/run.sh).
+#include <algorithm>
 #include <cmath>
 #include <exception>
 
@@ -44,6 +45,34 @@ WeightTable int8_table(const std::vector<float>& w, int64_t rows, int64_t cols) 
   t.scales.resize(static_cast<size_t>(rows * ((cols + kernels::kGemvI8Group - 1) / kernels::kGemvI8Group)));
   kernels::quantize_gemv_i8(w.data(), rows, cols, t.i8.data(), t.scales.data());
   return t;
+}
+
+WeightTable int8_table(const WeightTable& bf16, int64_t rows, int64_t cols) {
+  if (!bf16.i8.empty() || static_cast<int64_t>(bf16.bf16.size()) != rows * cols)
+    throw Error("int8_table: the bf16 weights are not rows x cols");
+  WeightTable t;
+  t.i8.resize(bf16.bf16.size());
+  const int64_t groups = (cols + kernels::kGemvI8Group - 1) / kernels::kGemvI8Group;
+  t.scales.resize(static_cast<size_t>(rows * groups));
+  constexpr int64_t kRows = 64;  // widened a block of rows at a time (not the whole table in fp32)
+  std::vector<float> block(static_cast<size_t>(std::min(rows, kRows) * cols));
+  for (int64_t r = 0; r < rows; r += kRows) {
+    const int64_t n = std::min(kRows, rows - r);
+    for (int64_t i = 0; i < n * cols; ++i) block[i] = bf16_to_float(bf16.bf16[r * cols + i]);
+    kernels::quantize_gemv_i8(block.data(), n, cols, t.i8.data() + r * cols, t.scales.data() + r * groups);
+  }
+  return t;
+}
+
+void table_row(const WeightTable& t, int64_t row, int64_t cols, float* out) {
+  if (!t.i8.empty()) {
+    const float* scale = t.scales.data() + row * ((cols + kernels::kGemvI8Group - 1) / kernels::kGemvI8Group);
+    const int8_t* q = t.i8.data() + row * cols;
+    for (int64_t r = 0; r < cols; ++r) out[r] = static_cast<float>(q[r]) * scale[r / kernels::kGemvI8Group];
+  } else {
+    const uint16_t* b = t.bf16.data() + row * cols;
+    for (int64_t r = 0; r < cols; ++r) out[r] = bf16_to_float(b[r]);
+  }
 }
 
 std::vector<float> rope_inv_freq(const RopeConfig& r, int64_t dim, bool long_factors) {
@@ -154,6 +183,27 @@ RopeConfig rope_from_factors(double theta, int64_t dim, const std::vector<float>
 }
 
 }  // namespace detail
+
+void DecoderModel::embedding(int32_t id, float* out) const {
+  const int64_t H = config.hidden;
+  if (id < 0 || id >= config.vocab) throw Error("token id " + std::to_string(id) + " outside the vocabulary");
+  if (!embed_table.empty()) {
+    if (embed_table.bf16.size() + embed_table.i8.size() != static_cast<size_t>(config.vocab * H))
+      throw Error("decoder: the embedding table is not vocab x hidden");
+    detail::table_row(embed_table, id, H, out);
+    return;
+  }
+  if (embed.size() != static_cast<size_t>(config.vocab * H))
+    throw Error("decoder: the embedding table is not vocab x hidden");
+  std::copy(embed.begin() + id * H, embed.begin() + (id + 1) * H, out);
+}
+
+void DecoderModel::release_tables() {
+  std::vector<float>().swap(embed);
+  head = Gemm{};
+  embed_table = WeightTable{};
+  head_table = WeightTable{};
+}
 
 void DecoderModel::prune_magnitude(int threads) {
   std::vector<Gemm*> todo;

@@ -307,21 +307,30 @@ DecoderModel build_decoder(const DecoderConfig& c, const Biases& b, Src& w, cons
       for (float& x : v) x += 1.0f;
     return v;
   };
-  // With o.int8 the embeddings and an untied head become int8 tables as soon as read (never both in fp32).
-  const auto table = [&](std::vector<float>& fp32, WeightTable& i8) {
+  // The embeddings and an untied head: with o.int8, int8 tables as soon as read (never both in fp32); stored
+  // as bfloat16, bf16 tables of exactly those values (never widened); otherwise fp32.
+  const bool bf16_tables = !o.int8 && w.dense_dtype("model.embed_tokens.weight") == "BF16" &&
+                           (c.tied || w.dense_dtype("lm_head.weight") == "BF16");
+  const auto narrow = [&](std::vector<float>& fp32, WeightTable& t) {
     if (!o.int8) return;
-    i8 = detail::int8_table(fp32, c.vocab, c.hidden);
+    t = detail::int8_table(fp32, c.vocab, c.hidden);
     std::vector<float>().swap(fp32);
   };
-  m.tables_bf16 = w.dense_dtype("model.embed_tokens.weight") == "BF16" &&
-                  (c.tied || w.dense_dtype("lm_head.weight") == "BF16");
-  m.embed = w.dense("model.embed_tokens.weight", {c.vocab, c.hidden});
-  table(m.embed, m.embed_i8);
+  if (bf16_tables) {
+    m.embed_table.bf16 = w.bf16("model.embed_tokens.weight", {c.vocab, c.hidden});
+  } else {
+    m.embed = w.dense("model.embed_tokens.weight", {c.vocab, c.hidden});
+    narrow(m.embed, m.embed_table);
+  }
   m.norm = norm("model.norm.weight", c.hidden);
   if (!c.tied) {
-    m.head = w.linear("lm_head", "lm_head", c.vocab, c.hidden, false);
-    if (m.head.pruned) throw Error(what + ": the output head 'lm_head.weight' must be dense");
-    table(m.head.dense, m.head_i8);
+    if (!w.is_dense("lm_head.weight")) throw Error(what + ": the output head 'lm_head.weight' must be dense");
+    if (bf16_tables) {
+      m.head_table.bf16 = w.bf16("lm_head.weight", {c.vocab, c.hidden});
+    } else {
+      m.head = w.linear("lm_head", "lm_head", c.vocab, c.hidden, false);
+      narrow(m.head.dense, m.head_table);
+    }
   }
   const int64_t q_rows = c.heads * c.head_dim, kv_rows = c.kv_heads * c.head_dim;
   for (int64_t l = 0; l < c.layers; ++l) {
@@ -665,6 +674,13 @@ class GgufTensors {
     const GgufTensor* t = g_.find_tensor(gguf_name(hf, c_.sandwich_norms));
     return t != nullptr && t->type == static_cast<uint32_t>(GgmlType::kBF16) ? "BF16" : "";
   }
+  // A bfloat16 tensor's values (dense_dtype "BF16"): read as every tensor is, then narrowed (exactly).
+  std::vector<uint16_t> bf16(const std::string& hf, const std::vector<int64_t>& shape) {
+    const std::vector<float> f = dense(hf, shape);
+    std::vector<uint16_t> v(f.size());
+    for (size_t i = 0; i < f.size(); ++i) v[i] = float_to_bf16(f[i]);
+    return v;
+  }
   Gemm linear(const std::string& prefix, const std::string& layer, int64_t out, int64_t in, bool bias) {
     Gemm r;
     r.name = layer;
@@ -808,8 +824,7 @@ void gguf_to_hf_dir(const std::string& path, const std::string& out_dir) {
   };
   DecoderLoadOptions o;
   o.on_layer = [&](DecoderModel& m, DecoderLayer& layer, int64_t) {
-    std::vector<float>().swap(m.embed);
-    m.head = Gemm{};
+    m.release_tables();
     layer = DecoderLayer{};
     flush();
   };

@@ -107,6 +107,18 @@ class Weights {
     if (t.file != nullptr) t.file->release(t.dense.bytes);
     finite(name, out, n);
   }
+  // A dense bfloat16 tensor's values as stored (dense_dtype "BF16"), checked finite.
+  std::vector<uint16_t> bf16(const std::string& name, const std::vector<int64_t>& shape) {
+    const Entry& t = take(name);
+    if (t.sparse || t.dense.dtype != "BF16" || t.dense.shape != shape)
+      throw Error(what_ + ": tensor '" + name + "' is not a bfloat16 " + shape_string(shape));
+    std::vector<uint16_t> v(static_cast<size_t>(shape_numel(shape)));
+    std::memcpy(v.data(), t.dense.bytes.data(), v.size() * sizeof(uint16_t));
+    if (t.file != nullptr) t.file->release(t.dense.bytes);
+    if (!kernels::all_finite_bf16(v.data(), static_cast<int64_t>(v.size())))
+      throw Error(what_ + ": tensor '" + name + "' holds a non-finite value");
+    return v;
+  }
   // A dense tensor's stored type (safetensors' name; "" for a 2:4 or a missing one).
   std::string dense_dtype(const std::string& name) const {
     const auto it = by_name_.find(name);

@@ -574,13 +574,12 @@ PruneModelReport prune_decoder(const DecoderSource& src, const PruneModelOptions
       if (n > c.max_positions)
         throw Error("a calibration sequence of " + std::to_string(n) + " tokens exceeds the model's " +
                     std::to_string(c.max_positions) + " positions");
-      std::vector<float> h(static_cast<size_t>(c.hidden * n));
+      std::vector<float> h(static_cast<size_t>(c.hidden * n)), row(static_cast<size_t>(c.hidden));
       for (int64_t j = 0; j < n; ++j) {
         if (ids[j] < 0 || ids[j] >= c.vocab)
           throw Error("calibration token id " + std::to_string(ids[j]) + " outside the vocabulary");
-        for (int64_t r = 0; r < c.hidden; ++r)
-          h[static_cast<size_t>(r * n + j)] =
-              m.embed[static_cast<size_t>(ids[j] * c.hidden + r)] * c.embed_scale;
+        m.embedding(ids[j], row.data());
+        for (int64_t r = 0; r < c.hidden; ++r) h[static_cast<size_t>(r * n + j)] = row[r] * c.embed_scale;
       }
       hidden.push_back(std::move(h));
       capacity = std::max(capacity, n);
@@ -599,8 +598,7 @@ PruneModelReport prune_decoder(const DecoderSource& src, const PruneModelOptions
   lo.on_layer = [&](DecoderModel& m, DecoderLayer& L, int64_t l) {
     if (l == 0) {
       start(m);
-      std::vector<float>().swap(m.embed);  // the tables are not needed again (8B: 4.2 GB of fp32)
-      m.head = Gemm{};
+      m.release_tables();  // not needed again (8B: 4.2 GB of fp32)
     }
     // The layer's Linear weights (and biases) as stored: what the pruner reads and writes.
     Checkpoint ck;

@@ -366,8 +366,8 @@ void expect_load_options_match(const std::function<DecoderModel(const DecoderLoa
     const DecoderModel int8 = load(o);
     for (const DecoderLayer& L : int8.layers) EXPECT_EQ(L.down.sparse.dtype, DType::kI8);
     // The embeddings and an untied head held as int8 tables only (their fp32 never kept beside them).
-    EXPECT_TRUE(int8.embed.empty() && !int8.embed_i8.i8.empty());
-    EXPECT_EQ(int8.head_i8.i8.empty(), int8.config.tied);
+    EXPECT_TRUE(int8.embed.empty() && !int8.embed_table.i8.empty());
+    EXPECT_EQ(int8.head_table.i8.empty(), int8.config.tied);
     EXPECT_TRUE(int8.head.dense.empty());
     EXPECT_EQ(int8.fingerprint, whole.fingerprint + "-int8");
     EXPECT_EQ(logits(int8, true), logits(whole, true));
@@ -456,62 +456,95 @@ TEST_F(HfDecoderDir, MappedAndInMemoryReadsAgree) {
 }
 
 // A bf16 checkpoint (what prune-model writes) runs as it is stored: its 2:4 values as bf16 weights and its
-// embeddings / head as bf16 tables, exactly its values. The same logits, bit for bit, and bytes as its
-// float32 copy run with bf16_weights; fewer bytes than that copy run as float32, and the same logits up to
-// the kernels' rounding.
+// embeddings / head read straight into bf16 tables (never widened to fp32), exactly its values. The same
+// logits, bit for bit, and bytes as its float32 copy run with bf16_weights (and with int8_weights, whose
+// tables are then made of the bf16 rows); fewer bytes than that copy run as float32, and the same logits up
+// to the kernels' rounding. Tied and untied.
 TEST_F(HfDecoderDir, Bf16CheckpointRunsAsBf16Weights) {
   SPARSE24_SEED_TRACE();
   auto g = rng(26);
-  DecoderModel m = tiny_model(g, t_);
-  m.prune_magnitude();
-  write(m, config());
-  const std::string file = (dir_ / "model.safetensors").string();
-  Checkpoint f32 = load_checkpoint(file);
-  sparsify(f32, {});
-  Checkpoint bf16 = f32;
-  // Every float rounded to bf16 in f32 (a's), stored as bf16 in bf16 (b's).
-  const auto narrow = [](std::vector<uint8_t>& a, std::vector<uint8_t>& b) {
-    b.resize(a.size() / 2);
-    for (size_t j = 0; j < b.size() / 2; ++j) {
-      float v;
-      std::memcpy(&v, &a[4 * j], 4);
-      const uint16_t h = float_to_bf16(v);
-      v = bf16_to_float(h);
-      std::memcpy(&a[4 * j], &v, 4);
-      std::memcpy(&b[2 * j], &h, 2);
+  for (bool untied : {false, true}) {
+    SCOPED_TRACE(untied ? "untied" : "tied");
+    DecoderModel m = tiny_model(g, t_);
+    m.prune_magnitude();
+    json cfg = config();
+    cfg["tie_word_embeddings"] = !untied;
+    write(m, cfg);
+    const std::string file = (dir_ / "model.safetensors").string();
+    Checkpoint f32 = load_checkpoint(file);
+    if (untied)
+      f32.tensors.push_back({"lm_head.weight",
+                             to_st(Tensor::from_float(random_floats(g, t_.vocab * t_.hidden, -0.3f, 0.3f),
+                                                      {t_.vocab, t_.hidden})),
+                             std::nullopt});
+    sparsify(f32, {});
+    Checkpoint bf16 = f32;
+    // Every float rounded to bf16 in f32 (a's), stored as bf16 in bf16 (b's).
+    const auto narrow = [](std::vector<uint8_t>& a, std::vector<uint8_t>& b) {
+      b.resize(a.size() / 2);
+      for (size_t j = 0; j < b.size() / 2; ++j) {
+        float v;
+        std::memcpy(&v, &a[4 * j], 4);
+        const uint16_t h = float_to_bf16(v);
+        v = bf16_to_float(h);
+        std::memcpy(&a[4 * j], &v, 4);
+        std::memcpy(&b[2 * j], &h, 2);
+      }
+    };
+    for (size_t i = 0; i < f32.tensors.size(); ++i) {
+      CheckpointTensor &a = f32.tensors[i], &b = bf16.tensors[i];
+      if (a.sparse) {
+        narrow(a.sparse->values, b.sparse->values);
+        b.sparse->dtype = DType::kBF16;
+      } else {
+        ASSERT_EQ(a.dense.dtype, "F32");
+        narrow(a.dense.bytes, b.dense.bytes);
+        b.dense.dtype = "BF16";
+      }
     }
-  };
-  for (size_t i = 0; i < f32.tensors.size(); ++i) {
-    CheckpointTensor &a = f32.tensors[i], &b = bf16.tensors[i];
-    if (a.sparse) {
-      narrow(a.sparse->values, b.sparse->values);
-      b.sparse->dtype = DType::kBF16;
-    } else {
-      ASSERT_EQ(a.dense.dtype, "F32");
-      narrow(a.dense.bytes, b.dense.bytes);
-      b.dense.dtype = "BF16";
+    const auto load = [&](const Checkpoint& ck) {
+      write_safetensors(file, encode_checkpoint(ck, CheckpointFormat::kSparse24));
+      return load_hf_decoder(dir_.string());
+    };
+    {  // the tables as stored: bf16, no fp32 beside them
+      const size_t table = static_cast<size_t>(t_.vocab * t_.hidden);
+      const DecoderModel b = load(bf16), a = load(f32);
+      EXPECT_TRUE(b.embed.empty() && b.head.dense.empty());
+      EXPECT_EQ(b.embed_table.bf16.size(), table);
+      EXPECT_EQ(b.head_table.bf16.size(), untied ? table : 0);
+      EXPECT_EQ(a.embed.size(), table);
+      EXPECT_TRUE(a.embed_table.empty() && a.head_table.empty());
+      std::vector<float> x(static_cast<size_t>(t_.hidden)), y(x.size());
+      for (int32_t id : {0, static_cast<int32_t>(t_.vocab - 1)}) {
+        b.embedding(id, x.data());
+        a.embedding(id, y.data());
+        EXPECT_EQ(x, y) << id;
+      }
     }
+    const std::vector<int32_t> ids = random_ids(g, 7, t_.vocab);
+    struct Run {
+      std::vector<float> logits;
+      size_t bytes;
+    };
+    const auto run = [&](const Checkpoint& ck, const DecoderOptions& o) {
+      const DecoderModel model = load(ck);
+      Decoder d(model, o);
+      Run r{std::vector<float>(static_cast<size_t>(ids.size() * t_.vocab)), d.weight_bytes()};
+      d.forward(ids.data(), static_cast<int64_t>(ids.size()), r.logits.data(), true);
+      return r;
+    };
+    DecoderOptions as_bf16, as_int8;
+    as_bf16.bf16_weights = true;
+    as_int8.int8_weights = true;
+    const Run a = run(bf16, {}), b = run(f32, as_bf16), c = run(f32, {});
+    EXPECT_EQ(a.logits, b.logits);
+    EXPECT_EQ(a.bytes, b.bytes);
+    EXPECT_LT(a.bytes, c.bytes);
+    for (size_t i = 0; i < a.logits.size(); ++i) ASSERT_NEAR(a.logits[i], c.logits[i], 1e-4) << i;
+    const Run i8 = run(bf16, as_int8), f8 = run(f32, as_int8);
+    EXPECT_EQ(i8.logits, f8.logits);
+    EXPECT_EQ(i8.bytes, f8.bytes);
   }
-  const std::vector<int32_t> ids = random_ids(g, 7, t_.vocab);
-  struct Run {
-    std::vector<float> logits;
-    size_t bytes;
-  };
-  const auto run = [&](const Checkpoint& ck, const DecoderOptions& o) {
-    write_safetensors(file, encode_checkpoint(ck, CheckpointFormat::kSparse24));
-    const DecoderModel model = load_hf_decoder(dir_.string());
-    Decoder d(model, o);
-    Run r{std::vector<float>(static_cast<size_t>(ids.size() * t_.vocab)), d.weight_bytes()};
-    d.forward(ids.data(), static_cast<int64_t>(ids.size()), r.logits.data(), true);
-    return r;
-  };
-  DecoderOptions as_bf16;
-  as_bf16.bf16_weights = true;
-  const Run a = run(bf16, {}), b = run(f32, as_bf16), c = run(f32, {});
-  EXPECT_EQ(a.logits, b.logits);
-  EXPECT_EQ(a.bytes, b.bytes);
-  EXPECT_LT(a.bytes, c.bytes);
-  for (size_t i = 0; i < a.logits.size(); ++i) ASSERT_NEAR(a.logits[i], c.logits[i], 1e-4) << i;
 }
 
 void add_tiny_tokenizer(Gguf& f, int64_t vocab) {

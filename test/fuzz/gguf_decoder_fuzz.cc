@@ -69,7 +69,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   const engine::DecoderConfig& c = m.config;
   FUZZ_CHECK(c.vocab > 0 && c.hidden > 0 && c.layers > 0 && c.heads % c.kv_heads == 0);
-  FUZZ_CHECK(static_cast<int64_t>(m.embed.size()) == c.vocab * c.hidden);
+  FUZZ_CHECK(static_cast<int64_t>(m.embed.size() + m.embed_table.bf16.size()) == c.vocab * c.hidden);
   FUZZ_CHECK(static_cast<int64_t>(m.norm.size()) == c.hidden);
   FUZZ_CHECK(static_cast<int64_t>(m.layers.size()) == c.layers);
   for (const engine::DecoderLayer& l : m.layers) {
