@@ -87,13 +87,23 @@ struct SparsifyOptions {
   bool rank2_only = false;  // sparse-24-bitmask holds only 2-D weights with columns a multiple of 4
 };
 struct SparsifyReport {
-  std::vector<std::string> compressed;  // already 2:4
-  std::vector<std::string> pruned;      // pruned to 2:4 (with prune)
-  std::vector<std::string> skipped;     // candidates left dense, with the reason: "name: reason"
+  std::vector<std::string> compressed;   // already 2:4
+  std::vector<std::string> pruned;       // pruned to 2:4 (with prune)
+  std::vector<std::string> skipped;      // candidates left dense, with the reason: "name: reason"
+  void append(const SparsifyReport& r);  // r's lists after these (a checkpoint done in parts)
 };
 SparsifyReport sparsify(Checkpoint& ck, const SparsifyOptions& opts);
 // Expands every sparse weight to its dense tensor.
 void densify(Checkpoint& ck);
+// What `sparse24 convert` does to weights about to be written in layout `to`: kDense expands every 2:4
+// weight (densify); the 2:4 layouts keep the 2:4 ones and compress the candidates (sparsify: `targets`)
+// that are 2:4 already, or with `prune` magnitude-prune them (sparse-24-bitmask: 2-D ones only).
+struct ConvertOptions {
+  CheckpointFormat to = CheckpointFormat::kDense;
+  bool prune = false;
+  std::string targets;
+};
+SparsifyReport convert_weights(Checkpoint& ck, const ConvertOptions& o);
 // Fraction of zero elements (by value) over all floating tensors, sparse ones included; zero_count gives
 // the two counts (zero elements, all elements) for totals over several checkpoints.
 double zero_fraction(const Checkpoint& ck);

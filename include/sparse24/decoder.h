@@ -118,9 +118,9 @@ struct DecoderModel {
 struct DecoderLoadOptions {
   bool prune = false;  // magnitude-prune the dense Linears 2:4 (as DecoderModel::prune_magnitude)
   // Hold the 2:4 Linears' values as int8 with an fp32 scale per 64 positions of a row, and the embeddings and
-  // an untied head as int8 tables (DecoderModel::embed_table, head_table): what a Decoder with int8_weights holds
-  // (bit for bit the same weights as quantizing at Decoder construction), never the fp32 tables beside them
-  // (Llama 3.1 8B's 4.2 GB).
+  // an untied head as int8 tables (DecoderModel::embed_table, head_table): what a Decoder with int8_weights
+  // holds (bit for bit the same weights as quantizing at Decoder construction), never the fp32 tables beside
+  // them (Llama 3.1 8B's 4.2 GB).
   bool int8 = false;
   int threads = 1;  // a layer's Linears pruned and quantized this many at a time
   // Called with each layer as soon as it is read (after the steps above), in order, with the model read so
@@ -155,8 +155,11 @@ DecoderModel load_gguf_decoder(const Gguf& gguf, const std::string& what, const 
 // transformers' tensor names, Q and K rows in transformers' RoPE order) written as read, a shard per layer
 // with an index (one layer: model.safetensors), tokenizer.json and tokenizer_config.json (the GGUF
 // tokenizer, text/bpe.h), and chat_template.jinja when the file has tokenizer.chat_template. Written
-// atomically (hf_dir.h: HfDirWriter). What `prune-model` and `convert` work on for a GGUF input.
-void gguf_to_hf_dir(const std::string& gguf_path, const std::string& out_dir);
+// atomically (hf_dir.h: HfDirWriter). Each shard is converted (convert_weights: c.to, c.prune, c.targets)
+// before it is written, so `convert MODEL.gguf DIR --to sparse24 --prune` holds one layer in fp32, not the
+// model. What `convert` does with a GGUF input (and prune-model's experiment, dense).
+SparsifyReport gguf_to_hf_dir(const std::string& gguf_path, const std::string& out_dir,
+                              const ConvertOptions& c = {});
 // A GGUF decoder as the Hugging Face checkpoint gguf_to_hf_dir writes of it, read a layer at a time, with
 // no directory in between: what gguf_to_hf_dir and prune-model (prune_model.h) read a .gguf through.
 class GgufCheckpoint {
@@ -191,19 +194,6 @@ class GgufCheckpoint {
   std::unique_ptr<Impl> impl_;
   std::map<std::string, std::string> files_;
   std::map<std::string, Stored> tensors_;
-};
-// A GGUF decoder as such a directory beside `near` (NEAR.from-gguf.PID), removed when this goes away: what
-// `convert MODEL.gguf DIR --prune` reads.
-class GgufAsHfDir {
- public:
-  GgufAsHfDir(const std::string& gguf, const std::string& near);
-  ~GgufAsHfDir();
-  GgufAsHfDir(const GgufAsHfDir&) = delete;
-  GgufAsHfDir& operator=(const GgufAsHfDir&) = delete;
-  const std::string& dir() const { return dir_; }
-
- private:
-  std::string dir_;
 };
 // A GGUF file or a Hugging Face decoder directory.
 DecoderModel load_decoder(const std::string& path, const DecoderLoadOptions& o = {});

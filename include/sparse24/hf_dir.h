@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "sparse24/bitmask24.h"
 #include "sparse24/checkpoint.h"
 
 namespace sparse24 {
@@ -43,6 +44,12 @@ struct MappedHfDir {
 // "DIR: ..." naming the problem. read_hf_dir is map_hf_dir plus a copy of every dense tensor.
 MappedHfDir map_hf_dir(const std::string& dir);
 HfDir read_hf_dir(const std::string& dir);
+
+// Refuses a config whose sparsity_config (`sc`, from config.json `config_what`) names another format or
+// structure than the sparse-24-bitmask layers `st` holds (if it holds any): Error "<config_what>:
+// sparsity_config says format '...', structure '...', but <st_what> holds sparse-24-bitmask layers".
+void check_sparsity_config(const std::optional<SparsityConfig>& sc, const SafeTensorsView& st,
+                           const std::string& config_what, const std::string& st_what);
 
 // The config.json text that goes with `weights` written in layout `to`: quantization_config.sparsity_config
 // set (targets: the compressed layers) for a sparse-24-bitmask output that keeps layers compressed, removed
@@ -89,4 +96,31 @@ class HfDirWriter {
   uint64_t bytes_ = 0;
   bool done_ = false;
 };
+
+// `sparse24 convert`, as a library. Errors "<path>: ..." name the problem; a failure leaves nothing written.
+//
+// One checkpoint file (any of the three layouts) as OUT in layout o.to (convert_weights), with its
+// config.json: `config_in` ("" for none) is read and checked against IN first; the config the output needs
+// (config_for_layout) is written to `config_out`, unless that is the input's own file, which is refused when
+// it would change.
+struct ConvertFileReport {
+  size_t tensors = 0;
+  int64_t sparse_in = 0, sparse_out = 0;  // 2:4 weights read; kept 2:4 in the output
+  SparsifyReport sparsify;
+  std::string config_written;  // the config file written ("" for none)
+};
+ConvertFileReport convert_checkpoint_file(const std::string& in, const std::string& out,
+                                          const ConvertOptions& o, const std::string& config_in,
+                                          const std::string& config_out);
+// A Hugging Face directory as OUT_DIR (which must not exist; HfDirWriter), a shard at a time: each input
+// shard's tensors are copied, converted and written before the next shard's, so memory holds one shard of
+// weights (and the input's 2:4 ones) and the output has the input's shards. config.json gets the sparsity
+// config the output needs; every other file is carried along.
+struct ConvertDirReport {
+  size_t shards = 0, tensors = 0;
+  int64_t sparse_in = 0;
+  SparsifyReport sparsify;
+};
+ConvertDirReport convert_hf_dir(const std::string& in_dir, const std::string& out_dir,
+                                const ConvertOptions& o);
 }  // namespace sparse24

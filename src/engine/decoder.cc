@@ -226,9 +226,7 @@ void Decoder::build(const DecoderModel& m, const DecoderOptions& o, DecoderModel
     };
     for (const WeightTable* t : {&m.embed_table, s.c.tied ? &m.embed_table : &m.head_table})
       if (!fits(*t))
-        throw Error(
-            "decoder: the embedding or head table is not vocab x hidden bf16 or int8 with a scale per 64 of a "
-            "row");
+        throw Error("decoder: the embedding or head table is not vocab x hidden bf16, or int8 with scales");
     const auto take = [&](const WeightTable& t, WeightTable* own) -> WeightTable {
       if (o.int8_weights && t.i8.empty()) return detail::int8_table(t, s.c.vocab, s.c.hidden);
       if (own != nullptr) return std::move(*own);  // a Decoder that took its model takes its tables

@@ -3,7 +3,6 @@
 // fields and bounded by the same code), then one builder asks for the tensors by transformers' names (a GGUF
 // file answers under llama.cpp's) and joins them into the decoder's Linears (Q, K and V into one GEMM, gate
 // and up into another, so a decoded token runs four GEMMs per layer).
-#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -810,17 +809,25 @@ StTensor GgufCheckpoint::tensor(const std::string& name) const {
   return std::move(one.at(0).second);
 }
 
-void gguf_to_hf_dir(const std::string& path, const std::string& out_dir) {
+SparsifyReport gguf_to_hf_dir(const std::string& path, const std::string& out_dir, const ConvertOptions& c) {
   const GgufCheckpoint in(path);
   // Written as read: a shard per layer (the first with the embeddings, norm and head read before it), each
-  // layer dropped from the model once kept, so an 8B file converts in the memory of its tables and a layer.
-  HfDirWriter out("", {}, in.config_json(), CheckpointFormat::kDense, out_dir, in.files());
+  // converted and the layer dropped from the model once kept, so an 8B file converts in the memory of its
+  // tables and a layer.
+  HfDirWriter out("", {}, in.config_json(), c.to, out_dir, in.files());
   std::vector<std::pair<std::string, StTensor>> kept;
+  SparsifyReport report;
   const auto flush = [&] {
     Checkpoint part;
     for (auto& [name, t] : kept) part.tensors.push_back({name, std::move(t), {}});
     kept.clear();
-    if (!part.tensors.empty()) out.add(part);
+    if (part.tensors.empty()) return;
+    // In the order the shard stores them (all fp32: by name), so reports and the sparsity config's targets
+    // list them as a conversion of the written directory would.
+    std::sort(part.tensors.begin(), part.tensors.end(),
+              [](const CheckpointTensor& a, const CheckpointTensor& b) { return a.name < b.name; });
+    report.append(convert_weights(part, c));
+    out.add(part);
   };
   DecoderLoadOptions o;
   o.on_layer = [&](DecoderModel& m, DecoderLayer& layer, int64_t) {
@@ -831,18 +838,7 @@ void gguf_to_hf_dir(const std::string& path, const std::string& out_dir) {
   in.load(o, kept);
   flush();
   out.finish();
-}
-
-GgufAsHfDir::GgufAsHfDir(const std::string& gguf, const std::string& near)
-    : dir_(near + ".from-gguf." + std::to_string(::getpid())) {
-  std::error_code ec;
-  std::filesystem::remove_all(dir_, ec);
-  gguf_to_hf_dir(gguf, dir_);
-}
-
-GgufAsHfDir::~GgufAsHfDir() {
-  std::error_code ec;
-  std::filesystem::remove_all(dir_, ec);
+  return report;
 }
 
 DecoderModel load_decoder(const std::string& path, const DecoderLoadOptions& o) {

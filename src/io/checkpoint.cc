@@ -312,6 +312,24 @@ SparsifyReport sparsify(Checkpoint& ck, const SparsifyOptions& opts) {
   return report;
 }
 
+void SparsifyReport::append(const SparsifyReport& r) {
+  compressed.insert(compressed.end(), r.compressed.begin(), r.compressed.end());
+  pruned.insert(pruned.end(), r.pruned.begin(), r.pruned.end());
+  skipped.insert(skipped.end(), r.skipped.begin(), r.skipped.end());
+}
+
+SparsifyReport convert_weights(Checkpoint& ck, const ConvertOptions& o) {
+  if (o.to == CheckpointFormat::kDense) {
+    densify(ck);
+    return {};
+  }
+  SparsifyOptions s;
+  s.prune = o.prune;
+  s.targets = o.targets;
+  s.rank2_only = o.to == CheckpointFormat::kBitmask24;
+  return sparsify(ck, s);
+}
+
 void densify(Checkpoint& ck) {
   for (CheckpointTensor& t : ck.tensors) {
     if (!t.sparse) continue;

@@ -62,6 +62,15 @@ std::vector<std::string> shard_names(const std::string& dir) {
 
 }  // namespace
 
+void check_sparsity_config(const std::optional<SparsityConfig>& sc, const SafeTensorsView& st,
+                           const std::string& config_what, const std::string& st_what) {
+  if (sc && (sc->format != kBitmask24Format || sc->sparsity_structure != "2:4") &&
+      !find_bitmask24_layers(st, st_what).empty())
+    fail(config_what, "sparsity_config says format '" + printable(sc->format) + "', structure '" +
+                          printable(sc->sparsity_structure) + "', but " + st_what +
+                          " holds sparse-24-bitmask layers");
+}
+
 MappedHfDir map_hf_dir(const std::string& dir) {
   MappedHfDir d;
   d.dir = dir;
@@ -80,11 +89,7 @@ MappedHfDir map_hf_dir(const std::string& dir) {
     d.shards.push_back(path);
     d.files.push_back(std::make_unique<MappedSafeTensors>(path));
     const MappedSafeTensors& st = *d.files.back();
-    if (!find_bitmask24_layers(st.view, path).empty() && sc &&
-        (sc->format != kBitmask24Format || sc->sparsity_structure != "2:4"))
-      fail(config, "sparsity_config says format '" + printable(sc->format) + "', structure '" +
-                       printable(sc->sparsity_structure) + "', but " + name +
-                       " holds sparse-24-bitmask layers");
+    check_sparsity_config(sc, st.view, config, name);
     CheckpointView part = read_checkpoint_view(st.view, path);
     // The 2:4 weights were copied out of the file: the pages of the tensors they came from are dropped
     // (a pruned 8B checkpoint's 7.5 GB would otherwise stay resident beside the model built from them).
@@ -236,6 +241,69 @@ void HfDirWriter::finish() {
   } catch (const fs::filesystem_error& e) {
     fail(out_, std::string("cannot write: ") + e.what());
   }
+}
+
+}  // namespace sparse24
+
+namespace sparse24 {
+
+ConvertFileReport convert_checkpoint_file(const std::string& in, const std::string& out,
+                                          const ConvertOptions& o, const std::string& config_in,
+                                          const std::string& config_out) {
+  ConvertFileReport r;
+  std::optional<std::string> config_text;  // read and checked before anything is written
+  if (!config_in.empty()) config_text = read_text(config_in);
+  Checkpoint ck;
+  {
+    MappedSafeTensors file(in);
+    if (config_text)
+      check_sparsity_config(parse_sparsity_config(*config_text, config_in), file.view, config_in, in);
+    ck = read_checkpoint(file.view, in);
+  }
+  r.tensors = ck.tensors.size();
+  r.sparse_in = ck.sparse_count();
+  r.sparsify = convert_weights(ck, o);
+  const std::optional<std::string> config_out_text =
+      config_for_layout(config_text, ck, o.to, config_in.empty() ? std::string("config.json") : config_in);
+  std::error_code ec;
+  const bool same_config =
+      !config_in.empty() && fs::exists(config_out, ec) && fs::equivalent(config_in, config_out, ec);
+  if (same_config && config_out_text != config_text)
+    throw Error("the output config '" + config_out + "' is the input's config.json, which the " +
+                checkpoint_format_name(o.to) +
+                " checkpoint needs changed; pass --config-out (or write the output to another directory)");
+  write_safetensors(out, encode_checkpoint(ck, o.to));
+  if (config_out_text && !same_config) {
+    write_file_atomic(config_out, *config_out_text);
+    r.config_written = config_out;
+  }
+  for (const CheckpointTensor& t : ck.tensors)
+    if (t.sparse && (o.to == CheckpointFormat::kSparse24 || bitmask24_keeps_sparse(t))) ++r.sparse_out;
+  return r;
+}
+
+ConvertDirReport convert_hf_dir(const std::string& in_dir, const std::string& out_dir,
+                                const ConvertOptions& o) {
+  MappedHfDir d = map_hf_dir(in_dir);
+  ConvertDirReport r;
+  r.shards = d.shards.size();
+  r.tensors = d.tensors.size();
+  HfDirWriter w(d.dir, d.shards, d.config_json, o.to, out_dir);
+  for (const std::unique_ptr<MappedSafeTensors>& f : d.files) {  // a shard at a time
+    Checkpoint part;
+    for (MappedHfDir::Tensor& t : d.tensors) {
+      if (t.file != &f->file) continue;
+      r.sparse_in += t.t.sparse.has_value();
+      const std::span<const uint8_t> bytes = t.t.dense.bytes;
+      part.tensors.push_back(std::move(t.t).copy());
+      if (!bytes.empty()) f->file.release(bytes);
+    }
+    if (part.tensors.empty()) continue;
+    r.sparsify.append(convert_weights(part, o));
+    w.add(part);
+  }
+  w.finish();
+  return r;
 }
 
 }  // namespace sparse24

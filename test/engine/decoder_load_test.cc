@@ -600,6 +600,33 @@ TEST_F(HfDecoderDir, GgufConvertsToAHuggingFaceDirectory) {
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("already exists"), std::string::npos) << e.what();
     }
+    // `convert MODEL.gguf DIR --to L --prune` converts each layer's shard as it is read: the directory the
+    // converted one becomes (convert_hf_dir), shard for shard and bit for bit, with the same report.
+    for (CheckpointFormat to : {CheckpointFormat::kSparse24, CheckpointFormat::kBitmask24}) {
+      ConvertOptions c;
+      c.to = to;
+      c.prune = true;
+      const std::string direct = out + "-" + checkpoint_format_name(to), via = direct + "-via-dir";
+      const SparsifyReport r = gguf_to_hf_dir(gguf, direct, c);
+      const ConvertDirReport rv = convert_hf_dir(out, via, c);
+      EXPECT_EQ(r.pruned, rv.sparsify.pruned);
+      EXPECT_EQ(r.skipped, rv.sparsify.skipped);
+      EXPECT_EQ(r.pruned.size(), static_cast<size_t>(7 * t_.layers));  // Q, K, V, O, gate, up, down
+      const HfDir a = read_hf_dir(direct), b = read_hf_dir(via);
+      EXPECT_EQ(a.shards.size(), b.shards.size());
+      ASSERT_EQ(a.weights.tensors.size(), b.weights.tensors.size());
+      for (const CheckpointTensor& t : b.weights.tensors) {
+        const CheckpointTensor* u = a.weights.find(t.name);
+        ASSERT_NE(u, nullptr) << t.name;
+        ASSERT_EQ(u->sparse.has_value(), t.sparse.has_value()) << t.name;
+        if (t.sparse)
+          EXPECT_EQ(u->sparse->values, t.sparse->values) << t.name;
+        else
+          EXPECT_EQ(u->dense.bytes, t.dense.bytes) << t.name;
+      }
+      EXPECT_EQ(json::parse(a.config_json), json::parse(b.config_json));
+      EXPECT_EQ(load_hf_decoder(direct).fingerprint, load_hf_decoder(via).fingerprint);
+    }
   }
 }
 

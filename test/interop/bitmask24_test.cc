@@ -504,6 +504,97 @@ TEST(Checkpoint, DirectoryWrittenInPartsEqualsOneFile) {
   std::filesystem::remove_all(dir);
 }
 
+// convert_hf_dir (`sparse24 convert DIR OUT`) converts a shard at a time: the output holds the input's
+// shards, each with the tensors one conversion of the whole checkpoint in memory gives (read_hf_dir,
+// convert_weights, write_hf_dir), the same report, sparsity config and carried files, for every layout with
+// and without pruning; an existing output is refused and left as it was.
+TEST(Checkpoint, DirectoryConvertsShardByShardAsAWholeConversionDoes) {
+  SPARSE24_SEED_TRACE();
+  auto g = testing::rng(607);
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("sparse24_convert_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string in = (dir / "in").string();
+  {
+    HfDirWriter writer("", {}, std::string(R"({"model_type": "llama"})"), CheckpointFormat::kDense, in,
+                  {{"tokenizer.json", "{}"}});
+    for (int p = 0; p < 3; ++p) {
+      Checkpoint part;
+      for (int i = 0; i < 3; ++i) {
+        const std::string name = "model.layers." + std::to_string(p) + "." + std::to_string(i) + ".weight";
+        std::vector<float> w = testing::random_floats(g, 8 * 16);
+        if (i == 0)
+          for (size_t k = 0; k < w.size(); ++k)
+            if (k % 4 >= 2) w[k] = 0;  // already 2:4
+        const std::vector<int64_t> shape = i == 2 ? std::vector<int64_t>{8, 15} : std::vector<int64_t>{8, 16};
+        w.resize(static_cast<size_t>(shape[0] * shape[1]));
+        part.tensors.push_back({name, to_st(Tensor::from_float(w, shape)), {}});
+      }
+      if (p == 0)
+        part.tensors.push_back({"model.embed_tokens.weight",
+                                to_st(Tensor::from_float(testing::random_floats(g, 64), {8, 8})),
+                                {}});
+      writer.add(part);
+    }
+    writer.finish();
+  }
+  int run = 0;
+  for (CheckpointFormat f :
+       {CheckpointFormat::kSparse24, CheckpointFormat::kBitmask24, CheckpointFormat::kDense})
+    for (bool prune : {false, true}) {
+      SCOPED_TRACE(std::string(checkpoint_format_name(f)) + (prune ? " --prune" : ""));
+      ConvertOptions o;
+      o.to = f;
+      o.prune = prune;
+      const std::string out = (dir / ("out" + std::to_string(run))).string(),
+                        ref = (dir / ("ref" + std::to_string(run))).string();
+      ++run;
+      const ConvertDirReport r = convert_hf_dir(in, out, o);
+      HfDir whole = read_hf_dir(in);
+      const SparsifyReport rr = convert_weights(whole.weights, o);
+      write_hf_dir(whole, whole.weights, f, ref);
+      EXPECT_EQ(r.shards, 3u);
+      EXPECT_EQ(r.tensors, 10u);
+      EXPECT_EQ(r.sparsify.compressed, rr.compressed);
+      EXPECT_EQ(r.sparsify.pruned, rr.pruned);
+      EXPECT_EQ(r.sparsify.skipped, rr.skipped);
+      // Pruned: each shard's .1 (and its 8x15 .2, which sparse-24-bitmask cannot hold).
+      const size_t pruned = !prune || f == CheckpointFormat::kDense ? 0
+                            : f == CheckpointFormat::kSparse24      ? 6
+                                                                    : 3;
+      EXPECT_EQ(r.sparsify.pruned.size(), pruned);
+      const HfDir a = read_hf_dir(out), b = read_hf_dir(ref);
+      EXPECT_EQ(a.shards.size(), 3u);
+      ASSERT_EQ(a.weights.tensors.size(), b.weights.tensors.size());
+      for (const CheckpointTensor& t : b.weights.tensors) {
+        const CheckpointTensor* u = a.weights.find(t.name);
+        ASSERT_NE(u, nullptr) << t.name;
+        ASSERT_EQ(u->sparse.has_value(), t.sparse.has_value()) << t.name;
+        if (t.sparse) {
+          EXPECT_EQ(u->sparse->values, t.sparse->values) << t.name;
+          EXPECT_EQ(u->sparse->metadata, t.sparse->metadata) << t.name;
+        } else {
+          EXPECT_EQ(u->dense.dtype, t.dense.dtype) << t.name;
+          EXPECT_EQ(u->dense.bytes, t.dense.bytes) << t.name;
+        }
+      }
+      EXPECT_EQ(a.config_json, b.config_json);
+      EXPECT_EQ(read_file(out + "/tokenizer.json"), read_file(ref + "/tokenizer.json"));
+      // The output converted back with the same options changes nothing.
+      if (f != CheckpointFormat::kDense) {
+        const ConvertDirReport again = convert_hf_dir(out, out + "-again", o);
+        EXPECT_EQ(again.sparse_in, static_cast<int64_t>(a.weights.sparse_count()));
+        EXPECT_TRUE(again.sparsify.pruned.empty());
+      }
+    }
+  const std::string exists = (dir / "out0").string();
+  const auto before = read_file(exists + "/config.json");
+  EXPECT_ERROR(convert_hf_dir(in, exists, {}), "already exists");
+  EXPECT_EQ(read_file(exists + "/config.json"), before);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Checkpoint, FormatNames) {
   for (auto f : {CheckpointFormat::kDense, CheckpointFormat::kSparse24, CheckpointFormat::kBitmask24})
     EXPECT_EQ(parse_checkpoint_format(checkpoint_format_name(f)), f);
