@@ -16,26 +16,40 @@ inline uint64_t fnv1a(uint64_t h, const uint8_t* p, size_t n) {
 
 // FNV-1a over 8-byte words in four interleaved lanes (word i into lane i % 4, joined by FNV steps), then
 // the last words and the tail bytes: a different hash from fnv1a's, whose four multiply chains run side by
-// side (a gigabyte of weights in about 0.1 s instead of one chain's latency per word).
-inline uint64_t fnv1a_words(uint64_t h, const uint8_t* p, size_t n) {
-  constexpr uint64_t kPrime = 1099511628211ull;
-  uint64_t lane[4] = {h, h ^ 1, h ^ 2, h ^ 3};
-  size_t i = 0;
-  for (; i + 32 <= n; i += 32)
-    for (int k = 0; k < 4; ++k) {
-      uint64_t w;
-      std::memcpy(&w, p + i + 8 * k, 8);
-      lane[k] = (lane[k] ^ w) * kPrime;
-    }
-  h = lane[0];
-  for (int k = 1; k < 4; ++k) h = (h ^ lane[k]) * kPrime;
-  for (; i + 8 <= n; i += 8) {
-    uint64_t w;
-    std::memcpy(&w, p + i, 8);
-    h = (h ^ w) * kPrime;
+// side (a gigabyte of weights in about 0.1 s instead of one chain's latency per word). FnvWords takes the
+// bytes a piece at a time (every piece but the last a multiple of 32 bytes), for a mapped tensor hashed
+// without being resident whole.
+class FnvWords {
+ public:
+  explicit FnvWords(uint64_t h) : lane_{h, h ^ 1, h ^ 2, h ^ 3} {}
+  void add(const uint8_t* p, size_t n) {  // n: a multiple of 32
+    for (size_t i = 0; i + 32 <= n; i += 32)
+      for (int k = 0; k < 4; ++k) {
+        uint64_t w;
+        std::memcpy(&w, p + i + 8 * k, 8);
+        lane_[k] = (lane_[k] ^ w) * kPrime;
+      }
   }
-  return fnv1a(h, p + i, n - i);
-}
+  uint64_t finish(const uint8_t* p, size_t n) {  // the last piece, any length
+    const size_t whole = n / 32 * 32;
+    add(p, whole);
+    uint64_t h = lane_[0];
+    for (int k = 1; k < 4; ++k) h = (h ^ lane_[k]) * kPrime;
+    size_t i = whole;
+    for (; i + 8 <= n; i += 8) {
+      uint64_t w;
+      std::memcpy(&w, p + i, 8);
+      h = (h ^ w) * kPrime;
+    }
+    return fnv1a(h, p + i, n - i);
+  }
+
+ private:
+  static constexpr uint64_t kPrime = 1099511628211ull;
+  uint64_t lane_[4];
+};
+
+inline uint64_t fnv1a_words(uint64_t h, const uint8_t* p, size_t n) { return FnvWords(h).finish(p, n); }
 
 // The loaders' fingerprint step per tensor, as it is taken: its name, then its stored bytes.
 inline uint64_t fnv1a_tensor(uint64_t h, const std::string& name, const uint8_t* p, size_t n) {

@@ -2,6 +2,7 @@
 // config fields and the checkpoint's tensors asked for by name (each checked and marked used), shared by the
 // encoder (hf_encoder.cc) and decoder (hf_decoder.cc) loaders.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -103,8 +104,10 @@ class Weights {
       throw Error(what_ + ": tensor '" + name + "' is " + dt + " " + shape_string(t.dense.shape) +
                   ", the architecture needs a float " + shape_string(shape));
     const int64_t n = shape_numel(shape);
-    kernels::elements_to_floats(dtype_from_st(dt), t.dense.bytes.data(), n, out);
-    if (t.file != nullptr) t.file->release(t.dense.bytes);
+    const DType type = dtype_from_st(dt);
+    in_chunks(t, dtype_size(type), n, [&](int64_t i, int64_t c, const uint8_t* from) {
+      kernels::elements_to_floats(type, from, c, out + i);
+    });
     finite(name, out, n);
   }
   // A dense bfloat16 tensor's values as stored (dense_dtype "BF16"), checked finite.
@@ -113,8 +116,10 @@ class Weights {
     if (t.sparse || t.dense.dtype != "BF16" || t.dense.shape != shape)
       throw Error(what_ + ": tensor '" + name + "' is not a bfloat16 " + shape_string(shape));
     std::vector<uint16_t> v(static_cast<size_t>(shape_numel(shape)));
-    std::memcpy(v.data(), t.dense.bytes.data(), v.size() * sizeof(uint16_t));
-    if (t.file != nullptr) t.file->release(t.dense.bytes);
+    in_chunks(t, sizeof(uint16_t), static_cast<int64_t>(v.size()),
+              [&](int64_t i, int64_t c, const uint8_t* from) {
+                std::memcpy(v.data() + i, from, static_cast<size_t>(c) * sizeof(uint16_t));
+              });
     if (!kernels::all_finite_bf16(v.data(), static_cast<int64_t>(v.size())))
       throw Error(what_ + ": tensor '" + name + "' holds a non-finite value");
     return v;
@@ -198,10 +203,31 @@ class Weights {
       const Compressed& c = *t.sparse;
       h_ = fnv1a_tensor(h_, name, c.values.data(), c.values.size());
       h_ = fnv1a_words(h_, c.metadata.data(), c.metadata.size());
-    } else {
-      h_ = fnv1a_tensor(h_, name, t.dense.bytes.data(), t.dense.bytes.size());
+    } else {  // a piece at a time, dropping a mapped file's pages as it goes (as in_chunks)
+      FnvWords f(fnv1a(h_, reinterpret_cast<const uint8_t*>(name.data()), name.size()));
+      const std::span<const uint8_t> b = t.dense.bytes;
+      constexpr size_t kPiece = size_t{16} << 20;
+      size_t i = 0;
+      for (; b.size() - i > kPiece; i += kPiece) {
+        f.add(b.data() + i, kPiece);
+        if (t.file != nullptr) t.file->release(b.first(i + kPiece));
+      }
+      h_ = f.finish(b.data() + i, b.size() - i);
+      if (t.file != nullptr) t.file->release(b);
     }
     return t;
+  }
+  // fn(first element, count, their bytes) over a dense tensor's n elements a chunk at a time; in a mapped
+  // file the pages read so far are dropped after each chunk, so a 2 GB table is never resident whole beside
+  // what is made of it.
+  template <class Fn>
+  static void in_chunks(const Entry& t, size_t element_size, int64_t n, Fn fn) {
+    const int64_t step = std::max<int64_t>(1, static_cast<int64_t>((size_t{16} << 20) / element_size));
+    for (int64_t i = 0; i < n; i += step) {
+      const int64_t c = std::min(step, n - i);
+      fn(i, c, t.dense.bytes.data() + static_cast<size_t>(i) * element_size);
+      if (t.file != nullptr) t.file->release(t.dense.bytes.first(static_cast<size_t>(i + c) * element_size));
+    }
   }
   void finite(const std::string& name, const float* v, int64_t n) const {
     if (!kernels::all_finite(v, n)) throw Error(what_ + ": tensor '" + name + "' holds a non-finite value");

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "../../src/engine/fingerprint.h"
 #include "../../src/engine/ops.h"
 #include "common/cli.h"
 #include "common/seed.h"
@@ -57,6 +58,25 @@ void naive_attention(const std::vector<float>& qkv, int64_t hidden, int64_t head
           ctx[(h * d + c) * ld + b * seq + i] = static_cast<float>(acc);
         }
       }
+}
+
+// The fingerprint's word hash fed a piece at a time (what a mapped tensor's hash does, dropping pages as it
+// goes) is the hash of the whole, for lengths around the 32-byte step and pieces of every multiple of 32.
+TEST(Fingerprint, WordHashInPiecesEqualsTheWhole) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(62);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::vector<uint8_t> b(1000);
+  for (uint8_t& x : b) x = static_cast<uint8_t>(byte(g));
+  for (size_t n :
+       {size_t{0}, size_t{7}, size_t{31}, size_t{32}, size_t{33}, size_t{95}, size_t{96}, size_t{1000}})
+    for (size_t piece : {size_t{32}, size_t{64}, size_t{96}}) {
+      engine::FnvWords f(12345);
+      size_t i = 0;
+      for (; n - i > piece; i += piece) f.add(b.data() + i, piece);
+      EXPECT_EQ(f.finish(b.data() + i, n - i), engine::fnv1a_words(12345, b.data(), n)) << n << " " << piece;
+    }
+  EXPECT_NE(engine::fnv1a_words(1, b.data(), 64), engine::fnv1a_words(1, b.data(), 63));
 }
 
 TEST(EngineOps, AttentionMatchesNaive) {
