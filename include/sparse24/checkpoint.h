@@ -72,6 +72,8 @@ Checkpoint load_checkpoint(const std::string& path);  // memory-mapped
 SafeTensors encode_checkpoint(const Checkpoint& ck, CheckpointFormat to);
 // True when encode_checkpoint(.., kBitmask24) keeps `t` compressed.
 bool bitmask24_keeps_sparse(const CheckpointTensor& t);
+// The 2:4 weights of `ck` that encode_checkpoint(ck, to) stores compressed.
+int64_t stored_sparse(const Checkpoint& ck, CheckpointFormat to);
 // Sorts tensors like the reference writer: descending dtype alignment (U64 I64 F64 F32 U32 I32 BF16 F16 U16
 // I16 F8_E4M3 F8_E5M2 I8 U8 BOOL), then name (bytewise).
 void sort_like_reference(SafeTensors& st);

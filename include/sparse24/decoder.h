@@ -158,8 +158,14 @@ DecoderModel load_gguf_decoder(const Gguf& gguf, const std::string& what, const 
 // atomically (hf_dir.h: HfDirWriter). Each shard is converted (convert_weights: c.to, c.prune, c.targets)
 // before it is written, so `convert MODEL.gguf DIR --to sparse24 --prune` holds one layer in fp32, not the
 // model. What `convert` does with a GGUF input (and prune-model's experiment, dense).
-SparsifyReport gguf_to_hf_dir(const std::string& gguf_path, const std::string& out_dir,
-                              const ConvertOptions& c = {});
+ConvertReport gguf_to_hf_dir(const std::string& gguf_path, const std::string& out_dir,
+                             const ConvertOptions& c = {});
+// `sparse24 convert IN OUT` (and Python's sparse24.convert): a Hugging Face directory (convert_hf_dir) or a
+// GGUF decoder (gguf_to_hf_dir) into the new directory OUT, or one checkpoint file
+// (convert_checkpoint_file) into the file OUT, its config from `config_in` (default: the config.json beside
+// IN, if there is one) to `config_out` (default: the config.json beside OUT).
+ConvertReport convert_model(const std::string& in, const std::string& out, const ConvertOptions& o,
+                            std::string config_in = "", std::string config_out = "");
 // A GGUF decoder as the Hugging Face checkpoint gguf_to_hf_dir writes of it, read a layer at a time, with
 // no directory in between: what gguf_to_hf_dir and prune-model (prune_model.h) read a .gguf through.
 class GgufCheckpoint {

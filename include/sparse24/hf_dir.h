@@ -97,30 +97,23 @@ class HfDirWriter {
   bool done_ = false;
 };
 
-// `sparse24 convert`, as a library. Errors "<path>: ..." name the problem; a failure leaves nothing written.
-//
+// `sparse24 convert`, as a library (engine::convert_model, decoder.h, picks among these and GGUF files).
+// Errors "<path>: ..." name the problem; a failure leaves nothing written.
+struct ConvertReport {
+  size_t shards = 0, tensors = 0;         // read (shards: 0 for one file)
+  int64_t sparse_in = 0, sparse_out = 0;  // 2:4 weights read; kept 2:4 in the output
+  SparsifyReport sparsify;
+  std::string config_written;  // a checkpoint file's config written ("" for none)
+};
 // One checkpoint file (any of the three layouts) as OUT in layout o.to (convert_weights), with its
 // config.json: `config_in` ("" for none) is read and checked against IN first; the config the output needs
 // (config_for_layout) is written to `config_out`, unless that is the input's own file, which is refused when
 // it would change.
-struct ConvertFileReport {
-  size_t tensors = 0;
-  int64_t sparse_in = 0, sparse_out = 0;  // 2:4 weights read; kept 2:4 in the output
-  SparsifyReport sparsify;
-  std::string config_written;  // the config file written ("" for none)
-};
-ConvertFileReport convert_checkpoint_file(const std::string& in, const std::string& out,
-                                          const ConvertOptions& o, const std::string& config_in,
-                                          const std::string& config_out);
+ConvertReport convert_checkpoint_file(const std::string& in, const std::string& out, const ConvertOptions& o,
+                                      const std::string& config_in, const std::string& config_out);
 // A Hugging Face directory as OUT_DIR (which must not exist; HfDirWriter), a shard at a time: each input
 // shard's tensors are copied, converted and written before the next shard's, so memory holds one shard of
 // weights (and the input's 2:4 ones) and the output has the input's shards. config.json gets the sparsity
 // config the output needs; every other file is carried along.
-struct ConvertDirReport {
-  size_t shards = 0, tensors = 0;
-  int64_t sparse_in = 0;
-  SparsifyReport sparsify;
-};
-ConvertDirReport convert_hf_dir(const std::string& in_dir, const std::string& out_dir,
-                                const ConvertOptions& o);
+ConvertReport convert_hf_dir(const std::string& in_dir, const std::string& out_dir, const ConvertOptions& o);
 }  // namespace sparse24

@@ -14,11 +14,12 @@ import os
 import numpy as np
 
 from . import _core
-from ._core import (Compressed, Decoder, Engine, Error, FileError, Packed, isa, prune_model, render_chat_template,
-                    spmm)
+from ._core import (Compressed, Decoder, Engine, Error, FileError, Packed, convert, isa, prune_model,
+                    render_chat_template, spmm)
 
 __all__ = [
-    "Compressed", "Decoder", "Engine", "Error", "FileError", "Packed", "compress", "decompress", "inspect", "isa",
+    "Compressed", "Decoder", "Engine", "Error", "FileError", "Packed", "compress", "convert", "decompress", "inspect",
+    "isa",
     "load", "mask", "pack", "prune", "prune_model", "render_chat_template", "save", "spmm",
 ]
 

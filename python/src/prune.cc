@@ -1,6 +1,7 @@
 // sparse24.prune_model: one-shot 2:4 pruning of a Hugging Face encoder or decoder directory (or a GGUF
 // decoder) into a new directory, calibrated through the engine, as `sparse24 prune-model` does
-// (include/sparse24/prune_model.h: engine::prune_model).
+// (include/sparse24/prune_model.h: engine::prune_model); sparse24.convert, as `sparse24 convert`
+// (engine::convert_model).
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -11,6 +12,7 @@
 
 #include "common.h"
 #include "sparse24/checkpoint.h"
+#include "sparse24/decoder.h"
 #include "sparse24/engine.h"
 #include "sparse24/error.h"
 #include "sparse24/prune_model.h"
@@ -76,9 +78,43 @@ nb::dict prune_model(const std::string& model, const std::string& out, const std
   return report_dict(r);
 }
 
+nb::dict convert(const std::string& input, const std::string& output, const std::string& to, bool prune,
+                 const std::string& targets, const std::string& config, const std::string& config_out) {
+  ConvertOptions o;
+  o.to = parse_checkpoint_format(to);
+  o.prune = prune;
+  o.targets = targets;
+  ConvertReport r;
+  {
+    nb::gil_scoped_release unlocked;
+    r = engine::convert_model(input, output, o, config, config_out);
+  }
+  nb::dict d;
+  d["tensors"] = r.tensors;
+  d["shards"] = r.shards;
+  d["sparse_in"] = r.sparse_in;
+  d["sparse_out"] = r.sparse_out;
+  d["compressed"] = r.sparsify.compressed;
+  d["pruned"] = r.sparsify.pruned;
+  d["skipped"] = r.sparsify.skipped;
+  d["config_written"] = r.config_written;
+  return d;
+}
+
 }  // namespace
 
 void register_prune(nb::module_& m) {
+  m.def(
+      "convert", &convert, nb::arg("input"), nb::arg("output"), nb::arg("to"), nb::arg("prune") = false,
+      nb::arg("targets") = "", nb::arg("config") = "", nb::arg("config_out") = "",
+      "Converts a checkpoint between the layouts 'sparse24', 'sparse-24-bitmask' and 'dense' (as "
+      "`sparse24 convert`): a Hugging Face directory a shard at a time, or a GGUF decoder a layer at a time, "
+      "into the new directory `output`; or one .safetensors file into the file `output`, its config.json "
+      "(`config`, default the one beside it) written with the sparsity config the layout needs "
+      "(`config_out`, default beside the output). prune: magnitude-prune the candidate weights (`targets`, "
+      "a regex; default every floating *.weight but embeddings and the output head) that are not 2:4. "
+      "Returns the report: tensors, 2:4 weights read and written, and which were compressed, pruned or "
+      "left dense (with why). Errors raise sparse24.Error; nothing is left at `output` on an error.");
   m.def(
       "prune_model", &prune_model, nb::arg("model"), nb::arg("out"), nb::arg("method") = "magnitude",
       nb::arg("calibration") = nb::none(), nb::arg("permute") = false, nb::arg("targets") = "",

@@ -433,3 +433,44 @@ def test_prune_model_from_python_is_the_cli(tmp_path):
         sparse24.prune_model(str(model), str(tmp_path / "stopped"), method="wanda", calibration=CALIBRATION,
                              calib_ctx=64, progress=stop)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(("stopped", "x"))], list(tmp_path.iterdir())
+
+
+def test_convert_from_python_is_the_cli(tmp_path):
+    """sparse24.convert runs what `sparse24 convert` runs: a sharded bf16 Llama directory pruned into
+    sparse-24-bitmask gives the CLI's files, a shard for each input shard, with a report of every Linear;
+    converted back to dense the 2:4 weights hold the same values; errors are sparse24.Error and leave
+    nothing."""
+    import os
+    import subprocess
+
+    cli_path = os.environ.get("SPARSE24_CLI")
+    if not cli_path:
+        pytest.skip("needs the C++ tool (SPARSE24_CLI)")
+    model = tmp_path / "model"
+    model.mkdir()
+    write_sharded_bf16_llama(model, layers=2, H=64, F=128, vocab=512)
+    write_calibration(model, tmp_path)  # its tokenizer.json (carried along)
+    shards = sorted(p.name for p in model.glob("*.safetensors"))
+    report = sparse24.convert(str(model), str(tmp_path / "py"), "sparse-24-bitmask", prune=True)
+    assert report["shards"] == len(shards) and len(report["pruned"]) == 7 * 2 and report["sparse_out"] == 14
+    assert any("embed_tokens" in s for s in report["skipped"]), report
+    subprocess.run([cli_path, "convert", str(model), str(tmp_path / "cli"), "--to", "sparse-24-bitmask", "--prune"],
+                   check=True, capture_output=True)
+    files = sorted(p.name for p in (tmp_path / "py").iterdir())
+    assert files == sorted(p.name for p in (tmp_path / "cli").iterdir())
+    assert sorted(f for f in files if f.endswith(".safetensors")) == shards
+    for name in files:
+        assert (tmp_path / "py" / name).read_bytes() == (tmp_path / "cli" / name).read_bytes(), name
+    back = sparse24.convert(str(tmp_path / "py"), str(tmp_path / "dense"), "dense")
+    assert back["sparse_in"] == 14 and back["sparse_out"] == 0
+    a = sparse24.Decoder.load(str(tmp_path / "py"), max_context=8)
+    b = sparse24.Decoder.load(str(tmp_path / "dense"), mode="dense", max_context=8)
+    np.testing.assert_allclose(a.forward([1, 2, 3]), b.forward([1, 2, 3]), atol=1e-4, rtol=1e-4)
+
+    with pytest.raises(sparse24.Error, match="already exists"):
+        sparse24.convert(str(model), str(tmp_path / "py"), "sparse24")
+    with pytest.raises(sparse24.Error, match="unknown checkpoint format"):
+        sparse24.convert(str(model), str(tmp_path / "x"), "bitmask")
+    with pytest.raises(sparse24.Error, match="not a valid regular expression"):
+        sparse24.convert(str(model), str(tmp_path / "x"), "sparse24", targets="(")
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("x")], list(tmp_path.iterdir())

@@ -809,14 +809,14 @@ StTensor GgufCheckpoint::tensor(const std::string& name) const {
   return std::move(one.at(0).second);
 }
 
-SparsifyReport gguf_to_hf_dir(const std::string& path, const std::string& out_dir, const ConvertOptions& c) {
+ConvertReport gguf_to_hf_dir(const std::string& path, const std::string& out_dir, const ConvertOptions& c) {
   const GgufCheckpoint in(path);
   // Written as read: a shard per layer (the first with the embeddings, norm and head read before it), each
   // converted and the layer dropped from the model once kept, so an 8B file converts in the memory of its
   // tables and a layer.
   HfDirWriter out("", {}, in.config_json(), c.to, out_dir, in.files());
   std::vector<std::pair<std::string, StTensor>> kept;
-  SparsifyReport report;
+  ConvertReport report;
   const auto flush = [&] {
     Checkpoint part;
     for (auto& [name, t] : kept) part.tensors.push_back({name, std::move(t), {}});
@@ -826,7 +826,9 @@ SparsifyReport gguf_to_hf_dir(const std::string& path, const std::string& out_di
     // list them as a conversion of the written directory would.
     std::sort(part.tensors.begin(), part.tensors.end(),
               [](const CheckpointTensor& a, const CheckpointTensor& b) { return a.name < b.name; });
-    report.append(convert_weights(part, c));
+    report.tensors += part.tensors.size();
+    report.sparsify.append(convert_weights(part, c));
+    report.sparse_out += stored_sparse(part, c.to);
     out.add(part);
   };
   DecoderLoadOptions o;
@@ -839,6 +841,19 @@ SparsifyReport gguf_to_hf_dir(const std::string& path, const std::string& out_di
   flush();
   out.finish();
   return report;
+}
+
+ConvertReport convert_model(const std::string& in, const std::string& out, const ConvertOptions& o,
+                            std::string config_in, std::string config_out) {
+  namespace fs = std::filesystem;
+  if (fs::is_directory(in)) return convert_hf_dir(in, out, o);
+  if (is_gguf_file(in)) return gguf_to_hf_dir(in, out, o);
+  const auto beside = [](const std::string& file) {
+    return (fs::path(file).parent_path() / "config.json").string();
+  };
+  if (config_in.empty() && fs::exists(beside(in))) config_in = beside(in);
+  if (config_out.empty()) config_out = beside(out);
+  return convert_checkpoint_file(in, out, o, config_in, config_out);
 }
 
 DecoderModel load_decoder(const std::string& path, const DecoderLoadOptions& o) {

@@ -188,6 +188,14 @@ bool bitmask24_keeps_sparse(const CheckpointTensor& t) {
   return t.sparse && bitmask24_representable(*t.sparse) && ends_with(t.name, ".weight");
 }
 
+int64_t stored_sparse(const Checkpoint& ck, CheckpointFormat to) {
+  int64_t n = 0;
+  for (const CheckpointTensor& t : ck.tensors)
+    n += t.sparse && (to == CheckpointFormat::kSparse24 ||
+                      (to == CheckpointFormat::kBitmask24 && bitmask24_keeps_sparse(t)));
+  return n;
+}
+
 void sort_like_reference(SafeTensors& st) {
   std::stable_sort(st.tensors.begin(), st.tensors.end(), [](const auto& a, const auto& b) {
     const int ra = dtype_rank(a.second.dtype), rb = dtype_rank(b.second.dtype);

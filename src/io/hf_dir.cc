@@ -247,10 +247,9 @@ void HfDirWriter::finish() {
 
 namespace sparse24 {
 
-ConvertFileReport convert_checkpoint_file(const std::string& in, const std::string& out,
-                                          const ConvertOptions& o, const std::string& config_in,
-                                          const std::string& config_out) {
-  ConvertFileReport r;
+ConvertReport convert_checkpoint_file(const std::string& in, const std::string& out, const ConvertOptions& o,
+                                      const std::string& config_in, const std::string& config_out) {
+  ConvertReport r;
   std::optional<std::string> config_text;  // read and checked before anything is written
   if (!config_in.empty()) config_text = read_text(config_in);
   Checkpoint ck;
@@ -277,15 +276,13 @@ ConvertFileReport convert_checkpoint_file(const std::string& in, const std::stri
     write_file_atomic(config_out, *config_out_text);
     r.config_written = config_out;
   }
-  for (const CheckpointTensor& t : ck.tensors)
-    if (t.sparse && (o.to == CheckpointFormat::kSparse24 || bitmask24_keeps_sparse(t))) ++r.sparse_out;
+  r.sparse_out = stored_sparse(ck, o.to);
   return r;
 }
 
-ConvertDirReport convert_hf_dir(const std::string& in_dir, const std::string& out_dir,
-                                const ConvertOptions& o) {
+ConvertReport convert_hf_dir(const std::string& in_dir, const std::string& out_dir, const ConvertOptions& o) {
   MappedHfDir d = map_hf_dir(in_dir);
-  ConvertDirReport r;
+  ConvertReport r;
   r.shards = d.shards.size();
   r.tensors = d.tensors.size();
   HfDirWriter w(d.dir, d.shards, d.config_json, o.to, out_dir);
@@ -300,6 +297,7 @@ ConvertDirReport convert_hf_dir(const std::string& in_dir, const std::string& ou
     }
     if (part.tensors.empty()) continue;
     r.sparsify.append(convert_weights(part, o));
+    r.sparse_out += stored_sparse(part, o.to);
     w.add(part);
   }
   w.finish();

@@ -607,11 +607,12 @@ TEST_F(HfDecoderDir, GgufConvertsToAHuggingFaceDirectory) {
       c.to = to;
       c.prune = true;
       const std::string direct = out + "-" + checkpoint_format_name(to), via = direct + "-via-dir";
-      const SparsifyReport r = gguf_to_hf_dir(gguf, direct, c);
-      const ConvertDirReport rv = convert_hf_dir(out, via, c);
-      EXPECT_EQ(r.pruned, rv.sparsify.pruned);
-      EXPECT_EQ(r.skipped, rv.sparsify.skipped);
-      EXPECT_EQ(r.pruned.size(), static_cast<size_t>(7 * t_.layers));  // Q, K, V, O, gate, up, down
+      const ConvertReport r = convert_model(gguf, direct, c), rv = convert_model(out, via, c);
+      EXPECT_EQ(r.sparsify.pruned, rv.sparsify.pruned);
+      EXPECT_EQ(r.sparsify.skipped, rv.sparsify.skipped);
+      EXPECT_EQ(r.sparsify.pruned.size(), static_cast<size_t>(7 * t_.layers));  // Q, K, V, O, gate, up, down
+      EXPECT_EQ(r.sparse_out, rv.sparse_out);
+      EXPECT_EQ(r.tensors, rv.tensors);
       const HfDir a = read_hf_dir(direct), b = read_hf_dir(via);
       EXPECT_EQ(a.shards.size(), b.shards.size());
       ASSERT_EQ(a.weights.tensors.size(), b.weights.tensors.size());

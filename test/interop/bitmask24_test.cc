@@ -518,7 +518,7 @@ TEST(Checkpoint, DirectoryConvertsShardByShardAsAWholeConversionDoes) {
   const std::string in = (dir / "in").string();
   {
     HfDirWriter writer("", {}, std::string(R"({"model_type": "llama"})"), CheckpointFormat::kDense, in,
-                  {{"tokenizer.json", "{}"}});
+                       {{"tokenizer.json", "{}"}});
     for (int p = 0; p < 3; ++p) {
       Checkpoint part;
       for (int i = 0; i < 3; ++i) {
@@ -550,7 +550,7 @@ TEST(Checkpoint, DirectoryConvertsShardByShardAsAWholeConversionDoes) {
       const std::string out = (dir / ("out" + std::to_string(run))).string(),
                         ref = (dir / ("ref" + std::to_string(run))).string();
       ++run;
-      const ConvertDirReport r = convert_hf_dir(in, out, o);
+      const ConvertReport r = convert_hf_dir(in, out, o);
       HfDir whole = read_hf_dir(in);
       const SparsifyReport rr = convert_weights(whole.weights, o);
       write_hf_dir(whole, whole.weights, f, ref);
@@ -559,6 +559,7 @@ TEST(Checkpoint, DirectoryConvertsShardByShardAsAWholeConversionDoes) {
       EXPECT_EQ(r.sparsify.compressed, rr.compressed);
       EXPECT_EQ(r.sparsify.pruned, rr.pruned);
       EXPECT_EQ(r.sparsify.skipped, rr.skipped);
+      EXPECT_EQ(r.sparse_out, stored_sparse(whole.weights, f));
       // Pruned: each shard's .1 (and its 8x15 .2, which sparse-24-bitmask cannot hold).
       const size_t pruned = !prune || f == CheckpointFormat::kDense ? 0
                             : f == CheckpointFormat::kSparse24      ? 6
@@ -583,7 +584,7 @@ TEST(Checkpoint, DirectoryConvertsShardByShardAsAWholeConversionDoes) {
       EXPECT_EQ(read_file(out + "/tokenizer.json"), read_file(ref + "/tokenizer.json"));
       // The output converted back with the same options changes nothing.
       if (f != CheckpointFormat::kDense) {
-        const ConvertDirReport again = convert_hf_dir(out, out + "-again", o);
+        const ConvertReport again = convert_hf_dir(out, out + "-again", o);
         EXPECT_EQ(again.sparse_in, static_cast<int64_t>(a.weights.sparse_count()));
         EXPECT_TRUE(again.sparsify.pruned.empty());
       }

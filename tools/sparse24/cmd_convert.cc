@@ -1,38 +1,18 @@
 // sparse24 convert IN.safetensors OUT.safetensors --to sparse24|sparse-24-bitmask|dense
 //   [--prune] [--targets REGEX] [--config IN_CONFIG] [--config-out OUT_CONFIG]
 // sparse24 convert MODEL_DIR|MODEL.gguf OUT_DIR --to ... (a GGUF decoder becomes a Hugging Face directory)
+// The command line of engine::convert_model (decoder.h), which holds the rules.
 #include <cstdio>
-#include <filesystem>
 #include <memory>
-#include <optional>
 #include <string>
 
 #include "cli_util.h"
 #include "commands.h"
-#include "sparse24/bitmask24.h"
 #include "sparse24/checkpoint.h"
-#include "sparse24/error.h"
-#include "sparse24/gguf.h"
+#include "sparse24/decoder.h"
 #include "sparse24/hf_dir.h"
-#include "sparse24/io.h"
 
 namespace sparse24::cli {
-namespace {
-
-namespace fs = std::filesystem;
-
-std::string beside(const std::string& file, const std::string& name) {
-  return (fs::path(file).parent_path() / name).string();
-}
-
-void print_report(const SparsifyReport& report) {
-  if (!report.compressed.empty() || !report.pruned.empty())
-    std::printf("compressed %zu weights that were 2:4, pruned %zu to 2:4\n", report.compressed.size(),
-                report.pruned.size());
-  for (const std::string& s : report.skipped) std::printf("left dense: %s\n", s.c_str());
-}
-
-}  // namespace
 
 void register_convert(CLI::App& app) {
   struct Opts {
@@ -69,28 +49,14 @@ void register_convert(CLI::App& app) {
     c.to = parse_checkpoint_format(o->to);
     c.prune = o->prune;
     c.targets = o->targets;
-    if (fs::is_directory(o->in)) {
-      const ConvertDirReport r = convert_hf_dir(o->in, o->out, c);
-      std::printf("read %s: %zu shard(s), %zu tensors, %lld compressed 2:4\n", o->in.c_str(), r.shards,
-                  r.tensors, static_cast<long long>(r.sparse_in));
-      print_report(r.sparsify);
-      std::printf("wrote %s (%s, shard for shard)\n", o->out.c_str(), o->to.c_str());
-      return;
-    }
-    if (is_gguf_file(o->in)) {  // a GGUF decoder: a Hugging Face directory in the chosen layout
-      print_report(engine::gguf_to_hf_dir(o->in, o->out, c));
-      std::printf("wrote %s (%s: a GGUF file's weights in fp32, a shard per layer)\n", o->out.c_str(),
-                  o->to.c_str());
-      return;
-    }
-    std::string config_in = o->config;
-    if (config_in.empty() && fs::exists(beside(o->in, "config.json")))
-      config_in = beside(o->in, "config.json");
-    const ConvertFileReport r = convert_checkpoint_file(
-        o->in, o->out, c, config_in, o->config_out.empty() ? beside(o->out, "config.json") : o->config_out);
-    std::printf("read %s: %zu tensors, %lld compressed 2:4\n", o->in.c_str(), r.tensors,
-                static_cast<long long>(r.sparse_in));
-    print_report(r.sparsify);
+    const ConvertReport r = engine::convert_model(o->in, o->out, c, o->config, o->config_out);
+    std::printf("read %s: ", o->in.c_str());
+    if (r.shards > 0) std::printf("%zu shard(s), ", r.shards);
+    std::printf("%zu tensors, %lld compressed 2:4\n", r.tensors, static_cast<long long>(r.sparse_in));
+    if (!r.sparsify.compressed.empty() || !r.sparsify.pruned.empty())
+      std::printf("compressed %zu weights that were 2:4, pruned %zu to 2:4\n", r.sparsify.compressed.size(),
+                  r.sparsify.pruned.size());
+    for (const std::string& s : r.sparsify.skipped) std::printf("left dense: %s\n", s.c_str());
     std::printf("wrote %s (%s): %lld compressed 2:4 weights, %lld tensors dense\n", o->out.c_str(),
                 o->to.c_str(), static_cast<long long>(r.sparse_out),
                 static_cast<long long>(r.tensors) - r.sparse_out);
