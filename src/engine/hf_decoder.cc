@@ -4,6 +4,7 @@
 // file answers under llama.cpp's) and joins them into the decoder's Linears (Q, K and V into one GEMM, gate
 // and up into another, so a decoded token runs four GEMMs per layer).
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <optional>

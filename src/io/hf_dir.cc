@@ -243,10 +243,6 @@ void HfDirWriter::finish() {
   }
 }
 
-}  // namespace sparse24
-
-namespace sparse24 {
-
 ConvertReport convert_checkpoint_file(const std::string& in, const std::string& out, const ConvertOptions& o,
                                       const std::string& config_in, const std::string& config_out) {
   ConvertReport r;
@@ -268,9 +264,10 @@ ConvertReport convert_checkpoint_file(const std::string& in, const std::string& 
   const bool same_config =
       !config_in.empty() && fs::exists(config_out, ec) && fs::equivalent(config_in, config_out, ec);
   if (same_config && config_out_text != config_text)
-    throw Error("the output config '" + config_out + "' is the input's config.json, which the " +
-                checkpoint_format_name(o.to) +
-                " checkpoint needs changed; pass --config-out (or write the output to another directory)");
+    throw Error(
+        "the output config '" + config_out + "' is the input's config.json, which the " +
+        checkpoint_format_name(o.to) +
+        " checkpoint needs changed; give another config output (--config-out) or write the output elsewhere");
   write_safetensors(out, encode_checkpoint(ck, o.to));
   if (config_out_text && !same_config) {
     write_file_atomic(config_out, *config_out_text);
