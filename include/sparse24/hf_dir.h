@@ -116,4 +116,24 @@ ConvertReport convert_checkpoint_file(const std::string& in, const std::string& 
 // weights (and the input's 2:4 ones) and the output has the input's shards. config.json gets the sparsity
 // config the output needs; every other file is carried along.
 ConvertReport convert_hf_dir(const std::string& in_dir, const std::string& out_dir, const ConvertOptions& o);
+
+// What a checkpoint holds, tensor by tensor (`sparse24 inspect DIR|CHECKPOINT.safetensors`): a Hugging Face
+// directory or one .safetensors file in any of the three layouts, read in place (checkpoint.h validates
+// every 2:4 layer).
+struct CheckpointInfo {
+  struct Tensor {
+    std::string name;
+    std::vector<int64_t> shape;  // the dense shape
+    std::string dtype;           // stored type (safetensors' name; a 2:4 weight's values)
+    bool sparse = false;
+    uint64_t bytes = 0;  // stored: a 2:4 weight's values, metadata and scales
+  };
+  std::string model_type;  // config.json's, for a directory ("" if none)
+  size_t shards = 0;
+  std::optional<SparsityConfig> sparsity_config;  // config.json's
+  std::vector<Tensor> tensors;                    // shard by shard, each in file order
+  int64_t parameters = 0, sparse_parameters = 0;  // elements of every tensor; of the 2:4 weights
+  uint64_t bytes = 0, sparse_bytes = 0;
+};
+CheckpointInfo inspect_checkpoint(const std::string& path);
 }  // namespace sparse24

@@ -301,4 +301,46 @@ ConvertReport convert_hf_dir(const std::string& in_dir, const std::string& out_d
   return r;
 }
 
+CheckpointInfo inspect_checkpoint(const std::string& path) {
+  CheckpointInfo info;
+  const auto add = [&](const CheckpointTensorView& t) {
+    CheckpointInfo::Tensor x;
+    x.name = t.name;
+    x.sparse = t.sparse.has_value();
+    if (t.sparse) {
+      const Compressed& c = *t.sparse;
+      x.shape = c.shape;
+      x.dtype = st_dtype_name(c.dtype);
+      x.bytes = c.values.size() + c.metadata.size() + c.scales.size() * sizeof(float);
+    } else {
+      x.shape = t.dense.shape;
+      x.dtype = t.dense.dtype;
+      x.bytes = t.dense.bytes.size();
+    }
+    int64_t n = 1;
+    for (int64_t d : x.shape) n *= d;
+    info.parameters += n;
+    info.bytes += x.bytes;
+    if (x.sparse) {
+      info.sparse_parameters += n;
+      info.sparse_bytes += x.bytes;
+    }
+    info.tensors.push_back(std::move(x));
+  };
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    const MappedHfDir d = map_hf_dir(path);
+    const nlohmann::json cj = nlohmann::json::parse(d.config_json, nullptr, false);
+    if (cj.contains("model_type") && cj["model_type"].is_string()) info.model_type = cj["model_type"];
+    info.sparsity_config = parse_sparsity_config(d.config_json, path + "/config.json");
+    info.shards = d.shards.size();
+    for (const MappedHfDir::Tensor& t : d.tensors) add(t.t);
+    return info;
+  }
+  const MappedSafeTensors file(path);
+  info.shards = 1;
+  for (const CheckpointTensorView& t : read_checkpoint_view(file.view, path).tensors) add(t);
+  return info;
+}
+
 }  // namespace sparse24

@@ -91,6 +91,51 @@ TEST(ConvertCli, BitmaskToSparse24AndBackIsBitForBit) {
   EXPECT_LT(sc->global_sparsity, 1.0);
 }
 
+// `inspect` of a checkpoint (the reference sparse-24-bitmask file, its directory, and its sparse24
+// conversion): every tensor with its layout, type and stored bytes; the parameters in 2:4 weights; the
+// directory's sparsity config. A shard is not read whole to tell it from a matrix file.
+TEST(ConvertCli, InspectReportsACheckpointAndItsDirectory) {
+  SPARSE24_SEED_TRACE();
+  auto g = testing::rng(623);
+  testing::TempDir dir;
+  write_reference_checkpoint(dir, g);
+  // 16x32 + 32x16 + 16x16 in 2:4 (bf16: 2 bytes per kept value, a 4-bit code per group), 10x16 + 16 dense.
+  const int64_t sparse = 16 * 32 + 32 * 16 + 16 * 16, all = sparse + 10 * 16 + 16;
+  const uint64_t sparse_bytes = sparse / 2 * 2 + sparse / 8;
+  for (const std::string& what : {dir.file("in"), dir.file("in/model.safetensors")}) {
+    CliRun r = run("inspect --json " + what);
+    ASSERT_EQ(r.status, 0) << r.out;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["format"], "checkpoint");
+    EXPECT_EQ(j["tensors"].size(), 5u);
+    EXPECT_EQ(j["sparse_tensors"], 3);
+    EXPECT_EQ(j["parameters"], all);
+    EXPECT_EQ(j["sparse_parameters"], sparse);
+    EXPECT_DOUBLE_EQ(j["sparse_bytes_per_weight"].get<double>(), static_cast<double>(sparse_bytes) / sparse);
+    for (const auto& t : j["tensors"]) {
+      EXPECT_EQ(t["sparse"], t["name"] != "model.embed_tokens.weight" && t["name"] != "model.norm.weight")
+          << t.dump();
+      if (t["name"] == "model.layers.0.mlp.up_proj.weight") {
+        EXPECT_EQ(t["shape"], nlohmann::json({16, 32}));
+        EXPECT_EQ(t["dtype"], "BF16");
+      }
+    }
+    EXPECT_EQ(j["sparsity_config"],
+              what == dir.file("in") ? nlohmann::json("sparse-24-bitmask") : nlohmann::json());
+    r = run("inspect " + what);
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("tensors           5: 3 2:4 (BF16 3), 2 dense (BF16 1, F32 1)"), std::string::npos)
+        << r.out;
+  }
+  CliRun r = run("convert " + dir.file("in") + " " + dir.file("s24") + " --to sparse24");
+  ASSERT_EQ(r.status, 0) << r.out;
+  r = run("inspect --json " + dir.file("s24"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["sparse_parameters"], sparse);
+  EXPECT_TRUE(j["sparsity_config"].is_null());
+}
+
 TEST(ConvertCli, DenseToSparseAndBackWithPruneAndTargets) {
   SPARSE24_SEED_TRACE();
   auto g = testing::rng(621);

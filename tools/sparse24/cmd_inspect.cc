@@ -1,12 +1,17 @@
-// sparse24 inspect FILE [--json] [--pattern 2:4]: a dense .npy, a compressed .safetensors file, or a GGUF
-// file (its metadata and tensors).
+// sparse24 inspect FILE [--json] [--pattern 2:4]: a dense .npy, a compressed .safetensors file, a GGUF
+// file (its metadata and tensors), or a checkpoint (a Hugging Face directory or one .safetensors file in any
+// layout: its tensors, which are 2:4, and their bytes).
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "sparse24/gguf.h"
+#include "sparse24/hf_dir.h"
 #include "sparse24/io.h"
 #include "sparse24/report.h"
 
@@ -112,6 +117,80 @@ void inspect_gguf(const std::string& path, bool json) {
               static_cast<long long>(params), static_cast<unsigned long long>(bytes), bpw, bpw / 8);
 }
 
+// The first bytes only: a checkpoint shard is not read whole to tell.
+bool starts_like_npy(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::vector<uint8_t> head(6);
+  f.read(reinterpret_cast<char*>(head.data()), 6);
+  return f.gcount() == 6 && is_npy(head);
+}
+
+// A compressed matrix file (compressed.h's one-matrix format) rather than a checkpoint: its __metadata__'s
+// "format" is "sparse24" (transformers' checkpoints say "pt").
+bool is_compressed_file(const std::string& path) {
+  const MappedSafeTensors f(path);
+  const auto it = f.view.metadata.find("format");
+  return it != f.view.metadata.end() && it->second == "sparse24";
+}
+
+void inspect_checkpoint_at(const std::string& path, bool json) {
+  const CheckpointInfo info = inspect_checkpoint(path);
+  std::map<std::string, int64_t> sparse_types, dense_types;  // dtype -> tensors
+  for (const CheckpointInfo::Tensor& t : info.tensors) ++(t.sparse ? sparse_types : dense_types)[t.dtype];
+  const auto per_weight = [](uint64_t bytes, int64_t params) {
+    return params > 0 ? static_cast<double>(bytes) / static_cast<double>(params) : 0.0;
+  };
+  const int64_t sparse_count = static_cast<int64_t>(
+      std::count_if(info.tensors.begin(), info.tensors.end(), [](const auto& t) { return t.sparse; }));
+  if (json) {
+    nlohmann::json j;
+    j["format"] = "checkpoint";
+    j["model_type"] = info.model_type;
+    j["shards"] = info.shards;
+    j["sparsity_config"] = info.sparsity_config ? nlohmann::json(info.sparsity_config->format) : nullptr;
+    j["tensors"] = nlohmann::json::array();
+    for (const CheckpointInfo::Tensor& t : info.tensors)
+      j["tensors"].push_back({{"name", t.name},
+                              {"shape", t.shape},
+                              {"dtype", t.dtype},
+                              {"sparse", t.sparse},
+                              {"bytes", t.bytes}});
+    j["sparse_tensors"] = sparse_count;
+    j["parameters"] = info.parameters;
+    j["sparse_parameters"] = info.sparse_parameters;
+    j["bytes"] = info.bytes;
+    j["sparse_bytes_per_weight"] = per_weight(info.sparse_bytes, info.sparse_parameters);
+    j["bytes_per_weight"] = per_weight(info.bytes, info.parameters);
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    return;
+  }
+  std::printf("checkpoint        %s (%zu shard%s%s%s)\n", path.c_str(), info.shards,
+              info.shards == 1 ? "" : "s", info.model_type.empty() ? "" : ", model_type ",
+              info.model_type.c_str());
+  if (info.sparsity_config)
+    std::printf("sparsity config   %s, %s, %zu targets\n", info.sparsity_config->format.c_str(),
+                info.sparsity_config->sparsity_structure.c_str(), info.sparsity_config->targets.size());
+  const auto types = [](const std::map<std::string, int64_t>& m) {
+    std::string s;
+    for (const auto& [type, n] : m) s += (s.empty() ? "" : ", ") + type + " " + std::to_string(n);
+    return s.empty() ? std::string("none") : s;
+  };
+  std::printf("tensors           %zu: %lld 2:4 (%s), %zu dense (%s)\n", info.tensors.size(),
+              static_cast<long long>(sparse_count), types(sparse_types).c_str(),
+              info.tensors.size() - static_cast<size_t>(sparse_count), types(dense_types).c_str());
+  for (const CheckpointInfo::Tensor& t : info.tensors)
+    std::printf("  %-52s %-5s %-5s %-18s %12llu bytes\n", t.name.c_str(), t.sparse ? "2:4" : "dense",
+                t.dtype.c_str(), shape_string(t.shape).c_str(), static_cast<unsigned long long>(t.bytes));
+  std::printf("parameters        %lld, %lld of them in 2:4 weights (%.1f%%)\n",
+              static_cast<long long>(info.parameters), static_cast<long long>(info.sparse_parameters),
+              info.parameters > 0
+                  ? 100.0 * static_cast<double>(info.sparse_parameters) / static_cast<double>(info.parameters)
+                  : 0.0);
+  std::printf("stored            %llu bytes: %.4f bytes per weight, the 2:4 weights %.4f\n",
+              static_cast<unsigned long long>(info.bytes), per_weight(info.bytes, info.parameters),
+              per_weight(info.sparse_bytes, info.sparse_parameters));
+}
+
 }  // namespace
 
 void register_inspect(CLI::App& app) {
@@ -121,12 +200,20 @@ void register_inspect(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd =
-      app.add_subcommand("inspect", "Report a matrix's shape, pattern validity, sparsity and compression");
-  cmd->add_option("file", o->file, "dense .npy, compressed .safetensors, or .gguf")->required();
+      app.add_subcommand("inspect",
+                         "Report a matrix's shape, pattern validity, sparsity and compression, or what a "
+                         "checkpoint or GGUF file holds");
+  cmd->add_option("file", o->file,
+                  "dense .npy, compressed .safetensors, .gguf, or a checkpoint: a model directory or one "
+                  ".safetensors file of it (any layout)")
+      ->required();
   cmd->add_flag("--json", o->json, "print one JSON object");
   cmd->add_option("--pattern", o->pattern, "pattern to check a dense matrix against")->capture_default_str();
   cmd->callback([o] {
     if (is_gguf_file(o->file)) return inspect_gguf(o->file, o->json);
+    if (std::filesystem::is_directory(o->file)) return inspect_checkpoint_at(o->file, o->json);
+    if (!starts_like_npy(o->file) && !is_compressed_file(o->file))
+      return inspect_checkpoint_at(o->file, o->json);
     const std::vector<uint8_t> bytes = read_file(o->file);
     const SparsityReport r =
         is_npy(bytes)
