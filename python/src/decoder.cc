@@ -266,7 +266,9 @@ void register_decoder(nb::module_& m) {
           nb::arg("threads") = 1, nb::arg("max_context") = 2048, nb::arg("prune") = false,
           nb::arg("prefill_layout") = false, nb::arg("kv") = "f32",
           "Loads a Hugging Face decoder directory or a GGUF file. weights: fp32, bf16 or int8 (the 2:4 "
-          "Linears' values and the output head's). mode: sparse (2:4 Linears on "
+          "Linears' values and the output head's; a checkpoint stored in bfloat16 runs its 2:4 values, "
+          "embeddings and head as stored, bf16, unless int8 is asked for: weight_bytes tells). mode: sparse "
+          "(2:4 Linears on "
           "the 2:4 kernels) or dense. prune: magnitude-prune every Linear 2:4 as its layer is read (with "
           "weights='int8' never more than a layer in fp32: Llama 3.1 8B's shape peaks at 11.4 GB). "
           "max_context: the KV cache's tokens (at most the model's). prefill_layout: also pack the 2:4 "
