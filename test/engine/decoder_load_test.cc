@@ -11,6 +11,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
+#include "../common/same_tensors.h"
 #include "../common/seed.h"
 #include "sparse24/checkpoint.h"
 #include "sparse24/compressed.h"
@@ -615,16 +616,7 @@ TEST_F(HfDecoderDir, GgufConvertsToAHuggingFaceDirectory) {
       EXPECT_EQ(r.tensors, rv.tensors);
       const HfDir a = read_hf_dir(direct), b = read_hf_dir(via);
       EXPECT_EQ(a.shards.size(), b.shards.size());
-      ASSERT_EQ(a.weights.tensors.size(), b.weights.tensors.size());
-      for (const CheckpointTensor& t : b.weights.tensors) {
-        const CheckpointTensor* u = a.weights.find(t.name);
-        ASSERT_NE(u, nullptr) << t.name;
-        ASSERT_EQ(u->sparse.has_value(), t.sparse.has_value()) << t.name;
-        if (t.sparse)
-          EXPECT_EQ(u->sparse->values, t.sparse->values) << t.name;
-        else
-          EXPECT_EQ(u->dense.bytes, t.dense.bytes) << t.name;
-      }
+      testing::expect_same_tensors(a.weights, b.weights);
       EXPECT_EQ(json::parse(a.config_json), json::parse(b.config_json));
       EXPECT_EQ(load_hf_decoder(direct).fingerprint, load_hf_decoder(via).fingerprint);
     }
@@ -663,19 +655,7 @@ TEST_F(HfDecoderDir, GgufPrunesAsItsConvertedDirectoryDoes) {
       EXPECT_EQ(ra.weights.size(), rb.weights.size());
       EXPECT_EQ(ra.calibration_tokens, rb.calibration_tokens);
       const HfDir da = read_hf_dir(a), db = read_hf_dir(b);
-      ASSERT_EQ(da.weights.tensors.size(), db.weights.tensors.size());
-      std::map<std::string, const CheckpointTensor*> by_name;
-      for (const CheckpointTensor& t : db.weights.tensors) by_name[t.name] = &t;
-      for (const CheckpointTensor& t : da.weights.tensors) {
-        ASSERT_TRUE(by_name.count(t.name)) << t.name;
-        const CheckpointTensor& u = *by_name.at(t.name);
-        EXPECT_EQ(t.dense.dtype, u.dense.dtype) << t.name;
-        EXPECT_EQ(t.dense.bytes, u.dense.bytes) << t.name;
-        ASSERT_EQ(t.sparse.has_value(), u.sparse.has_value()) << t.name;
-        if (t.sparse) {
-          EXPECT_EQ(t.sparse->values, u.sparse->values) << t.name;
-        }
-      }
+      testing::expect_same_tensors(da.weights, db.weights);
       EXPECT_EQ(json::parse(std::ifstream(a + "/config.json")),
                 json::parse(std::ifstream(b + "/config.json")));
       for (const char* f : {"tokenizer.json", "tokenizer_config.json"})

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/same_tensors.h"
 #include "common/seed.h"
 #include "interop/reference_writer.h"
 #include "io/io_test_util.h"
@@ -471,18 +472,7 @@ TEST(Checkpoint, DirectoryWrittenInPartsEqualsOneFile) {
     }
     const HfDir a = read_hf_dir(one), b = read_hf_dir(many);
     EXPECT_EQ(b.shards.size(), 3u);
-    ASSERT_EQ(a.weights.tensors.size(), b.weights.tensors.size());
-    for (const CheckpointTensor& t : a.weights.tensors) {
-      const CheckpointTensor* u = b.weights.find(t.name);
-      ASSERT_NE(u, nullptr) << t.name;
-      ASSERT_EQ(u->sparse.has_value(), t.sparse.has_value()) << t.name;
-      if (t.sparse) {
-        EXPECT_EQ(u->sparse->values, t.sparse->values) << t.name;
-        EXPECT_EQ(u->sparse->metadata, t.sparse->metadata) << t.name;
-      } else {
-        EXPECT_EQ(u->dense.bytes, t.dense.bytes) << t.name;
-      }
-    }
+    testing::expect_same_tensors(a.weights, b.weights);
     const auto sa = parse_sparsity_config(a.config_json, "a"), sb = parse_sparsity_config(b.config_json, "b");
     ASSERT_EQ(sa.has_value(), f == CheckpointFormat::kBitmask24);
     ASSERT_EQ(sb.has_value(), sa.has_value());
@@ -567,19 +557,7 @@ TEST(Checkpoint, DirectoryConvertsShardByShardAsAWholeConversionDoes) {
       EXPECT_EQ(r.sparsify.pruned.size(), pruned);
       const HfDir a = read_hf_dir(out), b = read_hf_dir(ref);
       EXPECT_EQ(a.shards.size(), 3u);
-      ASSERT_EQ(a.weights.tensors.size(), b.weights.tensors.size());
-      for (const CheckpointTensor& t : b.weights.tensors) {
-        const CheckpointTensor* u = a.weights.find(t.name);
-        ASSERT_NE(u, nullptr) << t.name;
-        ASSERT_EQ(u->sparse.has_value(), t.sparse.has_value()) << t.name;
-        if (t.sparse) {
-          EXPECT_EQ(u->sparse->values, t.sparse->values) << t.name;
-          EXPECT_EQ(u->sparse->metadata, t.sparse->metadata) << t.name;
-        } else {
-          EXPECT_EQ(u->dense.dtype, t.dense.dtype) << t.name;
-          EXPECT_EQ(u->dense.bytes, t.dense.bytes) << t.name;
-        }
-      }
+      testing::expect_same_tensors(a.weights, b.weights);
       EXPECT_EQ(a.config_json, b.config_json);
       EXPECT_EQ(read_file(out + "/tokenizer.json"), read_file(ref + "/tokenizer.json"));
       // The output converted back with the same options changes nothing.
