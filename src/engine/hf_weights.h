@@ -210,10 +210,10 @@ class Weights {
       size_t i = 0;
       for (; b.size() - i > kPiece; i += kPiece) {
         f.add(b.data() + i, kPiece);
-        if (t.file != nullptr) t.file->release(b.first(i + kPiece));
+        if (t.file != nullptr) t.file->release(b.subspan(i, kPiece));
       }
       h_ = f.finish(b.data() + i, b.size() - i);
-      if (t.file != nullptr) t.file->release(b);
+      if (t.file != nullptr) t.file->release(b);  // the last piece and the pages across boundaries
     }
     return t;
   }
@@ -226,8 +226,11 @@ class Weights {
     for (int64_t i = 0; i < n; i += step) {
       const int64_t c = std::min(step, n - i);
       fn(i, c, t.dense.bytes.data() + static_cast<size_t>(i) * element_size);
-      if (t.file != nullptr) t.file->release(t.dense.bytes.first(static_cast<size_t>(i + c) * element_size));
+      if (t.file != nullptr)
+        t.file->release(t.dense.bytes.subspan(static_cast<size_t>(i) * element_size,
+                                              static_cast<size_t>(c) * element_size));
     }
+    if (t.file != nullptr) t.file->release(t.dense.bytes);  // the pages across chunk boundaries
   }
   void finite(const std::string& name, const float* v, int64_t n) const {
     if (!kernels::all_finite(v, n)) throw Error(what_ + ": tensor '" + name + "' holds a non-finite value");
