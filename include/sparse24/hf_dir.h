@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,30 @@ struct MappedHfDir {
   std::vector<std::unique_ptr<MappedSafeTensors>> files;  // one per shard
   std::map<std::string, std::string> metadata;            // every shard's __metadata__ (layout keys aside)
   std::vector<Tensor> tensors;                            // shard by shard, each in file order
+};
+
+// DIR read a shard at a time (what map_hf_dir keeps all of; convert and inspect need one at a time): the
+// constructor reads config.json and the shard list, shard(i) maps shard i, checks it against the config's
+// sparsity config and reads it in place (read_checkpoint_view: 2:4 layers decoded, the pages of the tensors
+// they came from dropped), refusing a tensor an earlier shard had. Errors as map_hf_dir's.
+class HfDirReader {
+ public:
+  struct Shard {
+    std::unique_ptr<MappedSafeTensors> file;
+    CheckpointView part;  // views into *file
+  };
+  explicit HfDirReader(std::string dir);
+  const std::string& dir() const { return dir_; }
+  const std::string& config_json() const { return config_json_; }
+  const std::optional<SparsityConfig>& sparsity_config() const { return sparsity_; }
+  const std::vector<std::string>& shards() const { return shards_; }  // paths
+  Shard shard(size_t i);
+
+ private:
+  std::string dir_, config_path_, config_json_;
+  std::optional<SparsityConfig> sparsity_;
+  std::vector<std::string> shards_;
+  std::set<std::string> seen_;
 };
 
 // Reads and validates DIR: config.json must be a JSON object; shard names must be plain file names inside

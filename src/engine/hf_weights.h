@@ -203,17 +203,16 @@ class Weights {
       const Compressed& c = *t.sparse;
       h_ = fnv1a_tensor(h_, name, c.values.data(), c.values.size());
       h_ = fnv1a_words(h_, c.metadata.data(), c.metadata.size());
-    } else {  // a piece at a time, dropping a mapped file's pages as it goes (as in_chunks)
+    } else {  // a piece at a time, dropping a mapped file's pages as it goes
       FnvWords f(fnv1a(h_, reinterpret_cast<const uint8_t*>(name.data()), name.size()));
-      const std::span<const uint8_t> b = t.dense.bytes;
-      constexpr size_t kPiece = size_t{16} << 20;
-      size_t i = 0;
-      for (; b.size() - i > kPiece; i += kPiece) {
-        f.add(b.data() + i, kPiece);
-        if (t.file != nullptr) t.file->release(b.subspan(i, kPiece));
-      }
-      h_ = f.finish(b.data() + i, b.size() - i);
-      if (t.file != nullptr) t.file->release(b);  // the last piece and the pages across boundaries
+      const auto n = static_cast<int64_t>(t.dense.bytes.size());
+      if (n == 0) h_ = f.finish(t.dense.bytes.data(), 0);
+      in_chunks(t, 1, n, [&](int64_t i, int64_t c, const uint8_t* p) {
+        if (i + c < n)
+          f.add(p, static_cast<size_t>(c));  // whole pieces of 16 MB: multiples of 32 bytes
+        else
+          h_ = f.finish(p, static_cast<size_t>(c));
+      });
     }
     return t;
   }

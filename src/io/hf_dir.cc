@@ -71,39 +71,49 @@ void check_sparsity_config(const std::optional<SparsityConfig>& sc, const SafeTe
                           " holds sparse-24-bitmask layers");
 }
 
+HfDirReader::HfDirReader(std::string dir) : dir_(std::move(dir)) {
+  std::error_code ec;
+  if (!fs::is_directory(dir_, ec)) fail(dir_, "not a directory");
+  config_path_ = dir_ + "/config.json";
+  if (!fs::exists(config_path_)) fail(dir_, "no config.json");
+  config_json_ = read_text(config_path_);
+  const nlohmann::json cj = nlohmann::json::parse(config_json_, nullptr, false);
+  if (cj.is_discarded() || !cj.is_object()) fail(config_path_, "not a JSON object");
+  sparsity_ = parse_sparsity_config(config_json_, config_path_);
+  for (const std::string& name : shard_names(dir_)) shards_.push_back(dir_ + "/" + name);
+}
+
+HfDirReader::Shard HfDirReader::shard(size_t i) {
+  const std::string& path = shards_.at(i);
+  Shard s;
+  s.file = std::make_unique<MappedSafeTensors>(path);
+  const MappedSafeTensors& st = *s.file;
+  check_sparsity_config(sparsity_, st.view, config_path_, fs::path(path).filename().string());
+  s.part = read_checkpoint_view(st.view, path);
+  // The 2:4 weights were copied out of the file: the pages of the tensors they came from are dropped
+  // (a pruned 8B checkpoint's 7.5 GB would otherwise stay resident beside the model built from them).
+  std::set<const uint8_t*> dense;
+  for (const CheckpointTensorView& t : s.part.tensors)
+    if (!t.sparse) dense.insert(t.dense.bytes.data());
+  for (const auto& [tensor, v] : st.view.tensors)
+    if (!dense.count(v.bytes.data())) st.file.release(v.bytes);
+  for (const CheckpointTensorView& t : s.part.tensors)
+    if (!seen_.insert(t.name).second)
+      fail(path, "tensor '" + printable(t.name) + "' is in more than one shard");
+  return s;
+}
+
 MappedHfDir map_hf_dir(const std::string& dir) {
+  HfDirReader r(dir);
   MappedHfDir d;
   d.dir = dir;
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) fail(dir, "not a directory");
-  const std::string config = dir + "/config.json";
-  if (!fs::exists(config)) fail(dir, "no config.json");
-  d.config_json = read_text(config);
-  const nlohmann::json cj = nlohmann::json::parse(d.config_json, nullptr, false);
-  if (cj.is_discarded() || !cj.is_object()) fail(config, "not a JSON object");
-  const auto sc = parse_sparsity_config(d.config_json, config);
-
-  std::set<std::string> seen;
-  for (const std::string& name : shard_names(dir)) {
-    const std::string path = dir + "/" + name;
-    d.shards.push_back(path);
-    d.files.push_back(std::make_unique<MappedSafeTensors>(path));
-    const MappedSafeTensors& st = *d.files.back();
-    check_sparsity_config(sc, st.view, config, name);
-    CheckpointView part = read_checkpoint_view(st.view, path);
-    // The 2:4 weights were copied out of the file: the pages of the tensors they came from are dropped
-    // (a pruned 8B checkpoint's 7.5 GB would otherwise stay resident beside the model built from them).
-    std::set<const uint8_t*> dense;
-    for (const CheckpointTensorView& t : part.tensors)
-      if (!t.sparse) dense.insert(t.dense.bytes.data());
-    for (const auto& [tensor, v] : st.view.tensors)
-      if (!dense.count(v.bytes.data())) st.file.release(v.bytes);
-    for (CheckpointTensorView& t : part.tensors) {
-      if (!seen.insert(t.name).second)
-        fail(path, "tensor '" + printable(t.name) + "' is in more than one shard");
-      d.tensors.push_back({std::move(t), &st.file});
-    }
-    d.metadata.insert(part.metadata.begin(), part.metadata.end());
+  d.config_json = r.config_json();
+  d.shards = r.shards();
+  for (size_t i = 0; i < d.shards.size(); ++i) {
+    HfDirReader::Shard s = r.shard(i);
+    d.files.push_back(std::move(s.file));
+    for (CheckpointTensorView& t : s.part.tensors) d.tensors.push_back({std::move(t), &d.files.back()->file});
+    d.metadata.insert(s.part.metadata.begin(), s.part.metadata.end());
   }
   return d;
 }
@@ -278,20 +288,19 @@ ConvertReport convert_checkpoint_file(const std::string& in, const std::string& 
 }
 
 ConvertReport convert_hf_dir(const std::string& in_dir, const std::string& out_dir, const ConvertOptions& o) {
-  MappedHfDir d = map_hf_dir(in_dir);
+  HfDirReader in(in_dir);
   ConvertReport r;
-  r.shards = d.shards.size();
-  r.tensors = d.tensors.size();
-  HfDirWriter w(d.dir, d.shards, d.config_json, o.to, out_dir);
-  for (const std::unique_ptr<MappedSafeTensors>& f : d.files) {  // a shard at a time
+  r.shards = in.shards().size();
+  HfDirWriter w(in.dir(), in.shards(), in.config_json(), o.to, out_dir);
+  for (size_t i = 0; i < in.shards().size(); ++i) {  // a shard at a time
+    HfDirReader::Shard s = in.shard(i);
     Checkpoint part;
-    for (MappedHfDir::Tensor& t : d.tensors) {
-      if (t.file != &f->file) continue;
-      r.sparse_in += t.t.sparse.has_value();
-      const std::span<const uint8_t> bytes = t.t.dense.bytes;
-      part.tensors.push_back(std::move(t.t).copy());
-      if (!bytes.empty()) f->file.release(bytes);
+    for (CheckpointTensorView& t : s.part.tensors) {
+      r.sparse_in += t.sparse.has_value();
+      part.tensors.push_back(std::move(t).copy());
     }
+    s.file.reset();
+    r.tensors += part.tensors.size();
     if (part.tensors.empty()) continue;
     r.sparsify.append(convert_weights(part, o));
     r.sparse_out += stored_sparse(part, o.to);
@@ -328,13 +337,14 @@ CheckpointInfo inspect_checkpoint(const std::string& path) {
     info.tensors.push_back(std::move(x));
   };
   std::error_code ec;
-  if (fs::is_directory(path, ec)) {
-    const MappedHfDir d = map_hf_dir(path);
-    const nlohmann::json cj = nlohmann::json::parse(d.config_json, nullptr, false);
+  if (fs::is_directory(path, ec)) {  // a shard at a time: never more than one shard's 2:4 weights decoded
+    HfDirReader r(path);
+    const nlohmann::json cj = nlohmann::json::parse(r.config_json());
     if (cj.contains("model_type") && cj["model_type"].is_string()) info.model_type = cj["model_type"];
-    info.sparsity_config = parse_sparsity_config(d.config_json, path + "/config.json");
-    info.shards = d.shards.size();
-    for (const MappedHfDir::Tensor& t : d.tensors) add(t.t);
+    info.sparsity_config = r.sparsity_config();
+    info.shards = r.shards().size();
+    for (size_t i = 0; i < info.shards; ++i)
+      for (const CheckpointTensorView& t : r.shard(i).part.tensors) add(t);
     return info;
   }
   const MappedSafeTensors file(path);
