@@ -117,6 +117,21 @@ void avx512_lanes_i8(const PackedMatrix::Impl& p, const SpmmArgs& a) {
 }
 
 // The two slots of a group per 512-bit vector (spmm_lanes.h, lanes_slots_tile).
+void avx512_lanes16_f32_pf(const PackedMatrix::Impl& p, const SpmmArgs& a) {
+  lanes_dispatch<Avx512, LanesWeights::kF32, variant("avx512_lanes16_f32_pf")->n_max, 16, 32,
+                 LanesTile::kSlotsPf>(p, a);
+}
+void avx512_lanes16_bf16_pf(const PackedMatrix::Impl& p, const SpmmArgs& a) {
+  lanes_dispatch<Avx512, LanesWeights::kBf16, variant("avx512_lanes16_bf16_pf")->n_max, 16, 32,
+                 LanesTile::kSlotsPf>(p, a);
+}
+void avx512_lanes16_i8_pf(const PackedMatrix::Impl& p, const SpmmArgs& a) {
+  lanes_dispatch<Avx512, LanesWeights::kI8, variant("avx512_lanes16_i8_pf")->n_max, 16, 32,
+                 LanesTile::kSlotsPf>(p, a);
+}
+
+// The same without the software prefetch (AMD: every software prefetch of these streams tried on Zen 3
+// and Zen 4 ran slower than none, docs/kernels.md).
 void avx512_lanes16_f32(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   lanes_dispatch<Avx512, LanesWeights::kF32, variant("avx512_lanes16_f32")->n_max, 16, 32, LanesTile::kSlots>(
       p, a);

@@ -32,7 +32,7 @@ namespace sparse24::kernels {
 // The tile a rows-in-lanes kernel runs: kRows (lanes_tile, 256-bit), kRowsPf (the same with a software
 // prefetch, kLanesPrefetch bytes ahead), kMix (lanes_mix_tile, AVX2 int8), kSlots (lanes_slots_tile,
 // AVX-512: the two slots of a group in one 512-bit vector, with the prefetch).
-enum class LanesTile { kRows, kRowsPf, kMix, kSlots };
+enum class LanesTile { kRows, kRowsPf, kMix, kSlots, kSlotsPf };
 
 // The software prefetch distance of the tiles that prefetch: every line of each stream, this many bytes
 // ahead (the entries are read in address order). Intel Xeon (session 14), AVX-512, 4096x4096 cold, GFLOP/s
@@ -281,7 +281,7 @@ float* lanes_mix_x(const SpmmArgs& a, int64_t k, size_t xc_pass) {
 //
 // NS streams over ns super chunks; NC columns of xg, whose groups hold NX columns (lanes_group_x). out[i][n]
 // as lanes_tile's.
-template <class T, LanesWeights WT, int NC, int NS, int NX>
+template <class T, LanesWeights WT, int NC, int NS, int NX, bool PF>
 void lanes_slots_tile(const uint8_t* __restrict e, size_t estride, int64_t ns, const float* __restrict xg,
                       __m256 (&out)[NS][NC]) {
   using S = LanesSlots<WT>;
@@ -299,7 +299,7 @@ void lanes_slots_tile(const uint8_t* __restrict e, size_t estride, int64_t ns, c
     const uint8_t* es = e + static_cast<size_t>(s) * S::kEntryBytes;
     // With the shorter instruction stream the hardware prefetcher fell behind (session 14). In L2, fp32
     // N = 1 runs 3-9% below the 256-bit tile without the prefetch (docs/kernels.md, session 14).
-    lanes_prefetch<NS, S::kEntryBytes>(es, estride);
+    if constexpr (PF) lanes_prefetch<NS, S::kEntryBytes>(es, estride);
     __m512 sc[NS];
     if constexpr (S::kScaled)
 #pragma GCC unroll 4
@@ -373,8 +373,8 @@ void lanes_passes(const uint8_t* e, size_t estride, int64_t ns, const float* x, 
                   __m256 (&v)[NS][N]) {
   constexpr int NC = N - C0 < CMAX ? N - C0 : CMAX;
   __m256 out[NS][NC];
-  if constexpr (TILE == LanesTile::kSlots) {
-    lanes_slots_tile<T, WT, NC, NS, N>(e, estride, ns, x + C0 * 4, out);
+  if constexpr (TILE == LanesTile::kSlots || TILE == LanesTile::kSlotsPf) {
+    lanes_slots_tile<T, WT, NC, NS, N, TILE == LanesTile::kSlotsPf>(e, estride, ns, x + C0 * 4, out);
   } else if constexpr (TILE == LanesTile::kMix) {
     // Fewer than 8 columns run the 8-column tile on zero-padded columns.
     static_assert(NS == 1 && CMAX == 8 && WT == LanesWeights::kI8);
@@ -401,7 +401,7 @@ struct LanesX {
 
 template <class T, int N, LanesTile TILE>
 LanesX lanes_x(const SpmmArgs& a, const LanesLayout& lay, int64_t k) {
-  if constexpr (TILE == LanesTile::kSlots) {
+  if constexpr (TILE == LanesTile::kSlots || TILE == LanesTile::kSlotsPf) {
     return {lanes_group_x<T, N>(a, k, lay.supers), N, 0};
   } else if constexpr (TILE == LanesTile::kMix) {
     const int64_t pass = lay.supers * LanesLayout::kSuper * 2 * 8;
