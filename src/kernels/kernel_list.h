@@ -69,15 +69,17 @@ inline constexpr Variant kVariants[] = {
 
 struct IsaRow {
   Isa isa;
-  bool (*cpu_has)();  // the CPU runs this ISA's instructions
-  int gemm_mr;        // compute-bound layout: rows per block
-  int gemm_kc;        // compute-bound layout: K per block (multiple of 4)
-  int gemm_chunk;     // compute-bound layout: row blocks per chunk
-  int lanes_kb;       // LanesLayout: K per block (multiple of 64)
+  bool (*cpu_has)();    // the CPU runs this ISA's instructions
+  int gemm_mr;          // compute-bound layout: rows per block
+  int gemm_kc;          // compute-bound layout: K per block (multiple of 4)
+  int gemm_chunk;       // compute-bound layout: row blocks per chunk
+  int lanes_kb;         // LanesLayout: K per block (multiple of 64)
+  int other_small_max;  // the small-N limit on CPUs of kind kOther at most this (0: no cap)
 };
 
 inline constexpr IsaRow kIsas[] = {
-#define SPARSE24_ISA(isa, cpu_has, mr, kc, chunk, kb) {Isa::isa, cpu_has, mr, kc, chunk, kb},
+#define SPARSE24_ISA(isa, cpu_has, mr, kc, chunk, kb, other_max) \
+  {Isa::isa, cpu_has, mr, kc, chunk, kb, other_max},
 #define SPARSE24_KERNEL(...)
 #include "kernel_list.inc"
 #undef SPARSE24_KERNEL
@@ -110,8 +112,13 @@ constexpr int64_t small_rows_max(Isa isa, Weights w, int64_t Variant::*field, Cp
   return n;
 }
 
-// N <= small_n_max(isa, w) takes the memory-bound path: the largest pick_max of those rows.
-constexpr int64_t small_n_max(Isa isa, Weights w) { return small_rows_max(isa, w, &Variant::pick_max); }
+// On CPUs of kind c, N <= small_n_max(isa, w, c) takes the memory-bound path where both layouts are packed:
+// the largest pick_max of those rows, capped by the ISA row's other_small_max on kOther.
+constexpr int64_t small_n_max(Isa isa, Weights w, Cpu c) {
+  const int64_t n = small_rows_max(isa, w, &Variant::pick_max, c);
+  const IsaRow* r = isa_row(isa);
+  return r && c == Cpu::kOther && r->other_small_max > 0 && r->other_small_max < n ? r->other_small_max : n;
+}
 
 // The most columns one call of those rows takes (their largest n_max): a pack without the compute-bound
 // layout runs a larger N in chunks of this many columns, each chunk on the fastest of these rows that takes
@@ -135,8 +142,8 @@ constexpr bool list_is_consistent() {
   }
   for (const IsaRow& r : kIsas)
     for (Weights w : {Weights::kF32, Weights::kBf16, Weights::kI8}) {
-      const int64_t lim = small_n_max(r.isa, w);
       for (Cpu c : {Cpu::kIntel, Cpu::kOther}) {
+        const int64_t lim = small_n_max(r.isa, w, c);
         // Every kind's chunks the same width, and at least the small-N limit.
         const int64_t take = small_rows_max(r.isa, w, &Variant::n_max, c);
         if (take < lim || take != small_n_take(r.isa, w)) return false;

@@ -187,7 +187,7 @@ PackedMatrix pack(const Compressed& w, const PackOptions& options) {
     return out;
   }
   const kernels::Weights wt = kernels::weights_of(p.bf16, p.i8);
-  p.small_n_max = static_cast<int>(kernels::small_n_max(isa, wt));
+  p.small_n_max = static_cast<int>(kernels::small_n_max(isa, wt, kernels::cpu_kind()));
   p.small_n_take = static_cast<int>(kernels::small_n_take(isa, wt));
   p.has_gemm = options.layouts != PackLayouts::kSmallN;
   p.has_lanes = options.layouts != PackLayouts::kLargeN;
@@ -200,7 +200,8 @@ PackedMatrix pack(const Compressed& w, const PackOptions& options) {
 PackLayouts layouts_for_n(int64_t n, Isa isa) {
   if (!kernels::isa_row(isa))
     return PackLayouts::kBoth;  // the ref ISA keeps the compressed matrix either way
-  return n <= kernels::small_n_max(isa, kernels::Weights::kF32) ? PackLayouts::kSmallN : PackLayouts::kLargeN;
+  return n <= kernels::small_n_max(isa, kernels::Weights::kF32, kernels::cpu_kind()) ? PackLayouts::kSmallN
+                                                                                     : PackLayouts::kLargeN;
 }
 
 namespace {
