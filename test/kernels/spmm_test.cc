@@ -269,19 +269,22 @@ TEST(Spmm, SingleLayoutAnyN) {
           check(isa, t, g);
           if (::testing::Test::HasFatalFailure()) return;
         }
-    // int8 weights: the small-N rows pick fewer N than they take (AVX2: up to 9, taking 16), so a pack
-    // with only the memory-bound layout runs chunks of up to 16 columns past the pick ranges, and a pack
-    // with both layouts moves to the compute-bound one past the small-N limit.
-    for (PackLayouts l : {PackLayouts::kSmallN, PackLayouts::kBoth})
-      for (int64_t n : {8, 9, 10, 15, 16, 17, 33}) {
-        Case t{37, 131, n};
-        t.layouts = l;
-        t.threads = 1 + static_cast<int>(n % 2);
-        t.bias = true;
-        t.int8_group = 64;
-        check(isa, t, g);
-        if (::testing::Test::HasFatalFailure()) return;
-      }
+    // Where the small-N limit is below what the small-N rows take (int8 on AVX2: picked up to 9, taking
+    // 16; every weight type on AVX-512 on a non-Intel CPU: capped at 8), a pack with only the memory-bound
+    // layout runs chunks of up to 16 columns past the pick ranges, and a pack with both layouts moves to
+    // the compute-bound one past the limit. Every weight type, on either side of it.
+    for (int wt = 0; wt < 3; ++wt)
+      for (PackLayouts l : {PackLayouts::kSmallN, PackLayouts::kBoth})
+        for (int64_t n : {8, 9, 10, 15, 16, 17, 33}) {
+          Case t{37, 131, n};
+          t.layouts = l;
+          t.threads = 1 + static_cast<int>(n % 2);
+          t.bias = true;
+          t.bf16 = wt == 1;
+          t.int8_group = wt == 2 ? 64 : 0;
+          check(isa, t, g);
+          if (::testing::Test::HasFatalFailure()) return;
+        }
     const Compressed c = random_24(g, 64, 256);
     PackOptions o;
     o.isa_set = true;
