@@ -130,8 +130,8 @@ void avx512_lanes16_i8_pf(const PackedMatrix::Impl& p, const SpmmArgs& a) {
                  LanesTile::kSlotsPf>(p, a);
 }
 
-// The same without the software prefetch (AMD: every software prefetch of these streams tried on Zen 3
-// and Zen 4 ran slower than none, docs/kernels.md).
+// The same without the software prefetch: AMD's picks for small N, where Zen 4's hardware prefetcher alone
+// streams the weights faster (docs/kernels.md, session 27).
 void avx512_lanes16_f32(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   lanes_dispatch<Avx512, LanesWeights::kF32, variant("avx512_lanes16_f32")->n_max, 16, 32, LanesTile::kSlots>(
       p, a);

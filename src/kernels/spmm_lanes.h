@@ -31,7 +31,7 @@ namespace sparse24::kernels {
 
 // The tile a rows-in-lanes kernel runs: kRows (lanes_tile, 256-bit), kRowsPf (the same with a software
 // prefetch, kLanesPrefetch bytes ahead), kMix (lanes_mix_tile, AVX2 int8), kSlots (lanes_slots_tile,
-// AVX-512: the two slots of a group in one 512-bit vector, with the prefetch).
+// AVX-512: the two slots of a group in one 512-bit vector), kSlotsPf (the same with the prefetch).
 enum class LanesTile { kRows, kRowsPf, kMix, kSlots, kSlotsPf };
 
 // The software prefetch distance of the tiles that prefetch: every line of each stream, this many bytes
@@ -280,7 +280,7 @@ float* lanes_mix_x(const SpmmArgs& a, int64_t k, size_t xc_pass) {
 // per column and group and spilled them).
 //
 // NS streams over ns super chunks; NC columns of xg, whose groups hold NX columns (lanes_group_x). out[i][n]
-// as lanes_tile's.
+// as lanes_tile's. PF: the software prefetch (lanes_prefetch).
 template <class T, LanesWeights WT, int NC, int NS, int NX, bool PF>
 void lanes_slots_tile(const uint8_t* __restrict e, size_t estride, int64_t ns, const float* __restrict xg,
                       __m256 (&out)[NS][NC]) {
@@ -297,8 +297,9 @@ void lanes_slots_tile(const uint8_t* __restrict e, size_t estride, int64_t ns, c
   for (int64_t s = 0; s < ns; ++s) {
     const float* xs = xg + s * LanesLayout::kSuper * NX;
     const uint8_t* es = e + static_cast<size_t>(s) * S::kEntryBytes;
-    // With the shorter instruction stream the hardware prefetcher fell behind (session 14). In L2, fp32
-    // N = 1 runs 3-9% below the 256-bit tile without the prefetch (docs/kernels.md, session 14).
+    // PF: on Intel's core the hardware prefetcher fell behind this shorter instruction stream (session 14;
+    // in L2, fp32 N = 1 runs 3-9% below the 256-bit tile with it); on Zen 4 it kept ahead alone at small N
+    // (session 27, docs/kernels.md).
     if constexpr (PF) lanes_prefetch<NS, S::kEntryBytes>(es, estride);
     __m512 sc[NS];
     if constexpr (S::kScaled)
