@@ -175,7 +175,12 @@ def check_gguf_conversion(a, tok, ids, ref):
     d = np.abs(got - ref).max()
     print(f"convert MODEL.gguf: {len(want)} tensors equal to transformers' conversion, tokenizer ids equal on "
           f"{len(PROMPTS)} prompts, transformers' logits of the converted directory: max abs difference {d:.2e}")
-    if d != 0:
+    # The tensors are bit-equal (above), so only transformers' own arithmetic can differ, and it does by
+    # rounding: PyTorch's CPU GEMV (MKL) sums in an order that depends on where a tensor lies in memory, and
+    # our shards place tensors at other offsets than transformers' file (seen on a Zen 4: 2.0e-05 on the
+    # one-token prompts, the same values copied to a 64-byte boundary alone give 2.4e-06 in lm_head). A wrong
+    # config (norm epsilon, RoPE base, tied head) moves logits by far more than 1e-4.
+    if d > 1e-4:
         sys.exit(f"compare_decoder_logits: the converted directory's logits differ by {d:.2e} in transformers")
 
 
