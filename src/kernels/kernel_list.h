@@ -115,9 +115,11 @@ constexpr int64_t small_rows_max(Isa isa, Weights w, int64_t Variant::*field, Cp
 // On CPUs of kind c, N <= small_n_max(isa, w, c) takes the memory-bound path where both layouts are packed:
 // the largest pick_max of those rows, capped by the ISA row's other_small_max on kOther.
 constexpr int64_t small_n_max(Isa isa, Weights w, Cpu c) {
-  const int64_t n = small_rows_max(isa, w, &Variant::pick_max, c);
-  const IsaRow* r = isa_row(isa);
-  return r && c == Cpu::kOther && r->other_small_max > 0 && r->other_small_max < n ? r->other_small_max : n;
+  int64_t n = small_rows_max(isa, w, &Variant::pick_max, c);
+  for (const IsaRow& r : kIsas)  // values, not isa_row's pointer: see list_is_consistent
+    if (r.isa == isa && c == Cpu::kOther && r.other_small_max > 0 && r.other_small_max < n)
+      n = r.other_small_max;
+  return n;
 }
 
 // The most columns one call of those rows takes (their largest n_max): a pack without the compute-bound
