@@ -33,6 +33,7 @@ namespace sparse24::kernels {
 // prefetch, kLanesPrefetch bytes ahead), kMix (lanes_mix_tile, AVX2 int8), kSlots (lanes_slots_tile,
 // AVX-512: the two slots of a group in one 512-bit vector), kSlotsPf (the same with the prefetch).
 enum class LanesTile { kRows, kRowsPf, kMix, kSlots, kSlotsPf };
+constexpr bool is_slots(LanesTile t) { return t == LanesTile::kSlots || t == LanesTile::kSlotsPf; }
 
 // The software prefetch distance of the tiles that prefetch: every line of each stream, this many bytes
 // ahead (the entries are read in address order). Intel Xeon (session 14), AVX-512, 4096x4096 cold, GFLOP/s
@@ -374,7 +375,7 @@ void lanes_passes(const uint8_t* e, size_t estride, int64_t ns, const float* x, 
                   __m256 (&v)[NS][N]) {
   constexpr int NC = N - C0 < CMAX ? N - C0 : CMAX;
   __m256 out[NS][NC];
-  if constexpr (TILE == LanesTile::kSlots || TILE == LanesTile::kSlotsPf) {
+  if constexpr (is_slots(TILE)) {
     lanes_slots_tile<T, WT, NC, NS, N, TILE == LanesTile::kSlotsPf>(e, estride, ns, x + C0 * 4, out);
   } else if constexpr (TILE == LanesTile::kMix) {
     // Fewer than 8 columns run the 8-column tile on zero-padded columns.
@@ -402,7 +403,7 @@ struct LanesX {
 
 template <class T, int N, LanesTile TILE>
 LanesX lanes_x(const SpmmArgs& a, const LanesLayout& lay, int64_t k) {
-  if constexpr (TILE == LanesTile::kSlots || TILE == LanesTile::kSlotsPf) {
+  if constexpr (is_slots(TILE)) {
     return {lanes_group_x<T, N>(a, k, lay.supers), N, 0};
   } else if constexpr (TILE == LanesTile::kMix) {
     const int64_t pass = lay.supers * LanesLayout::kSuper * 2 * 8;
