@@ -116,33 +116,26 @@ void avx512_lanes_i8(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   lanes_dispatch<Avx512, LanesWeights::kI8, variant("avx512_lanes_i8")->n_max, 16, 32>(p, a);
 }
 
-// The two slots of a group per 512-bit vector (spmm_lanes.h, lanes_slots_tile).
-void avx512_lanes16_f32_pf(const PackedMatrix::Impl& p, const SpmmArgs& a) {
-  lanes_dispatch<Avx512, LanesWeights::kF32, variant("avx512_lanes16_f32_pf")->n_max, 16, 32,
-                 LanesTile::kSlotsPf>(p, a);
-}
-void avx512_lanes16_bf16_pf(const PackedMatrix::Impl& p, const SpmmArgs& a) {
-  lanes_dispatch<Avx512, LanesWeights::kBf16, variant("avx512_lanes16_bf16_pf")->n_max, 16, 32,
-                 LanesTile::kSlotsPf>(p, a);
-}
-void avx512_lanes16_i8_pf(const PackedMatrix::Impl& p, const SpmmArgs& a) {
-  lanes_dispatch<Avx512, LanesWeights::kI8, variant("avx512_lanes16_i8_pf")->n_max, 16, 32,
-                 LanesTile::kSlotsPf>(p, a);
-}
-
-// The same without the software prefetch: AMD's picks for small N, where Zen 4's hardware prefetcher alone
-// streams the weights faster (docs/kernels.md, session 27).
-void avx512_lanes16_f32(const PackedMatrix::Impl& p, const SpmmArgs& a) {
-  lanes_dispatch<Avx512, LanesWeights::kF32, variant("avx512_lanes16_f32")->n_max, 16, 32, LanesTile::kSlots>(
-      p, a);
-}
-void avx512_lanes16_bf16(const PackedMatrix::Impl& p, const SpmmArgs& a) {
-  lanes_dispatch<Avx512, LanesWeights::kBf16, variant("avx512_lanes16_bf16")->n_max, 16, 32,
-                 LanesTile::kSlots>(p, a);
-}
-void avx512_lanes16_i8(const PackedMatrix::Impl& p, const SpmmArgs& a) {
-  lanes_dispatch<Avx512, LanesWeights::kI8, variant("avx512_lanes16_i8")->n_max, 16, 32, LanesTile::kSlots>(
-      p, a);
-}
+// The two slots of a group per 512-bit vector (spmm_lanes.h, lanes_slots_tile): _pf the broadcast form with
+// the software prefetch (every CPU); without _pf, the same without it (AMD's pick for N = 1, where Zen 4's
+// hardware prefetcher alone streams the weights faster); _lanes16t the table form (AMD's from N = 2), with
+// (_pf) and without the prefetch (docs/kernels.md, sessions 27 and 28).
+#define S24_SLOTS_ROW(name, wt, tile)                                                               \
+  void name(const PackedMatrix::Impl& p, const SpmmArgs& a) {                                       \
+    lanes_dispatch<Avx512, LanesWeights::wt, variant(#name)->n_max, 16, 32, LanesTile::tile>(p, a); \
+  }
+S24_SLOTS_ROW(avx512_lanes16_f32_pf, kF32, kSlotsPf)
+S24_SLOTS_ROW(avx512_lanes16_bf16_pf, kBf16, kSlotsPf)
+S24_SLOTS_ROW(avx512_lanes16_i8_pf, kI8, kSlotsPf)
+S24_SLOTS_ROW(avx512_lanes16_f32, kF32, kSlots)
+S24_SLOTS_ROW(avx512_lanes16_bf16, kBf16, kSlots)
+S24_SLOTS_ROW(avx512_lanes16_i8, kI8, kSlots)
+S24_SLOTS_ROW(avx512_lanes16t_f32, kF32, kTable)
+S24_SLOTS_ROW(avx512_lanes16t_bf16, kBf16, kTable)
+S24_SLOTS_ROW(avx512_lanes16t_i8, kI8, kTable)
+S24_SLOTS_ROW(avx512_lanes16t_f32_pf, kF32, kTablePf)
+S24_SLOTS_ROW(avx512_lanes16t_bf16_pf, kBf16, kTablePf)
+S24_SLOTS_ROW(avx512_lanes16t_i8_pf, kI8, kTablePf)
+#undef S24_SLOTS_ROW
 
 }  // namespace sparse24::kernels

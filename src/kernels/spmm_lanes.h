@@ -31,9 +31,16 @@ namespace sparse24::kernels {
 
 // The tile a rows-in-lanes kernel runs: kRows (lanes_tile, 256-bit), kRowsPf (the same with a software
 // prefetch, kLanesPrefetch bytes ahead), kMix (lanes_mix_tile, AVX2 int8), kSlots (lanes_slots_tile,
-// AVX-512: the two slots of a group in one 512-bit vector), kSlotsPf (the same with the prefetch).
-enum class LanesTile { kRows, kRowsPf, kMix, kSlots, kSlotsPf };
-constexpr bool is_slots(LanesTile t) { return t == LanesTile::kSlots || t == LanesTile::kSlotsPf; }
+// AVX-512: the two slots of a group in one 512-bit vector), kSlotsPf (the same with the prefetch), kTable and
+// kTablePf (lanes_slots_tile reading each column's activations as a 16-entry table: AMD's form).
+enum class LanesTile { kRows, kRowsPf, kMix, kSlots, kSlotsPf, kTable, kTablePf };
+constexpr bool is_table(LanesTile t) { return t == LanesTile::kTable || t == LanesTile::kTablePf; }
+constexpr bool is_slots(LanesTile t) {
+  return t == LanesTile::kSlots || t == LanesTile::kSlotsPf || is_table(t);
+}
+constexpr bool is_prefetch(LanesTile t) {
+  return t == LanesTile::kRowsPf || t == LanesTile::kSlotsPf || t == LanesTile::kTablePf;
+}
 
 // The software prefetch distance of the tiles that prefetch: every line of each stream, this many bytes
 // ahead (the entries are read in address order). Intel Xeon (session 14), AVX-512, 4096x4096 cold, GFLOP/s
@@ -280,9 +287,18 @@ float* lanes_mix_x(const SpmmArgs& a, int64_t k, size_t xc_pass) {
 // side by side), so each broadcast is one pointer plus a constant (from the transposed X, g++ kept a pointer
 // per column and group and spilled them).
 //
-// NS streams over ns super chunks; NC columns of xg, whose groups hold NX columns (lanes_group_x). out[i][n]
-// as lanes_tile's. PF: the software prefetch (lanes_prefetch).
-template <class T, LanesWeights WT, int NC, int NS, int NX, bool PF>
+// The table form (TABLE, AMD's rows): Zen 4 runs `vbroadcastf32x4` from memory as a load and a shuffle on
+// the two shuffle pipes that the permute needs as well (and one of them is an FMA pipe), so per column and
+// group the broadcast form spends three shuffle-pipe operations; there the activations of 4 groups of a
+// column lie side by side (lanes_table_x: [16 positions][column][16]) and a full `vpermps` reads them from
+// memory as its table, with the index (code & 3) + 4 (group mod 4), made once per group for all columns
+// (`vpternlogd`). In L1 on Zen 4 (a standalone loop of int8 groups, 8 columns): 2.4-2.6 -> 1.7-1.8 cycles per
+// column and group (docs/kernels.md, session 28). On Intel the broadcast is a load alone, so its rows keep
+// the broadcast form.
+//
+// NS streams over ns super chunks; NC columns of xg, whose groups hold NX columns (lanes_group_x or
+// lanes_table_x). out[i][n] as lanes_tile's. PF: the software prefetch (lanes_prefetch).
+template <class T, LanesWeights WT, int NC, int NS, int NX, bool PF, bool TABLE>
 void lanes_slots_tile(const uint8_t* __restrict e, size_t estride, int64_t ns, const float* __restrict xg,
                       __m256 (&out)[NS][NC]) {
   using S = LanesSlots<WT>;
@@ -323,11 +339,23 @@ void lanes_slots_tile(const uint8_t* __restrict e, size_t estride, int64_t ns, c
         for (int i = 0; i < NS; ++i) {
           __m512 w = S::load_pair(es + i * estride, 8 * h + q);
           if constexpr (S::kScaled && !kPart) w = _mm512_mul_ps(w, sc[i]);
+          if constexpr (TABLE) {
+            // (c & 3) | 4 (q mod 4): ternary-logic function A & B | C.
+            const __m512i idx =
+                _mm512_ternarylogic_epi32(c[i], _mm512_set1_epi32(3), _mm512_set1_epi32(4 * (q % 4)), 0xEA);
+            const float* xt = xs + (2 * h + q / 4) * NX * 16;
 #pragma GCC unroll 16
-          for (int n = 0; n < NC; ++n) {
-            const __m512 xq = _mm512_broadcast_f32x4(_mm_load_ps(xs + ((8 * h + q) * NX + n) * 4));
-            __m512& a = kPart ? part[i][n] : acc[i][n];
-            a = _mm512_fmadd_ps(w, _mm512_permutevar_ps(xq, c[i]), a);
+            for (int n = 0; n < NC; ++n) {
+              __m512& a = kPart ? part[i][n] : acc[i][n];
+              a = _mm512_fmadd_ps(w, _mm512_permutexvar_ps(idx, _mm512_load_ps(xt + n * 16)), a);
+            }
+          } else {
+#pragma GCC unroll 16
+            for (int n = 0; n < NC; ++n) {
+              const __m512 xq = _mm512_broadcast_f32x4(_mm_load_ps(xs + ((8 * h + q) * NX + n) * 4));
+              __m512& a = kPart ? part[i][n] : acc[i][n];
+              a = _mm512_fmadd_ps(w, _mm512_permutevar_ps(xq, c[i]), a);
+            }
           }
           c[i] = _mm512_srli_epi32(c[i], 4);
         }
@@ -365,6 +393,19 @@ float* lanes_group_x(const SpmmArgs& a, int64_t k, int64_t supers) {
   return xg;
 }
 
+// The table form's X (lanes_slots_tile, TABLE) in the thread's scratch: per 16 positions (4 groups), the N
+// columns' 16 activations in turn ([16 positions][column][16]); zero past k from the group that holds
+// position k on (lanes_group_x's rule).
+template <class T, int N>
+float* lanes_table_x(const SpmmArgs& a, int64_t k, int64_t supers) {
+  const size_t size = static_cast<size_t>(supers * LanesLayout::kSuper * N);
+  float* xt = scratch<T, 2>(size);
+  std::memset(xt, 0, sizeof(float) * size);
+  for (int64_t kk = 0; kk < k; ++kk)
+    for (int j = 0; j < N; ++j) xt[(kk / 16 * N + j) * 16 + kk % 16] = a.x[kk * a.ldx + j];
+  return xt;
+}
+
 // NS streams of N columns, in passes of up to CMAX columns: v[i][n], stream i's sums for column n. Passes
 // after the first read the same weights again (one K block of a row block: at most 17 KB, from L1/L2).
 // x: this K block's part of X in the tile's order (lanes_x); xstride: the tile's step between columns
@@ -376,7 +417,8 @@ void lanes_passes(const uint8_t* e, size_t estride, int64_t ns, const float* x, 
   constexpr int NC = N - C0 < CMAX ? N - C0 : CMAX;
   __m256 out[NS][NC];
   if constexpr (is_slots(TILE)) {
-    lanes_slots_tile<T, WT, NC, NS, N, TILE == LanesTile::kSlotsPf>(e, estride, ns, x + C0 * 4, out);
+    lanes_slots_tile<T, WT, NC, NS, N, is_prefetch(TILE), is_table(TILE)>(
+        e, estride, ns, x + C0 * (is_table(TILE) ? 16 : 4), out);
   } else if constexpr (TILE == LanesTile::kMix) {
     // Fewer than 8 columns run the 8-column tile on zero-padded columns.
     static_assert(NS == 1 && CMAX == 8 && WT == LanesWeights::kI8);
@@ -384,8 +426,7 @@ void lanes_passes(const uint8_t* e, size_t estride, int64_t ns, const float* x, 
     lanes_mix_tile<T>(e, ns, x + C0 / 8 * xstride, o8);
     for (int j = 0; j < NC; ++j) out[0][j] = o8[j];
   } else {
-    lanes_tile<T, WT, NC, NS, VREGS, TILE == LanesTile::kRowsPf>(e, estride, ns, x + C0 * xstride, xstride,
-                                                                 out);
+    lanes_tile<T, WT, NC, NS, VREGS, is_prefetch(TILE)>(e, estride, ns, x + C0 * xstride, xstride, out);
   }
   for (int i = 0; i < NS; ++i)
     for (int j = 0; j < NC; ++j) v[i][C0 + j] = out[i][j];
@@ -403,7 +444,9 @@ struct LanesX {
 
 template <class T, int N, LanesTile TILE>
 LanesX lanes_x(const SpmmArgs& a, const LanesLayout& lay, int64_t k) {
-  if constexpr (is_slots(TILE)) {
+  if constexpr (is_table(TILE)) {
+    return {lanes_table_x<T, N>(a, k, lay.supers), N, 0};
+  } else if constexpr (is_slots(TILE)) {
     return {lanes_group_x<T, N>(a, k, lay.supers), N, 0};
   } else if constexpr (TILE == LanesTile::kMix) {
     const int64_t pass = lay.supers * LanesLayout::kSuper * 2 * 8;
@@ -418,14 +461,21 @@ LanesX lanes_x(const SpmmArgs& a, const LanesLayout& lay, int64_t k) {
 // int8 its per-super-chunk partial sums (N = 3, 4 with 16 registers: 0.9x of one stream), 1 from N = 5.
 // Measured (docs/kernels.md, session 9): N = 1 and 2 against the K split or adjacent blocks +20-40% on the
 // decoder's shapes; N = 3 and 4 against one stream +15-30% (fp32), +0-20% (bf16).
-template <LanesWeights WT, int N, int VREGS>
-constexpr int lanes_streams =
-    N == 1 ? 4 : (N == 2 || (N <= 4 && (WT != LanesWeights::kI8 || 4 * N + 8 <= VREGS)) ? 2 : 1);
+// The table form (AMD's rows) reads two regions up to N = 8 for fp32 and bf16: Zen 4, 4096x4096 cold, weight
+// GB/s one region -> two: fp32 N = 5 11.7 -> 13.2, 6 10.7 -> 12.3, 8 9.1 -> 10.9; bf16 11.8 -> 12.7, 10.7 ->
+// 11.1, 8.7 -> 9.0; int8 (which would lose its partial sums) 7.7 -> 8.1, 6.8 -> 6.9, 5.4 -> 5.2 (session 28).
+template <LanesWeights WT, int N, int VREGS, bool TABLE = false>
+constexpr int lanes_streams = N == 1
+                                  ? 4
+                                  : (N == 2 || (N <= 4 && (WT != LanesWeights::kI8 || 4 * N + 8 <= VREGS)) ||
+                                             (TABLE && N <= 8 && WT != LanesWeights::kI8)
+                                         ? 2
+                                         : 1);
 
 // N columns; CMAX: the most columns one pass keeps in registers (8 with 16 registers, 16 with 32).
 template <class T, LanesWeights WT, int N, int CMAX, int VREGS, LanesTile TILE>
 void lanes_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
-  constexpr int NS = TILE == LanesTile::kMix ? 1 : lanes_streams<WT, N, VREGS>;
+  constexpr int NS = TILE == LanesTile::kMix ? 1 : lanes_streams<WT, N, VREGS, is_table(TILE)>;
   constexpr int R = LanesLayout::kRows;
   const LanesLayout& lay = p.lanes;
   const int64_t m = p.m, k = p.k;
