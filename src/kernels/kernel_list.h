@@ -69,17 +69,15 @@ inline constexpr Variant kVariants[] = {
 
 struct IsaRow {
   Isa isa;
-  bool (*cpu_has)();    // the CPU runs this ISA's instructions
-  int gemm_mr;          // compute-bound layout: rows per block
-  int gemm_kc;          // compute-bound layout: K per block (multiple of 4)
-  int gemm_chunk;       // compute-bound layout: row blocks per chunk
-  int lanes_kb;         // LanesLayout: K per block (multiple of 64)
-  int other_small_max;  // the small-N limit on CPUs of kind kOther at most this (0: no cap)
+  bool (*cpu_has)();  // the CPU runs this ISA's instructions
+  int gemm_mr;        // compute-bound layout: rows per block
+  int gemm_kc;        // compute-bound layout: K per block (multiple of 4)
+  int gemm_chunk;     // compute-bound layout: row blocks per chunk
+  int lanes_kb;       // LanesLayout: K per block (multiple of 64)
 };
 
 inline constexpr IsaRow kIsas[] = {
-#define SPARSE24_ISA(isa, cpu_has, mr, kc, chunk, kb, other_max) \
-  {Isa::isa, cpu_has, mr, kc, chunk, kb, other_max},
+#define SPARSE24_ISA(isa, cpu_has, mr, kc, chunk, kb) {Isa::isa, cpu_has, mr, kc, chunk, kb},
 #define SPARSE24_KERNEL(...)
 #include "kernel_list.inc"
 #undef SPARSE24_KERNEL
@@ -113,15 +111,10 @@ constexpr int64_t small_rows_max(Isa isa, Weights w, int64_t Variant::*field, Cp
 }
 
 // On CPUs of kind c, N <= small_n_max(isa, w, c) takes the memory-bound path where both layouts are packed:
-// the largest pick_max of those rows, capped by the ISA row's other_small_max on kOther.
+// the largest pick_max of those rows.
 constexpr int64_t small_n_max(Isa isa, Weights w, Cpu c) {
-  int64_t n = small_rows_max(isa, w, &Variant::pick_max, c);
-  for (const IsaRow& r : kIsas)  // values, not isa_row's pointer: see list_is_consistent
-    if (r.isa == isa && c == Cpu::kOther && r.other_small_max > 0 && r.other_small_max < n)
-      n = r.other_small_max;
-  return n;
+  return small_rows_max(isa, w, &Variant::pick_max, c);
 }
-
 // The most columns one call of those rows takes (their largest n_max): a pack without the compute-bound
 // layout runs a larger N in chunks of this many columns, each chunk on the fastest of these rows that takes
 // it (also past their pick ranges).
