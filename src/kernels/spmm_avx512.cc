@@ -117,8 +117,9 @@ void avx512_lanes_i8(const PackedMatrix::Impl& p, const SpmmArgs& a) {
 }
 
 // The two slots of a group per 512-bit vector (spmm_lanes.h, lanes_slots_tile): _pf the broadcast form with
-// the software prefetch (every CPU); without _pf, the same without it (AMD's pick for N = 1, where Zen 4's
-// hardware prefetcher alone streams the weights faster); _lanes16t the table form (AMD's from N = 2), with
+// the software prefetch (Intel's picks); without _pf, the same without it (AMD's pick for N = 1, where Zen
+// 4's hardware prefetcher alone streams the weights faster); _lanes16t the table form (AMD's from N = 2),
+// with
 // (_pf) and without the prefetch (docs/kernels.md, sessions 27 and 28).
 #define S24_SLOTS_ROW(name, wt, tile)                                                               \
   void name(const PackedMatrix::Impl& p, const SpmmArgs& a) {                                       \
