@@ -116,11 +116,10 @@ void avx512_lanes_i8(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   lanes_dispatch<Avx512, LanesWeights::kI8, variant("avx512_lanes_i8")->n_max, 16, 32>(p, a);
 }
 
-// The two slots of a group per 512-bit vector (spmm_lanes.h, lanes_slots_tile): _pf the broadcast form with
-// the software prefetch (Intel's picks); without _pf, the same without it (AMD's pick for N = 1, where Zen
-// 4's hardware prefetcher alone streams the weights faster); _lanes16t the table form (AMD's from N = 2),
-// with
-// (_pf) and without the prefetch (docs/kernels.md, sessions 27 and 28).
+// The two slots of a group per 512-bit vector (spmm_lanes.h, lanes_slots_tile). _pf: the broadcast form
+// with the software prefetch, Intel's picks. Without _pf: the same without it, AMD's pick for N = 1 (Zen
+// 4's hardware prefetcher alone streams the weights faster). _lanes16t: the table form, AMD's from N = 2,
+// without and with (_pf) the prefetch (docs/kernels.md, sessions 27 and 28).
 #define S24_SLOTS_ROW(name, wt, tile)                                                               \
   void name(const PackedMatrix::Impl& p, const SpmmArgs& a) {                                       \
     lanes_dispatch<Avx512, LanesWeights::wt, variant(#name)->n_max, 16, 32, LanesTile::tile>(p, a); \
