@@ -26,6 +26,20 @@ Cpu cpu_kind();  // this CPU's kind, for the list's cpu column
 constexpr Weights weights_of(bool bf16, bool i8) {
   return i8 ? Weights::kI8 : (bf16 ? Weights::kBf16 : Weights::kF32);
 }
+// The rows-in-lanes layout's weight type of a row that reads one type (kF32, kBf16 or kI8); at compile time
+// anything else does not compile.
+constexpr LanesWeights lanes_weights(Weights w) {
+  switch (w) {
+    case Weights::kF32:
+      return LanesWeights::kF32;
+    case Weights::kBf16:
+      return LanesWeights::kBf16;
+    case Weights::kI8:
+      return LanesWeights::kI8;
+    default:
+      throw "lanes_weights: a rows-in-lanes row reads exactly one weight type";
+  }
+}
 
 // Entry points, one per row (spmm_avx2.cc, spmm_avx512.cc).
 #define SPARSE24_ISA(...)

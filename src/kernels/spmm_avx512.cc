@@ -108,34 +108,31 @@ void avx512_gemm_4x16(const PackedMatrix::Impl& p, const SpmmArgs& a) { gemm_run
 void avx512_gemm_4x32(const PackedMatrix::Impl& p, const SpmmArgs& a) { gemm_run<Avx512, 4, 2>(p, a); }
 void avx512_gemm_4x64(const PackedMatrix::Impl& p, const SpmmArgs& a) { gemm_run<Avx512, 4, 4>(p, a); }
 
-// Rows in lanes (spmm_lanes.h), the 256-bit tile with the 32 registers: up to 16 columns in one pass.
-void avx512_lanes_f32(const PackedMatrix::Impl& p, const SpmmArgs& a) {
-  lanes_dispatch<Avx512, LanesWeights::kF32, variant("avx512_lanes_f32")->n_max, 16, 32>(p, a);
-}
-void avx512_lanes_i8(const PackedMatrix::Impl& p, const SpmmArgs& a) {
-  lanes_dispatch<Avx512, LanesWeights::kI8, variant("avx512_lanes_i8")->n_max, 16, 32>(p, a);
-}
-
-// The two slots of a group per 512-bit vector (spmm_lanes.h, lanes_slots_tile). _pf: the broadcast form
-// with the software prefetch, Intel's picks. Without _pf: the same without it, AMD's pick for N = 1 (Zen
-// 4's hardware prefetcher alone streams the weights faster). _lanes16t: the table form, AMD's from N = 2,
-// without and with (_pf) the prefetch (docs/kernels.md, sessions 27 and 28).
-#define S24_SLOTS_ROW(name, wt, tile)                                                               \
-  void name(const PackedMatrix::Impl& p, const SpmmArgs& a) {                                       \
-    lanes_dispatch<Avx512, LanesWeights::wt, variant(#name)->n_max, 16, 32, LanesTile::tile>(p, a); \
+// Rows in lanes (spmm_lanes.h): one entry point per row of the list, the weight type read from that row.
+#define S24_LANES_ROW(name, tile)                                                                 \
+  void name(const PackedMatrix::Impl& p, const SpmmArgs& a) {                                     \
+    lanes_dispatch<Avx512, lanes_weights(variant(#name)->weights), variant(#name)->n_max, 16, 32, \
+                   LanesTile::tile>(p, a);                                                        \
   }
-S24_SLOTS_ROW(avx512_lanes16_f32_pf, kF32, kSlotsPf)
-S24_SLOTS_ROW(avx512_lanes16_bf16_pf, kBf16, kSlotsPf)
-S24_SLOTS_ROW(avx512_lanes16_i8_pf, kI8, kSlotsPf)
-S24_SLOTS_ROW(avx512_lanes16_f32, kF32, kSlots)
-S24_SLOTS_ROW(avx512_lanes16_bf16, kBf16, kSlots)
-S24_SLOTS_ROW(avx512_lanes16_i8, kI8, kSlots)
-S24_SLOTS_ROW(avx512_lanes16t_f32, kF32, kTable)
-S24_SLOTS_ROW(avx512_lanes16t_bf16, kBf16, kTable)
-S24_SLOTS_ROW(avx512_lanes16t_i8, kI8, kTable)
-S24_SLOTS_ROW(avx512_lanes16t_f32_pf, kF32, kTablePf)
-S24_SLOTS_ROW(avx512_lanes16t_bf16_pf, kBf16, kTablePf)
-S24_SLOTS_ROW(avx512_lanes16t_i8_pf, kI8, kTablePf)
-#undef S24_SLOTS_ROW
+// The 256-bit tile with the 32 registers: up to 16 columns in one pass.
+S24_LANES_ROW(avx512_lanes_f32, kRows)
+S24_LANES_ROW(avx512_lanes_i8, kRows)
+// The two slots of a group per 512-bit vector (lanes_slots_tile). _pf: the broadcast form with the software
+// prefetch, Intel's picks. Without _pf: the same without it, AMD's pick for N = 1 (Zen 4's hardware
+// prefetcher alone streams the weights faster). _lanes16t: the table form, AMD's from N = 2, without and with
+// (_pf) the prefetch (docs/kernels.md, sessions 27 and 28).
+S24_LANES_ROW(avx512_lanes16_f32_pf, kSlotsPf)
+S24_LANES_ROW(avx512_lanes16_bf16_pf, kSlotsPf)
+S24_LANES_ROW(avx512_lanes16_i8_pf, kSlotsPf)
+S24_LANES_ROW(avx512_lanes16_f32, kSlots)
+S24_LANES_ROW(avx512_lanes16_bf16, kSlots)
+S24_LANES_ROW(avx512_lanes16_i8, kSlots)
+S24_LANES_ROW(avx512_lanes16t_f32, kTable)
+S24_LANES_ROW(avx512_lanes16t_bf16, kTable)
+S24_LANES_ROW(avx512_lanes16t_i8, kTable)
+S24_LANES_ROW(avx512_lanes16t_f32_pf, kTablePf)
+S24_LANES_ROW(avx512_lanes16t_bf16_pf, kTablePf)
+S24_LANES_ROW(avx512_lanes16t_i8_pf, kTablePf)
+#undef S24_LANES_ROW
 
 }  // namespace sparse24::kernels

@@ -399,8 +399,9 @@ float* lanes_group_x(const SpmmArgs& a, int64_t k, int64_t supers) {
 template <class T, int N>
 float* lanes_table_x(const SpmmArgs& a, int64_t k, int64_t supers) {
   const size_t size = static_cast<size_t>(supers * LanesLayout::kSuper * N);
+  const size_t tail = static_cast<size_t>(k / 16 * 16 * N);  // the 16 positions that hold position k on
   float* xt = scratch<T, 2>(size);
-  std::memset(xt, 0, sizeof(float) * size);
+  std::memset(xt + tail, 0, sizeof(float) * (size - tail));
   for (int64_t kk = 0; kk < k; ++kk)
     for (int j = 0; j < N; ++j) xt[(kk / 16 * N + j) * 16 + kk % 16] = a.x[kk * a.ldx + j];
   return xt;
@@ -465,17 +466,17 @@ LanesX lanes_x(const SpmmArgs& a, const LanesLayout& lay, int64_t k) {
 // GB/s one region -> two: fp32 N = 5 11.7 -> 13.2, 6 10.7 -> 12.3, 8 9.1 -> 10.9; bf16 11.8 -> 12.7, 10.7 ->
 // 11.1, 8.7 -> 9.0; int8 (which would lose its partial sums) 7.7 -> 8.1, 6.8 -> 6.9, 5.4 -> 5.2 (session 28).
 template <LanesWeights WT, int N, int VREGS, bool TABLE = false>
-constexpr int lanes_streams = N == 1
-                                  ? 4
-                                  : (N == 2 || (N <= 4 && (WT != LanesWeights::kI8 || 4 * N + 8 <= VREGS)) ||
-                                             (TABLE && N <= 8 && WT != LanesWeights::kI8)
-                                         ? 2
-                                         : 1);
+constexpr int lanes_streams() {
+  if (N == 1) return 4;
+  if (N == 2 || (N <= 4 && (WT != LanesWeights::kI8 || 4 * N + 8 <= VREGS))) return 2;
+  if (TABLE && N <= 8 && WT != LanesWeights::kI8) return 2;
+  return 1;
+}
 
 // N columns; CMAX: the most columns one pass keeps in registers (8 with 16 registers, 16 with 32).
 template <class T, LanesWeights WT, int N, int CMAX, int VREGS, LanesTile TILE>
 void lanes_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
-  constexpr int NS = TILE == LanesTile::kMix ? 1 : lanes_streams<WT, N, VREGS, is_table(TILE)>;
+  constexpr int NS = TILE == LanesTile::kMix ? 1 : lanes_streams<WT, N, VREGS, is_table(TILE)>();
   constexpr int R = LanesLayout::kRows;
   const LanesLayout& lay = p.lanes;
   const int64_t m = p.m, k = p.k;
