@@ -47,8 +47,9 @@ struct PackOptions {
   PackLayouts layouts = PackLayouts::kBoth;
 };
 
-// The single layout a multiply with n columns uses on this ISA's kernels.
-PackLayouts layouts_for_n(int64_t n, Isa isa);
+// The single layout a multiply with n columns of w, packed with `options` (its ISA and weight type; its
+// `layouts` aside), uses: where the memory-bound kernels stop depends on the weight type they read.
+PackLayouts layouts_for_n(int64_t n, const Compressed& w, const PackOptions& options);
 
 // Weights prepared for the kernels of one ISA: every layout the kernels want, prepared once.
 class PackedMatrix {

@@ -59,7 +59,7 @@ GemmExec GemmExec::sparse(const Gemm& g, int64_t n) {
   GemmExec e;
   Impl& s = e.init(g, n);
   PackOptions o;
-  o.layouts = layouts_for_n(n, active_isa());
+  o.layouts = layouts_for_n(n, g.sparse, o);
   s.packed = pack(g.sparse, o);
   return e;
 }

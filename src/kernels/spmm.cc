@@ -159,20 +159,29 @@ size_t PackedMatrix::bytes() const {
          p.lanes.data.bytes() + p.ref.scales.size() * sizeof(float);
 }
 
+namespace {
+// What `pack` prepares for: the ISA and the weight type of the memory-bound layout.
+Isa pack_isa(const PackOptions& options) { return options.isa_set ? options.isa : active_isa(); }
+kernels::Weights pack_weights(const Compressed& w, const PackOptions& options) {
+  return kernels::weights_of(options.bf16_weights || w.dtype == DType::kBF16, w.dtype == DType::kI8);
+}
+}  // namespace
+
 PackedMatrix pack(const Compressed& w, const PackOptions& options) {
   if (w.dtype != DType::kF32 && w.dtype != DType::kBF16 && w.dtype != DType::kI8)
     throw Error(std::string("pack: weights must be float32, bfloat16 or int8, got ") + dtype_name(w.dtype));
   if (w.dtype == DType::kI8 && options.bf16_weights) throw Error("pack: bf16_weights with int8 weights");
   validate(w);
-  const Isa isa = options.isa_set ? options.isa : active_isa();
+  const Isa isa = pack_isa(options);
   if (!isa_supported(isa)) throw Error(std::string("pack: this CPU does not run ISA ") + isa_name(isa));
   PackedMatrix out;
   PackedMatrix::Impl& p = *out.impl_;
   p.isa = isa;
   p.m = w.rows;
   p.k = w.cols;
-  p.bf16 = options.bf16_weights || w.dtype == DType::kBF16;
-  p.i8 = w.dtype == DType::kI8;
+  const kernels::Weights wt = pack_weights(w, options);
+  p.bf16 = wt == kernels::Weights::kBf16;
+  p.i8 = wt == kernels::Weights::kI8;
   const kernels::IsaRow* s = kernels::isa_row(isa);
   if (!s) {
     p.ref = to_f32(w);
@@ -186,7 +195,6 @@ PackedMatrix pack(const Compressed& w, const PackOptions& options) {
     }
     return out;
   }
-  const kernels::Weights wt = kernels::weights_of(p.bf16, p.i8);
   p.small_n_max = static_cast<int>(kernels::small_n_max(isa, wt, kernels::cpu_kind()));
   p.small_n_take = static_cast<int>(kernels::small_n_take(isa, wt));
   p.has_gemm = options.layouts != PackLayouts::kSmallN;
@@ -197,11 +205,12 @@ PackedMatrix pack(const Compressed& w, const PackOptions& options) {
   return out;
 }
 
-PackLayouts layouts_for_n(int64_t n, Isa isa) {
+PackLayouts layouts_for_n(int64_t n, const Compressed& w, const PackOptions& options) {
+  const Isa isa = pack_isa(options);
   if (!kernels::isa_row(isa))
     return PackLayouts::kBoth;  // the ref ISA keeps the compressed matrix either way
-  return n <= kernels::small_n_max(isa, kernels::Weights::kF32, kernels::cpu_kind()) ? PackLayouts::kSmallN
-                                                                                     : PackLayouts::kLargeN;
+  return n <= kernels::small_n_max(isa, pack_weights(w, options), kernels::cpu_kind()) ? PackLayouts::kSmallN
+                                                                                       : PackLayouts::kLargeN;
 }
 
 namespace {

@@ -270,12 +270,12 @@ TEST(Spmm, SingleLayoutAnyN) {
           if (::testing::Test::HasFatalFailure()) return;
         }
     // Where the small-N limit is below what the small-N rows take (int8 on AVX2: picked up to 9, taking
-    // 16; every weight type on AVX-512 on a non-Intel CPU: capped at 8), a pack with only the memory-bound
-    // layout runs chunks of up to 16 columns past the pick ranges, and a pack with both layouts moves to
-    // the compute-bound one past the limit. Every weight type, on either side of it.
+    // 16; AVX-512 on a non-Intel CPU: fp32 up to 8, bf16 and int8 up to 12), a pack with only the
+    // memory-bound layout runs chunks of up to 16 columns past the pick ranges, and a pack with both layouts
+    // moves to the compute-bound one past the limit. Every weight type, on either side of it.
     for (int wt = 0; wt < 3; ++wt)
       for (PackLayouts l : {PackLayouts::kSmallN, PackLayouts::kBoth})
-        for (int64_t n : {8, 9, 10, 15, 16, 17, 33}) {
+        for (int64_t n : {8, 9, 10, 12, 13, 15, 16, 17, 33}) {
           Case t{37, 131, n};
           t.layouts = l;
           t.threads = 1 + static_cast<int>(n % 2);
@@ -295,9 +295,41 @@ TEST(Spmm, SingleLayoutAnyN) {
     o.layouts = PackLayouts::kSmallN;
     const size_t small = pack(c, o).bytes();
     EXPECT_EQ(large + small, both) << isa_name(isa);
-    EXPECT_EQ(layouts_for_n(1, isa), PackLayouts::kSmallN);
-    EXPECT_EQ(layouts_for_n(512, isa), PackLayouts::kLargeN);
   }
+}
+
+// layouts_for_n names the layout a pack with both runs at that N, per weight type (the memory-bound rows
+// of each type stop at their own N): the single-layout pack it names gives the same bits as the pack with
+// both at every N up to past the largest small-N limit.
+TEST(Spmm, LayoutsForNIsTheLayoutDispatchRuns) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(311);
+  const int64_t m = 37, k = 131;
+  const Compressed f32 = random_24(g, m, k);
+  const std::vector<float> x = random_floats(g, static_cast<size_t>(k * 20));
+  for (Isa isa : isas_here())
+    for (int wt = 0; wt < 3; ++wt) {
+      const Compressed c = wt == 2 ? quantize_int8(f32, 64) : f32;
+      PackOptions o;
+      o.isa_set = true;
+      o.isa = isa;
+      o.bf16_weights = wt == 1;
+      const PackedMatrix both = pack(c, o);
+      EXPECT_NE(layouts_for_n(1, c, o), PackLayouts::kLargeN) << isa_name(isa) << " weights " << wt;
+      EXPECT_NE(layouts_for_n(512, c, o), PackLayouts::kSmallN) << isa_name(isa) << " weights " << wt;
+      for (int64_t n = 1; n <= 20; ++n) {
+        SCOPED_TRACE(std::string(isa_name(isa)) + " weights " + std::to_string(wt) + " n " +
+                     std::to_string(n));
+        o.layouts = layouts_for_n(n, c, o);
+        EXPECT_EQ(o.layouts == PackLayouts::kBoth, isa == Isa::kRef);
+        const PackedMatrix one = pack(c, o);
+        o.layouts = PackLayouts::kBoth;
+        std::vector<float> y1(static_cast<size_t>(m * n)), y2(y1.size());
+        spmm(both, x.data(), n, n, y1.data(), n);
+        spmm(one, x.data(), n, n, y2.data(), n);
+        ASSERT_EQ(0, std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float)));
+      }
+    }
 }
 
 // bfloat16 values (a bf16 checkpoint's) pack as bf16 weights: the same layouts, bytes and results, bit for
