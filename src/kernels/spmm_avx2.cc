@@ -107,39 +107,25 @@ static_assert(KernelTraits<Avx2>);
 void avx2_gemm_4x16(const PackedMatrix::Impl& p, const SpmmArgs& a) { gemm_run<Avx2, 4, 2>(p, a); }
 void avx2_gemm_4x24(const PackedMatrix::Impl& p, const SpmmArgs& a) { gemm_run<Avx2, 4, 3>(p, a); }
 
-// Rows in lanes (spmm_lanes.h): up to 8 columns per pass in the 16 registers.
-void avx2_lanes_f32(const PackedMatrix::Impl& p, const SpmmArgs& a) {
-  lanes_dispatch<Avx2, LanesWeights::kF32, variant("avx2_lanes_f32")->n_max, 8, 16>(p, a);
-}
-void avx2_lanes_bf16(const PackedMatrix::Impl& p, const SpmmArgs& a) {
-  lanes_dispatch<Avx2, LanesWeights::kBf16, variant("avx2_lanes_bf16")->n_max, 8, 16>(p, a);
-}
-void avx2_lanes_i8(const PackedMatrix::Impl& p, const SpmmArgs& a) {
-  lanes_dispatch<Avx2, LanesWeights::kI8, variant("avx2_lanes_i8")->n_max, 8, 16>(p, a);
-}
-// The same with the software prefetch (picked on Intel CPUs: kernel_list.inc).
-void avx2_lanes_f32_pf(const PackedMatrix::Impl& p, const SpmmArgs& a) {
-  lanes_dispatch<Avx2, LanesWeights::kF32, variant("avx2_lanes_f32_pf")->n_max, 8, 16, LanesTile::kRowsPf>(p,
-                                                                                                           a);
-}
-void avx2_lanes_bf16_pf(const PackedMatrix::Impl& p, const SpmmArgs& a) {
-  lanes_dispatch<Avx2, LanesWeights::kBf16, variant("avx2_lanes_bf16_pf")->n_max, 8, 16, LanesTile::kRowsPf>(
-      p, a);
-}
-void avx2_lanes_i8_pf(const PackedMatrix::Impl& p, const SpmmArgs& a) {
-  lanes_dispatch<Avx2, LanesWeights::kI8, variant("avx2_lanes_i8_pf")->n_max, 8, 16, LanesTile::kRowsPf>(p,
-                                                                                                         a);
-}
-// The same with passes of up to 4 columns (each with per-super-chunk partial sums, no spills), for the
-// comparison in docs/kernels.md.
-void avx2_lanes_i8_c4(const PackedMatrix::Impl& p, const SpmmArgs& a) {
-  lanes_dispatch<Avx2, LanesWeights::kI8, variant("avx2_lanes_i8_c4")->n_max, 4, 16>(p, a);
-}
-
+// Rows in lanes (spmm_lanes.h) in the 16 registers, CMAX columns per pass; the weight type from the row.
+#define S24_LANES_ROW(name, cmax, tile)                                                           \
+  void name(const PackedMatrix::Impl& p, const SpmmArgs& a) {                                     \
+    lanes_dispatch<Avx2, lanes_weights(variant(#name)->weights), variant(#name)->n_max, cmax, 16, \
+                   LanesTile::tile>(p, a);                                                        \
+  }
+// Up to 8 columns per pass; _pf with the software prefetch (picked on Intel CPUs: kernel_list.inc).
+S24_LANES_ROW(avx2_lanes_f32, 8, kRows)
+S24_LANES_ROW(avx2_lanes_bf16, 8, kRows)
+S24_LANES_ROW(avx2_lanes_i8, 8, kRows)
+S24_LANES_ROW(avx2_lanes_f32_pf, 8, kRowsPf)
+S24_LANES_ROW(avx2_lanes_bf16_pf, 8, kRowsPf)
+S24_LANES_ROW(avx2_lanes_i8_pf, 8, kRowsPf)
+// Passes of up to 4 columns (each with per-super-chunk partial sums, no spills), for the comparison in
+// docs/kernels.md.
+S24_LANES_ROW(avx2_lanes_i8_c4, 4, kRows)
 // int8 in the mixed form (spmm_lanes.h, lanes_mix_tile): half the groups rows in lanes, half columns in
 // lanes, passes of 8 columns.
-void avx2_lanes_i8_mix(const PackedMatrix::Impl& p, const SpmmArgs& a) {
-  lanes_dispatch<Avx2, LanesWeights::kI8, variant("avx2_lanes_i8_mix")->n_max, 8, 16, LanesTile::kMix>(p, a);
-}
+S24_LANES_ROW(avx2_lanes_i8_mix, 8, kMix)
+#undef S24_LANES_ROW
 
 }  // namespace sparse24::kernels
