@@ -1,8 +1,9 @@
 // The inner step of the AVX-512 rows-in-lanes tiles alone, in L1: what bounds a tile's instructions on a
 // core, apart from memory and the driver (docs/kernels.md, sessions 28 and 29):
 //   sparse24_step_gbench [--benchmark_filter=...]
-// Each row runs 8 columns over 64 groups of kept weights with int8 (or bf16) values, again and again. Counter
-// dense_FLOPS = dense-equivalent flops per second (4 per kept multiply-add), as spmm_gbench's. Rows:
+// Each row does the same 8192 multiply-adds per pass, again and again: 8 columns times 64 groups of 8 rows x
+// 2 slots (the bf16x rows: 32 groups of 16 rows x 2 slots), int8 (or bf16) values. Counter dense_FLOPS =
+// dense-equivalent flops per second (4 per kept multiply-add), as spmm_gbench's. Rows:
 //   broadcast  the group's 4 activations broadcast from memory (`vbroadcastf32x4`) and `vpermilps` by the
 //              codes, then an FMA: 16 multiply-adds (8 rows x 2 slots) per column and group (Intel's form);
 //   table      a column's 16 activations of 4 groups as the memory operand of `vpermps` (AMD's form);
@@ -16,12 +17,11 @@
 #include <immintrin.h>
 
 #include <cstdint>
-#include <cstring>
 
 namespace {
 
 constexpr int kCols = 8;     // columns
-constexpr int kGroups = 64;  // groups of 4 positions; 16 rows (8 rows x 2 slots in the fp32 forms) each
+constexpr int kGroups = 64;  // groups of 4 positions, 8 rows x 2 slots each (the fp32 forms)
 constexpr double kFlopsPerPass = 4.0 * 16 * kGroups * kCols;
 
 struct Data {
