@@ -43,10 +43,9 @@ struct Data {
   }
 };
 
-// Int8 values of 8 rows x 2 slots of group g as fp32.
-__attribute__((target("avx512f"))) inline __m512 slots_f32(const Data& d, int g) {
-  return _mm512_cvtepi32_ps(
-      _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(d.w8 + g * 32))));
+// 16 int8 values from v as fp32.
+__attribute__((target("avx512f"))) inline __m512 widen16(const int8_t* v) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(v))));
 }
 
 template <bool kTable>
@@ -59,7 +58,7 @@ __attribute__((target("avx512f"), noinline)) float run_fp32(const Data& d, int64
 #pragma GCC unroll 16
       for (int q = 0; q < 16; ++q) {
         const int g = b * 16 + q;
-        const __m512 w = slots_f32(d, g);
+        const __m512 w = widen16(d.w8 + g * 32);  // 8 rows x 2 slots
         if constexpr (kTable) {
           const __m512i idx =
               _mm512_ternarylogic_epi32(c, _mm512_set1_epi32(3), _mm512_set1_epi32(4 * (q % 4)), 0xEA);
@@ -96,11 +95,7 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"), noinline)) float run_bf16x
         const int g = b * 16 + q;
         __m512bh w;
         if constexpr (kInt8) {
-          const __m512 lo = _mm512_cvtepi32_ps(
-              _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(d.w8 + g * 32))));
-          const __m512 hi = _mm512_cvtepi32_ps(
-              _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(d.w8 + g * 32 + 16))));
-          w = _mm512_cvtne2ps_pbh(hi, lo);
+          w = _mm512_cvtne2ps_pbh(widen16(d.w8 + g * 32 + 16), widen16(d.w8 + g * 32));
         } else {
           w = reinterpret_cast<__m512bh>(_mm512_load_si512(d.w16 + g * 32));
         }

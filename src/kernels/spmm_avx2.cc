@@ -107,12 +107,8 @@ static_assert(KernelTraits<Avx2>);
 void avx2_gemm_4x16(const PackedMatrix::Impl& p, const SpmmArgs& a) { gemm_run<Avx2, 4, 2>(p, a); }
 void avx2_gemm_4x24(const PackedMatrix::Impl& p, const SpmmArgs& a) { gemm_run<Avx2, 4, 3>(p, a); }
 
-// Rows in lanes (spmm_lanes.h) in the 16 registers, CMAX columns per pass; the weight type from the row.
-#define S24_LANES_ROW(name, cmax, tile)                                                           \
-  void name(const PackedMatrix::Impl& p, const SpmmArgs& a) {                                     \
-    lanes_dispatch<Avx2, lanes_weights(variant(#name)->weights), variant(#name)->n_max, cmax, 16, \
-                   LanesTile::tile>(p, a);                                                        \
-  }
+// Rows in lanes (spmm_lanes.h) in the 16 registers, cmax columns per pass.
+#define S24_LANES_ROW(name, cmax, tile) SPARSE24_LANES_ENTRY(Avx2, name, cmax, 16, tile)
 // Up to 8 columns per pass; _pf with the software prefetch (picked on Intel CPUs: kernel_list.inc).
 S24_LANES_ROW(avx2_lanes_f32, 8, kRows)
 S24_LANES_ROW(avx2_lanes_bf16, 8, kRows)

@@ -108,13 +108,9 @@ void avx512_gemm_4x16(const PackedMatrix::Impl& p, const SpmmArgs& a) { gemm_run
 void avx512_gemm_4x32(const PackedMatrix::Impl& p, const SpmmArgs& a) { gemm_run<Avx512, 4, 2>(p, a); }
 void avx512_gemm_4x64(const PackedMatrix::Impl& p, const SpmmArgs& a) { gemm_run<Avx512, 4, 4>(p, a); }
 
-// Rows in lanes (spmm_lanes.h): one entry point per row of the list, the weight type read from that row.
-#define S24_LANES_ROW(name, tile)                                                                 \
-  void name(const PackedMatrix::Impl& p, const SpmmArgs& a) {                                     \
-    lanes_dispatch<Avx512, lanes_weights(variant(#name)->weights), variant(#name)->n_max, 16, 32, \
-                   LanesTile::tile>(p, a);                                                        \
-  }
-// The 256-bit tile with the 32 registers: up to 16 columns in one pass.
+// Rows in lanes (spmm_lanes.h) with the 32 registers, up to 16 columns in one pass.
+#define S24_LANES_ROW(name, tile) SPARSE24_LANES_ENTRY(Avx512, name, 16, 32, tile)
+// The 256-bit tile.
 S24_LANES_ROW(avx512_lanes_f32, kRows)
 S24_LANES_ROW(avx512_lanes_i8, kRows)
 // The two slots of a group per 512-bit vector (lanes_slots_tile). _pf: the broadcast form with the software

@@ -537,4 +537,13 @@ void lanes_dispatch(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   }
 }
 
+// The entry point of the list row `name` (kernel_list.inc) on traits T: its weight type and n_max read from
+// the row, CMAX columns per pass in VREGS vector registers, tile LanesTile::TILE. The ISA files bind T,
+// CMAX and VREGS in a one-line macro of their own.
+#define SPARSE24_LANES_ENTRY(T, name, CMAX, VREGS, TILE)                                          \
+  void name(const PackedMatrix::Impl& p, const SpmmArgs& a) {                                     \
+    lanes_dispatch<T, lanes_weights(variant(#name)->weights), variant(#name)->n_max, CMAX, VREGS, \
+                   LanesTile::TILE>(p, a);                                                        \
+  }
+
 }  // namespace sparse24::kernels
