@@ -26,7 +26,13 @@ inline float bf16_to_float(uint16_t b) {
   std::memcpy(&f, &u, 4);
   return f;
 }
-uint16_t float_to_bf16(float f);
+inline uint16_t float_to_bf16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((x >> 16) | 0x40);  // quiet NaN
+  x += 0x7FFFu + ((x >> 16) & 1u);
+  return static_cast<uint16_t>(x >> 16);
+}
 
 // One element of dtype t stored at p (any alignment), converted to float (exact for every dtype).
 float element_to_float(DType t, const uint8_t* p);

@@ -44,8 +44,18 @@ struct PackOptions {
   Isa isa = Isa::kRef;
   // Store the weights of the memory-bound (small-N) path as bfloat16 (fp32 activations and accumulation).
   bool bf16_weights = false;
+  // Let the memory-bound kernels of bf16 and int8 weights round the activations to bfloat16 (to nearest
+  // even; the products and sums stay fp32), as llama.cpp's BF16 and F16 dot products do: about twice the
+  // multiply-adds per instruction (`vdpbf16ps`). Only where the CPU has AVX512_BF16
+  // (bf16_activations_supported()) and N <= the small-N limit (or any N on a pack of only the small-N
+  // layout); elsewhere, and for fp32 weights, the activations stay fp32. Each activation then carries a
+  // relative error up to 2^-8 (docs/accuracy.md has what that does to a model's logits).
+  bool bf16_activations = false;
   PackLayouts layouts = PackLayouts::kBoth;
 };
+
+// True if this CPU runs the bf16-activation kernels (AVX-512 with AVX512_BF16).
+bool bf16_activations_supported();
 
 // The single layout a multiply with n columns of w, packed with `options` (its ISA and weight type; its
 // `layouts` aside), uses: where the memory-bound kernels stop depends on the weight type they read.
@@ -99,15 +109,18 @@ void spmm_tokens(const PackedMatrix& w, const float* x, int64_t n, int64_t ldx, 
 struct KernelVariantInfo {
   std::string name;
   Isa isa;
-  bool large_n;     // reads the compute-bound (large-N) layout; else the small-N one
-  bool fp32, bf16;  // the packed weight types it reads (PackOptions::bf16_weights)
-  bool int8;        // reads int8 weights (pack of an int8 Compressed, e.g. quantize_int8)
-  int64_t n_max;    // the most columns one call takes; 0 = any
+  bool large_n;           // reads the compute-bound (large-N) layout; else the small-N one
+  bool fp32, bf16;        // the packed weight types it reads (PackOptions::bf16_weights)
+  bool int8;              // reads int8 weights (pack of an int8 Compressed, e.g. quantize_int8)
+  int64_t n_max;          // the most columns one call takes; 0 = any
+  bool bf16_activations;  // rounds X to bf16 (runs on packs with PackOptions::bf16_activations)
+  bool runs;              // this CPU runs its instructions (its ISA; AVX512_BF16 for bf16 activations)
 };
 std::vector<KernelVariantInfo> kernel_variants();
 
 // spmm with the named variant. Throws Error if the variant cannot run these packed weights (another ISA,
-// the layout it reads not packed, another weight type) or n > its n_max.
+// the layout it reads not packed, another weight type, bf16 activations on a pack without them or a CPU
+// without AVX512_BF16) or n > its n_max.
 void spmm_variant(const std::string& name, const PackedMatrix& w, const float* x, int64_t n, int64_t ldx,
                   float* y, int64_t ldy, const float* bias = nullptr, Epilogue ep = Epilogue::kNone,
                   int threads = 1);

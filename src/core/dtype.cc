@@ -87,14 +87,6 @@ uint16_t float_to_half(float f) {
   return static_cast<uint16_t>(sign | (rounded >> 13));
 }
 
-uint16_t float_to_bf16(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  if ((x & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((x >> 16) | 0x40);  // quiet NaN
-  x += 0x7FFFu + ((x >> 16) & 1u);
-  return static_cast<uint16_t>(x >> 16);
-}
-
 float element_to_float(DType t, const uint8_t* p) {
   switch (t) {
     case DType::kF32: {

@@ -14,13 +14,16 @@ enum class Layout : uint8_t { kGemm, kLanes };
 // The packed weight types a variant reads (a bit set). The compute-bound layout holds fp32 (bf16-rounded
 // for kBf16, dequantised for kI8), so its rows read kAny.
 enum class Weights : uint8_t { kF32 = 1, kBf16 = 2, kF32Bf16 = 3, kI8 = 4, kAny = 7 };
+// The activations a variant reads: fp32, or rounded to bf16 (AVX512_BF16, PackOptions::bf16_activations).
+enum class Act : uint8_t { kF32, kBf16 };
 // The CPUs a variant is picked on (it runs on any CPU with its ISA): every CPU, Intel's, or the others.
 enum class Cpu : uint8_t { kAny, kIntel, kOther };
 
 // CPU checks (spmm.cc).
 bool cpu_has_avx2();
 bool cpu_has_avx512();
-Cpu cpu_kind();  // this CPU's kind, for the list's cpu column
+bool cpu_has_avx512_bf16();  // AVX-512 and AVX512_BF16 (the kBf16 activation rows)
+Cpu cpu_kind();              // this CPU's kind, for the list's cpu column
 
 // The weight type of packed weights (PackedMatrix::Impl::weights).
 constexpr Weights weights_of(bool bf16, bool i8) {
@@ -59,6 +62,7 @@ struct Variant {
   int64_t nr;  // N is padded to a multiple of nr (0 = not padded)
   int64_t rate;
   Cpu cpu;
+  Act act;
   SpmmFn fn;
   // w: one weight type (kF32, kBf16 or kI8).
   constexpr bool reads(Weights w) const {
@@ -74,8 +78,9 @@ struct Variant {
 
 inline constexpr Variant kVariants[] = {
 #define SPARSE24_ISA(...)
-#define SPARSE24_KERNEL(name, isa, layout, weights, n_max, pick_min, pick_max, nr, rate, cpu) \
-  {#name, Isa::isa, Layout::layout, Weights::weights, n_max, pick_min, pick_max, nr, rate, Cpu::cpu, name},
+#define SPARSE24_KERNEL(name, isa, layout, weights, n_max, pick_min, pick_max, nr, rate, cpu, act) \
+  {#name,    Isa::isa, Layout::layout, Weights::weights, n_max,    pick_min,                       \
+   pick_max, nr,       rate,           Cpu::cpu,         Act::act, name},
 #include "kernel_list.inc"
 #undef SPARSE24_KERNEL
 #undef SPARSE24_ISA
@@ -113,12 +118,12 @@ constexpr const Variant* variant(std::string_view name) {
   return nullptr;
 }
 
-// The largest value of `field` among the ISA's small-N rows for weight type w that dispatch may pick on
-// CPUs of kind c (kAny: on some CPU); 0: none.
+// The largest value of `field` among the ISA's small-N fp32-activation rows for weight type w that dispatch
+// may pick on CPUs of kind c (kAny: on some CPU); 0: none.
 constexpr int64_t small_rows_max(Isa isa, Weights w, int64_t Variant::*field, Cpu c = Cpu::kAny) {
   int64_t n = 0;
   for (const Variant& v : kVariants)
-    if (v.isa == isa && v.layout != Layout::kGemm && v.reads(w) && v.pick_min > 0 &&
+    if (v.isa == isa && v.layout != Layout::kGemm && v.reads(w) && v.act == Act::kF32 && v.pick_min > 0 &&
         (c == Cpu::kAny || v.dispatchable(c)) && v.*field > n)
       n = v.*field;
   return n;
@@ -134,8 +139,9 @@ constexpr int64_t small_n_max(Isa isa, Weights w, Cpu c) {
 // it (also past their pick ranges).
 constexpr int64_t small_n_take(Isa isa, Weights w) { return small_rows_max(isa, w, &Variant::n_max); }
 
-// The checks that used to be conventions: on every kind of CPU, every N up to the small-N limit picked by a
-// row that takes it and every compute-bound N picked; names unique.
+// The checks that used to be conventions: on every kind of CPU, every N up to the small-N limit picked by an
+// fp32-activation row that takes it and every compute-bound N picked; names unique; bf16-activation rows
+// as kernel_list.inc's header says.
 // (Indices and values only, no pointer comparisons: under -fsanitize=undefined GCC does not evaluate
 // those in a constant expression.)
 constexpr bool list_is_consistent() {
@@ -148,6 +154,15 @@ constexpr bool list_is_consistent() {
     if (v.n_max != 0 && v.pick_min > 0 && (v.pick_max == 0 || v.pick_max > v.n_max)) return false;
     for (size_t j = 0; j < nv; ++j)
       if (j != i && kVariants[j].name == v.name) return false;
+    // bf16 activations: memory-bound rows of bf16 or int8 weights, within the fp32 rows' limit and chunks.
+    if (v.act == Act::kBf16) {
+      if (v.layout != Layout::kLanes || (v.weights != Weights::kBf16 && v.weights != Weights::kI8) ||
+          v.n_max == 0 || v.n_max > small_n_take(v.isa, v.weights))
+        return false;
+      for (Cpu c : {Cpu::kIntel, Cpu::kOther})
+        if (v.dispatchable(c) && (v.pick_max == 0 || v.pick_max > small_n_max(v.isa, v.weights, c)))
+          return false;
+    }
   }
   for (const IsaRow& r : kIsas)
     for (Weights w : {Weights::kF32, Weights::kBf16, Weights::kI8}) {
@@ -159,7 +174,8 @@ constexpr bool list_is_consistent() {
         for (int64_t n = 1; n <= lim + 1; ++n) {
           bool small = false, large = false;
           for (const Variant& v : kVariants) {
-            if (v.isa != r.isa || !v.reads(w) || !v.picks(n, c) || !v.takes(n)) continue;
+            if (v.isa != r.isa || !v.reads(w) || v.act != Act::kF32 || !v.picks(n, c) || !v.takes(n))
+              continue;
             if (v.layout == Layout::kGemm)
               large = true;
             else

@@ -24,6 +24,8 @@ bool cpu_has_avx512() {
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
 }
 
+bool cpu_has_avx512_bf16() { return cpu_has_avx512() && __builtin_cpu_supports("avx512bf16"); }
+
 Cpu cpu_kind() {
   static const Cpu c = __builtin_cpu_is("intel") ? Cpu::kIntel : Cpu::kOther;
   return c;
@@ -54,7 +56,8 @@ const Variant* forced_variant() {
 }
 
 bool can_run(const Variant& v, const PackedMatrix::Impl& p, Layout layout, int64_t n) {
-  return v.isa == p.isa && v.layout == layout && v.reads(weights_of(p.bf16, p.i8)) && v.takes(n);
+  return v.isa == p.isa && v.layout == layout && v.reads(weights_of(p.bf16, p.i8)) && v.takes(n) &&
+         (v.act == Act::kF32 || p.bf16_act);
 }
 
 // The variant for n columns on this layout: the forced one if it can run, else the list's pick; past every
@@ -100,6 +103,8 @@ Isa parse_isa(const char* name) {
   if (s == "avx512") return Isa::kAvx512;
   throw Error("unknown ISA '" + s + "' (expected ref, avx2 or avx512)");
 }
+
+bool bf16_activations_supported() { return kernels::cpu_has_avx512_bf16(); }
 
 bool isa_supported(Isa isa) {
   if (isa == Isa::kRef) return true;
@@ -195,6 +200,7 @@ PackedMatrix pack(const Compressed& w, const PackOptions& options) {
     }
     return out;
   }
+  p.bf16_act = options.bf16_activations && kernels::cpu_has_avx512_bf16();
   p.small_n_max = static_cast<int>(kernels::small_n_max(isa, wt, kernels::cpu_kind()));
   p.small_n_take = static_cast<int>(kernels::small_n_take(isa, wt));
   p.has_gemm = options.layouts != PackLayouts::kSmallN;
@@ -279,7 +285,8 @@ std::vector<KernelVariantInfo> kernel_variants() {
   for (const kernels::Variant& v : kernels::kVariants)
     out.push_back({std::string(v.name), v.isa, v.layout == kernels::Layout::kGemm,
                    v.reads(kernels::Weights::kF32), v.reads(kernels::Weights::kBf16),
-                   v.reads(kernels::Weights::kI8), v.n_max});
+                   v.reads(kernels::Weights::kI8), v.n_max, v.act == kernels::Act::kBf16,
+                   isa_supported(v.isa) && (v.act == kernels::Act::kF32 || kernels::cpu_has_avx512_bf16())});
   return out;
 }
 
@@ -289,8 +296,7 @@ void spmm_variant(const std::string& name, const PackedMatrix& w, const float* x
   if (!v) throw Error("spmm_variant: no kernel variant '" + name + "'");
   const PackedMatrix::Impl& p = w.impl();
   const bool large = v->layout == kernels::Layout::kGemm;
-  if (v->isa != p.isa || !v->reads(kernels::weights_of(p.bf16, p.i8)) || !v->takes(n) ||
-      (large ? !p.has_gemm : !p.has_lanes))
+  if (!kernels::can_run(*v, p, v->layout, n) || (large ? !p.has_gemm : !p.has_lanes))
     throw Error("spmm_variant: " + name + " cannot run these packed weights with n = " + std::to_string(n));
   if (!prologue(p, x, n, ldx, y, ldy, bias, ep, threads)) return;
   v->fn(p, {x, n, ldx, y, ldy, bias, ep, threads});

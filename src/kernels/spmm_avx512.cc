@@ -129,6 +129,11 @@ S24_LANES_ROW(avx512_lanes16t_i8, kTable)
 S24_LANES_ROW(avx512_lanes16t_f32_pf, kTablePf)
 S24_LANES_ROW(avx512_lanes16t_bf16_pf, kTablePf)
 S24_LANES_ROW(avx512_lanes16t_i8_pf, kTablePf)
+// bf16 activations (lanes_bf16x_tile, its own AVX512_BF16 target; only on CPUs that have it).
+S24_LANES_ROW(avx512_xbf16_bf16, kBf16x)
+S24_LANES_ROW(avx512_xbf16_i8, kBf16x)
+S24_LANES_ROW(avx512_xbf16_bf16_pf, kBf16xPf)
+S24_LANES_ROW(avx512_xbf16_i8_pf, kBf16xPf)
 #undef S24_LANES_ROW
 
 }  // namespace sparse24::kernels

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "sparse24/dtype.h"
 #include "spmm_driver.h"
 
 namespace sparse24::kernels {
@@ -33,13 +34,16 @@ namespace sparse24::kernels {
 // prefetch, kLanesPrefetch bytes ahead), kMix (lanes_mix_tile, AVX2 int8), kSlots (lanes_slots_tile,
 // AVX-512: the two slots of a group in one 512-bit vector), kSlotsPf (the same with the prefetch), kTable and
 // kTablePf (lanes_slots_tile reading each column's activations as a 16-entry table: AMD's form).
-enum class LanesTile { kRows, kRowsPf, kMix, kSlots, kSlotsPf, kTable, kTablePf };
+// kBf16x and kBf16xPf (lanes_bf16x_tile): bf16 activations (AVX512_BF16), without and with the prefetch.
+enum class LanesTile { kRows, kRowsPf, kMix, kSlots, kSlotsPf, kTable, kTablePf, kBf16x, kBf16xPf };
 constexpr bool is_table(LanesTile t) { return t == LanesTile::kTable || t == LanesTile::kTablePf; }
+constexpr bool is_bf16x(LanesTile t) { return t == LanesTile::kBf16x || t == LanesTile::kBf16xPf; }
 constexpr bool is_slots(LanesTile t) {
   return t == LanesTile::kSlots || t == LanesTile::kSlotsPf || is_table(t);
 }
 constexpr bool is_prefetch(LanesTile t) {
-  return t == LanesTile::kRowsPf || t == LanesTile::kSlotsPf || t == LanesTile::kTablePf;
+  return t == LanesTile::kRowsPf || t == LanesTile::kSlotsPf || t == LanesTile::kTablePf ||
+         t == LanesTile::kBf16xPf;
 }
 
 // The software prefetch distance of the tiles that prefetch: every line of each stream, this many bytes
@@ -407,17 +411,143 @@ float* lanes_table_x(const SpmmArgs& a, int64_t k, int64_t supers) {
   return xt;
 }
 
+// bf16 activations (TILE kBf16x, kBf16xPf: AVX512_BF16, int8 and bf16 weights,
+// PackOptions::bf16_activations): X rounded to bf16 (to nearest even), one `vdpbf16ps` per column does 32
+// multiply-adds (16 fp32 lanes, each the sum of a pair of bf16 products) where the fp32 table form does 16
+// with a `vpermps` and an FMA; the activations come from a `vpermw` of the column's 64-byte table of 32
+// positions (8 groups, one half of the super chunk), the index made once per step for all columns. A step
+// covers groups q and q + 4 of a half (q = 0..3): lane L < 8 holds row L's slot 0 products of both groups,
+// lane L + 8 row L's slot 1 products (so a lane sums one row, and the halves add at the end as in
+// lanes_slots_tile); word 2L of the weight vector is group q's value, word 2L + 1 group q + 4's. The index
+// words: each lane's codes (slot 0's in lanes 0..7, slot 1's, shifted 2 bits, in 8..15) have groups 0..3 in
+// the low word and 4..7 in the high word, 4 bits apart, so one 16-bit shift by 4q and `vpternlogd` ((c & 3) |
+// 4q, | 4q + 16 in the high word) give the positions. The weights are the existing layout's, widened in
+// registers: bf16 values by one word interleave (`vpermt2w`) of the two groups' slot pairs; int8 values by a
+// sign extension and a conversion to fp32 per group, whose top 16 bits are the exact bf16 value (an int8 has
+// at most 8 significant bits), merged with a shift and a `vpternlogd`. Products are exact in fp32 (8 x 8
+// significant bits), sums fp32; `vdpbf16ps` treats bf16 subnormals as zero. int8: partial sums per super
+// chunk, times the scales once (always: the bf16 weights cannot carry the scales exactly; lanes_passes keeps
+// NC small enough). A function of its own with the AVX512_BF16 target (the caller is compiled without it),
+// entered only by the rows that need AVX512_BF16 (kernel_list.inc). xb: this K block's table ([super
+// chunk][half][column][32 words], NX columns).
+template <class T, LanesWeights WT, int NC, int NS, int NX, bool PF>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"), noinline)) void lanes_bf16x_tile(
+    const uint8_t* __restrict e, size_t estride, int64_t ns, const uint16_t* __restrict xb,
+    __m256 (&out)[NS][NC]) {
+  static_assert(WT == LanesWeights::kBf16 || WT == LanesWeights::kI8,
+                "bf16 activations: bf16 or int8 weights");
+  using S = LanesSlots<WT>;
+  constexpr bool kPart = S::kScaled;
+  static_assert(!kPart || 2 * NS * NC + 8 <= 32, "int8: the partial sums must fit (lanes_passes)");
+  __m512 acc[NS][NC], part[NS][NC];
+#pragma GCC unroll 4
+  for (int i = 0; i < NS; ++i)
+#pragma GCC unroll 16
+    for (int n = 0; n < NC; ++n) acc[i][n] = part[i][n] = _mm512_setzero_ps();
+  const __m512i half_shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi32(2), 1);
+  // bf16 values: word 2L from the first group's 16 words, 2L + 1 from the second's (at word 32 on).
+  const __m512i interleave = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
+                                              39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+  const __m512i hi_words = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  for (int64_t s = 0; s < ns; ++s) {
+    const uint8_t* es = e + static_cast<size_t>(s) * S::kEntryBytes;
+    if constexpr (PF) lanes_prefetch<NS, S::kEntryBytes>(es, estride);
+    __m512 sc[NS];
+    if constexpr (S::kScaled)
+#pragma GCC unroll 4
+      for (int i = 0; i < NS; ++i)
+        sc[i] = _mm512_broadcast_f32x8(
+            _mm256_load_ps(reinterpret_cast<const float*>(es + i * estride + S::kScaleOffset)));
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const uint16_t* xh = xb + (2 * s + h) * NX * 32;
+      __m512i c[NS];
+#pragma GCC unroll 4
+      for (int i = 0; i < NS; ++i)
+        c[i] = _mm512_srlv_epi32(
+            _mm512_broadcast_i32x8(
+                _mm256_load_si256(reinterpret_cast<const __m256i*>(es + i * estride + S::kCodeOffset) + h)),
+            half_shift);
+#pragma GCC unroll 4
+      for (int q = 0; q < 4; ++q) {
+        const __m512i base = _mm512_set1_epi32(4 * q | (4 * q + 16) << 16);
+#pragma GCC unroll 4
+        for (int i = 0; i < NS; ++i) {
+          const uint8_t* ei = es + i * estride;
+          const uint8_t* pa = ei + LanesLayout::slot_at(WT, 2 * (8 * h + q));
+          const uint8_t* pb = ei + LanesLayout::slot_at(WT, 2 * (8 * h + q + 4));
+          __m512i w;
+          if constexpr (WT == LanesWeights::kBf16) {
+            w = _mm512_permutex2var_epi16(
+                _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pa))), interleave,
+                _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb))));
+          } else {
+            const __m512i fa = _mm512_castps_si512(_mm512_cvtepi32_ps(
+                _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pa)))));
+            const __m512i fb = _mm512_castps_si512(_mm512_cvtepi32_ps(
+                _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pb)))));
+            // (fb & 0xFFFF0000) | (fa >> 16): ternary-logic function A & B | C.
+            w = _mm512_ternarylogic_epi32(fb, hi_words, _mm512_srli_epi32(fa, 16), 0xEA);
+          }
+          const __m512i idx =
+              _mm512_ternarylogic_epi32(_mm512_srli_epi16(c[i], 4 * q), _mm512_set1_epi16(3), base, 0xEA);
+#pragma GCC unroll 16
+          for (int n = 0; n < NC; ++n) {
+            __m512& a = kPart ? part[i][n] : acc[i][n];
+            const __m512i xq = _mm512_permutexvar_epi16(idx, _mm512_load_si512(xh + n * 32));
+            a = _mm512_dpbf16_ps(a, reinterpret_cast<__m512bh>(w), reinterpret_cast<__m512bh>(xq));
+          }
+        }
+      }
+    }
+    if constexpr (kPart)
+#pragma GCC unroll 4
+      for (int i = 0; i < NS; ++i)
+#pragma GCC unroll 16
+        for (int n = 0; n < NC; ++n) {
+          acc[i][n] = _mm512_fmadd_ps(part[i][n], sc[i], acc[i][n]);
+          part[i][n] = _mm512_setzero_ps();
+        }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < NS; ++i)
+#pragma GCC unroll 16
+    for (int n = 0; n < NC; ++n)
+      out[i][n] = _mm256_add_ps(_mm512_castps512_ps256(acc[i][n]), _mm512_extractf32x8_ps(acc[i][n], 1));
+}
+
+// The bf16 tile's X in the thread's scratch: per half super chunk (32 positions), the N columns' 32
+// activations rounded to bf16 in turn ([32 positions][column][32]); zero past k from the 32 positions that
+// hold position k on (lanes_group_x's rule).
+template <class T, int N>
+const uint16_t* lanes_bf16_x(const SpmmArgs& a, int64_t k, int64_t supers) {
+  const size_t size = static_cast<size_t>(supers * LanesLayout::kSuper * N);  // words
+  const size_t tail = static_cast<size_t>(k / 32 * 32 * N);
+  uint16_t* xb = reinterpret_cast<uint16_t*>(scratch<T, 2>(size / 2 + 1));
+  std::memset(xb + tail, 0, sizeof(uint16_t) * (size - tail));
+  for (int64_t kk = 0; kk < k; ++kk)
+    for (int j = 0; j < N; ++j) xb[(kk / 32 * N + j) * 32 + kk % 32] = float_to_bf16(a.x[kk * a.ldx + j]);
+  return xb;
+}
+
 // NS streams of N columns, in passes of up to CMAX columns: v[i][n], stream i's sums for column n. Passes
 // after the first read the same weights again (one K block of a row block: at most 17 KB, from L1/L2).
-// x: this K block's part of X in the tile's order (lanes_x); xstride: the tile's step between columns
-// (kRows: the transposed X's rows) or passes (kMix: one stream, CMAX = 8); kSlots takes every column in
-// one pass (CMAX = 16).
+// x: this K block's part of X in the tile's order (lanes_x: floats, or bf16 words for kBf16x); xstride: the
+// tile's step in floats between columns (kRows: the transposed X's rows) or passes (kMix: one stream, CMAX
+// = 8); kSlots and kBf16x take every column in one pass (CMAX = 16).
 template <class T, LanesWeights WT, int N, int NS, int CMAX, int VREGS, LanesTile TILE, int C0 = 0>
-void lanes_passes(const uint8_t* e, size_t estride, int64_t ns, const float* x, int64_t xstride,
+void lanes_passes(const uint8_t* e, size_t estride, int64_t ns, const void* xv, int64_t xstride,
                   __m256 (&v)[NS][N]) {
-  constexpr int NC = N - C0 < CMAX ? N - C0 : CMAX;
+  // int8 with bf16 activations keeps a partial sum per column beside each sum (the scales cannot multiply
+  // the bf16 weights exactly): all columns in one pass while both fit in the registers, else passes of 8.
+  constexpr int CM = is_bf16x(TILE) && WT == LanesWeights::kI8 && 2 * NS * N + 8 > 32 ? 8 : CMAX;
+  constexpr int NC = N - C0 < CM ? N - C0 : CM;
+  const float* x = static_cast<const float*>(xv);
   __m256 out[NS][NC];
-  if constexpr (is_slots(TILE)) {
+  if constexpr (is_bf16x(TILE)) {
+    lanes_bf16x_tile<T, WT, NC, NS, N, is_prefetch(TILE)>(e, estride, ns,
+                                                          static_cast<const uint16_t*>(xv) + C0 * 32, out);
+  } else if constexpr (is_slots(TILE)) {
     lanes_slots_tile<T, WT, NC, NS, N, is_prefetch(TILE), is_table(TILE)>(
         e, estride, ns, x + C0 * (is_table(TILE) ? 16 : 4), out);
   } else if constexpr (TILE == LanesTile::kMix) {
@@ -432,29 +562,33 @@ void lanes_passes(const uint8_t* e, size_t estride, int64_t ns, const float* x, 
   for (int i = 0; i < NS; ++i)
     for (int j = 0; j < NC; ++j) v[i][C0 + j] = out[i][j];
   if constexpr (C0 + NC < N)
-    lanes_passes<T, WT, N, NS, CMAX, VREGS, TILE, C0 + NC>(e, estride, ns, x, xstride, v);
+    lanes_passes<T, WT, N, NS, CMAX, VREGS, TILE, C0 + NC>(e, estride, ns, xv, xstride, v);
 }
 
-// X in a tile's order in the thread's scratch, its floats per K position (K block kb starts
-// kb * lay.kb * per_k floats in) and the tile's stride (lanes_passes).
+// X in a tile's order in the thread's scratch, its bytes per K position (K block kb starts
+// kb * lay.kb * per_k bytes in) and the tile's stride in floats (lanes_passes).
 struct LanesX {
-  const float* x;
+  const uint8_t* x;
   int64_t per_k;
   int64_t stride;
 };
 
 template <class T, int N, LanesTile TILE>
 LanesX lanes_x(const SpmmArgs& a, const LanesLayout& lay, int64_t k) {
-  if constexpr (is_table(TILE)) {
-    return {lanes_table_x<T, N>(a, k, lay.supers), N, 0};
+  auto bytes = [](const void* p) { return static_cast<const uint8_t*>(p); };
+  constexpr int64_t F = sizeof(float);
+  if constexpr (is_bf16x(TILE)) {
+    return {bytes(lanes_bf16_x<T, N>(a, k, lay.supers)), N * 2, 0};
+  } else if constexpr (is_table(TILE)) {
+    return {bytes(lanes_table_x<T, N>(a, k, lay.supers)), N * F, 0};
   } else if constexpr (is_slots(TILE)) {
-    return {lanes_group_x<T, N>(a, k, lay.supers), N, 0};
+    return {bytes(lanes_group_x<T, N>(a, k, lay.supers)), N * F, 0};
   } else if constexpr (TILE == LanesTile::kMix) {
     const int64_t pass = lay.supers * LanesLayout::kSuper * 2 * 8;
-    return {lanes_mix_x<T, N>(a, k, static_cast<size_t>(pass)), 2 * 8, pass};
+    return {bytes(lanes_mix_x<T, N>(a, k, static_cast<size_t>(pass))), 2 * 8 * F, pass};
   } else {
     const int64_t ldxt = lay.supers * LanesLayout::kSuper + 16;  // + 16: rows of Xt not 4 KiB apart
-    return {transposed_x<T, N>(a, k, ldxt), 1, ldxt};
+    return {bytes(transposed_x<T, N>(a, k, ldxt)), F, ldxt};
   }
 }
 
@@ -476,7 +610,8 @@ constexpr int lanes_streams() {
 // N columns; CMAX: the most columns one pass keeps in registers (8 with 16 registers, 16 with 32).
 template <class T, LanesWeights WT, int N, int CMAX, int VREGS, LanesTile TILE>
 void lanes_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
-  constexpr int NS = TILE == LanesTile::kMix ? 1 : lanes_streams<WT, N, VREGS, is_table(TILE)>();
+  constexpr int NS = TILE == LanesTile::kMix ? 1 : lanes_streams < WT, N, VREGS,
+                is_table(TILE) || is_bf16x(TILE) > ();
   constexpr int R = LanesLayout::kRows;
   const LanesLayout& lay = p.lanes;
   const int64_t m = p.m, k = p.k;
@@ -492,7 +627,7 @@ void lanes_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
     for (int64_t kb = 0; kb < lay.k_blocks; ++kb) {
       const int64_t ns = lay.supers_in(kb);
       const size_t bstride = static_cast<size_t>(ns * LanesSlots<WT>::kEntryBytes);  // next row block
-      const float* xb = x.x + kb * lay.kb * x.per_k;
+      const uint8_t* xb = x.x + kb * lay.kb * x.per_k;
       const bool first = kb == 0, last = kb + 1 == lay.k_blocks;
       auto emit = [&](int64_t mb, const __m256(&v)[N]) {
         alignas(32) float t[N][R];

@@ -76,6 +76,11 @@ struct Case {
   int threads = 1;
   bool bf16 = false;
   int64_t int8_group = 0;  // > 0: int8 weights, quantize_int8 with this scale group (clamped to the row)
+  // PackOptions::bf16_activations. With a bf16-activation variant forced: against the reference on X rounded
+  // to bf16 (exact up to summation order); through dispatch (which may or may not round): within the
+  // rounding's bound of it as well.
+  bool bf16_act = false;
+  bool variant_rounds_x = false;
   PackLayouts layouts = PackLayouts::kBoth;
   std::string variant = {};  // non-empty: spmm_variant(variant, ...) instead of spmm
   std::string str() const {
@@ -83,7 +88,7 @@ struct Case {
            std::to_string(ldx_pad) + " ldy+" + std::to_string(ldy_pad) + " xoff " + std::to_string(x_off) +
            " yoff " + std::to_string(y_off) + (bias ? " bias " : " ") + epilogue_name(ep) + " threads " +
            std::to_string(threads) + (bf16 ? " bf16" : "") +
-           (int8_group ? " int8/" + std::to_string(int8_group) : "") +
+           (int8_group ? " int8/" + std::to_string(int8_group) : "") + (bf16_act ? " bf16-activations" : "") +
            (layouts == PackLayouts::kBoth     ? ""
             : layouts == PackLayouts::kLargeN ? " large-n only"
                                               : " small-n only") +
@@ -110,7 +115,10 @@ void check(Isa isa, const Case& t, std::mt19937_64& g) {
   const Compressed want_w = t.bf16 ? with_bf16_values(c) : c;
   std::vector<float> want(static_cast<size_t>(t.m * ldy)), mag(want.size());
   // int8: the int8 reference (scaled values in fp32); the bound from the dequantised magnitudes.
-  spmm_reference(want_w, x, t.n, ldx, want.data(), ldy, b, t.ep);
+  std::vector<float> xr(x, x + t.k * ldx);
+  if (t.bf16_act)
+    for (float& v : xr) v = bf16_to_float(float_to_bf16(v));
+  spmm_reference(want_w, xr.data(), t.n, ldx, want.data(), ldy, b, t.ep);
   spmm_reference(with_abs_values(t.int8_group ? compress(decompress(c)) : want_w), xabs.data(), t.n, ldx,
                  mag.data(), ldy);
 
@@ -118,6 +126,7 @@ void check(Isa isa, const Case& t, std::mt19937_64& g) {
   o.isa_set = true;
   o.isa = isa;
   o.bf16_weights = t.bf16;
+  o.bf16_activations = t.bf16_act;
   o.layouts = t.layouts;
   const PackedMatrix p = pack(c, o);
   ASSERT_EQ(p.isa(), isa);
@@ -142,8 +151,11 @@ void check(Isa isa, const Case& t, std::mt19937_64& g) {
       }
       // Summation-order and FMA differences: bounded by K eps times the sum of |w x|; GELU's
       // approximation adds 1e-6 relative.
-      const float tol = 2.f * static_cast<float>(t.k) * eps * (mag[i] + (b ? std::fabs(b[r]) : 0.f)) +
-                        2e-6f * std::fabs(want[i]) + 1e-6f;
+      // bf16 activations through dispatch: X may be rounded (2^-8 relative each) or not; GELU steepens it.
+      const float xeps = t.bf16_act && !t.variant_rounds_x ? 0x1p-7f : 0.f;
+      const float tol =
+          (2.f * static_cast<float>(t.k) * eps + xeps) * (mag[i] + (b ? std::fabs(b[r]) : 0.f)) +
+          2e-6f * std::fabs(want[i]) + 1e-6f;
       ASSERT_NEAR(y[i], want[i], tol) << "row " << r << " col " << j;
     }
   }
@@ -167,6 +179,7 @@ Case random_case(std::mt19937_64& g, int64_t m, int64_t k, int64_t n) {
   t.threads = 1 + d(g) % 2;
   t.bf16 = d(g) % 4 == 0;
   if (!t.bf16 && d(g) % 3 == 0) t.int8_group = std::array<int64_t, 3>{64, 128, 1 << 20}[d(g) % 3];
+  t.bf16_act = d(g) % 4 == 0;
   return t;
 }
 
@@ -377,7 +390,7 @@ TEST(Spmm, EveryVariantByName) {
   std::uniform_int_distribution<size_t> pick(0, std::size(kEdges) - 1);
   int runnable = 0, tested = 0;
   for (const KernelVariantInfo& v : kernel_variants()) {
-    if (!isa_supported(v.isa)) continue;
+    if (!v.runs) continue;
     ++runnable;
     std::vector<int64_t> ns;
     for (int64_t n = 1; n <= 17 && (v.n_max == 0 || n <= v.n_max); ++n) ns.push_back(n);
@@ -393,6 +406,7 @@ TEST(Spmm, EveryVariantByName) {
           t.int8_group = wt == 2 ? (rep ? 64 : 128) : 0;
           t.layouts = v.large_n ? PackLayouts::kLargeN : PackLayouts::kSmallN;
           t.variant = v.name;
+          t.bf16_act = t.variant_rounds_x = v.bf16_activations;
           check(v.isa, t, g);
           if (::testing::Test::HasFatalFailure()) return;
           any = true;
@@ -413,7 +427,7 @@ TEST(Spmm, EveryVariantByNameLongK) {
   SPARSE24_SEED_TRACE();
   auto g = rng(316);
   for (const KernelVariantInfo& v : kernel_variants()) {
-    if (!isa_supported(v.isa) || v.large_n) continue;
+    if (!v.runs || v.large_n) continue;
     for (int wt = 0; wt < 3; ++wt) {  // fp32, bf16, int8
       if (!(wt == 0 ? v.fp32 : wt == 1 ? v.bf16 : v.int8)) continue;
       for (int64_t n : {1, 7, 8, 9, 15, 16}) {
@@ -425,6 +439,7 @@ TEST(Spmm, EveryVariantByNameLongK) {
         t.int8_group = wt == 2 ? (n % 2 ? 64 : 128) : 0;
         t.layouts = PackLayouts::kSmallN;
         t.variant = v.name;
+        t.bf16_act = t.variant_rounds_x = v.bf16_activations;
         check(v.isa, t, g);
         if (::testing::Test::HasFatalFailure()) return;
       }
@@ -585,7 +600,7 @@ TEST(Spmm, MemoryBoundScratchIsClearedPastK) {
   auto g = rng(309);
   const float nan = std::numeric_limits<float>::quiet_NaN();
   for (const KernelVariantInfo& v : kernel_variants()) {
-    if (!isa_supported(v.isa) || v.large_n) continue;
+    if (!v.runs || v.large_n) continue;
     for (int wt = 0; wt < 3; ++wt) {  // fp32, bf16, int8
       if (!(wt == 0 ? v.fp32 : wt == 1 ? v.bf16 : v.int8)) continue;
       for (int64_t n : {2, 3, 9, 16}) {
@@ -595,6 +610,7 @@ TEST(Spmm, MemoryBoundScratchIsClearedPastK) {
         o.isa_set = true;
         o.isa = v.isa;
         o.bf16_weights = wt == 1;
+        o.bf16_activations = v.bf16_activations;
         o.layouts = PackLayouts::kSmallN;
         auto packed = [&](const Compressed& c) { return pack(wt == 2 ? quantize_int8(c, 64) : c, o); };
         const Compressed big = random_24(g, 16, 300, 0, 0);
@@ -604,14 +620,61 @@ TEST(Spmm, MemoryBoundScratchIsClearedPastK) {
         const Compressed c = random_24(g, 16, 21, 0, 0);
         const Compressed cr = wt == 2 ? quantize_int8(c, 64) : wt == 1 ? with_bf16_values(c) : c;
         const std::vector<float> x = random_floats(g, static_cast<size_t>(21 * n), -2.f, 2.f);
-        std::vector<float> want(static_cast<size_t>(16 * n));
-        spmm_reference(cr, x.data(), n, n, want.data(), n);
+        std::vector<float> want(static_cast<size_t>(16 * n)), xr(x);
+        if (v.bf16_activations)
+          for (float& e : xr) e = bf16_to_float(float_to_bf16(e));
+        spmm_reference(cr, xr.data(), n, n, want.data(), n);
         spmm_variant(v.name, packed(c), x.data(), n, n, y.data(), n);
         for (size_t i = 0; i < y.size(); ++i)
           ASSERT_NEAR(y[i], want[i], 1e-4f * (1.f + std::fabs(want[i]))) << i;
       }
     }
   }
+}
+
+// PackOptions::bf16_activations through dispatch: where the CPU has AVX512_BF16, the memory-bound path of
+// bf16 and int8 weights rounds X to bf16 (the result matches the reference on rounded X, not on X: the test
+// fails if the option is ignored), at every N on a pack of only the small-N layout (chunks of 16 past the
+// limit) and up to the small-N limit on a pack of both; fp32 weights, and a CPU without AVX512_BF16, keep
+// fp32 activations.
+TEST(Spmm, Bf16ActivationsRoundX) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(317);
+  const int64_t m = 40, k = 300;
+  for (int wt = 0; wt < 3; ++wt)  // fp32, bf16, int8
+    for (PackLayouts layouts : {PackLayouts::kSmallN, PackLayouts::kBoth})
+      for (int64_t n : {1, 2, 5, 8, 12, 16, 20}) {
+        SCOPED_TRACE("weights " + std::to_string(wt) + " n " + std::to_string(n) +
+                     (layouts == PackLayouts::kBoth ? " both layouts" : " small-n layout"));
+        const Compressed c0 = random_24(g, m, k);
+        const Compressed c = wt == 2 ? quantize_int8(c0, 64) : c0;
+        const Compressed cr = wt == 1 ? with_bf16_values(c) : c;
+        PackOptions o;
+        o.bf16_weights = wt == 1;
+        o.bf16_activations = true;
+        o.layouts = layouts;
+        const PackedMatrix p = pack(c, o);
+        const std::vector<float> x = random_floats(g, static_cast<size_t>(k * n), -2.f, 2.f);
+        std::vector<float> xr(x);
+        for (float& v : xr) v = bf16_to_float(float_to_bf16(v));
+        std::vector<float> exact(static_cast<size_t>(m * n)), rounded(exact.size()), y(exact.size());
+        spmm_reference(cr, x.data(), n, n, exact.data(), n);
+        spmm_reference(cr, xr.data(), n, n, rounded.data(), n);
+        spmm(p, x.data(), n, n, y.data(), n);
+        // Rounded when supported, for bf16 / int8 weights, on the memory-bound path.
+        const bool small = layouts == PackLayouts::kSmallN || n <= 12;
+        const bool rounds = bf16_activations_supported() && wt != 0 && p.isa() == Isa::kAvx512 && small;
+        const std::vector<float>& want = rounds ? rounded : exact;
+        const std::vector<float>& other = rounds ? exact : rounded;
+        double worst = 0, apart = 0;
+        for (size_t i = 0; i < y.size(); ++i) {
+          const double scale = 1.0 + std::fabs(want[i]);
+          worst = std::max(worst, std::fabs(y[i] - want[i]) / scale);
+          apart = std::max(apart, std::fabs(other[i] - want[i]) / scale);
+        }
+        EXPECT_LT(worst, 2e-5) << (rounds ? "rounded X expected" : "fp32 X expected");
+        EXPECT_GT(apart, 10 * worst + 1e-6) << "the two references do not tell the paths apart";
+      }
 }
 
 // The vectorised GELU against the exact form evaluated in double: within 1e-6 relative.
