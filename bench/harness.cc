@@ -171,14 +171,17 @@ const char* weights_name(Weights w) {
 
 namespace {
 
-// sparse24 on weights `wc` packed as `wt` ("sparse24", "sparse24_bf16", "sparse24_int8"), then with
-// o.variants every variant of the kernel list that runs this pack at this N, forced by name (s24:<name>;
-// the fp32 pack's compute-bound and memory-bound variants, the bf16 and int8 packs' memory-bound ones).
-void add_sparse24(const Problem& p, const Compressed& wc, Weights wt, const BuildOptions& o,
+// sparse24 on weights `wc` packed as `wt` ("sparse24", "sparse24_bf16", "sparse24_int8"; with bf16_x,
+// PackOptions::bf16_activations: "sparse24_bf16_xbf16", "sparse24_int8_xbf16"), then with o.variants every
+// variant of the kernel list that runs this pack at this N, forced by name (s24:<name>; the fp32 pack's
+// compute-bound and memory-bound variants, the bf16 and int8 packs' memory-bound ones, with bf16_x only
+// those that round X).
+void add_sparse24(const Problem& p, const Compressed& wc, Weights wt, bool bf16_x, const BuildOptions& o,
                   std::vector<Candidate>& out) {
   const int64_t m = wc.rows, n = p.shape.n;
   PackOptions po;
   po.bf16_weights = wt == Weights::kBf16;
+  po.bf16_activations = bf16_x;
   auto packs = std::make_shared<std::vector<PackedMatrix>>();
   packs->push_back(pack(wc, po));
   // The packed object may hold several layouts (one per path) of which a call streams one, so copies are
@@ -197,6 +200,7 @@ void add_sparse24(const Problem& p, const Compressed& wc, Weights wt, const Buil
                 format_bytes, Buffer(m * n)};
     c.variant = variant;
     c.weights = wt;
+    c.bf16_x = bf16_x;
     c.layout_bytes = layout_bytes;
     float* y = c.y.data();
     if (variant) {
@@ -211,11 +215,15 @@ void add_sparse24(const Problem& p, const Compressed& wc, Weights wt, const Buil
     c.state = packs;
     out.push_back(std::move(c));
   };
-  add(wt == Weights::kF32 ? "sparse24" : std::string("sparse24_") + weights_name(wt), false);
+  add((wt == Weights::kF32 ? "sparse24" : std::string("sparse24_") + weights_name(wt)) +
+          (bf16_x ? "_xbf16" : ""),
+      false);
   if (!o.variants) return;
   for (const KernelVariantInfo& v : kernel_variants()) {
     const bool reads = wt == Weights::kF32 ? v.fp32 : !v.large_n && (wt == Weights::kBf16 ? v.bf16 : v.int8);
-    if (v.isa != packs->front().isa() || !reads || (v.n_max != 0 && n > v.n_max)) continue;
+    if (v.isa != packs->front().isa() || !reads || v.bf16_activations != bf16_x ||
+        (v.n_max != 0 && n > v.n_max))
+      continue;
     try {
       spmm_variant(v.name, packs->front(), x, n, n, out.back().y.data(), n, nullptr, Epilogue::kNone,
                    threads);
@@ -232,10 +240,14 @@ std::vector<Candidate> make_candidates(const Problem& p, const BuildOptions& o) 
   omp_set_num_threads(o.threads);
   std::vector<Candidate> out;
   if (o.with_sparse) {
-    add_sparse24(p, p.wc, Weights::kF32, o, out);
+    add_sparse24(p, p.wc, Weights::kF32, false, o, out);
     if (p.wq.rows > 0) {
-      add_sparse24(p, p.wc, Weights::kBf16, o, out);
-      add_sparse24(p, p.wq, Weights::kI8, o, out);
+      add_sparse24(p, p.wc, Weights::kBf16, false, o, out);
+      add_sparse24(p, p.wq, Weights::kI8, false, o, out);
+      if (bf16_activations_supported()) {
+        add_sparse24(p, p.wc, Weights::kBf16, true, o, out);
+        add_sparse24(p, p.wq, Weights::kI8, true, o, out);
+      }
     }
   }
   if (o.with_dense) {
@@ -282,6 +294,14 @@ Reference make_reference(const Problem& p) {
     spmm_reference(wb, xs.data(), ns, ns, ref.y_bf16.data(), ns);
     ref.y_i8.resize(ref.y.size());
     spmm_reference(p.wq, xs.data(), ns, ns, ref.y_i8.data(), ns);
+    if (bf16_activations_supported()) {
+      std::vector<float> xr(xs);
+      for (float& v : xr) v = bf16_to_float(float_to_bf16(v));
+      ref.y_bf16_xbf16.resize(ref.y.size());
+      ref.y_i8_xbf16.resize(ref.y.size());
+      spmm_reference(wb, xr.data(), ns, ns, ref.y_bf16_xbf16.data(), ns);
+      spmm_reference(p.wq, xr.data(), ns, ns, ref.y_i8_xbf16.data(), ns);
+    }
   }
   return ref;
 }
@@ -307,7 +327,12 @@ CheckResult check_candidate(Candidate& c, const Problem& p, const Reference& ref
       const std::vector<float>& y_ref = c.weights == Weights::kI8     ? ref.y_i8
                                         : c.weights == Weights::kBf16 ? ref.y_bf16
                                                                       : ref.y;
-      const float want = y_ref[m * ns + j];
+      // bf16 activations: X rounded, or not where the option does not apply (the compute-bound path).
+      const std::vector<float>* y_alt = !c.bf16_x                   ? nullptr
+                                        : c.weights == Weights::kI8 ? &ref.y_i8_xbf16
+                                                                    : &ref.y_bf16_xbf16;
+      float want = y_ref[m * ns + j];
+      if (y_alt && std::fabs(got - (*y_alt)[m * ns + j]) < std::fabs(got - want)) want = (*y_alt)[m * ns + j];
       const double err = std::fabs(static_cast<double>(got) - want) / (ref.scale[m * ns + j] + 1e-30);
       if (!(err <= kTol)) {  // NaN fails too
         if (r.ok) {
@@ -375,6 +400,7 @@ Row run_row(const Shape& s, const RunOptions& o, QuietGate& gate, std::string* l
       m.sparse = c.sparse;
       m.variant = c.variant;
       m.weights = c.weights;
+      m.bf16_x = c.bf16_x;
       m.copies = c.copies;
       m.weight_bytes = c.weight_bytes;
       m.layout_bytes = c.layout_bytes > 0 ? c.layout_bytes : c.weight_bytes;
@@ -435,9 +461,9 @@ Row run_row(const Shape& s, const RunOptions& o, QuietGate& gate, std::string* l
       row.sparse_gflops = m.gflops;
       row.sparse_nonzero_gflops = m.gflops / 2;
     } else if (m.weights == Weights::kI8) {
-      if (!m.variant) row.int8_gflops = m.gflops;
+      if (!m.variant && !m.bf16_x) row.int8_gflops = m.gflops;
     } else if (m.weights == Weights::kBf16) {
-      if (!m.variant) row.bf16_gflops = m.gflops;
+      if (!m.variant && !m.bf16_x) row.bf16_gflops = m.gflops;
     } else if (!m.variant && m.gflops > row.best_dense_gflops) {
       row.best_dense_gflops = m.gflops;
       row.best_dense_lib = m.name;
@@ -448,6 +474,10 @@ Row run_row(const Shape& s, const RunOptions& o, QuietGate& gate, std::string* l
     row.bf16_speedup = row.bf16_gflops / row.best_dense_gflops;
   if (row.int8_gflops > 0 && row.best_dense_gflops > 0)
     row.int8_speedup = row.int8_gflops / row.best_dense_gflops;
+  for (const MethodResult& m : row.methods)
+    if (m.ok && !m.variant && m.bf16_x && row.best_dense_gflops > 0)
+      (m.weights == Weights::kI8 ? row.int8_xbf16_speedup : row.bf16_xbf16_speedup) =
+          m.gflops / row.best_dense_gflops;
   cands.clear();  // frees the weight copies before the next shape
   row.wall_s = now_s() - t_start;
   return row;

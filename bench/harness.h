@@ -88,6 +88,7 @@ struct Candidate {
                               // sparse24 number, not a dense baseline
   bool y_transposed = false;  // writes Y^T [N, M] instead of Y [M, N]
   Weights weights = Weights::kF32;  // checked against the reference of these weights
+  bool bf16_x = false;              // X rounded to bf16 (PackOptions::bf16_activations): that reference on it
   int copies = 1;                   // weight copies run() rotates through (1 when hot)
   double weight_bytes = 0;          // bytes of one weight copy in its format: dense fp32, or compressed 2:4
   double layout_bytes = 0;          // bytes of one copy as the method stores it (packed layouts), if known
@@ -120,6 +121,8 @@ struct Reference {
   std::vector<float> scale;   // [M, cols.size()]: sum_k |w| |x|
   std::vector<float> y_bf16;  // [M, cols.size()] with the weights rounded to bf16 (when Problem::wq is set)
   std::vector<float> y_i8;    // [M, cols.size()] with the int8 weights (when Problem::wq is set)
+  // y_bf16 and y_i8 on X rounded to bf16 (when Problem::wq is set and bf16_activations_supported()).
+  std::vector<float> y_bf16_xbf16, y_i8_xbf16;
 };
 Reference make_reference(const Problem& p);
 
@@ -146,6 +149,7 @@ struct MethodResult {
   bool sparse = false;
   bool variant = false;
   Weights weights = Weights::kF32;
+  bool bf16_x = false;
   bool ok = false;
   std::string error;
   double max_err = 0;
@@ -174,6 +178,8 @@ struct Row {
   double bf16_speedup = 0;           // bf16_gflops / best_dense_gflops
   double int8_gflops = 0;            // sparse24 with int8 weights (N <= 16), dense-equivalent
   double int8_speedup = 0;           // int8_gflops / best_dense_gflops
+  // The same with bf16 activations (PackOptions::bf16_activations; CPUs with AVX512_BF16).
+  double bf16_xbf16_speedup = 0, int8_xbf16_speedup = 0;
   long gate_waits = 0, gate_timeouts = 0;
   bool disturbed = false;  // some method had only disturbed measurements
   int rounds = 0;

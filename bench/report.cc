@@ -51,7 +51,8 @@ std::string table_header() {
   std::string s = pad("m", 6) + pad("k", 6) + pad("n", 5) + pad("thr", 4) + pad("cold", 5);
   for (const MethodColumn& c : dense_columns()) s += pad(c.label, kCol);
   s += pad("sparse24", kCol) + pad("s24_nz", 8) + "  " + "best_dense           " + pad("speedup", 8) +
-       pad("s24_bf16", 9) + pad("bf16_x", 7) + pad("s24_i8", 8) + pad("i8_x", 7);
+       pad("s24_bf16", 9) + pad("bf16_x", 7) + pad("s24_i8", 8) + pad("i8_x", 7) + pad("bf16xb_x", 9) +
+       pad("i8xb_x", 7);
   return s;
 }
 
@@ -71,6 +72,8 @@ std::string table_line(const Row& r) {
   s += pad(r.bf16_speedup > 0 ? fmt("%.2fx", r.bf16_speedup) : "-", 7);
   s += pad(cell(r.find("sparse24_int8")), 8);
   s += pad(r.int8_speedup > 0 ? fmt("%.2fx", r.int8_speedup) : "-", 7);
+  s += pad(r.bf16_xbf16_speedup > 0 ? fmt("%.2fx", r.bf16_xbf16_speedup) : "-", 9);
+  s += pad(r.int8_xbf16_speedup > 0 ? fmt("%.2fx", r.int8_xbf16_speedup) : "-", 7);
   if (r.disturbed || r.gate_timeouts > 0) s += "  (disturbed)";
   return s;
 }
@@ -117,6 +120,10 @@ nlohmann::json row_json(const Row& r) {
   j["bf16_speedup"] = r.bf16_speedup > 0 ? nlohmann::json(r.bf16_speedup) : nlohmann::json();
   j["int8_gflops"] = r.int8_gflops > 0 ? nlohmann::json(r.int8_gflops) : nlohmann::json();
   j["int8_speedup"] = r.int8_speedup > 0 ? nlohmann::json(r.int8_speedup) : nlohmann::json();
+  j["bf16_xbf16_speedup"] =
+      r.bf16_xbf16_speedup > 0 ? nlohmann::json(r.bf16_xbf16_speedup) : nlohmann::json();
+  j["int8_xbf16_speedup"] =
+      r.int8_xbf16_speedup > 0 ? nlohmann::json(r.int8_xbf16_speedup) : nlohmann::json();
   j["sparse_isa"] = r.isa;
   nlohmann::json gflops = nlohmann::json::object(), methods = nlohmann::json::object();
   for (const MethodResult& m : r.methods) {
@@ -124,6 +131,7 @@ nlohmann::json row_json(const Row& r) {
     nlohmann::json d;
     d["lib"] = m.lib;
     d["weights"] = weights_name(m.weights);
+    d["activations"] = m.bf16_x ? "bf16" : "fp32";
     d["ok"] = m.ok;
     if (!m.ok) d["error"] = m.error;
     d["max_rel_err"] = m.max_err;

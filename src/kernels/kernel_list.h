@@ -118,30 +118,31 @@ constexpr const Variant* variant(std::string_view name) {
   return nullptr;
 }
 
-// The largest value of `field` among the ISA's small-N fp32-activation rows for weight type w that dispatch
-// may pick on CPUs of kind c (kAny: on some CPU); 0: none.
-constexpr int64_t small_rows_max(Isa isa, Weights w, int64_t Variant::*field, Cpu c = Cpu::kAny) {
+// The largest value of `field` among the ISA's small-N rows for weight type w that dispatch may pick on
+// CPUs of kind c (kAny: on some CPU) for activations a (kBf16: the fp32 rows and the bf16 ones); 0: none.
+constexpr int64_t small_rows_max(Isa isa, Weights w, int64_t Variant::*field, Cpu c = Cpu::kAny,
+                                 Act a = Act::kF32) {
   int64_t n = 0;
   for (const Variant& v : kVariants)
-    if (v.isa == isa && v.layout != Layout::kGemm && v.reads(w) && v.act == Act::kF32 && v.pick_min > 0 &&
-        (c == Cpu::kAny || v.dispatchable(c)) && v.*field > n)
+    if (v.isa == isa && v.layout != Layout::kGemm && v.reads(w) && (v.act == Act::kF32 || a == Act::kBf16) &&
+        v.pick_min > 0 && (c == Cpu::kAny || v.dispatchable(c)) && v.*field > n)
       n = v.*field;
   return n;
 }
 
-// On CPUs of kind c, N <= small_n_max(isa, w, c) takes the memory-bound path where both layouts are packed:
-// the largest pick_max of those rows.
-constexpr int64_t small_n_max(Isa isa, Weights w, Cpu c) {
-  return small_rows_max(isa, w, &Variant::pick_max, c);
+// On CPUs of kind c, N <= small_n_max(isa, w, c, a) takes the memory-bound path where both layouts are
+// packed: the largest pick_max of those rows (a = kBf16: packs whose bf16-activation rows may run).
+constexpr int64_t small_n_max(Isa isa, Weights w, Cpu c, Act a = Act::kF32) {
+  return small_rows_max(isa, w, &Variant::pick_max, c, a);
 }
-// The most columns one call of those rows takes (their largest n_max): a pack without the compute-bound
+// The most columns one call of the fp32 rows takes (their largest n_max): a pack without the compute-bound
 // layout runs a larger N in chunks of this many columns, each chunk on the fastest of these rows that takes
-// it (also past their pick ranges).
+// it (also past their pick ranges); the bf16-activation rows take no more.
 constexpr int64_t small_n_take(Isa isa, Weights w) { return small_rows_max(isa, w, &Variant::n_max); }
 
-// The checks that used to be conventions: on every kind of CPU, every N up to the small-N limit picked by an
-// fp32-activation row that takes it and every compute-bound N picked; names unique; bf16-activation rows
-// as kernel_list.inc's header says.
+// The checks that used to be conventions: on every kind of CPU and for both activation types, every N up
+// to the small-N limit picked by a row that takes it and every compute-bound N picked; names unique;
+// bf16-activation rows as kernel_list.inc's header says.
 // (Indices and values only, no pointer comparisons: under -fsanitize=undefined GCC does not evaluate
 // those in a constant expression.)
 constexpr bool list_is_consistent() {
@@ -154,36 +155,34 @@ constexpr bool list_is_consistent() {
     if (v.n_max != 0 && v.pick_min > 0 && (v.pick_max == 0 || v.pick_max > v.n_max)) return false;
     for (size_t j = 0; j < nv; ++j)
       if (j != i && kVariants[j].name == v.name) return false;
-    // bf16 activations: memory-bound rows of bf16 or int8 weights, within the fp32 rows' limit and chunks.
-    if (v.act == Act::kBf16) {
-      if (v.layout != Layout::kLanes || (v.weights != Weights::kBf16 && v.weights != Weights::kI8) ||
-          v.n_max == 0 || v.n_max > small_n_take(v.isa, v.weights))
-        return false;
-      for (Cpu c : {Cpu::kIntel, Cpu::kOther})
-        if (v.dispatchable(c) && (v.pick_max == 0 || v.pick_max > small_n_max(v.isa, v.weights, c)))
-          return false;
-    }
+    // bf16 activations: memory-bound rows of bf16 or int8 weights, within the fp32 rows' chunks.
+    if (v.act == Act::kBf16 &&
+        (v.layout != Layout::kLanes || (v.weights != Weights::kBf16 && v.weights != Weights::kI8) ||
+         v.n_max == 0 || v.n_max > small_n_take(v.isa, v.weights)))
+      return false;
   }
   for (const IsaRow& r : kIsas)
     for (Weights w : {Weights::kF32, Weights::kBf16, Weights::kI8}) {
-      for (Cpu c : {Cpu::kIntel, Cpu::kOther}) {
-        const int64_t lim = small_n_max(r.isa, w, c);
-        // Every kind's chunks the same width, and at least the small-N limit.
-        const int64_t take = small_rows_max(r.isa, w, &Variant::n_max, c);
-        if (take < lim || take != small_n_take(r.isa, w)) return false;
-        for (int64_t n = 1; n <= lim + 1; ++n) {
-          bool small = false, large = false;
-          for (const Variant& v : kVariants) {
-            if (v.isa != r.isa || !v.reads(w) || v.act != Act::kF32 || !v.picks(n, c) || !v.takes(n))
-              continue;
-            if (v.layout == Layout::kGemm)
-              large = true;
-            else
-              small = true;
+      for (Cpu c : {Cpu::kIntel, Cpu::kOther})
+        for (Act a : {Act::kF32, Act::kBf16}) {
+          const int64_t lim = small_n_max(r.isa, w, c, a);
+          // Every kind's chunks the same width, and at least the small-N limit.
+          const int64_t take = small_rows_max(r.isa, w, &Variant::n_max, c);
+          if (take < lim || take != small_n_take(r.isa, w)) return false;
+          for (int64_t n = 1; n <= lim + 1; ++n) {
+            bool small = false, large = false;
+            for (const Variant& v : kVariants) {
+              if (v.isa != r.isa || !v.reads(w) || (v.act == Act::kBf16 && a == Act::kF32) ||
+                  !v.picks(n, c) || !v.takes(n))
+                continue;
+              if (v.layout == Layout::kGemm)
+                large = true;
+              else
+                small = true;
+            }
+            if ((n <= lim && !small) || !large) return false;
           }
-          if ((n <= lim && !small) || !large) return false;
         }
-      }
     }
   return true;
 }

@@ -165,10 +165,15 @@ size_t PackedMatrix::bytes() const {
 }
 
 namespace {
-// What `pack` prepares for: the ISA and the weight type of the memory-bound layout.
+// What `pack` prepares for: the ISA, the weight type of the memory-bound layout and the activations.
 Isa pack_isa(const PackOptions& options) { return options.isa_set ? options.isa : active_isa(); }
 kernels::Weights pack_weights(const Compressed& w, const PackOptions& options) {
   return kernels::weights_of(options.bf16_weights || w.dtype == DType::kBF16, w.dtype == DType::kI8);
+}
+// The activations its kernels may read: bf16 where asked for and the CPU runs those rows.
+kernels::Act pack_act(const PackOptions& options) {
+  return options.bf16_activations && kernels::cpu_has_avx512_bf16() ? kernels::Act::kBf16
+                                                                    : kernels::Act::kF32;
 }
 }  // namespace
 
@@ -200,8 +205,8 @@ PackedMatrix pack(const Compressed& w, const PackOptions& options) {
     }
     return out;
   }
-  p.bf16_act = options.bf16_activations && kernels::cpu_has_avx512_bf16();
-  p.small_n_max = static_cast<int>(kernels::small_n_max(isa, wt, kernels::cpu_kind()));
+  p.bf16_act = pack_act(options) == kernels::Act::kBf16;
+  p.small_n_max = static_cast<int>(kernels::small_n_max(isa, wt, kernels::cpu_kind(), pack_act(options)));
   p.small_n_take = static_cast<int>(kernels::small_n_take(isa, wt));
   p.has_gemm = options.layouts != PackLayouts::kSmallN;
   p.has_lanes = options.layouts != PackLayouts::kLargeN;
@@ -215,8 +220,9 @@ PackLayouts layouts_for_n(int64_t n, const Compressed& w, const PackOptions& opt
   const Isa isa = pack_isa(options);
   if (!kernels::isa_row(isa))
     return PackLayouts::kBoth;  // the ref ISA keeps the compressed matrix either way
-  return n <= kernels::small_n_max(isa, pack_weights(w, options), kernels::cpu_kind()) ? PackLayouts::kSmallN
-                                                                                       : PackLayouts::kLargeN;
+  return n <= kernels::small_n_max(isa, pack_weights(w, options), kernels::cpu_kind(), pack_act(options))
+             ? PackLayouts::kSmallN
+             : PackLayouts::kLargeN;
 }
 
 namespace {

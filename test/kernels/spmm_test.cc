@@ -311,8 +311,8 @@ TEST(Spmm, SingleLayoutAnyN) {
   }
 }
 
-// layouts_for_n names the layout a pack with both runs at that N, per weight type (the memory-bound rows
-// of each type stop at their own N): the single-layout pack it names gives the same bits as the pack with
+// layouts_for_n names the layout a pack with both runs at that N, per weight and activation type (the rows
+// of each stop at their own N): the single-layout pack it names gives the same bits as the pack with
 // both at every N up to past the largest small-N limit.
 TEST(Spmm, LayoutsForNIsTheLayoutDispatchRuns) {
   SPARSE24_SEED_TRACE();
@@ -321,18 +321,19 @@ TEST(Spmm, LayoutsForNIsTheLayoutDispatchRuns) {
   const Compressed f32 = random_24(g, m, k);
   const std::vector<float> x = random_floats(g, static_cast<size_t>(k * 20));
   for (Isa isa : isas_here())
-    for (int wt = 0; wt < 3; ++wt) {
-      const Compressed c = wt == 2 ? quantize_int8(f32, 64) : f32;
+    for (int wt = 0; wt < 6; ++wt) {  // fp32, bf16, int8; then with bf16 activations
+      const Compressed c = wt % 3 == 2 ? quantize_int8(f32, 64) : f32;
       PackOptions o;
       o.isa_set = true;
       o.isa = isa;
-      o.bf16_weights = wt == 1;
+      o.bf16_weights = wt % 3 == 1;
+      o.bf16_activations = wt >= 3;
       const PackedMatrix both = pack(c, o);
       EXPECT_NE(layouts_for_n(1, c, o), PackLayouts::kLargeN) << isa_name(isa) << " weights " << wt;
       EXPECT_NE(layouts_for_n(512, c, o), PackLayouts::kSmallN) << isa_name(isa) << " weights " << wt;
       for (int64_t n = 1; n <= 20; ++n) {
-        SCOPED_TRACE(std::string(isa_name(isa)) + " weights " + std::to_string(wt) + " n " +
-                     std::to_string(n));
+        SCOPED_TRACE(std::string(isa_name(isa)) + " weights " + std::to_string(wt % 3) +
+                     (wt >= 3 ? " bf16 activations" : "") + " n " + std::to_string(n));
         o.layouts = layouts_for_n(n, c, o);
         EXPECT_EQ(o.layouts == PackLayouts::kBoth, isa == Isa::kRef);
         const PackedMatrix one = pack(c, o);
@@ -635,8 +636,8 @@ TEST(Spmm, MemoryBoundScratchIsClearedPastK) {
 // PackOptions::bf16_activations through dispatch: where the CPU has AVX512_BF16, the memory-bound path of
 // bf16 and int8 weights rounds X to bf16 (the result matches the reference on rounded X, not on X: the test
 // fails if the option is ignored), at every N on a pack of only the small-N layout (chunks of 16 past the
-// limit) and up to the small-N limit on a pack of both; fp32 weights, and a CPU without AVX512_BF16, keep
-// fp32 activations.
+// limit) and up to the small-N limit on a pack of both (16 for such packs); fp32 weights, and a CPU without
+// AVX512_BF16, keep fp32 activations.
 TEST(Spmm, Bf16ActivationsRoundX) {
   SPARSE24_SEED_TRACE();
   auto g = rng(317);
@@ -662,7 +663,7 @@ TEST(Spmm, Bf16ActivationsRoundX) {
         spmm_reference(cr, xr.data(), n, n, rounded.data(), n);
         spmm(p, x.data(), n, n, y.data(), n);
         // Rounded when supported, for bf16 / int8 weights, on the memory-bound path.
-        const bool small = layouts == PackLayouts::kSmallN || n <= 12;
+        const bool small = layouts == PackLayouts::kSmallN || n <= 16;
         const bool rounds = bf16_activations_supported() && wt != 0 && p.isa() == Isa::kAvx512 && small;
         const std::vector<float>& want = rounds ? rounded : exact;
         const std::vector<float>& other = rounds ? exact : rounded;
