@@ -9,7 +9,7 @@
 //   table      a column's 16 activations of 4 groups as the memory operand of `vpermps` (AMD's form);
 //   bf16x_i8   activations rounded to bf16, a column's 32 of 8 groups selected by `vpermw`, `vdpbf16ps`:
 //              32 multiply-adds per pair of instructions (16 rows x 2 slots), int8 values widened to bf16
-//              once per group; needs AVX512_BF16; not a kernel of the library (yet);
+//              once per group; needs AVX512_BF16 (the library's form of it: lanes_bf16x_tile, spmm_lanes.h);
 //   bf16x_bf16 the same with bf16 values (no widening).
 // The values are arbitrary (the step's speed does not depend on them); a row the CPU cannot run is skipped
 // with an error. Not a kernel test: the kernels' results are tested against the reference in spmm_test.

@@ -224,13 +224,16 @@ void register_arrays(nb::module_& m) {
   m.def("_inspect_compressed", [](const Compressed& c) { return report_dict(inspect_compressed(c)); });
   m.def(
       "_pack",
-      [](const Compressed& c, bool bf16) {
+      [](const Compressed& c, bool bf16, bool bf16_activations) {
         PackOptions o;
         o.bf16_weights = bf16;
+        o.bf16_activations = bf16_activations;
         nb::gil_scoped_release unlocked;
         return pack(c, o);
       },
-      nb::arg("c"), nb::arg("bf16") = false);
+      nb::arg("c"), nb::arg("bf16") = false, nb::arg("bf16_activations") = false);
+  m.def("bf16_activations_supported", &bf16_activations_supported,
+        "True if this CPU runs the bf16-activation kernels (AVX-512 with AVX512_BF16).");
   m.def("spmm", &spmm_numpy, nb::arg("packed"), nb::arg("x"), nb::arg("bias") = nb::none(),
         nb::arg("epilogue") = nb::none(), nb::arg("threads") = nb::none(),
         "Y = epilogue(W X + bias) for x [K] or [K, N] float32; returns [M] or [M, N] float32.");

@@ -95,6 +95,27 @@ def test_spmm_bf16_weights(rng):
     np.testing.assert_allclose(sparse24.spmm(sparse24.pack(w, bf16=True), x), w @ x, rtol=2e-2, atol=5e-2)
 
 
+def _bf16_round(a):
+    """float32 rounded to bfloat16 (to nearest even) and back."""
+    u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    u = (u + 0x7FFF + ((u >> 16) & 1)) >> 16 << 16
+    return u.astype(np.uint32).view(np.float32)
+
+
+def test_spmm_bf16_activations(rng):
+    # With bf16 weights (exactly bf16 values, so the only rounding is X's): the result is the product with X
+    # rounded to bf16 where the CPU has AVX512_BF16, else with X itself; the two differ, so this can fail.
+    w = _bf16_round(sparse24.prune(rng.standard_normal((64, 256)).astype(np.float32)))
+    x = rng.standard_normal((256, 8)).astype(np.float32)
+    y = sparse24.spmm(sparse24.pack(w, bf16=True, bf16_activations=True), x)
+    exact = w.astype(np.float64) @ x
+    rounded = w.astype(np.float64) @ _bf16_round(x)
+    want, other = (rounded, exact) if sparse24.bf16_activations_supported() else (exact, rounded)
+    np.testing.assert_allclose(y, want, atol=1e-4)
+    assert np.abs(other - want).max() > 1e-3
+    assert isinstance(sparse24.bf16_activations_supported(), bool)
+
+
 def test_inspect(rng):
     w = rng.standard_normal((16, 32)).astype(np.float32)
     r = sparse24.inspect(w)

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
 
 #include "../common/seed.h"
 #include "kernels/gemv.h"
@@ -16,6 +17,7 @@
 #include "sparse24/dtype.h"
 #include "sparse24/error.h"
 #include "sparse24/prune.h"
+#include "sparse24/spmm.h"
 #include "tiny_decoder.h"
 
 namespace sparse24::engine {
@@ -499,6 +501,50 @@ TEST(Decoder, Int8WeightsMatchReferenceOnTheQuantizedWeights) {
   DecoderOptions both;
   both.int8_weights = both.bf16_weights = true;
   EXPECT_THROW(Decoder(tiny_model(g, t), both), Error);
+}
+
+// bf16 activations (DecoderOptions::bf16_activations) with int8 and bf16 weights: where the CPU has
+// AVX512_BF16 the 2:4 Linears round their inputs to bf16, so the logits move (the option takes effect) but
+// stay within the rounding's reach of the fp32-activation run, in one pass and one token at a time;
+// elsewhere the option changes nothing.
+TEST(Decoder, Bf16ActivationsMoveTheLogitsALittle) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(13);
+  const Tiny t;
+  DecoderModel m = tiny_model(g, t);
+  m.prune_magnitude();
+  const std::vector<int32_t> ids = random_ids(g, 10, t.vocab);
+  for (bool int8 : {true, false}) {
+    SCOPED_TRACE(int8 ? "int8 weights" : "bf16 weights");
+    DecoderOptions o;
+    o.int8_weights = int8;
+    o.bf16_weights = !int8;
+    o.max_context = 32;
+    DecoderOptions x = o;
+    x.bf16_activations = true;
+    Decoder d32(m, o), d16(m, x);
+    std::vector<float> a(ids.size() * t.vocab), b(a.size());
+    d32.forward(ids.data(), 10, a.data(), true);
+    d16.forward(ids.data(), 10, b.data(), true);
+    double moved = 0, span = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      moved = std::max(moved, static_cast<double>(std::fabs(a[i] - b[i])));
+      span = std::max(span, static_cast<double>(std::fabs(a[i])));
+    }
+    std::printf("%s: bf16 activations move the logits by at most %.3g (largest |logit| %.3g)\n",
+                int8 ? "int8" : "bf16", moved, span);
+    if (!bf16_activations_supported()) {
+      EXPECT_EQ(a, b);
+      continue;
+    }
+    EXPECT_GT(moved, 1e-6) << "the option did not take effect";
+    EXPECT_LT(moved, 2e-2 * span);
+    // One token at a time: the same last logits as the one pass (both with bf16 activations).
+    d16.reset();
+    std::vector<float> last(t.vocab);
+    for (int64_t p = 0; p < 10; ++p) d16.forward(&ids[p], 1, last.data());
+    for (int64_t v = 0; v < t.vocab; ++v) ASSERT_NEAR(last[v], b[9 * t.vocab + v], 2e-4);
+  }
 }
 
 TEST(Decoder, IncrementalDecodingEqualsFullRecomputation) {

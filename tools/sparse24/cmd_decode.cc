@@ -80,7 +80,7 @@ bool model_is_pruned(const DecoderModel& m) {
 // The weight types of a decoder's 2:4 Linears (fp32 without a flag), whether a dense model is pruned as it
 // is read, and the KV cache's type, which every decoder command takes.
 struct WeightFlags {
-  bool bf16 = false, int8 = false, prune = false;
+  bool bf16 = false, int8 = false, prune = false, bf16_act = false;
   std::string kv = "f32";
   void add_to(CLI::App* cmd) {
     cmd->add_flag("--prune", prune,
@@ -93,6 +93,10 @@ struct WeightFlags {
     cmd->add_flag("--int8", int8,
                   "2:4 weights and the output head held as int8 with an fp32 scale per 64 positions")
         ->excludes(b);
+    cmd->add_flag(
+        "--bf16-activations", bf16_act,
+        "with --bf16 or --int8 (or a bf16 or int8 checkpoint): the 2:4 Linears round their inputs to "
+        "bfloat16 where the CPU has AVX512_BF16 (faster; docs/accuracy.md)");
     cmd->add_option("--kv", kv, "KV cache type: f32, or f16 (IEEE half, llama.cpp's default: half the bytes)")
         ->check(CLI::IsMember({"f32", "f16"}))
         ->capture_default_str();
@@ -100,6 +104,7 @@ struct WeightFlags {
   void apply(DecoderOptions& d) const {
     d.bf16_weights = bf16;
     d.int8_weights = int8;
+    d.bf16_activations = bf16_act;
     d.kv_half = kv == "f16";
   }
   const char* name() const { return bf16 ? "bf16" : int8 ? "int8" : "fp32"; }
@@ -279,7 +284,9 @@ void cmd_perplexity(const PerplexityOptions& o) {
   d.mode = engine::parse_mode(o.mode);
   o.weights.apply(d);
   d.max_context = o.ctx;
-  d.prefill_layout = true;
+  // Windows through the compute-bound layout (fp32 activations), except with bf16 activations: then the
+  // memory-bound layout alone, in chunks of 16 tokens, so that the windows compute as generation does.
+  d.prefill_layout = !d.bf16_activations;
   Decoder dec(load(o.model, o.weights.load_options(o.mode, o.threads)), d);
   const auto t0 = Clock::now();
   const engine::Perplexity p = engine::perplexity(dec, ids, o.ctx);
@@ -289,11 +296,17 @@ void cmd_perplexity(const PerplexityOptions& o) {
               static_cast<long long>(scored), static_cast<long long>(windows), static_cast<long long>(o.ctx),
               windows * o.ctx / (ms / 1000));
   if (!o.json_out.empty()) {
-    const nlohmann::json j = {
-        {"model", o.model},        {"input", input},          {"ctx", o.ctx},
-        {"windows", windows},      {"tokens_scored", scored}, {"perplexity", ppl},
-        {"mean_nll", p.mean_nll},  {"mode", o.mode},          {"weights", o.weights.name()},
-        {"kv_cache", o.weights.kv}};
+    const nlohmann::json j = {{"model", o.model},
+                              {"input", input},
+                              {"ctx", o.ctx},
+                              {"windows", windows},
+                              {"tokens_scored", scored},
+                              {"perplexity", ppl},
+                              {"mean_nll", p.mean_nll},
+                              {"mode", o.mode},
+                              {"weights", o.weights.name()},
+                              {"bf16_activations", d.bf16_activations && bf16_activations_supported()},
+                              {"kv_cache", o.weights.kv}};
     write_file_atomic(o.json_out, j.dump(2) + "\n");
   }
 }
@@ -351,8 +364,9 @@ void cmd_logits(const LogitsOptions& o) {
 
 struct BenchDecodeOptions {
   std::string model, json_out, python, gguf, kv = "f32";
-  std::vector<std::string> runs = {"dense", "fp32", "bf16", "int8"};  // sparse24's rows
-  std::string peers = "F32,F16,Q8_0,Q4_K_M";                          // decode_llamacpp.py's --kinds
+  // sparse24's rows; bf16x, int8x: bf16 activations (skipped where the CPU lacks AVX512_BF16).
+  std::vector<std::string> runs = {"dense", "fp32", "bf16", "int8", "bf16x", "int8x"};
+  std::string peers = "F32,F16,Q8_0,Q4_K_M";  // decode_llamacpp.py's --kinds
   int threads = 1;
   int64_t prompt = 128, generate = 128;
   bool no_peers = false;
@@ -437,7 +451,7 @@ void cmd_bench_decode(const BenchDecodeOptions& o) {
   // than a layer of it in fp32 (an 8B model's 32 GB).
   engine::DecoderLoadOptions lo;
   lo.prune = !rows.count("dense");
-  lo.int8 = rows.size() == 1 && rows.count("int8");
+  lo.int8 = rows.size() == 1 && (rows.count("int8") || rows.count("int8x"));
   lo.threads = o.threads;
   DecoderModel m = load(o.model, lo);
   const bool was_pruned = model_is_pruned(m);
@@ -467,12 +481,18 @@ void cmd_bench_decode(const BenchDecodeOptions& o) {
     for (engine::DecoderLayer& L : m.layers)
       for (engine::Gemm* g : {&L.qkv, &L.o, &L.gate_up, &L.down})
         if (g->pruned && g->sparse.dtype == DType::kBF16) g->sparse = to_f32(std::move(g->sparse));
-  for (const char* row : {"fp32", "bf16", "int8"}) {
+  for (const char* row : {"fp32", "bf16", "int8", "bf16x", "int8x"}) {
     if (!rows.count(row)) continue;
-    d.bf16_weights = std::string(row) == "bf16";
-    d.int8_weights = std::string(row) == "int8";
+    const std::string r = row;
+    d.bf16_activations = r.back() == 'x';
+    if (d.bf16_activations && !bf16_activations_supported()) {
+      std::fprintf(stderr, "bench-decode: row %s skipped: this CPU lacks AVX512_BF16\n", row);
+      continue;
+    }
+    d.bf16_weights = r.rfind("bf16", 0) == 0;
+    d.int8_weights = r.rfind("int8", 0) == 0;
     // One row alone takes the model (the weights in memory once); several share it.
-    runs.push_back(time_decoder(std::string("sparse24 2:4 ") + row,
+    runs.push_back(time_decoder("sparse24 2:4 " + r.substr(0, 4) + (d.bf16_activations ? " x bf16" : ""),
                                 rows.size() == 1 ? Decoder(std::move(m), d) : Decoder(m, d), prompt,
                                 o.generate));
     tps[row] = runs.back().gen_tps;
@@ -557,8 +577,13 @@ void cmd_bench_decode(const BenchDecodeOptions& o) {
     ratios += (ratios.empty() ? "" : "; ") + label + ": " + x;
   };
   ratio("fp32", "2:4 fp32 / dense fp32", tps.count("dense") ? tps["dense"] : 0);
-  for (const auto& [row, kind] :
-       {std::pair{"fp32", "F32"}, {"bf16", "F16"}, {"int8", "Q8_0"}, {"int8", "Q4_K_M"}})
+  for (const auto& [row, kind] : {std::pair{"fp32", "F32"},
+                                  {"bf16", "F16"},
+                                  {"int8", "Q8_0"},
+                                  {"int8", "Q4_K_M"},
+                                  {"bf16x", "F16"},
+                                  {"int8x", "Q8_0"},
+                                  {"int8x", "Q4_K_M"}})
     if (peers.contains(std::string("llama.cpp ") + kind))
       ratio(row, std::string("2:4 ") + row + " / llama.cpp " + kind,
             peers[std::string("llama.cpp ") + kind]["tokens_per_s"].get<double>());
@@ -657,10 +682,11 @@ void register_decode_commands(CLI::App& app) {
     cmd->add_flag("--no-peers", o->no_peers, "sparse24 only");
     cmd->add_option(
            "--runs", o->runs,
-           "sparse24's rows: dense, fp32, bf16, int8 (2:4 fp32/bf16/int8); without dense the model is "
-           "pruned as it is read, and with int8 alone quantized too (an 8B model in 24 GB)")
+           "sparse24's rows: dense, fp32, bf16, int8 (2:4 fp32/bf16/int8), bf16x, int8x (2:4 bf16/int8 "
+           "with bf16 activations, where the CPU has AVX512_BF16); without dense the model is pruned as "
+           "it is read, and with int8 or int8x alone quantized too (an 8B model in 24 GB)")
         ->delimiter(',')
-        ->check(CLI::IsMember({"dense", "fp32", "bf16", "int8"}))
+        ->check(CLI::IsMember({"dense", "fp32", "bf16", "int8", "bf16x", "int8x"}))
         ->capture_default_str();
     cmd->add_option("--peers", o->peers,
                     "llama.cpp's files: F32, F16, Q8_0 (made from the GGUF source), any llama-quantize type "
