@@ -153,11 +153,10 @@ struct PackedMatrix::Impl {
   Isa isa = Isa::kRef;
   int64_t m = 0, k = 0;
   bool bf16 = false;
-  bool i8 = false;  // int8 weights (the small-N layout lanes; the compute-bound one dequantised)
-  bool bf16_act =
-      false;  // the bf16-activation rows may run (PackOptions::bf16_activations, on a CPU with them)
-  int small_n_max = 0;   // N <= this takes the memory-bound path (when both layouts are packed)
-  int small_n_take = 0;  // the memory-bound path's largest chunk of columns (kernels::small_n_take)
+  bool i8 = false;        // int8 weights (the small-N layout lanes; the compute-bound one dequantised)
+  bool bf16_act = false;  // the bf16-activation rows may run (bf16_activations, on a CPU with AVX512_BF16)
+  int small_n_max = 0;    // N <= this takes the memory-bound path (when both layouts are packed)
+  int small_n_take = 0;   // the memory-bound path's largest chunk of columns (kernels::small_n_take)
   bool has_gemm = false, has_lanes = false;
   Compressed ref;  // the ref ISA: the (possibly bf16-rounded) compressed matrix
   kernels::GemmLayout gemm;
