@@ -78,9 +78,11 @@ struct Variant {
 
 inline constexpr Variant kVariants[] = {
 #define SPARSE24_ISA(...)
+// clang-format off
 #define SPARSE24_KERNEL(name, isa, layout, weights, n_max, pick_min, pick_max, nr, rate, cpu, act) \
-  {#name,    Isa::isa, Layout::layout, Weights::weights, n_max,    pick_min,                       \
-   pick_max, nr,       rate,           Cpu::cpu,         Act::act, name},
+  {#name, Isa::isa, Layout::layout, Weights::weights, n_max, pick_min, pick_max, nr, rate, Cpu::cpu,  \
+   Act::act, name},
+// clang-format on
 #include "kernel_list.inc"
 #undef SPARSE24_KERNEL
 #undef SPARSE24_ISA

@@ -278,6 +278,38 @@ float* lanes_mix_x(const SpmmArgs& a, int64_t k, size_t xc_pass) {
   return xc;
 }
 
+// The steps the two 512-bit tiles (lanes_slots_tile, lanes_bf16x_tile) share. Their sums acc[i][n] hold
+// stream i's 8 rows twice (lanes L and L + 8: slot 0's and slot 1's products), part[i][n] a super chunk's
+// partial sums of int8 weights. The scales of the super chunk's entries at es + i * estride, broadcast to
+// both halves:
+template <class S, int NS>
+inline void slots_scales(const uint8_t* es, size_t estride, __m512 (&sc)[NS]) {
+#pragma GCC unroll 4
+  for (int i = 0; i < NS; ++i)
+    sc[i] = _mm512_broadcast_f32x8(
+        _mm256_load_ps(reinterpret_cast<const float*>(es + i * estride + S::kScaleOffset)));
+}
+// acc += part * scales, part = 0 (the end of a super chunk):
+template <int NS, int NC>
+inline void slots_fold(__m512 (&part)[NS][NC], const __m512 (&sc)[NS], __m512 (&acc)[NS][NC]) {
+#pragma GCC unroll 4
+  for (int i = 0; i < NS; ++i)
+#pragma GCC unroll 16
+    for (int n = 0; n < NC; ++n) {
+      acc[i][n] = _mm512_fmadd_ps(part[i][n], sc[i], acc[i][n]);
+      part[i][n] = _mm512_setzero_ps();
+    }
+}
+// The 8 rows' sums: the two halves added.
+template <int NS, int NC>
+inline void slots_out(const __m512 (&acc)[NS][NC], __m256 (&out)[NS][NC]) {
+#pragma GCC unroll 4
+  for (int i = 0; i < NS; ++i)
+#pragma GCC unroll 16
+    for (int n = 0; n < NC; ++n)
+      out[i][n] = _mm256_add_ps(_mm512_castps512_ps256(acc[i][n]), _mm512_extractf32x8_ps(acc[i][n], 1));
+}
+
 // AVX-512 only: the two slots of group q in the two 256-bit halves of one vector (the 8 rows' slot 2q, then
 // slot 2q + 1, which the layout stores next to each other), so one load (and for int8 one widening and one
 // conversion) gives both; the group's 4 activations of column n broadcast to the four 128-bit lanes, one
@@ -323,11 +355,7 @@ void lanes_slots_tile(const uint8_t* __restrict e, size_t estride, int64_t ns, c
     // (session 27, docs/kernels.md).
     if constexpr (PF) lanes_prefetch<NS, S::kEntryBytes>(es, estride);
     __m512 sc[NS];
-    if constexpr (S::kScaled)
-#pragma GCC unroll 4
-      for (int i = 0; i < NS; ++i)
-        sc[i] = _mm512_broadcast_f32x8(
-            _mm256_load_ps(reinterpret_cast<const float*>(es + i * estride + S::kScaleOffset)));
+    if constexpr (S::kScaled) slots_scales<S>(es, estride, sc);
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
       __m512i c[NS];
@@ -365,20 +393,9 @@ void lanes_slots_tile(const uint8_t* __restrict e, size_t estride, int64_t ns, c
         }
       }
     }
-    if constexpr (kPart)
-#pragma GCC unroll 4
-      for (int i = 0; i < NS; ++i)
-#pragma GCC unroll 16
-        for (int n = 0; n < NC; ++n) {
-          acc[i][n] = _mm512_fmadd_ps(part[i][n], sc[i], acc[i][n]);
-          part[i][n] = _mm512_setzero_ps();
-        }
+    if constexpr (kPart) slots_fold(part, sc, acc);
   }
-#pragma GCC unroll 4
-  for (int i = 0; i < NS; ++i)
-#pragma GCC unroll 16
-    for (int n = 0; n < NC; ++n)
-      out[i][n] = _mm256_add_ps(_mm512_castps512_ps256(acc[i][n]), _mm512_extractf32x8_ps(acc[i][n], 1));
+  slots_out(acc, out);
 }
 
 // The slots tile's X in the thread's scratch: per group of 4 positions, the N columns' 4 activations in
@@ -453,11 +470,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"), noinline
     const uint8_t* es = e + static_cast<size_t>(s) * S::kEntryBytes;
     if constexpr (PF) lanes_prefetch<NS, S::kEntryBytes>(es, estride);
     __m512 sc[NS];
-    if constexpr (S::kScaled)
-#pragma GCC unroll 4
-      for (int i = 0; i < NS; ++i)
-        sc[i] = _mm512_broadcast_f32x8(
-            _mm256_load_ps(reinterpret_cast<const float*>(es + i * estride + S::kScaleOffset)));
+    if constexpr (S::kScaled) slots_scales<S>(es, estride, sc);
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
       const uint16_t* xh = xb + (2 * s + h) * NX * 32;
@@ -500,20 +513,9 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"), noinline
         }
       }
     }
-    if constexpr (kPart)
-#pragma GCC unroll 4
-      for (int i = 0; i < NS; ++i)
-#pragma GCC unroll 16
-        for (int n = 0; n < NC; ++n) {
-          acc[i][n] = _mm512_fmadd_ps(part[i][n], sc[i], acc[i][n]);
-          part[i][n] = _mm512_setzero_ps();
-        }
+    if constexpr (kPart) slots_fold(part, sc, acc);
   }
-#pragma GCC unroll 4
-  for (int i = 0; i < NS; ++i)
-#pragma GCC unroll 16
-    for (int n = 0; n < NC; ++n)
-      out[i][n] = _mm256_add_ps(_mm512_castps512_ps256(acc[i][n]), _mm512_extractf32x8_ps(acc[i][n], 1));
+  slots_out(acc, out);
 }
 
 // The bf16 tile's X in the thread's scratch: per half super chunk (32 positions), the N columns' 32
