@@ -289,6 +289,24 @@ inline void slots_scales(const uint8_t* es, size_t estride, __m512 (&sc)[NS]) {
     sc[i] = _mm512_broadcast_f32x8(
         _mm256_load_ps(reinterpret_cast<const float*>(es + i * estride + S::kScaleOffset)));
 }
+// The code vectors of half h (groups 8h..8h + 7) of the entries at es + i * estride, as [codes, codes >> 2]:
+// slot 2q's code in bits 0..1 of the lane's 4 bits of group q in the low half, slot 2q + 1's in the high.
+template <class S, int NS>
+inline void slots_codes(const uint8_t* es, size_t estride, int h, __m512i (&c)[NS]) {
+  const __m512i half_shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi32(2), 1);
+#pragma GCC unroll 4
+  for (int i = 0; i < NS; ++i)
+    c[i] = _mm512_srlv_epi32(_mm512_broadcast_i32x8(_mm256_load_si256(
+                                 reinterpret_cast<const __m256i*>(es + i * estride + S::kCodeOffset) + h)),
+                             half_shift);
+}
+template <int NS, int NC>
+inline void slots_zero(__m512 (&acc)[NS][NC], __m512 (&part)[NS][NC]) {
+#pragma GCC unroll 4
+  for (int i = 0; i < NS; ++i)
+#pragma GCC unroll 16
+    for (int n = 0; n < NC; ++n) acc[i][n] = part[i][n] = _mm512_setzero_ps();
+}
 // acc += part * scales, part = 0 (the end of a super chunk):
 template <int NS, int NC>
 inline void slots_fold(__m512 (&part)[NS][NC], const __m512 (&sc)[NS], __m512 (&acc)[NS][NC]) {
@@ -341,12 +359,7 @@ void lanes_slots_tile(const uint8_t* __restrict e, size_t estride, int64_t ns, c
   // int8: partial sums per super chunk (times the scales once) when they fit beside the sums.
   constexpr bool kPart = S::kScaled && 2 * NS * NC + 6 <= 32;
   __m512 acc[NS][NC], part[NS][NC];
-#pragma GCC unroll 4
-  for (int i = 0; i < NS; ++i)
-#pragma GCC unroll 16
-    for (int n = 0; n < NC; ++n) acc[i][n] = part[i][n] = _mm512_setzero_ps();
-  // Slot 2q's code in bits 0..1 of the lane's 4 bits of group q, slot 2q + 1's in bits 2..3.
-  const __m512i half_shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi32(2), 1);
+  slots_zero(acc, part);
   for (int64_t s = 0; s < ns; ++s) {
     const float* xs = xg + s * LanesLayout::kSuper * NX;
     const uint8_t* es = e + static_cast<size_t>(s) * S::kEntryBytes;
@@ -359,12 +372,7 @@ void lanes_slots_tile(const uint8_t* __restrict e, size_t estride, int64_t ns, c
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
       __m512i c[NS];
-#pragma GCC unroll 4
-      for (int i = 0; i < NS; ++i)
-        c[i] = _mm512_srlv_epi32(
-            _mm512_broadcast_i32x8(
-                _mm256_load_si256(reinterpret_cast<const __m256i*>(es + i * estride + S::kCodeOffset) + h)),
-            half_shift);
+      slots_codes<S>(es, estride, h, c);
 #pragma GCC unroll 8
       for (int q = 0; q < 8; ++q) {
 #pragma GCC unroll 4
@@ -457,11 +465,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"), noinline
   constexpr bool kPart = S::kScaled;
   static_assert(!kPart || 2 * NS * NC + 8 <= 32, "int8: the partial sums must fit (lanes_passes)");
   __m512 acc[NS][NC], part[NS][NC];
-#pragma GCC unroll 4
-  for (int i = 0; i < NS; ++i)
-#pragma GCC unroll 16
-    for (int n = 0; n < NC; ++n) acc[i][n] = part[i][n] = _mm512_setzero_ps();
-  const __m512i half_shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi32(2), 1);
+  slots_zero(acc, part);
   // bf16 values: word 2L from the first group's 16 words, 2L + 1 from the second's (at word 32 on).
   const __m512i interleave = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
                                               39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
@@ -475,12 +479,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"), noinline
     for (int h = 0; h < 2; ++h) {
       const uint16_t* xh = xb + (2 * s + h) * NX * 32;
       __m512i c[NS];
-#pragma GCC unroll 4
-      for (int i = 0; i < NS; ++i)
-        c[i] = _mm512_srlv_epi32(
-            _mm512_broadcast_i32x8(
-                _mm256_load_si256(reinterpret_cast<const __m256i*>(es + i * estride + S::kCodeOffset) + h)),
-            half_shift);
+      slots_codes<S>(es, estride, h, c);
 #pragma GCC unroll 4
       for (int q = 0; q < 4; ++q) {
         const __m512i base = _mm512_set1_epi32(4 * q | (4 * q + 16) << 16);
