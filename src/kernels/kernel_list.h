@@ -11,11 +11,6 @@ namespace sparse24::kernels {
 using SpmmFn = void (*)(const PackedMatrix::Impl&, const SpmmArgs&);
 
 enum class Layout : uint8_t { kGemm, kLanes };
-// The packed weight types a variant reads (a bit set). The compute-bound layout holds fp32 (bf16-rounded
-// for kBf16, dequantised for kI8), so its rows read kAny.
-enum class Weights : uint8_t { kF32 = 1, kBf16 = 2, kF32Bf16 = 3, kI8 = 4, kAny = 7 };
-// The activations a variant reads: fp32, or rounded to bf16 (AVX512_BF16, PackOptions::bf16_activations).
-enum class Act : uint8_t { kF32, kBf16 };
 // The CPUs a variant is picked on (it runs on any CPU with its ISA): every CPU, Intel's, or the others.
 enum class Cpu : uint8_t { kAny, kIntel, kOther };
 
@@ -25,10 +20,6 @@ bool cpu_has_avx512();
 bool cpu_has_avx512_bf16();  // AVX-512 and AVX512_BF16 (the kBf16 activation rows)
 Cpu cpu_kind();              // this CPU's kind, for the list's cpu column
 
-// The weight type of packed weights (PackedMatrix::Impl::weights).
-constexpr Weights weights_of(bool bf16, bool i8) {
-  return i8 ? Weights::kI8 : (bf16 ? Weights::kBf16 : Weights::kF32);
-}
 // The rows-in-lanes layout's weight type of a row that reads one type (kF32, kBf16 or kI8); at compile time
 // anything else does not compile.
 constexpr LanesWeights lanes_weights(Weights w) {

@@ -132,6 +132,12 @@ struct LanesLayout {
 };
 
 // Arguments of one multiply, validated.
+// The packed weight types a variant reads (a bit set); packed weights are one of kF32, kBf16, kI8. The
+// compute-bound layout holds fp32 (bf16-rounded for kBf16, dequantised for kI8), so its rows read kAny.
+enum class Weights : uint8_t { kF32 = 1, kBf16 = 2, kF32Bf16 = 3, kI8 = 4, kAny = 7 };
+// The activations a variant reads: fp32, or rounded to bf16 (AVX512_BF16, PackOptions::bf16_activations).
+enum class Act : uint8_t { kF32, kBf16 };
+
 struct SpmmArgs {
   const float* x;
   int64_t n, ldx;
@@ -152,11 +158,12 @@ namespace sparse24 {
 struct PackedMatrix::Impl {
   Isa isa = Isa::kRef;
   int64_t m = 0, k = 0;
-  bool bf16 = false;
-  bool i8 = false;        // int8 weights (the small-N layout lanes; the compute-bound one dequantised)
-  bool bf16_act = false;  // the bf16-activation rows may run (bf16_activations, on a CPU with AVX512_BF16)
-  int small_n_max = 0;    // N <= this takes the memory-bound path (when both layouts are packed)
-  int small_n_take = 0;   // the memory-bound path's largest chunk of columns (kernels::small_n_take)
+  // int8 weights: the small-N layout holds int8 values and scales, the compute-bound one dequantised values.
+  kernels::Weights weights = kernels::Weights::kF32;
+  // kBf16: the bf16-activation rows may run (bf16_activations, on a CPU with AVX512_BF16).
+  kernels::Act act = kernels::Act::kF32;
+  int small_n_max = 0;   // N <= this takes the memory-bound path (when both layouts are packed)
+  int small_n_take = 0;  // the memory-bound path's largest chunk of columns (kernels::small_n_take)
   bool has_gemm = false, has_lanes = false;
   Compressed ref;  // the ref ISA: the (possibly bf16-rounded) compressed matrix
   kernels::GemmLayout gemm;

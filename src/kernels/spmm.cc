@@ -56,8 +56,8 @@ const Variant* forced_variant() {
 }
 
 bool can_run(const Variant& v, const PackedMatrix::Impl& p, Layout layout, int64_t n) {
-  return v.isa == p.isa && v.layout == layout && v.reads(weights_of(p.bf16, p.i8)) && v.takes(n) &&
-         (v.act == Act::kF32 || p.bf16_act);
+  return v.isa == p.isa && v.layout == layout && v.reads(p.weights) && v.takes(n) &&
+         (v.act == Act::kF32 || p.act == Act::kBf16);
 }
 
 // The variant for n columns on this layout: the forced one if it can run, else the list's pick; past every
@@ -168,7 +168,8 @@ namespace {
 // What `pack` prepares for: the ISA, the weight type of the memory-bound layout and the activations.
 Isa pack_isa(const PackOptions& options) { return options.isa_set ? options.isa : active_isa(); }
 kernels::Weights pack_weights(const Compressed& w, const PackOptions& options) {
-  return kernels::weights_of(options.bf16_weights || w.dtype == DType::kBF16, w.dtype == DType::kI8);
+  if (w.dtype == DType::kI8) return kernels::Weights::kI8;
+  return options.bf16_weights || w.dtype == DType::kBF16 ? kernels::Weights::kBf16 : kernels::Weights::kF32;
 }
 // The activations its kernels may read: bf16 where asked for and the CPU runs those rows.
 kernels::Act pack_act(const PackOptions& options) {
@@ -189,13 +190,12 @@ PackedMatrix pack(const Compressed& w, const PackOptions& options) {
   p.isa = isa;
   p.m = w.rows;
   p.k = w.cols;
-  const kernels::Weights wt = pack_weights(w, options);
-  p.bf16 = wt == kernels::Weights::kBf16;
-  p.i8 = wt == kernels::Weights::kI8;
+  p.weights = pack_weights(w, options);
+  const bool bf16 = p.weights == kernels::Weights::kBf16;
   const kernels::IsaRow* s = kernels::isa_row(isa);
   if (!s) {
     p.ref = to_f32(w);
-    if (p.bf16) {
+    if (bf16) {
       for (size_t i = 0; i + 4 <= p.ref.values.size(); i += 4) {
         float v;
         std::memcpy(&v, &p.ref.values[i], 4);
@@ -205,14 +205,14 @@ PackedMatrix pack(const Compressed& w, const PackOptions& options) {
     }
     return out;
   }
-  p.bf16_act = pack_act(options) == kernels::Act::kBf16;
-  p.small_n_max = static_cast<int>(kernels::small_n_max(isa, wt, kernels::cpu_kind(), pack_act(options)));
-  p.small_n_take = static_cast<int>(kernels::small_n_take(isa, wt));
+  p.act = pack_act(options);
+  p.small_n_max = static_cast<int>(kernels::small_n_max(isa, p.weights, kernels::cpu_kind(), p.act));
+  p.small_n_take = static_cast<int>(kernels::small_n_take(isa, p.weights));
   p.has_gemm = options.layouts != PackLayouts::kSmallN;
   p.has_lanes = options.layouts != PackLayouts::kLargeN;
   // int8: the compute-bound layout holds the dequantised values (Compressed::value applies the scales).
-  if (p.has_gemm) p.gemm = kernels::pack_gemm(w, s->gemm_mr, s->gemm_kc, s->gemm_chunk, p.bf16);
-  if (p.has_lanes) p.lanes = kernels::pack_lanes(w, s->lanes_kb, p.bf16);
+  if (p.has_gemm) p.gemm = kernels::pack_gemm(w, s->gemm_mr, s->gemm_kc, s->gemm_chunk, bf16);
+  if (p.has_lanes) p.lanes = kernels::pack_lanes(w, s->lanes_kb, bf16);
   return out;
 }
 
