@@ -9,6 +9,7 @@
 #include "kernel_list.h"
 #include "spmm_driver.h"
 #include "spmm_lanes.h"
+#include "spmm_traits_avx2.h"
 
 namespace sparse24::kernels {
 
@@ -103,7 +104,9 @@ static_assert(KernelTraits<Avx512>);
 
 // Entry points: one per row of kernel_list.inc.
 
-// 4 rows (the layout's row block) x NV vectors of 16 columns.
+// 4 rows (the layout's row block) x NV vectors of 16 columns; _4x8: one 256-bit vector of 8 columns (the
+// Avx2 traits compiled here), for N <= 8, which a 16-column panel pads to 16 (docs/kernels.md, session 31).
+void avx512_gemm_4x8(const PackedMatrix::Impl& p, const SpmmArgs& a) { gemm_run<Avx2, 4, 1>(p, a); }
 void avx512_gemm_4x16(const PackedMatrix::Impl& p, const SpmmArgs& a) { gemm_run<Avx512, 4, 1>(p, a); }
 void avx512_gemm_4x32(const PackedMatrix::Impl& p, const SpmmArgs& a) { gemm_run<Avx512, 4, 2>(p, a); }
 void avx512_gemm_4x64(const PackedMatrix::Impl& p, const SpmmArgs& a) { gemm_run<Avx512, 4, 4>(p, a); }
