@@ -11,11 +11,13 @@
 #include <nlohmann/json.hpp>
 
 #include "../../src/engine/fingerprint.h"
+#include "../../src/engine/gemm.h"
 #include "../../src/engine/ops.h"
 #include "common/cli.h"
 #include "common/seed.h"
 #include "sparse24/error.h"
 #include "sparse24/io.h"
+#include "sparse24/reference.h"
 
 namespace sparse24::engine {
 namespace {
@@ -77,6 +79,42 @@ TEST(Fingerprint, WordHashInPiecesEqualsTheWhole) {
       EXPECT_EQ(f.finish(b.data() + i, n - i), engine::fnv1a_words(12345, b.data(), n)) << n << " " << piece;
     }
   EXPECT_NE(engine::fnv1a_words(1, b.data(), 64), engine::fnv1a_words(1, b.data(), 63));
+}
+
+// One GEMM layer on the dense path against a double-precision loop, at every N from 1 to 20: dnnl_sgemm
+// (N = 1 and past 16), oneDNN's matmul primitive (N = 2..16 where brgemm runs it, gemm.cc), each with and
+// without a bias, for every epilogue, on one and two threads, N changing between calls on one layer.
+TEST(EngineOps, DenseGemmMatchesNaiveAtEveryN) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(7);
+  for (auto [m, k] : {std::pair<int64_t, int64_t>{37, 20}, {64, 48}})
+    for (bool with_bias : {false, true})
+      for (Epilogue ep : {Epilogue::kNone, Epilogue::kRelu, Epilogue::kGelu}) {
+        Gemm gm;
+        gm.name = "g";
+        gm.m = m;
+        gm.k = k;
+        gm.dense = random_floats(g, m * k, -1, 1);
+        if (with_bias) gm.bias = random_floats(g, m, -1, 1);
+        gm.epilogue = ep;
+        const detail::GemmExec e = detail::GemmExec::dense(gm, 20);
+        for (int threads : {1, 2})
+          for (int64_t n = 1; n <= 20; ++n) {
+            const std::vector<float> x = random_floats(g, k * n, -1, 1);
+            std::vector<float> want(m * n), y(m * n, std::nanf(""));
+            for (int64_t r = 0; r < m; ++r)
+              for (int64_t c = 0; c < n; ++c) {
+                double acc = with_bias ? gm.bias[r] : 0.0;
+                for (int64_t i = 0; i < k; ++i) acc += double(gm.dense[r * k + i]) * x[i * n + c];
+                want[r * n + c] = apply_epilogue(static_cast<float>(acc), ep);
+              }
+            e.run(x.data(), y.data(), n, threads);
+            const std::string what =
+                "m " + std::to_string(m) + " n " + std::to_string(n) + " bias " + std::to_string(with_bias) +
+                " epilogue " + std::to_string(static_cast<int>(ep)) + " threads " + std::to_string(threads);
+            expect_close(y, want, 1e-5f, what.c_str());
+          }
+      }
 }
 
 TEST(EngineOps, AttentionMatchesNaive) {
