@@ -131,13 +131,13 @@ struct LanesLayout {
   }
 };
 
-// Arguments of one multiply, validated.
 // The packed weight types a variant reads (a bit set); packed weights are one of kF32, kBf16, kI8. The
 // compute-bound layout holds fp32 (bf16-rounded for kBf16, dequantised for kI8), so its rows read kAny.
 enum class Weights : uint8_t { kF32 = 1, kBf16 = 2, kF32Bf16 = 3, kI8 = 4, kAny = 7 };
 // The activations a variant reads: fp32, or rounded to bf16 (AVX512_BF16, PackOptions::bf16_activations).
 enum class Act : uint8_t { kF32, kBf16 };
 
+// Arguments of one multiply, validated.
 struct SpmmArgs {
   const float* x;
   int64_t n, ldx;
