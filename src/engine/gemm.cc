@@ -30,7 +30,8 @@ Dnnl& dnnl_ctx() {
 // dnnl_sgemm; so does a CPU without brgemm (AVX2: the jit gemm, no faster).
 constexpr int64_t kMatmulMaxN = 16;
 struct SmallNMatmul {
-  int threads = 0;  // oneDNN's OpenMP primitives keep the thread count they were created with
+  int threads = 0;  // 0: not made yet; oneDNN's OpenMP primitives keep the thread count they were made with
+  bool brgemm = false;  // false: this N keeps dnnl_sgemm
   dnnl::matmul prim;
   dnnl::memory::desc w, x, y;
 };
@@ -50,44 +51,37 @@ struct GemmExec::Impl {
   mutable int64_t eltwise_n = -1;
   mutable std::optional<dnnl::eltwise_forward> eltwise_prim;
   mutable dnnl::memory::desc eltwise_md;
-  // The small-N matmul per N (index N), created at first use; empty where it would not run brgemm.
-  mutable std::vector<std::optional<SmallNMatmul>> small;
-  mutable std::vector<bool> small_tried;
+  // The small-N matmul per N (index N), made at first use and again when the thread count changes.
+  mutable std::vector<SmallNMatmul> small;
 
   const SmallNMatmul* small_n(int64_t cols, int threads) const;
 };
 
 const SmallNMatmul* GemmExec::Impl::small_n(int64_t cols, int threads) const {
   if (cols < 2 || cols > kMatmulMaxN) return nullptr;
-  if (small.empty()) {
-    small.resize(kMatmulMaxN + 1);
-    small_tried.assign(kMatmulMaxN + 1, false);
+  if (small.empty()) small.resize(kMatmulMaxN + 1);
+  SmallNMatmul& mm = small[static_cast<size_t>(cols)];
+  if (mm.threads != threads) {
+    using dt = dnnl::memory::data_type;
+    using tag = dnnl::memory::format_tag;
+    mm.threads = threads;
+    mm.w = dnnl::memory::desc({m, k}, dt::f32, tag::ab);
+    mm.x = dnnl::memory::desc({k, cols}, dt::f32, tag::ab);
+    mm.y = dnnl::memory::desc({m, cols}, dt::f32, tag::ab);
+    dnnl::post_ops po;
+    if (!bias.empty()) po.append_sum(1.0f);
+    if (eltwise != dnnl::algorithm::undef) po.append_eltwise(1.0f, eltwise, 0.0f, 0.0f);
+    dnnl::primitive_attr attr;
+    attr.set_post_ops(po);
+    try {
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(mm.w, mm.x, mm.y), attr, dnnl_ctx().engine);
+      mm.brgemm = std::string(pd.impl_info_str()).rfind("brg", 0) == 0;
+      if (mm.brgemm) mm.prim = dnnl::matmul(pd);
+    } catch (const dnnl::error&) {
+      mm.brgemm = false;
+    }
   }
-  const auto i = static_cast<size_t>(cols);
-  if (small_tried[i] && (!small[i] || small[i]->threads == threads)) return small[i] ? &*small[i] : nullptr;
-  small_tried[i] = true;
-  small[i].reset();
-  using dt = dnnl::memory::data_type;
-  using tag = dnnl::memory::format_tag;
-  SmallNMatmul mm;
-  mm.threads = threads;
-  mm.w = dnnl::memory::desc({m, k}, dt::f32, tag::ab);
-  mm.x = dnnl::memory::desc({k, cols}, dt::f32, tag::ab);
-  mm.y = dnnl::memory::desc({m, cols}, dt::f32, tag::ab);
-  dnnl::post_ops po;
-  if (!bias.empty()) po.append_sum(1.0f);
-  if (eltwise != dnnl::algorithm::undef) po.append_eltwise(1.0f, eltwise, 0.0f, 0.0f);
-  dnnl::primitive_attr attr;
-  attr.set_post_ops(po);
-  try {
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(mm.w, mm.x, mm.y), attr, dnnl_ctx().engine);
-    if (std::string(pd.impl_info_str()).rfind("brg", 0) != 0) return nullptr;
-    mm.prim = dnnl::matmul(pd);
-  } catch (const dnnl::error&) {
-    return nullptr;
-  }
-  small[i] = std::move(mm);
-  return &*small[i];
+  return mm.brgemm ? &mm : nullptr;
 }
 
 GemmExec::GemmExec() = default;

@@ -81,7 +81,7 @@ TEST(Fingerprint, WordHashInPiecesEqualsTheWhole) {
   EXPECT_NE(engine::fnv1a_words(1, b.data(), 64), engine::fnv1a_words(1, b.data(), 63));
 }
 
-// One GEMM layer on the dense path against a double-precision loop, at every N from 1 to 20: dnnl_sgemm
+// One GEMM layer on the dense path against gemm_reference, at every N from 1 to 20: dnnl_sgemm
 // (N = 1 and past 16), oneDNN's matmul primitive (N = 2..16 where brgemm runs it, gemm.cc), each with and
 // without a bias, for every epilogue, on one and two threads, N changing between calls on one layer.
 TEST(EngineOps, DenseGemmMatchesNaiveAtEveryN) {
@@ -102,12 +102,8 @@ TEST(EngineOps, DenseGemmMatchesNaiveAtEveryN) {
           for (int64_t n = 1; n <= 20; ++n) {
             const std::vector<float> x = random_floats(g, k * n, -1, 1);
             std::vector<float> want(m * n), y(m * n, std::nanf(""));
-            for (int64_t r = 0; r < m; ++r)
-              for (int64_t c = 0; c < n; ++c) {
-                double acc = with_bias ? gm.bias[r] : 0.0;
-                for (int64_t i = 0; i < k; ++i) acc += double(gm.dense[r * k + i]) * x[i * n + c];
-                want[r * n + c] = apply_epilogue(static_cast<float>(acc), ep);
-              }
+            gemm_reference(gm.dense.data(), m, k, x.data(), n, n, want.data(), n,
+                           with_bias ? gm.bias.data() : nullptr, ep);
             e.run(x.data(), y.data(), n, threads);
             const std::string what =
                 "m " + std::to_string(m) + " n " + std::to_string(n) + " bias " + std::to_string(with_bias) +
