@@ -4,9 +4,9 @@
 
 #include <dnnl.hpp>
 #include <optional>
-#include <string>
 #include <vector>
 
+#include "kernels/gemv.h"
 #include "sparse24/error.h"
 #include "sparse24/spmm.h"
 
@@ -21,20 +21,6 @@ Dnnl& dnnl_ctx() {
   static Dnnl ctx;
   return ctx;
 }
-
-// The dense path at 2 <= N <= kMatmulMaxN where oneDNN's matmul primitive runs its brgemm kernel (AVX-512):
-// the same feature-major product Y = W X (W as the primitive's source, X as its "weights", both plain),
-// bias preloaded into Y and a sum post-op, the epilogue an eltwise post-op. dnnl_sgemm's AVX-512 kernel
-// runs N = 2..16 in about the time of 16 columns; this form in about the time of 8 (docs/design.md). N = 1
-// (dnnl_sgemm's GEMV is faster) and larger N (no more than 1.0-1.2x, and a primitive per N) keep
-// dnnl_sgemm; so does a CPU without brgemm (AVX2: the jit gemm, no faster).
-constexpr int64_t kMatmulMaxN = 16;
-struct SmallNMatmul {
-  int threads = 0;  // 0: not made yet; oneDNN's OpenMP primitives keep the thread count they were made with
-  bool brgemm = false;  // false: this N keeps dnnl_sgemm
-  dnnl::matmul prim;
-  dnnl::memory::desc w, x, y;
-};
 
 }  // namespace
 
@@ -51,38 +37,7 @@ struct GemmExec::Impl {
   mutable int64_t eltwise_n = -1;
   mutable std::optional<dnnl::eltwise_forward> eltwise_prim;
   mutable dnnl::memory::desc eltwise_md;
-  // The small-N matmul per N (index N), made at first use and again when the thread count changes.
-  mutable std::vector<SmallNMatmul> small;
-
-  const SmallNMatmul* small_n(int64_t cols, int threads) const;
 };
-
-const SmallNMatmul* GemmExec::Impl::small_n(int64_t cols, int threads) const {
-  if (cols < 2 || cols > kMatmulMaxN) return nullptr;
-  if (small.empty()) small.resize(kMatmulMaxN + 1);
-  SmallNMatmul& mm = small[static_cast<size_t>(cols)];
-  if (mm.threads != threads) {
-    using dt = dnnl::memory::data_type;
-    using tag = dnnl::memory::format_tag;
-    mm.threads = threads;
-    mm.w = dnnl::memory::desc({m, k}, dt::f32, tag::ab);
-    mm.x = dnnl::memory::desc({k, cols}, dt::f32, tag::ab);
-    mm.y = dnnl::memory::desc({m, cols}, dt::f32, tag::ab);
-    dnnl::post_ops po;
-    if (!bias.empty()) po.append_sum(1.0f);
-    if (eltwise != dnnl::algorithm::undef) po.append_eltwise(1.0f, eltwise, 0.0f, 0.0f);
-    dnnl::primitive_attr attr;
-    attr.set_post_ops(po);
-    try {
-      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(mm.w, mm.x, mm.y), attr, dnnl_ctx().engine);
-      mm.brgemm = std::string(pd.impl_info_str()).rfind("brg", 0) == 0;
-      if (mm.brgemm) mm.prim = dnnl::matmul(pd);
-    } catch (const dnnl::error&) {
-      mm.brgemm = false;
-    }
-  }
-  return mm.brgemm ? &mm : nullptr;
-}
 
 GemmExec::GemmExec() = default;
 GemmExec::~GemmExec() = default;
@@ -128,19 +83,18 @@ void GemmExec::run(const float* x, float* y, int64_t n, int threads) const {
     spmm(*s.packed, x, n, n, y, n, s.bias.empty() ? nullptr : s.bias.data(), s.ep, threads);
     return;
   }
+  // Short inputs: our small-N kernel (kernels/gemv.h), which streams W in place with bias and epilogue in
+  // registers. In the engine it ran MiniLM's dense GEMMs at 8 tokens in about 0.55 of the time of oneDNN's
+  // matmul primitive (brgemm, the path until session 32) and of dnnl_sgemm on AVX2 (docs/design.md).
+  if (n >= 2 && n <= kernels::kGemmSmallMaxN) {
+    kernels::gemm_small(s.w.data(), s.m, s.k, x, n, y, s.bias.empty() ? nullptr : s.bias.data(), s.ep,
+                        threads);
+    return;
+  }
   float beta = 0.0f;
   if (!s.bias.empty()) {
     for (int64_t r = 0; r < s.m; ++r) std::fill(y + r * n, y + (r + 1) * n, s.bias[r]);
     beta = 1.0f;
-  }
-  if (const SmallNMatmul* mm = s.small_n(n, threads)) {
-    Dnnl& ctx = dnnl_ctx();
-    mm->prim.execute(ctx.stream,
-                     {{DNNL_ARG_SRC, dnnl::memory(mm->w, ctx.engine, const_cast<float*>(s.w.data()))},
-                      {DNNL_ARG_WEIGHTS, dnnl::memory(mm->x, ctx.engine, const_cast<float*>(x))},
-                      {DNNL_ARG_DST, dnnl::memory(mm->y, ctx.engine, y)}});
-    ctx.stream.wait();
-    return;
   }
   dnnl_sgemm('N', 'N', s.m, n, s.k, 1.0f, s.w.data(), s.k, x, n, beta, y, n);
   if (s.eltwise != dnnl::algorithm::undef) {

@@ -1,9 +1,8 @@
 // One GEMM layer, prepared for the N it will mostly run at (the sparse path packs the layout that N uses)
-// and run at any N: the 2:4 sparse kernel (packed weights, one layout) or dense
-// oneDNN (dnnl_sgemm over the dense weights, bias preloaded into Y with beta = 1, ReLU/GELU by a oneDNN
-// eltwise primitive in place; at N = 2..16, where it runs brgemm, oneDNN's matmul primitive over the same
-// weights with bias and epilogue as post-ops). Y[M, N] = epilogue(W X + bias), X [K, N], Y [M, N]
-// row-major, ld = N.
+// and run at any N: the 2:4 sparse kernel (packed weights, one layout) or dense: at N = 2..16 the project's
+// small-N kernel (kernels::gemm_small, the weights in place, bias and epilogue in registers), else oneDNN
+// (dnnl_sgemm over the dense weights, bias preloaded into Y with beta = 1, ReLU/GELU by a oneDNN eltwise
+// primitive in place). Y[M, N] = epilogue(W X + bias), X [K, N], Y [M, N] row-major, ld = N.
 #pragma once
 #include <cstdint>
 #include <memory>

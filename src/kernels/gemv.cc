@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "sparse24/dtype.h"
+#include "sparse24/error.h"
 
 namespace sparse24::kernels {
 
@@ -82,6 +83,13 @@ void gemv_i8(const int8_t* w, const float* scales, int64_t rows, int64_t cols, c
              int threads) {
   if (!has_avx2()) return gemv_i8_reference(w, scales, rows, cols, x, y);
   split_rows(rows, threads, [&](int64_t r0, int64_t r1) { gemv_i8_avx2(w, scales, r0, r1, cols, x, y); });
+}
+
+void gemm_small(const float* w, int64_t m, int64_t k, const float* x, int64_t n, float* y, const float* bias,
+                Epilogue ep, int threads) {
+  if (n < 1 || n > kGemmSmallMaxN) throw Error("gemm_small: n must be 1.." + std::to_string(kGemmSmallMaxN));
+  if (!has_avx2()) return gemm_reference(w, m, k, x, n, n, y, n, bias, ep);
+  split_rows(m, threads, [&](int64_t r0, int64_t r1) { gemm_small_avx2(w, r0, r1, k, x, n, y, bias, ep); });
 }
 
 }  // namespace sparse24::kernels

@@ -1,6 +1,6 @@
 // The dense bf16, fp32 and int8 GEMV (src/kernels/gemv.h): the AVX2 path and the threaded dispatch against
 // the plain loop, across row counts around its 8 row regions and column counts around its 8-column step; the
-// plain loop against double sums.
+// plain loop against double sums. The dense small-N GEMM against gemm_reference.
 #include "kernels/gemv.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +9,7 @@
 
 #include "../common/seed.h"
 #include "sparse24/dtype.h"
+#include "sparse24/error.h"
 
 namespace sparse24::kernels {
 namespace {
@@ -145,6 +146,53 @@ TEST(Gemv, Int8MatchesReferenceAcrossEdgeSizes) {
         }
       }
     }
+}
+
+// The dense small-N GEMM: every N = 1..16 (one and two column vectors, masked tails), row counts around its
+// 8 and 6 row regions, K from 1 up, each epilogue with and without bias, one and two threads, against
+// gemm_reference (within 1e-6 of the sum of |products|: summation order; GELU within 1e-6 relative); the
+// AVX2 rows on a range inside the matrix leave the rows outside it untouched.
+TEST(GemmSmall, MatchesReferenceAtEveryN) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(4);
+  for (int64_t n = 1; n <= kGemmSmallMaxN; ++n)
+    for (int64_t m : {1, 5, 8, 13, 49})
+      for (int64_t k : {1, 3, 64, 385}) {
+        const std::vector<float> w = random_floats(g, m * k, -2, 2), x = random_floats(g, k * n, -3, 3),
+                                 bias = random_floats(g, m, -1, 1);
+        std::vector<double> mag(static_cast<size_t>(m * n), 0.0);
+        for (int64_t r = 0; r < m; ++r)
+          for (int64_t j = 0; j < n; ++j)
+            for (int64_t c = 0; c < k; ++c) mag[r * n + j] += std::fabs(double{w[r * k + c]} * x[c * n + j]);
+        for (Epilogue ep : {Epilogue::kNone, Epilogue::kRelu, Epilogue::kGelu})
+          for (const float* b : {static_cast<const float*>(nullptr), bias.data()}) {
+            std::vector<float> ref(static_cast<size_t>(m * n)), got(ref.size());
+            gemm_reference(w.data(), m, k, x.data(), n, n, ref.data(), n, b, ep);
+            const auto tol = [&](int64_t i) { return 1e-6 * (mag[i] + 1 + std::fabs(ref[i])); };
+            for (int threads : {1, 2}) {
+              std::fill(got.begin(), got.end(), NAN);
+              gemm_small(w.data(), m, k, x.data(), n, got.data(), b, ep, threads);
+              for (int64_t i = 0; i < m * n; ++i)
+                ASSERT_NEAR(got[i], ref[i], tol(i))
+                    << m << "x" << k << "x" << n << " " << epilogue_name(ep) << (b ? " bias" : "")
+                    << " threads " << threads << " at " << i;
+            }
+            if (has_avx2()) {
+              std::fill(got.begin(), got.end(), -7.0f);
+              const int64_t r0 = m / 3, r1 = m - m / 4;
+              gemm_small_avx2(w.data(), r0, r1, k, x.data(), n, got.data(), b, ep);
+              for (int64_t i = 0; i < m * n; ++i) {
+                if (i / n < r0 || i / n >= r1)
+                  ASSERT_EQ(got[i], -7.0f) << i;
+                else
+                  ASSERT_NEAR(got[i], ref[i], tol(i)) << m << "x" << k << "x" << n << " at " << i;
+              }
+            }
+          }
+      }
+  std::vector<float> y(4);
+  EXPECT_THROW(
+      gemm_small(y.data(), 1, 1, y.data(), kGemmSmallMaxN + 1, y.data(), nullptr, Epilogue::kNone, 1), Error);
 }
 
 }  // namespace
