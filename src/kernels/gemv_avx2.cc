@@ -150,16 +150,25 @@ void gemm_small_rows(const float* w, int64_t r, int64_t stride, int64_t k, const
 #pragma GCC unroll 2
     for (int v = 0; v < NV; ++v) acc[i][v] = _mm256_setzero_ps();
   }
-  for (int64_t c = 0; c < k; ++c) {
-    __m256 xv[NV];
-#pragma GCC unroll 2
-    for (int v = 0; v < NV - 1; ++v) xv[v] = _mm256_loadu_ps(x + c * n + 8 * v);
-    xv[NV - 1] = _mm256_maskload_ps(x + c * n + 8 * (NV - 1), mask);
+  // A software prefetch of each row's line 1 KB ahead, once per line (cold 768x768x8, 3072x768x8, 768x3072x8
+  // in the scratch program below: 16.0-16.5 -> 17.1-17.6 GB/s; 2 KB the same, 4 KB +3%).
+  constexpr int64_t kAhead = 256;
+  for (int64_t c0 = 0; c0 < k; c0 += 16) {
 #pragma GCC unroll 8
-    for (int i = 0; i < R; ++i) {
-      const __m256 wv = _mm256_broadcast_ss(row[i] + c);
+    for (int i = 0; i < R; ++i)
+      _mm_prefetch(reinterpret_cast<const char*>(row[i] + c0 + kAhead), _MM_HINT_T0);
+    const int64_t c1 = std::min(k, c0 + 16);
+    for (int64_t c = c0; c < c1; ++c) {
+      __m256 xv[NV];
 #pragma GCC unroll 2
-      for (int v = 0; v < NV; ++v) acc[i][v] = _mm256_fmadd_ps(wv, xv[v], acc[i][v]);
+      for (int v = 0; v < NV - 1; ++v) xv[v] = _mm256_loadu_ps(x + c * n + 8 * v);
+      xv[NV - 1] = _mm256_maskload_ps(x + c * n + 8 * (NV - 1), mask);
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i) {
+        const __m256 wv = _mm256_broadcast_ss(row[i] + c);
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; ++v) acc[i][v] = _mm256_fmadd_ps(wv, xv[v], acc[i][v]);
+      }
     }
   }
 #pragma GCC unroll 8
