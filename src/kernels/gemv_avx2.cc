@@ -58,27 +58,9 @@ void gemv_rows(const T* w, int64_t r, int64_t stride, int64_t cols, const float*
 // The row regions every kernel here reads at once. Rows [r0, r1) as R long sequential streams: stream i
 // holds rows r0 + i per + t (t < per), and rows(r, stride) runs rows r, r + stride, ..., r + (R - 1) stride
 // (its template argument the count: R, or 1); the rows past R regions go R adjacent rows at a time, then one
-// by one. `per` is staggered: when the streams start a multiple of 4 KB apart (per x row bytes, e.g. 768
-// floats x 96 rows) they share one set of L1 lines, and prefetches and loads of 8 streams evict each other;
-// so per is lowered by up to 7 rows where that spreads the streams' starts over more 512-byte eighths of a
-// page (gemm_small, 8 regions, N = 8, cold, one thread, AMD EPYC Zen 4, scratch program: 768x768 16.4 ->
-// 18.1-18.4 GB/s, 3072x768 16.0 -> 18.1, 1536x384 16.6 -> 18.8-18.9; rows of a multiple of 4 KB, such as
-// 3072 floats, cannot be staggered by rows and stay as they were).
-int64_t staggered_rows_per_region(int64_t rows, int regions, int64_t row_bytes) {
-  const int64_t per = rows / regions;
-  int64_t best = per;
-  int best_spread = 0;
-  for (int64_t p = per; p >= std::max<int64_t>(1, per - 7); --p) {
-    unsigned used = 0;
-    for (int i = 0; i < regions; ++i) used |= 1u << ((i * p * row_bytes) % 4096 / 512);
-    if (const int spread = std::popcount(used); spread > best_spread) {
-      best_spread = spread;
-      best = p;
-    }
-  }
-  return best;
-}
-
+// by one. `per` is staggered (staggered_rows_per_region, kernel_list.h): gemm_small, 8 regions, N = 8, cold,
+// one thread, AMD EPYC Zen 4, scratch program: 768x768 16.4 -> 18.1-18.4 GB/s, 3072x768 16.0 -> 18.1,
+// 1536x384 16.6 -> 18.8-18.9.
 template <int R, class Rows>
 void over_regions(int64_t r0, int64_t r1, int64_t row_bytes, const Rows& rows) {
   const int64_t per = staggered_rows_per_region(r1 - r0, R, row_bytes);

@@ -181,6 +181,13 @@ constexpr bool list_is_consistent() {
 }
 static_assert(list_is_consistent(), "kernel_list.inc: see the rules at its top");
 
+// Rows (or row blocks) per region for kernels that read `regions` regions of `rows` rows at once, one long
+// stream each, rows `row_bytes` apart (gemv_avx2.cc, spmm_lanes.h): rows / regions, lowered by up to 7 where
+// that spreads the streams' starts over more 512-byte eighths of a 4 KB page. Streams that start a multiple
+// of 4 KB apart (e.g. 96 rows of 768 floats) map to the same L1 sets, and their loads and prefetches evict
+// each other. (spmm.cc: portable code, callable from every ISA file.)
+int64_t staggered_rows_per_region(int64_t rows, int regions, int64_t row_bytes);
+
 // Pack steps (pack.cc).
 GemmLayout pack_gemm(const Compressed& w, int mr, int kc, int chunk, bool round_bf16);
 // w: fp32 (held as bf16 when bf16) or int8 (scaled or not).

@@ -2,6 +2,7 @@
 #include "sparse24/spmm.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +15,21 @@
 namespace sparse24 {
 
 namespace kernels {
+
+int64_t staggered_rows_per_region(int64_t rows, int regions, int64_t row_bytes) {
+  const int64_t per = rows / regions;
+  int64_t best = per;
+  int best_spread = 0;
+  for (int64_t p = per; p >= std::max<int64_t>(1, per - 7); --p) {
+    unsigned used = 0;
+    for (int i = 0; i < regions; ++i) used |= 1u << ((i * p * row_bytes) % 4096 / 512);
+    if (const int spread = std::popcount(used); spread > best_spread) {
+      best_spread = spread;
+      best = p;
+    }
+  }
+  return best;
+}
 
 bool cpu_has_avx2() {
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&

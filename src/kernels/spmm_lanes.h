@@ -623,11 +623,12 @@ void lanes_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
     const int tid = omp_get_thread_num();
     const int nth = omp_get_num_threads();
     const int64_t b0 = lay.m_blocks * tid / nth, b1 = lay.m_blocks * (tid + 1) / nth;
-    // NS regions of `per` row blocks, then the rest one block at a time.
-    const int64_t per = (b1 - b0) / NS;
     for (int64_t kb = 0; kb < lay.k_blocks; ++kb) {
       const int64_t ns = lay.supers_in(kb);
       const size_t bstride = static_cast<size_t>(ns * LanesSlots<WT>::kEntryBytes);  // next row block
+      // NS regions of `per` row blocks (staggered: kernel_list.h), then NS adjacent blocks at a time, then
+      // the rest one block at a time.
+      const int64_t per = NS > 1 ? staggered_rows_per_region(b1 - b0, NS, static_cast<int64_t>(bstride)) : 0;
       const uint8_t* xb = x.x + kb * lay.kb * x.per_k;
       const bool first = kb == 0, last = kb + 1 == lay.k_blocks;
       auto emit = [&](int64_t mb, const __m256(&v)[N]) {
@@ -644,15 +645,18 @@ void lanes_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
           if (last && a.ep != Epilogue::kNone) epilogue_row<T>(y, N, a.ep);
         }
       };
+      int64_t mb = b0;
       if constexpr (NS > 1) {
-        for (int64_t t = 0; t < per; ++t) {
+        auto streams = [&](int64_t mb0, int64_t apart) {
           __m256 v[NS][N];
-          lanes_passes<T, WT, N, NS, CMAX, VREGS, TILE>(lay.data.data() + lay.entry(kb, b0 + t),
-                                                        bstride * per, ns, xb, x.stride, v);
-          for (int i = 0; i < NS; ++i) emit(b0 + t + i * per, v[i]);
-        }
+          lanes_passes<T, WT, N, NS, CMAX, VREGS, TILE>(lay.data.data() + lay.entry(kb, mb0), bstride * apart,
+                                                        ns, xb, x.stride, v);
+          for (int i = 0; i < NS; ++i) emit(mb0 + i * apart, v[i]);
+        };
+        for (int64_t t = 0; t < per; ++t) streams(b0 + t, per);
+        for (mb = b0 + NS * per; mb + NS <= b1; mb += NS) streams(mb, 1);
       }
-      for (int64_t mb = NS > 1 ? b0 + NS * per : b0; mb < b1; ++mb) {
+      for (; mb < b1; ++mb) {
         __m256 v[1][N];
         lanes_passes<T, WT, N, 1, CMAX, VREGS, TILE>(lay.data.data() + lay.entry(kb, mb), 0, ns, xb, x.stride,
                                                      v);

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "../common/seed.h"
+#include "kernels/kernel_list.h"
 #include "sparse24/dtype.h"
 #include "sparse24/error.h"
 
@@ -193,6 +194,30 @@ TEST(GemmSmall, MatchesReferenceAtEveryN) {
   std::vector<float> y(4);
   EXPECT_THROW(
       gemm_small(y.data(), 1, 1, y.data(), kGemmSmallMaxN + 1, y.data(), nullptr, Epilogue::kNone, 1), Error);
+}
+
+// The row regions' staggering (kernel_list.h): never more rows per region than an even split, at most 7
+// fewer; streams that would start a multiple of 4 KB apart are spread over distinct eighths of a page;
+// rows of a multiple of 4 KB (which no row count can spread) keep the even split.
+TEST(RowRegions, StaggeredRowsPerRegion) {
+  const auto spread = [](int64_t per, int regions, int64_t row_bytes) {
+    unsigned used = 0;
+    for (int i = 0; i < regions; ++i) used |= 1u << ((i * per * row_bytes) % 4096 / 512);
+    return __builtin_popcount(used);
+  };
+  for (int64_t rows : {1, 7, 8, 9, 100, 768, 3072, 49152})
+    for (int regions : {1, 4, 6, 8})
+      for (int64_t row_bytes : {576, 1152, 1536, 3072, 5632, 12288}) {
+        const int64_t even = rows / regions, per = staggered_rows_per_region(rows, regions, row_bytes);
+        ASSERT_LE(per, even) << rows << " " << regions << " " << row_bytes;
+        ASSERT_GE(per, std::min<int64_t>(even, std::max<int64_t>(1, even - 7))) << rows << " " << regions;
+        ASSERT_GE(spread(per, regions, row_bytes), spread(even, regions, row_bytes));
+      }
+  // 768 rows of 768 floats in 8 regions: 96 rows apart is 72 pages (one eighth for all 8 starts); the
+  // staggered count spreads them over 4 eighths, the most that rows of 3 KB allow.
+  EXPECT_EQ(spread(96, 8, 3072), 1);
+  EXPECT_EQ(spread(staggered_rows_per_region(768, 8, 3072), 8, 3072), 4);
+  EXPECT_EQ(staggered_rows_per_region(768, 8, 12288), 96);
 }
 
 }  // namespace

@@ -449,9 +449,10 @@ TEST(Spmm, EveryVariantByNameLongK) {
 }
 
 // The small-N path reads a thread's row blocks as several regions at once (spmm_lanes.h: 4 at N = 1, 2 up
-// to N = 4) and the blocks left over one at a time: every count of 8-row blocks from 1 to 13 (so every
-// remainder, and fewer blocks than streams) on 1 and 2 threads, with a partial last block, K over two K
-// blocks with a short tail, each weight type, N = 1..5.
+// to N = 4) and the blocks left over as adjacent streams, then one at a time: every count of 8-row blocks
+// from 1 to 13 (so every remainder, and fewer blocks than streams) on 1 and 2 threads, with a partial last
+// block, K over two K blocks with a short tail, each weight type, N = 1..5; and regions that start a multiple
+// of 4 KB apart (staggered: kernel_list.h).
 TEST(Spmm, SmallNRowRegions) {
   SPARSE24_SEED_TRACE();
   auto g = rng(312);
@@ -467,6 +468,21 @@ TEST(Spmm, SmallNRowRegions) {
         check(isa, t, g);
         if (::testing::Test::HasFatalFailure()) return;
       }
+  // Regions a multiple of 4 KB apart (32 blocks of K = 1024: 8 blocks per region of 16 entries per block,
+  // for every weight type), which the staggering lowers to 7 blocks per region, so 4 blocks then go as
+  // adjacent streams; 35 blocks leave 3 more one at a time.
+  for (Isa isa : isas_here())
+    for (int64_t blocks : {32, 35})
+      for (int64_t n = 1; n <= 2; ++n)
+        for (int type = 0; type < 3; ++type) {
+          Case t{8 * blocks, 1024, n};
+          t.threads = static_cast<int>(n);
+          t.bf16 = type == 1;
+          t.int8_group = type == 2 ? 64 : 0;
+          t.layouts = PackLayouts::kSmallN;
+          check(isa, t, g);
+          if (::testing::Test::HasFatalFailure()) return;
+        }
 }
 
 // spmm_tokens (X [N, K], Y [N, M]) against spmm on the transposes: the compute-bound path (its own packing
