@@ -1,8 +1,9 @@
 // A dense matrix-vector product with bfloat16, fp32 or int8 weights (fp32 activations and accumulation), for
 // the decoder's output head at batch 1: y[r] = sum_c W[r, c] * x[c] for r < rows, W row-major [rows, cols]. A
 // decoded token's head is a GEMV over the whole vocabulary (49,152 x 576 for SmolLM2): its time is its
-// bytes over the memory bandwidth, read as eight long row streams at once (gemv_avx2.cc). fp32, SmolLM2's
-// tied head, one thread, quiet Zen 3: see gemv_avx2.cc for the rates against oneDNN's sgemm.
+// bytes over the memory bandwidth, read as eight long streams at once (gemv_avx2.cc: eight row regions, or
+// four of int8 rows with their scales). fp32, SmolLM2's tied head, one thread, quiet Zen 3: see
+// gemv_avx2.cc for the rates against oneDNN's sgemm. Also the dense small-N GEMM (gemm_small, below).
 #pragma once
 #include <cstdint>
 

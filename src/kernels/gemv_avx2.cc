@@ -1,6 +1,7 @@
-// The dense bf16 GEMV, AVX2 + FMA (gemv.h): eight rows at a time, one from each of eight regions of the
-// rows (eight long sequential streams in flight, one accumulator each), eight columns per step; a bf16 value
-// widens to fp32 by a 16-bit left shift of its zero-extended bits. The SmolLM2 head (49,152 x 576, 57 MB),
+// The dense GEMVs (bf16, fp32, int8) and the small-N GEMM, AVX2 + FMA (gemv.h). The bf16 GEMV: eight rows at
+// a time, one from each of eight regions of the rows (eight long sequential streams in flight, one
+// accumulator each), eight columns per step; a bf16 value widens to fp32 by a 16-bit left shift of its
+// zero-extended bits. The SmolLM2 head (49,152 x 576, 57 MB),
 // one thread, quiet AMD EPYC Zen 3, scratch program, best of 20 (GB/s): eight adjacent rows 10.8-11.1 (a
 // row is 1152 bytes: the streams were too short for the prefetcher), 6 regions 20.9, 8 regions 22.0-22.4
 // (the machine's plain read: 22.8-23.0), 12 regions 15.5, 16 regions 8.8.
