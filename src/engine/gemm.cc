@@ -84,7 +84,7 @@ void GemmExec::run(const float* x, float* y, int64_t n, int threads) const {
     return;
   }
   // Short inputs: our small-N kernel (kernels/gemv.h), which streams W in place with bias and epilogue in
-  // registers. In the engine it ran MiniLM's dense GEMMs at 8 tokens in about 0.55 of the time of oneDNN's
+  // registers. In the engine it ran MiniLM's dense GEMMs at 8 tokens in about half the time of oneDNN's
   // matmul primitive (brgemm, the path until session 32) and of dnnl_sgemm on AVX2 (docs/design.md).
   if (n >= 2 && n <= kernels::kGemmSmallMaxN) {
     kernels::gemm_small(s.w.data(), s.m, s.k, x, n, y, s.bias.empty() ? nullptr : s.bias.data(), s.ep,
