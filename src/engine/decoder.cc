@@ -62,7 +62,12 @@ struct Linear {
       return;
     }
     // One token: eight long row streams at once, as the head (oneDNN's sgemm streamed the decoder's short
-    // rows at ~13 GB/s on one Zen 3 core, docs/performance.md).
+    // rows at ~13 GB/s on one Zen 3 core, docs/performance.md); a few (a chat turn, a short prompt): the
+    // small-N GEMM, bias included (as the encoder's dense layers, docs/design.md).
+    if (n >= 2 && n <= kernels::kGemmSmallMaxN) {
+      kernels::gemm_small(w, m, k, x, n, y, bias.empty() ? nullptr : bias.data(), Epilogue::kNone, threads);
+      return;
+    }
     if (n == 1)
       kernels::gemv_f32(w, m, k, x, y, threads);
     else
