@@ -38,8 +38,8 @@ void gemv_i8_avx2(const int8_t* w, const float* scales, int64_t r0, int64_t r1, 
 
 // A dense product at small N, the engine's dense layers on short inputs: Y = epilogue(W X + bias), W [m, k]
 // row-major fp32, X [k, n] and Y [m, n] row-major (ld n), bias [m] or null, 1 <= n <= kGemmSmallMaxN. The
-// AVX2 path (gemv_avx2.cc) streams W in place, eight rows at a time from eight regions of the rows, the n
-// columns in one or two vectors; the reference (gemm_reference) elsewhere.
+// AVX2 path (gemv_avx2.cc) streams W in place, eight rows at a time from eight regions of the rows (six
+// past 8 columns), the n columns in one or two vectors; the reference (gemm_reference) elsewhere.
 constexpr int64_t kGemmSmallMaxN = 16;
 void gemm_small(const float* w, int64_t m, int64_t k, const float* x, int64_t n, float* y, const float* bias,
                 Epilogue ep, int threads);

@@ -82,8 +82,8 @@ TEST(Fingerprint, WordHashInPiecesEqualsTheWhole) {
 }
 
 // One GEMM layer on the dense path against gemm_reference, at every N from 1 to 20: dnnl_sgemm
-// (N = 1 and past 16), oneDNN's matmul primitive (N = 2..16 where brgemm runs it, gemm.cc), each with and
-// without a bias, for every epilogue, on one and two threads, N changing between calls on one layer.
+// (N = 1 and past 16), kernels::gemm_small (N = 2..16, gemm.cc), each with and without a bias, for every
+// epilogue, on one and two threads, N changing between calls on one layer.
 TEST(EngineOps, DenseGemmMatchesNaiveAtEveryN) {
   SPARSE24_SEED_TRACE();
   auto g = rng(7);
