@@ -76,5 +76,8 @@ void validate(const Compressed& c);
 // The same weights with float32 values: f16 and bf16 widened exactly, int8 times its scales; the codes as
 // they are (validated first). What decompress + compress gave, without the dense matrix in between.
 Compressed to_f32(Compressed c);
+// The same weights with bfloat16 values: float32 ones rounded to nearest even (bf16 ones as they are; f16
+// and int8 ones through to_f32 first). A kernel packs them as bf16 weights, half the bytes of fp32.
+Compressed to_bf16(Compressed c);
 
 }  // namespace sparse24

@@ -40,6 +40,8 @@ struct Gemm {
   // The checkpoint weights whose rows make up W, in order (Q, K, V for a fused QKV), when the loader knows
   // them: how calibration (prune_model.h) maps a GEMM back to the tensors it prunes.
   std::vector<std::string> sources;
+  // pruned: its kernel may round X to bfloat16 (PackOptions::bf16_activations; set_sparse_precision).
+  bool bf16_activations = false;
 };
 
 enum class OpKind : uint8_t {
@@ -135,6 +137,20 @@ Model load_hf_encoder(const std::string& dir, TextModelInfo* info = nullptr);
 Model load_hf_encoder(HfDir dir, TextModelInfo* info = nullptr);
 // load_hf_encoder for a directory with config.json, else load_model (the workflow's export).
 Model load_any_model(const std::string& dir, TextModelInfo* info = nullptr);
+
+// The precision of a model's 2:4 Linears (docs/accuracy.md): their values float32 as loaded, bfloat16
+// (rounded to nearest even: to_bf16) or int8 with an fp32 scale per 64 positions (quantize_int8), and, for
+// bf16 or int8 values on a CPU with AVX512_BF16, their inputs rounded to bfloat16 by the memory-bound
+// kernels (PackOptions::bf16_activations; elsewhere it changes nothing). Dense layers, the embeddings and
+// every other op stay fp32. A narrower type halves (bf16) or quarters (int8) the bytes short inputs stream:
+// the engine packs such Linears with the memory-bound layout beside the compute-bound one (which holds
+// fp32) wherever it packs for more columns than that layout takes. The fingerprint records the change (a
+// plan is timed on the weights it runs).
+enum class SparseValues : uint8_t { kF32, kBf16, kInt8 };
+// "fp32", "bf16" or "int8"; Error otherwise.
+SparseValues parse_sparse_values(const std::string& s);
+const char* sparse_values_name(SparseValues v);
+void set_sparse_precision(Model& m, SparseValues v, bool bf16_activations = false);
 
 struct BertOptions {
   int64_t layers = 12, hidden = 768, heads = 12, ffn = 3072, seq = 128;
@@ -257,6 +273,9 @@ class TextEncoder {
     Mode mode = Mode::kPlan;
     int64_t batch = 8;     // texts per engine call
     bool verbose = false;  // plan building reported on stderr
+    // load: the 2:4 Linears' precision (set_sparse_precision); from_model takes the model as it is.
+    SparseValues sparse_values = SparseValues::kF32;
+    bool bf16_activations = false;
   };
   // Loads DIR (load_hf_encoder) and its tokenizer; kPlan reuses DIR/plan.json when it matches, else builds
   // it (timed at min(batch, 4) x min(128, max_tokens) tokens) and saves it there.

@@ -25,12 +25,15 @@ using namespace sparse24::engine;
 class PyEngine {
  public:
   static PyEngine load(const std::string& dir, int threads, const std::string& mode,
-                       std::optional<int64_t> batch) {
+                       std::optional<int64_t> batch, const std::string& weights, bool bf16_activations) {
     if (threads < 1 || threads > 1024)
       throw Error("threads " + std::to_string(threads) + ": expected 1 to 1024");
     if (batch && (*batch < 1 || *batch > (int64_t{1} << 20)))
       throw Error("batch " + std::to_string(*batch) + ": expected 1 to 1048576");
     const Mode m = parse_mode(mode);
+    const SparseValues values = parse_sparse_values(weights);
+    if (bf16_activations && values == SparseValues::kF32)
+      throw Error("bf16_activations needs weights='bf16' or 'int8'");
     PyEngine e;
     e.threads_ = threads;
     nb::gil_scoped_release unlocked;
@@ -40,9 +43,12 @@ class PyEngine {
       o.threads = threads;
       o.mode = m;
       o.batch = batch.value_or(8);
+      o.sparse_values = values;
+      o.bf16_activations = bf16_activations;
       e.text_.emplace(TextEncoder::load(dir, o));
     } else {
       e.model_.emplace(load_model(dir));
+      set_sparse_precision(*e.model_, values, bf16_activations);
       e.batch_ = batch.value_or(64);
       if (m == Mode::kPlan) {
         bool built = false;
@@ -140,9 +146,12 @@ void register_engine(nb::module_& m) {
   nb::class_<PyEngine>(m, "Engine", "The sparse24 inference engine (Engine.load(model_dir)).")
       .def_static(
           "load", &PyEngine::load, nb::arg("model_dir"), nb::arg("threads") = 1, nb::arg("mode") = "plan",
-          nb::arg("batch") = nb::none(),
+          nb::arg("batch") = nb::none(), nb::arg("weights") = "fp32", nb::arg("bf16_activations") = false,
           "Loads a Hugging Face / sentence-transformers encoder (a directory with config.json) or a "
-          "workflow export (model.json). mode: plan (per-layer timed choice, plan.json), dense or sparse.")
+          "workflow export (model.json). mode: plan (per-layer timed choice, plan.json), dense or sparse. "
+          "weights: fp32, bf16 or int8 (the 2:4 Linears' values; int8 with an fp32 scale per 64 positions). "
+          "bf16_activations: with bf16 or int8 weights, the 2:4 kernels round their inputs to bfloat16 where "
+          "the CPU has AVX512_BF16 (faster at short inputs; docs/accuracy.md).")
       .def("embed", &PyEngine::embed, nb::arg("texts"), "One embedding per text: float32 [len(texts), dim].")
       .def("tokenize", &PyEngine::tokenize, nb::arg("text"))
       .def("run", &PyEngine::run, nb::arg("x"), "A workflow export on float input [B, *input_shape].")

@@ -51,3 +51,24 @@ def test_threads_share_an_engine(minilm):
     with concurrent.futures.ThreadPoolExecutor(4) as pool:  # the GIL is released; the engine serialises
         for got in pool.map(lambda _: e.embed(TEXTS), range(8)):
             np.testing.assert_allclose(got, want, atol=1e-6)
+
+
+def test_narrower_sparse_weights(minilm, cli, tmp_path):
+    """weights='bf16' / 'int8' (and bf16_activations) on a 2:4 MiniLM: near the fp32 2:4 embeddings, not equal
+    to them; the dense mode runs the same narrowed values."""
+    pruned = tmp_path / "minilm-24"
+    cli("prune-model", minilm, "-o", pruned)
+    fp32 = sparse24.Engine.load(str(pruned), mode="sparse").embed(TEXTS)
+    for weights in ("bf16", "int8"):
+        for xbf16 in (False, True):
+            e = sparse24.Engine.load(str(pruned), mode="sparse", weights=weights, bf16_activations=xbf16)
+            got = e.embed(TEXTS)
+            cos = np.sum(got * fp32, axis=1) / np.linalg.norm(got, axis=1) / np.linalg.norm(fp32, axis=1)
+            assert cos.min() > 0.999 and np.abs(got - fp32).max() > 0, (weights, xbf16, cos)
+            if not xbf16:
+                dense = sparse24.Engine.load(str(pruned), mode="dense", weights=weights).embed(TEXTS)
+                np.testing.assert_allclose(got, dense, atol=1e-5)
+    with pytest.raises(sparse24.Error, match="bf16_activations"):
+        sparse24.Engine.load(str(pruned), bf16_activations=True)
+    with pytest.raises(sparse24.Error, match="int4"):
+        sparse24.Engine.load(str(pruned), weights="int4")

@@ -335,6 +335,22 @@ Compressed to_f32(Compressed c) {
   return c;
 }
 
+Compressed to_bf16(Compressed c) {
+  if (c.dtype == DType::kBF16) {
+    validate(c);
+    return c;
+  }
+  c = to_f32(std::move(c));
+  const int64_t n = c.rows * c.values_per_row();
+  const auto* in = reinterpret_cast<const float*>(c.values.data());
+  std::vector<uint8_t> values(static_cast<size_t>(n) * sizeof(uint16_t));
+  auto* out = reinterpret_cast<uint16_t*>(values.data());
+  for (int64_t i = 0; i < n; ++i) out[i] = float_to_bf16(in[i]);
+  c.values = std::move(values);
+  c.dtype = DType::kBF16;
+  return c;
+}
+
 Tensor decompress(const Compressed& c) {
   validate(c);
   const MatrixView v = matrix_view(c.shape);

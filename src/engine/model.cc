@@ -10,6 +10,7 @@
 #include "io/model_dir.h"
 #include "io/net_spec.h"
 #include "kernels/convert.h"
+#include "sparse24/decoder.h"
 #include "sparse24/engine.h"
 #include "sparse24/error.h"
 #include "sparse24/io.h"
@@ -116,6 +117,40 @@ void scale_rows(Gemm& g, const std::vector<float>& s) {
 }
 
 }  // namespace
+
+SparseValues parse_sparse_values(const std::string& s) {
+  if (s == "fp32") return SparseValues::kF32;
+  if (s == "bf16") return SparseValues::kBf16;
+  if (s == "int8") return SparseValues::kInt8;
+  throw Error("unknown 2:4 value type '" + s + "' (expected fp32, bf16 or int8)");
+}
+
+const char* sparse_values_name(SparseValues v) {
+  switch (v) {
+    case SparseValues::kF32:
+      return "fp32";
+    case SparseValues::kBf16:
+      return "bf16";
+    case SparseValues::kInt8:
+      return "int8";
+  }
+  return "?";
+}
+
+void set_sparse_precision(Model& m, SparseValues v, bool bf16_activations) {
+  bool any = false;
+  for (Gemm& g : m.gemms) {
+    if (!g.pruned) continue;
+    any = true;
+    if (v == SparseValues::kBf16) g.sparse = to_bf16(std::move(g.sparse));
+    if (v == SparseValues::kInt8 && g.sparse.dtype != DType::kI8)
+      g.sparse = quantize_int8(to_f32(std::move(g.sparse)), detail::kInt8ScaleGroup);
+    g.bf16_activations = bf16_activations;
+  }
+  // Values as loaded (fp32, or bf16 from a bf16 checkpoint) and fp32 activations leave the model as it is.
+  if (any && (v != SparseValues::kF32 || bf16_activations))
+    m.fingerprint += std::string("-") + sparse_values_name(v) + (bf16_activations ? "-xbf16" : "");
+}
 
 const char* op_kind_name(OpKind k) {
   switch (k) {

@@ -17,6 +17,8 @@
 #include "sparse24/error.h"
 #include "sparse24/hf_dir.h"
 #include "sparse24/io.h"
+#include "sparse24/prune_model.h"
+#include "sparse24/spmm.h"
 #include "tiny_encoder.h"
 
 namespace sparse24::engine {
@@ -147,6 +149,67 @@ TEST_F(HfEncoder, PrunedCheckpointsRunSparseInEveryLayoutAndMode) {
       EXPECT_LT(Engine(m, 64, 1, Mode::kSparse).weight_bytes(),
                 Engine(m, 64, 1, Mode::kDense).weight_bytes());
     }
+  }
+}
+
+// set_sparse_precision: the 2:4 Linears' values bf16 or int8 (and their inputs bf16 where the CPU can), the
+// sparse engine against the dense one on the same narrowed values, at a capacity the memory-bound layout
+// takes alone and at one where it is packed beside the compute-bound layout (run short and long there).
+TEST_F(HfEncoder, NarrowerSparseValuesRunInBothLayouts) {
+  auto g = rng();
+  for (const char* type : {"bert", "mpnet"}) {
+    Tiny t;
+    t.type = type;
+    const std::filesystem::path dir = dir_ / type;
+    write_model(dir, t, weights_of(t, g), false, true);
+    HfDir d = read_hf_dir(dir.string());
+    SparsifyOptions so;
+    so.prune = true;
+    so.targets = kEncoderLinears;
+    so.rank2_only = true;
+    sparsify(d.weights, so);
+    const Model base = load_hf_encoder(std::move(d));
+    const auto seqs = random_sequences(g, t, 4, base.max_sequence);
+    const std::vector<std::vector<int32_t>> short_input = {
+        std::vector<int32_t>(seqs[0].begin(), seqs[0].begin() + 2)};
+    Engine base_dense(base, 4 * base.max_sequence, 1, Mode::kDense);
+    const std::vector<float> fp32 = run(base_dense, seqs);
+    for (SparseValues v : {SparseValues::kBf16, SparseValues::kInt8})
+      for (bool xbf16 : {false, true}) {
+        const std::string what = std::string(type) + " " + sparse_values_name(v) + (xbf16 ? " x bf16" : "");
+        Model m = base;
+        set_sparse_precision(m, v, xbf16);
+        EXPECT_NE(m.fingerprint, base.fingerprint) << what;
+        for (const Gemm& gm : m.gemms) {
+          ASSERT_TRUE(gm.pruned) << what;
+          EXPECT_EQ(gm.sparse.dtype, v == SparseValues::kBf16 ? DType::kBF16 : DType::kI8) << what;
+          EXPECT_EQ(gm.bf16_activations, xbf16) << what;
+        }
+        // Dense runs the narrowed values exactly (fp32 activations): near the fp32 model, not equal to it.
+        Engine dense(m, 4 * m.max_sequence, 1, Mode::kDense);
+        const std::vector<float> want = run(dense, seqs), want_short = run(dense, short_input);
+        float moved = 0;
+        for (size_t i = 0; i < want.size(); ++i) moved = std::max(moved, std::fabs(want[i] - fp32[i]));
+        EXPECT_GT(moved, 0.0f) << what;
+        EXPECT_LT(moved, 0.05f) << what;
+        // Rounding the inputs to bf16 moves each product by up to 2^-8 of itself.
+        const float tol = xbf16 && bf16_activations_supported() ? 2e-2f : 2e-5f;
+        for (int64_t capacity : {int64_t{2}, 4 * m.max_sequence}) {
+          Engine e(m, capacity, 1, Mode::kSparse);
+          expect_near_all(run(e, short_input), want_short, tol,
+                          what + " short, capacity " + std::to_string(capacity));
+          if (capacity > 2) expect_near_all(run(e, seqs), want, tol, what + " long");
+        }
+        // At a large capacity the memory-bound layout is packed beside the compute-bound one (which holds
+        // fp32).
+        EXPECT_GT(Engine(m, 4 * m.max_sequence, 1, Mode::kSparse).weight_bytes(),
+                  Engine(m, 2, 1, Mode::kSparse).weight_bytes())
+            << what;
+      }
+    Model same = base;
+    set_sparse_precision(same, SparseValues::kF32);
+    EXPECT_EQ(same.fingerprint, base.fingerprint);
+    EXPECT_THROW(parse_sparse_values("int4"), Error);
   }
 }
 

@@ -14,6 +14,8 @@
 
 #include "commands.h"
 #include "sparse24/decoder.h"
+#include "sparse24/engine.h"
+#include "sparse24/error.h"
 #include "sparse24/io.h"
 
 namespace sparse24::cli {
@@ -41,6 +43,27 @@ inline bool stop_asked() { return g_stop_asked.load(); }
 // The lines of a text file (a trailing \r dropped; a last line without \n kept).
 // A `--text S...` option: any number of texts, each taken as it is (CLI11 would otherwise split a value
 // written "[a, b]" into the list a, b for an option taking several values).
+// An encoder's 2:4 Linears in a narrower type (engine::set_sparse_precision): embed's and eval-embed's flags.
+struct EncoderPrecisionFlags {
+  bool bf16 = false, int8 = false, bf16_act = false;
+  void add_to(CLI::App* cmd) {
+    CLI::Option* b =
+        cmd->add_flag("--bf16", bf16, "the 2:4 Linears' values held as bfloat16 (half the bytes)");
+    cmd->add_flag("--int8", int8, "the 2:4 Linears' values held as int8 with an fp32 scale per 64 positions")
+        ->excludes(b);
+    cmd->add_flag("--bf16-activations", bf16_act,
+                  "with --bf16 or --int8: the 2:4 Linears round their inputs to bfloat16 where the CPU has "
+                  "AVX512_BF16 (faster at short inputs; docs/accuracy.md)");
+  }
+  void apply(engine::TextEncoder::Options& o) const {
+    if (bf16_act && !bf16 && !int8) throw sparse24::Error("--bf16-activations needs --bf16 or --int8");
+    o.sparse_values = int8   ? engine::SparseValues::kInt8
+                      : bf16 ? engine::SparseValues::kBf16
+                             : engine::SparseValues::kF32;
+    o.bf16_activations = bf16_act;
+  }
+};
+
 inline CLI::Option* add_texts_option(CLI::App* cmd, const std::string& name, std::vector<std::string>& texts,
                                      const std::string& help) {
   return cmd->add_option(name, texts, help)->allow_extra_args(false)->expected(1, 1 << 20);

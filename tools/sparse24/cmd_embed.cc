@@ -30,11 +30,13 @@ namespace {
 namespace fs = std::filesystem;
 
 void cmd_embed(const std::string& dir, const std::vector<std::string>& text, const std::string& input,
-               const std::string& output, int64_t batch, int threads, const std::string& mode) {
+               const std::string& output, int64_t batch, int threads, const std::string& mode,
+               const EncoderPrecisionFlags& precision) {
   if (text.empty() == input.empty()) throw Error("give --text S ... or --input FILE (one text per line)");
   const std::vector<std::string> texts = input.empty() ? text : read_lines(input);
   if (texts.empty()) throw Error(input + ": no lines");
   engine::TextEncoder::Options o;
+  precision.apply(o);
   o.threads = threads;
   o.batch = batch;
   o.mode = engine::parse_mode(mode);
@@ -138,11 +140,34 @@ void cmd_bench_model(const BenchModelOptions& o) {
   const engine::Model sparse_model = engine::load_hf_encoder(std::move(pruned), &pinfo);
   pinfo.max_tokens = sparse_model.max_sequence;
   eo.mode = engine::Mode::kSparse;
-  engine::TextEncoder sparse = engine::TextEncoder::from_model(sparse_model, pinfo, o.model, "", eo);
+  // The rows: dense, the 2:4 copy as pruned (fp32), and its values bf16 and int8, with and without bf16
+  // activations where the CPU has AVX512_BF16 (engine::set_sparse_precision).
+  struct Row {
+    std::string key, label;
+    engine::SparseValues values;
+    bool xbf16;
+  };
+  std::vector<Row> rows = {{"sparse24_dense", "sparse24 dense", engine::SparseValues::kF32, false},
+                           {"sparse24_2to4", "sparse24 2:4", engine::SparseValues::kF32, false},
+                           {"sparse24_2to4_bf16", "sparse24 2:4 bf16", engine::SparseValues::kBf16, false},
+                           {"sparse24_2to4_int8", "sparse24 2:4 int8", engine::SparseValues::kInt8, false}};
+  if (bf16_activations_supported()) {
+    rows.push_back({"sparse24_2to4_bf16_xbf16", "2:4 bf16 x bf16", engine::SparseValues::kBf16, true});
+    rows.push_back({"sparse24_2to4_int8_xbf16", "2:4 int8 x bf16", engine::SparseValues::kInt8, true});
+  }
+  std::vector<engine::TextEncoder> encs;
+  encs.push_back(std::move(dense));
+  for (size_t i = 1; i < rows.size(); ++i) {
+    engine::Model m = sparse_model;
+    engine::set_sparse_precision(m, rows[i].values, rows[i].xbf16);
+    encs.push_back(engine::TextEncoder::from_model(m, pinfo, o.model, "", eo));
+  }
+  std::vector<engine::TextEncoder*> all;
+  for (auto& e : encs) all.push_back(&e);
 
   // The same ids for every runtime: [CLS]-like first token kept from the tokenizer, the rest random.
   std::vector<std::vector<int32_t>> ids(o.batch, std::vector<int32_t>(o.seq));
-  const std::vector<int32_t> special = dense.tokenize("");
+  const std::vector<int32_t> special = encs[0].tokenize("");
   uint32_t seed = 2024;
   for (auto& row : ids) {
     for (int32_t& v : row) {
@@ -153,9 +178,28 @@ void cmd_bench_model(const BenchModelOptions& o) {
     row.back() = special.back();
   }
 
-  std::vector<double> ms = latencies({&dense, &sparse}, ids, o.reps);
-  const std::vector<float> dense_out = dense.embed_ids(ids);
-  const size_t dense_bytes = dense.engine().weight_bytes(), sparse_bytes = sparse.engine().weight_bytes();
+  std::vector<double> ms = latencies(all, ids, o.reps);
+  const std::vector<float> dense_out = encs[0].embed_ids(ids);
+  // How far each narrower 2:4 row's embeddings move from the fp32 2:4 row's (the smallest cosine).
+  const std::vector<float> fp32_out = encs[1].embed_ids(ids);
+  std::vector<double> min_cosine(rows.size(), 1.0);
+  const int64_t dim = encs[1].dim();
+  for (size_t i = 2; i < rows.size(); ++i) {
+    const std::vector<float> e = encs[i].embed_ids(ids);
+    for (int64_t t = 0; t < o.batch; ++t) {
+      double ab = 0, aa = 0, bb = 0;
+      for (int64_t j = 0; j < dim; ++j) {
+        const double a = e[t * dim + j], b = fp32_out[t * dim + j];
+        ab += a * b;
+        aa += a * a;
+        bb += b * b;
+      }
+      min_cosine[i] = std::min(min_cosine[i], ab / std::sqrt(aa * bb));
+    }
+  }
+  std::vector<size_t> bytes;
+  for (auto& e : encs) bytes.push_back(e.engine().weight_bytes());
+  const size_t dense_bytes = bytes[0];
 
   nlohmann::json peers = nlohmann::json::object();
   double best_peer = 1e300;
@@ -205,7 +249,7 @@ void cmd_bench_model(const BenchModelOptions& o) {
     if (diff > 1e-3)
       throw Error("sparse24 dense disagrees with PyTorch (max abs difference " + std::to_string(diff) + ")");
     // Our engines once more after the peers ran (the machine may have been busier before): best of both.
-    const std::vector<double> again = latencies({&dense, &sparse}, ids, o.reps);
+    const std::vector<double> again = latencies(all, ids, o.reps);
     for (size_t i = 0; i < ms.size(); ++i) ms[i] = std::min(ms[i], again[i]);
     for (const auto& [name, v] : peers.items())
       if (v.at("ms").get<double>() < best_peer) {
@@ -214,18 +258,22 @@ void cmd_bench_model(const BenchModelOptions& o) {
       }
   }
 
+  nlohmann::json runtimes = nlohmann::json::object();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    runtimes[rows[i].key] = {{"ms", ms[i]}, {"weight_bytes", bytes[i]}};
+    if (i >= 2) runtimes[rows[i].key]["min_cosine_vs_2to4_fp32"] = min_cosine[i];
+    if (!best_name.empty()) runtimes[rows[i].key]["vs_best_peer"] = best_peer / ms[i];
+  }
   nlohmann::json out = {{"model", dense_model.name},
                         {"model_dir", o.model},
                         {"seq", o.seq},
                         {"batch", o.batch},
                         {"threads", o.threads},
                         {"isa", isa_name(active_isa())},
-                        {"runtimes",
-                         {{"sparse24_dense", {{"ms", ms[0]}, {"weight_bytes", dense_bytes}}},
-                          {"sparse24_2to4", {{"ms", ms[1]}, {"weight_bytes", sparse_bytes}}}}},
+                        {"runtimes", runtimes},
                         {"peers", peers},
                         {"sparse_vs_dense", ms[0] / ms[1]},
-                        {"weight_bytes_ratio", static_cast<double>(sparse_bytes) / dense_bytes}};
+                        {"weight_bytes_ratio", static_cast<double>(bytes[1]) / dense_bytes}};
   if (!best_name.empty()) {
     out["best_peer"] = best_name;
     out["speedup_vs_best_peer"] = best_peer / ms[1];
@@ -234,18 +282,21 @@ void cmd_bench_model(const BenchModelOptions& o) {
   std::printf("%s, seq %lld, batch %lld, %d thread(s), %s kernels\n", o.model.c_str(),
               static_cast<long long>(o.seq), static_cast<long long>(o.batch), o.threads,
               isa_name(active_isa()));
-  std::printf("  %-16s %9.3f ms  (weights %.1f MB)\n", "sparse24 dense", ms[0], dense_bytes / 1e6);
-  std::printf("  %-16s %9.3f ms  (weights %.1f MB, %.3f of dense)\n", "sparse24 2:4", ms[1],
-              sparse_bytes / 1e6, static_cast<double>(sparse_bytes) / dense_bytes);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    std::printf("  %-17s %9.3f ms  (weights %.1f MB", rows[i].label.c_str(), ms[i], bytes[i] / 1e6);
+    if (i > 0) std::printf(", %.3f of dense", static_cast<double>(bytes[i]) / dense_bytes);
+    if (i >= 2) std::printf("; embeddings' cosine to 2:4 fp32 >= %.6f", min_cosine[i]);
+    std::printf(")");
+    if (!best_name.empty()) std::printf("  %.2fx the fastest peer", best_peer / ms[i]);
+    std::printf("\n");
+  }
   for (const auto& [name, v] : peers.items())
-    std::printf("  %-16s %9.3f ms\n", name.c_str(), v.at("ms").get<double>());
+    std::printf("  %-17s %9.3f ms\n", name.c_str(), v.at("ms").get<double>());
   if (!best_name.empty())
     std::printf("2:4 vs the fastest peer (%s): %.2fx; dense vs it: %.2fx\n", best_name.c_str(),
                 best_peer / ms[1], best_peer / ms[0]);
-  if (o.profile) {
-    print_profile("sparse24 dense", dense, ids);
-    print_profile("sparse24 2:4", sparse, ids);
-  }
+  if (o.profile)
+    for (size_t i = 0; i < rows.size(); ++i) print_profile(rows[i].label.c_str(), encs[i], ids);
   if (!o.json_out.empty()) write_file_atomic(o.json_out, out.dump(2) + "\n");
 }
 
@@ -257,6 +308,7 @@ void register_embed(CLI::App& app) {
     std::vector<std::string> text;
     int64_t batch = 8;
     int threads = 1;
+    EncoderPrecisionFlags precision;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
@@ -270,15 +322,18 @@ void register_embed(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "threads")->check(CLI::Range(1, 1024));
   cmd->add_option("--mode", o->mode, "plan (per layer, timed), dense, or sparse (every 2:4 layer)")
       ->check(CLI::IsMember({"plan", "dense", "sparse"}));
-  cmd->callback([o] { cmd_embed(o->model, o->text, o->input, o->output, o->batch, o->threads, o->mode); });
+  o->precision.add_to(cmd);
+  cmd->callback([o] {
+    cmd_embed(o->model, o->text, o->input, o->output, o->batch, o->threads, o->mode, o->precision);
+  });
 }
 
 void register_bench_model(CLI::App& app) {
   auto o = std::make_shared<BenchModelOptions>();
   CLI::App* cmd = app.add_subcommand(
       "bench-model",
-      "Time a Hugging Face encoder in sparse24 (dense and a magnitude-pruned 2:4 copy) against PyTorch, ONNX "
-      "Runtime and OpenVINO on the same ids");
+      "Time a Hugging Face encoder in sparse24 (dense, and a magnitude-pruned 2:4 copy with fp32, bf16 and "
+      "int8 values) against PyTorch, ONNX Runtime and OpenVINO on the same ids");
   cmd->add_option("model", o->model, "model directory")->required();
   cmd->add_option("--seq", o->seq, "tokens per sequence");
   cmd->add_option("--batch", o->batch, "sequences");

@@ -112,8 +112,9 @@ json prune_model(const PruneModelOpts& o) {
 // Embeddings of `texts` by the model in `dir` (dense GEMMs for a dense model, the 2:4 kernels for a pruned
 // one).
 std::vector<float> embed_texts(const std::string& dir, const std::vector<std::string>& texts, int threads,
-                               const char* label, int64_t* dim) {
+                               const char* label, int64_t* dim, const EncoderPrecisionFlags& precision = {}) {
   engine::TextEncoder::Options eo;
+  precision.apply(eo);
   eo.threads = threads;
   eo.batch = 16;
   eo.mode = engine::Mode::kSparse;  // every pruned GEMM sparse; a dense model runs dense
@@ -183,6 +184,7 @@ void register_eval_embed(CLI::App& app) {
     std::string model, reference, input, json_out;
     int64_t max_lines = 0;
     int threads = 1;
+    EncoderPrecisionFlags precision;  // the model's, not the reference's
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd =
@@ -197,12 +199,13 @@ void register_eval_embed(CLI::App& app) {
   cmd->add_option("--max-lines", o->max_lines, "at most this many lines, spread over the file (0: all)");
   cmd->add_option("--threads", o->threads, "threads")->check(CLI::Range(1, 1024));
   cmd->add_option("--json", o->json_out, "write the metrics as JSON");
+  o->precision.add_to(cmd);
   cmd->callback([o] {
     const auto t0 = Clock::now();
     const std::vector<std::string> texts = spread_lines(read_lines(o->input), o->max_lines);
     if (texts.size() < 11) throw Error(o->input + ": recall@10 needs at least 11 lines");
     int64_t dim = 0, rdim = 0;
-    const std::vector<float> a = embed_texts(o->model, texts, o->threads, "model", &dim);
+    const std::vector<float> a = embed_texts(o->model, texts, o->threads, "model", &dim, o->precision);
     const std::vector<float> b = embed_texts(o->reference, texts, o->threads, "reference", &rdim);
     if (dim != rdim) throw Error("the two models' embeddings have different sizes");
     const engine::EmbeddingAgreement r =
