@@ -68,7 +68,24 @@ def test_narrower_sparse_weights(minilm, cli, tmp_path):
             if not xbf16:
                 dense = sparse24.Engine.load(str(pruned), mode="dense", weights=weights).embed(TEXTS)
                 np.testing.assert_allclose(got, dense, atol=1e-5)
+    # the CLI's flags are the same precision
+    cli("embed", pruned, "--mode", "sparse", "--int8", "--text", *TEXTS, "-o", tmp_path / "e.npy")
+    want = sparse24.Engine.load(str(pruned), mode="sparse", weights="int8").embed(TEXTS)
+    np.testing.assert_allclose(np.load(tmp_path / "e.npy"), want, atol=1e-6)
     with pytest.raises(sparse24.Error, match="bf16_activations"):
         sparse24.Engine.load(str(pruned), bf16_activations=True)
     with pytest.raises(sparse24.Error, match="int4"):
         sparse24.Engine.load(str(pruned), weights="int4")
+
+
+def test_bench_model_rows(minilm, cli, tmp_path):
+    """bench-model times dense and the 2:4 copy with fp32, bf16 and int8 values (and bf16 activations where the
+    CPU has them), each narrower row's embeddings within a cosine of the fp32 2:4 row's."""
+    cli("bench-model", minilm, "--seq", "4", "--reps", "1", "--no-peers", "--json", tmp_path / "b.json")
+    import json
+    r = json.loads((tmp_path / "b.json").read_text())["runtimes"]
+    assert {"sparse24_dense", "sparse24_2to4", "sparse24_2to4_bf16", "sparse24_2to4_int8"} <= set(r)
+    for key, row in r.items():
+        assert row["ms"] > 0 and row["weight_bytes"] > 0, key
+        if key not in ("sparse24_dense", "sparse24_2to4"):
+            assert 0.999 < row["min_cosine_vs_2to4_fp32"] < 1.0, (key, row)
