@@ -24,6 +24,10 @@ EmbeddingAgreement compare_embeddings(const std::vector<float>& a, const std::ve
                                       int64_t dim, int k = 10, int64_t max_pairs = 20000000,
                                       uint64_t seed = 1);
 
+// Each text's cosine of its two embeddings (a and b row-major [n, dim]); Error as compare_embeddings.
+std::vector<double> row_cosines(const std::vector<float>& a, const std::vector<float>& b, int64_t n,
+                                int64_t dim);
+
 // Spearman's rank correlation (ties get their average rank); 0 when either side is constant. Error if the
 // sizes differ or are below 2.
 double spearman(const std::vector<double>& x, const std::vector<double>& y);

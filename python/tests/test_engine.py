@@ -72,6 +72,13 @@ def test_narrower_sparse_weights(minilm, cli, tmp_path):
     cli("embed", pruned, "--mode", "sparse", "--int8", "--text", *TEXTS, "-o", tmp_path / "e.npy")
     want = sparse24.Engine.load(str(pruned), mode="sparse", weights="int8").embed(TEXTS)
     np.testing.assert_allclose(np.load(tmp_path / "e.npy"), want, atol=1e-6)
+    # eval-embed of the int8 model against the fp32 one, each text alone (a query's tokens per call)
+    lines = tmp_path / "lines.txt"
+    lines.write_text("\n".join(f"{t} ({i})" for i in range(4) for t in TEXTS) + "\n")
+    cli("eval-embed", pruned, pruned, "--input", lines, "--batch", "1", "--int8", "--json", tmp_path / "q.json")
+    import json
+    q = json.loads((tmp_path / "q.json").read_text())
+    assert q["texts"] == 12 and 0.999 < q["mean_cosine"] < 1.0, q
     with pytest.raises(sparse24.Error, match="bf16_activations"):
         sparse24.Engine.load(str(pruned), bf16_activations=True)
     with pytest.raises(sparse24.Error, match="int4"):

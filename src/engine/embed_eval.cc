@@ -31,6 +31,17 @@ std::vector<float> normalized(const std::vector<float>& e, int64_t n, int64_t di
   return out;
 }
 
+// Row i's dot product of two sets of unit rows.
+std::vector<double> unit_row_dots(const std::vector<float>& ea, const std::vector<float>& eb, int64_t n,
+                                  int64_t dim) {
+  std::vector<double> d(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < dim; ++j)
+      d[i] +=
+          static_cast<double>(ea[static_cast<size_t>(i * dim + j)]) * eb[static_cast<size_t>(i * dim + j)];
+  return d;
+}
+
 // S = E E^T, [n, n] (float products, double-free: the rows are unit vectors).
 std::vector<float> similarities(const std::vector<float>& e, int64_t n, int64_t dim) {
   std::vector<float> s(static_cast<size_t>(n * n));
@@ -93,6 +104,14 @@ double spearman(const std::vector<double>& x, const std::vector<double>& y) {
   return sxy / std::sqrt(sxx * syy);
 }
 
+std::vector<double> row_cosines(const std::vector<float>& a, const std::vector<float>& b, int64_t n,
+                                int64_t dim) {
+  if (n < 1 || dim < 1) throw Error("no embeddings to compare");
+  if (a.size() != static_cast<size_t>(n * dim) || b.size() != a.size())
+    throw Error("the two sets of embeddings have different shapes");
+  return unit_row_dots(normalized(a, n, dim, "model"), normalized(b, n, dim, "reference"), n, dim);
+}
+
 EmbeddingAgreement compare_embeddings(const std::vector<float>& a, const std::vector<float>& b, int64_t n,
                                       int64_t dim, int k, int64_t max_pairs, uint64_t seed) {
   if (n < 1 || dim < 1) throw Error("no embeddings to compare");
@@ -106,16 +125,9 @@ EmbeddingAgreement compare_embeddings(const std::vector<float>& a, const std::ve
   EmbeddingAgreement r;
   r.texts = n;
   r.k = k;
-  r.min_cosine = 2;
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    double d = 0;
-    for (int64_t j = 0; j < dim; ++j)
-      d += static_cast<double>(ea[static_cast<size_t>(i * dim + j)]) * eb[static_cast<size_t>(i * dim + j)];
-    sum += d;
-    r.min_cosine = std::min(r.min_cosine, d);
-  }
-  r.mean_cosine = sum / static_cast<double>(n);
+  const std::vector<double> cos = unit_row_dots(ea, eb, n, dim);
+  r.min_cosine = *std::min_element(cos.begin(), cos.end());
+  r.mean_cosine = std::accumulate(cos.begin(), cos.end(), 0.0) / static_cast<double>(n);
 
   const std::vector<float> sa = similarities(ea, n, dim), sb = similarities(eb, n, dim);
   std::vector<double> x, y;

@@ -17,6 +17,7 @@
 
 #include "cli_util.h"
 #include "commands.h"
+#include "sparse24/embed_eval.h"
 #include "sparse24/engine.h"
 #include "sparse24/error.h"
 #include "sparse24/hf_dir.h"
@@ -185,17 +186,8 @@ void cmd_bench_model(const BenchModelOptions& o) {
   std::vector<double> min_cosine(rows.size(), 1.0);
   const int64_t dim = encs[1].dim();
   for (size_t i = 2; i < rows.size(); ++i) {
-    const std::vector<float> e = encs[i].embed_ids(ids);
-    for (int64_t t = 0; t < o.batch; ++t) {
-      double ab = 0, aa = 0, bb = 0;
-      for (int64_t j = 0; j < dim; ++j) {
-        const double a = e[t * dim + j], b = fp32_out[t * dim + j];
-        ab += a * b;
-        aa += a * a;
-        bb += b * b;
-      }
-      min_cosine[i] = std::min(min_cosine[i], ab / std::sqrt(aa * bb));
-    }
+    const std::vector<double> c = engine::row_cosines(encs[i].embed_ids(ids), fp32_out, o.batch, dim);
+    min_cosine[i] = *std::min_element(c.begin(), c.end());
   }
   std::vector<size_t> bytes;
   for (auto& e : encs) bytes.push_back(e.engine().weight_bytes());

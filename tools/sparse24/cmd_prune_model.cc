@@ -112,11 +112,12 @@ json prune_model(const PruneModelOpts& o) {
 // Embeddings of `texts` by the model in `dir` (dense GEMMs for a dense model, the 2:4 kernels for a pruned
 // one).
 std::vector<float> embed_texts(const std::string& dir, const std::vector<std::string>& texts, int threads,
-                               const char* label, int64_t* dim, const EncoderPrecisionFlags& precision = {}) {
+                               const char* label, int64_t* dim, const EncoderPrecisionFlags& precision = {},
+                               int64_t batch = 16) {
   engine::TextEncoder::Options eo;
   precision.apply(eo);
   eo.threads = threads;
-  eo.batch = 16;
+  eo.batch = batch;
   eo.mode = engine::Mode::kSparse;  // every pruned GEMM sparse; a dense model runs dense
   engine::TextEncoder enc = engine::TextEncoder::load(dir, eo);
   *dim = enc.dim();
@@ -182,7 +183,7 @@ void register_prune_model_cmd(CLI::App& app) {
 void register_eval_embed(CLI::App& app) {
   struct Opts {
     std::string model, reference, input, json_out;
-    int64_t max_lines = 0;
+    int64_t max_lines = 0, batch = 16;
     int threads = 1;
     EncoderPrecisionFlags precision;  // the model's, not the reference's
   };
@@ -199,14 +200,21 @@ void register_eval_embed(CLI::App& app) {
   cmd->add_option("--max-lines", o->max_lines, "at most this many lines, spread over the file (0: all)");
   cmd->add_option("--threads", o->threads, "threads")->check(CLI::Range(1, 1024));
   cmd->add_option("--json", o->json_out, "write the metrics as JSON");
+  cmd->add_option(
+         "--batch", o->batch,
+         "texts per engine call (1: each text alone, as a query; the kernels follow the tokens per call)")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
   o->precision.add_to(cmd);
   cmd->callback([o] {
     const auto t0 = Clock::now();
     const std::vector<std::string> texts = spread_lines(read_lines(o->input), o->max_lines);
     if (texts.size() < 11) throw Error(o->input + ": recall@10 needs at least 11 lines");
     int64_t dim = 0, rdim = 0;
-    const std::vector<float> a = embed_texts(o->model, texts, o->threads, "model", &dim, o->precision);
-    const std::vector<float> b = embed_texts(o->reference, texts, o->threads, "reference", &rdim);
+    const std::vector<float> a =
+        embed_texts(o->model, texts, o->threads, "model", &dim, o->precision, o->batch);
+    const std::vector<float> b =
+        embed_texts(o->reference, texts, o->threads, "reference", &rdim, {}, o->batch);
     if (dim != rdim) throw Error("the two models' embeddings have different sizes");
     const engine::EmbeddingAgreement r =
         engine::compare_embeddings(a, b, static_cast<int64_t>(texts.size()), dim);
@@ -217,6 +225,11 @@ void register_eval_embed(CLI::App& app) {
       j["model"] = o->model;
       j["reference"] = o->reference;
       j["input"] = o->input;
+      j["batch"] = o->batch;
+      engine::TextEncoder::Options eo;
+      o->precision.apply(eo);
+      j["values"] = engine::sparse_values_name(eo.sparse_values);
+      j["bf16_activations"] = eo.bf16_activations;
       write_file_atomic(o->json_out, j.dump(2) + "\n");
     }
   });
