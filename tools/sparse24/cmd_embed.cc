@@ -153,8 +153,10 @@ void cmd_bench_model(const BenchModelOptions& o) {
                            {"sparse24_2to4_bf16", "sparse24 2:4 bf16", engine::SparseValues::kBf16, false},
                            {"sparse24_2to4_int8", "sparse24 2:4 int8", engine::SparseValues::kInt8, false}};
   if (bf16_activations_supported()) {
-    rows.push_back({"sparse24_2to4_bf16_xbf16", "2:4 bf16 x bf16", engine::SparseValues::kBf16, true});
-    rows.push_back({"sparse24_2to4_int8_xbf16", "2:4 int8 x bf16", engine::SparseValues::kInt8, true});
+    rows.push_back(
+        {"sparse24_2to4_bf16_xbf16", "sparse24 2:4 bf16 x bf16", engine::SparseValues::kBf16, true});
+    rows.push_back(
+        {"sparse24_2to4_int8_xbf16", "sparse24 2:4 int8 x bf16", engine::SparseValues::kInt8, true});
   }
   std::vector<engine::TextEncoder> encs;
   encs.push_back(std::move(dense));
@@ -275,7 +277,7 @@ void cmd_bench_model(const BenchModelOptions& o) {
               static_cast<long long>(o.seq), static_cast<long long>(o.batch), o.threads,
               isa_name(active_isa()));
   for (size_t i = 0; i < rows.size(); ++i) {
-    std::printf("  %-17s %9.3f ms  (weights %.1f MB", rows[i].label.c_str(), ms[i], bytes[i] / 1e6);
+    std::printf("  %-24s %9.3f ms  (weights %.1f MB", rows[i].label.c_str(), ms[i], bytes[i] / 1e6);
     if (i > 0) std::printf(", %.3f of dense", static_cast<double>(bytes[i]) / dense_bytes);
     if (i >= 2) std::printf("; embeddings' cosine to 2:4 fp32 >= %.6f", min_cosine[i]);
     std::printf(")");
@@ -283,7 +285,7 @@ void cmd_bench_model(const BenchModelOptions& o) {
     std::printf("\n");
   }
   for (const auto& [name, v] : peers.items())
-    std::printf("  %-17s %9.3f ms\n", name.c_str(), v.at("ms").get<double>());
+    std::printf("  %-24s %9.3f ms\n", name.c_str(), v.at("ms").get<double>());
   if (!best_name.empty())
     std::printf("2:4 vs the fastest peer (%s): %.2fx; dense vs it: %.2fx\n", best_name.c_str(),
                 best_peer / ms[1], best_peer / ms[0]);
