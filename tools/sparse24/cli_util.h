@@ -47,9 +47,11 @@ inline bool stop_asked() { return g_stop_asked.load(); }
 struct EncoderPrecisionFlags {
   bool bf16 = false, int8 = false, bf16_act = false;
   void add_to(CLI::App* cmd) {
-    CLI::Option* b =
-        cmd->add_flag("--bf16", bf16, "the 2:4 Linears' values held as bfloat16 (half the bytes)");
-    cmd->add_flag("--int8", int8, "the 2:4 Linears' values held as int8 with an fp32 scale per 64 positions")
+    CLI::Option* b = cmd->add_flag(
+        "--bf16", bf16, "the 2:4 Linears' values held as bfloat16 (half the bytes a short input streams)");
+    cmd->add_flag("--int8", int8,
+                  "the 2:4 Linears' values held as int8 with an fp32 scale per 64 positions (a quarter of "
+                  "the bytes)")
         ->excludes(b);
     cmd->add_flag("--bf16-activations", bf16_act,
                   "with --bf16 or --int8: the 2:4 Linears round their inputs to bfloat16 where the CPU has "
