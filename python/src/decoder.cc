@@ -63,12 +63,9 @@ class PyDecoder {
     o.mode = parse_mode(mode);
     o.prefill_layout = prefill_layout;
     o.bf16_activations = bf16_activations;
-    if (weights == "bf16")
-      o.bf16_weights = true;
-    else if (weights == "int8")
-      o.int8_weights = true;
-    else if (weights != "fp32")
-      throw Error("weights '" + weights + "': expected fp32, bf16 or int8");
+    const SparseValues values = parse_sparse_values(weights);  // the encoders' names (engine.h)
+    o.bf16_weights = values == SparseValues::kBf16;
+    o.int8_weights = values == SparseValues::kInt8;
     if (kv != "f32" && kv != "f16") throw Error("kv '" + kv + "': expected f32 or f16");
     o.kv_half = kv == "f16";
     PyDecoder d;

@@ -122,7 +122,7 @@ SparseValues parse_sparse_values(const std::string& s) {
   if (s == "fp32") return SparseValues::kF32;
   if (s == "bf16") return SparseValues::kBf16;
   if (s == "int8") return SparseValues::kInt8;
-  throw Error("unknown 2:4 value type '" + s + "' (expected fp32, bf16 or int8)");
+  throw Error("2:4 weights '" + s + "': expected fp32, bf16 or int8");
 }
 
 const char* sparse_values_name(SparseValues v) {
