@@ -54,7 +54,8 @@ struct PackOptions {
   PackLayouts layouts = PackLayouts::kBoth;
 };
 
-// True if this CPU runs the bf16-activation kernels (AVX-512 with AVX512_BF16).
+// True if the bf16-activation kernels run here: AVX-512 with AVX512_BF16, and AVX-512 the active ISA (not
+// with SPARSE24_ISA=avx2).
 bool bf16_activations_supported();
 
 // The single layout a multiply with n columns of w, packed with `options` (its ISA and weight type; its

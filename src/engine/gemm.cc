@@ -64,8 +64,12 @@ GemmExec GemmExec::sparse(const Gemm& g, int64_t n) {
   o.bf16_activations = g.bf16_activations;
   o.layouts = layouts_for_n(n, g.sparse, o);
   // bf16 or int8 values: the compute-bound layout holds them as fp32, so short inputs (a query at a
-  // capacity of many tokens) get the memory-bound layout as well, which streams them as they are.
-  if (g.sparse.dtype != DType::kF32 && o.layouts == PackLayouts::kLargeN) o.layouts = PackLayouts::kBoth;
+  // capacity of many tokens) get the memory-bound layout as well, which streams them as they are. With
+  // AVX-512 only: there its kernels ran every N they pick as fast as the compute-bound tile or faster
+  // (Zen 4); the AVX2 ones, forced on the same Zen 4, lost to it at 8 tokens (mpnet 18.4 ms against 13.7,
+  // docs/performance.md, session 33), and their limits are Zen 3's, set before that tile existed.
+  if (g.sparse.dtype != DType::kF32 && o.layouts == PackLayouts::kLargeN && active_isa() == Isa::kAvx512)
+    o.layouts = PackLayouts::kBoth;
   s.packed = pack(g.sparse, o);
   return e;
 }
