@@ -57,11 +57,14 @@ struct EncoderPrecisionFlags {
                   "with --bf16 or --int8: the 2:4 Linears round their inputs to bfloat16 where the CPU has "
                   "AVX512_BF16 (faster at short inputs; docs/accuracy.md)");
   }
+  engine::SparseValues values() const {
+    return int8   ? engine::SparseValues::kInt8
+           : bf16 ? engine::SparseValues::kBf16
+                  : engine::SparseValues::kF32;
+  }
   void apply(engine::TextEncoder::Options& o) const {
     if (bf16_act && !bf16 && !int8) throw sparse24::Error("--bf16-activations needs --bf16 or --int8");
-    o.sparse_values = int8   ? engine::SparseValues::kInt8
-                      : bf16 ? engine::SparseValues::kBf16
-                             : engine::SparseValues::kF32;
+    o.sparse_values = values();
     o.bf16_activations = bf16_act;
   }
 };

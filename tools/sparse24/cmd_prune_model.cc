@@ -226,10 +226,8 @@ void register_eval_embed(CLI::App& app) {
       j["reference"] = o->reference;
       j["input"] = o->input;
       j["batch"] = o->batch;
-      engine::TextEncoder::Options eo;
-      o->precision.apply(eo);
-      j["values"] = engine::sparse_values_name(eo.sparse_values);
-      j["bf16_activations"] = eo.bf16_activations;
+      j["values"] = engine::sparse_values_name(o->precision.values());
+      j["bf16_activations"] = o->precision.bf16_act;
       write_file_atomic(o->json_out, j.dump(2) + "\n");
     }
   });
