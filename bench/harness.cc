@@ -171,13 +171,21 @@ const char* weights_name(Weights w) {
 
 namespace {
 
+// True if the bf16-activation kernels run on this CPU when forced by name (where dispatch does not pick
+// them, bf16_activations_supported() is false and only `--variants` times them).
+bool xbf16_kernels_run() {
+  for (const KernelVariantInfo& v : kernel_variants())
+    if (v.bf16_activations && v.runs) return true;
+  return false;
+}
+
 // sparse24 on weights `wc` packed as `wt` ("sparse24", "sparse24_bf16", "sparse24_int8"; with bf16_x,
 // PackOptions::bf16_activations: "sparse24_bf16_xbf16", "sparse24_int8_xbf16"), then with o.variants every
 // variant of the kernel list that runs this pack at this N, forced by name (s24:<name>; the fp32 pack's
 // compute-bound and memory-bound variants, the bf16 and int8 packs' memory-bound ones, with bf16_x only
-// those that round X).
-void add_sparse24(const Problem& p, const Compressed& wc, Weights wt, bool bf16_x, const BuildOptions& o,
-                  std::vector<Candidate>& out) {
+// those that round X). The dispatched row only where `dispatched` (bf16_x: where dispatch picks such rows).
+void add_sparse24(const Problem& p, const Compressed& wc, Weights wt, bool bf16_x, bool dispatched,
+                  const BuildOptions& o, std::vector<Candidate>& out) {
   const int64_t m = wc.rows, n = p.shape.n;
   PackOptions po;
   po.bf16_weights = wt == Weights::kBf16;
@@ -215,18 +223,19 @@ void add_sparse24(const Problem& p, const Compressed& wc, Weights wt, bool bf16_
     c.state = packs;
     out.push_back(std::move(c));
   };
-  add((wt == Weights::kF32 ? "sparse24" : std::string("sparse24_") + weights_name(wt)) +
-          (bf16_x ? "_xbf16" : ""),
-      false);
+  if (dispatched)
+    add((wt == Weights::kF32 ? "sparse24" : std::string("sparse24_") + weights_name(wt)) +
+            (bf16_x ? "_xbf16" : ""),
+        false);
   if (!o.variants) return;
+  Buffer scratch(m * n);
   for (const KernelVariantInfo& v : kernel_variants()) {
     const bool reads = wt == Weights::kF32 ? v.fp32 : !v.large_n && (wt == Weights::kBf16 ? v.bf16 : v.int8);
     if (v.isa != packs->front().isa() || !reads || v.bf16_activations != bf16_x ||
         (v.n_max != 0 && n > v.n_max))
       continue;
     try {
-      spmm_variant(v.name, packs->front(), x, n, n, out.back().y.data(), n, nullptr, Epilogue::kNone,
-                   threads);
+      spmm_variant(v.name, packs->front(), x, n, n, scratch.data(), n, nullptr, Epilogue::kNone, threads);
     } catch (const Error&) {
       continue;  // reads a layout this pack does not have at this N
     }
@@ -240,13 +249,14 @@ std::vector<Candidate> make_candidates(const Problem& p, const BuildOptions& o) 
   omp_set_num_threads(o.threads);
   std::vector<Candidate> out;
   if (o.with_sparse) {
-    add_sparse24(p, p.wc, Weights::kF32, false, o, out);
+    add_sparse24(p, p.wc, Weights::kF32, false, true, o, out);
     if (p.wq.rows > 0) {
-      add_sparse24(p, p.wc, Weights::kBf16, false, o, out);
-      add_sparse24(p, p.wq, Weights::kI8, false, o, out);
-      if (bf16_activations_supported()) {
-        add_sparse24(p, p.wc, Weights::kBf16, true, o, out);
-        add_sparse24(p, p.wq, Weights::kI8, true, o, out);
+      add_sparse24(p, p.wc, Weights::kBf16, false, true, o, out);
+      add_sparse24(p, p.wq, Weights::kI8, false, true, o, out);
+      const bool picked = bf16_activations_supported();
+      if (picked || (o.variants && xbf16_kernels_run())) {
+        add_sparse24(p, p.wc, Weights::kBf16, true, picked, o, out);
+        add_sparse24(p, p.wq, Weights::kI8, true, picked, o, out);
       }
     }
   }
@@ -294,7 +304,7 @@ Reference make_reference(const Problem& p) {
     spmm_reference(wb, xs.data(), ns, ns, ref.y_bf16.data(), ns);
     ref.y_i8.resize(ref.y.size());
     spmm_reference(p.wq, xs.data(), ns, ns, ref.y_i8.data(), ns);
-    if (bf16_activations_supported()) {
+    if (xbf16_kernels_run()) {
       std::vector<float> xr(xs);
       for (float& v : xr) v = bf16_to_float(float_to_bf16(v));
       ref.y_bf16_xbf16.resize(ref.y.size());

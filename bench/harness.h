@@ -121,7 +121,7 @@ struct Reference {
   std::vector<float> scale;   // [M, cols.size()]: sum_k |w| |x|
   std::vector<float> y_bf16;  // [M, cols.size()] with the weights rounded to bf16 (when Problem::wq is set)
   std::vector<float> y_i8;    // [M, cols.size()] with the int8 weights (when Problem::wq is set)
-  // y_bf16 and y_i8 on X rounded to bf16 (when Problem::wq is set and bf16_activations_supported()).
+  // y_bf16 and y_i8 on X rounded to bf16 (when Problem::wq is set and the bf16-activation kernels run).
   std::vector<float> y_bf16_xbf16, y_i8_xbf16;
 };
 Reference make_reference(const Problem& p);

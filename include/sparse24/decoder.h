@@ -292,9 +292,10 @@ struct DecoderOptions {
   // positions of a row, kernels::gemv_i8; the head bf16 until session 17, the embeddings fp32 until session
   // 22). Not with bf16_weights.
   bool int8_weights = false;
-  // Sparse Linears of bf16 or int8 weights round their inputs to bfloat16 where the CPU has AVX512_BF16
-  // (PackOptions::bf16_activations: about twice the multiply-adds per instruction; docs/accuracy.md has
-  // what it does to the logits); elsewhere, and for fp32 weights, no effect.
+  // Sparse Linears of bf16 or int8 weights round their inputs to bfloat16 where bf16_activations_supported()
+  // (AVX512_BF16, not Intel's cores; PackOptions::bf16_activations: about twice the multiply-adds per
+  // instruction; docs/accuracy.md has what it does to the logits); elsewhere, and for fp32 weights, no
+  // effect.
   bool bf16_activations = false;
   int64_t max_context = 2048;  // the KV cache's capacity in tokens (at most max_positions)
   // Sparse Linears also pack the compute-bound layout, for long prefills (perplexity); weight_bytes then

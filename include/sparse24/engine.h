@@ -140,12 +140,12 @@ Model load_any_model(const std::string& dir, TextModelInfo* info = nullptr);
 
 // The precision of a model's 2:4 Linears (docs/accuracy.md): their values as loaded (kF32: fp32, or a bf16
 // checkpoint's bf16), bfloat16 (rounded to nearest even: to_bf16) or int8 with an fp32 scale per 64
-// positions (quantize_int8), and, for bf16 or int8 values on a CPU with AVX512_BF16, their inputs rounded
-// to bfloat16 by the memory-bound kernels (PackOptions::bf16_activations; elsewhere it changes nothing).
-// Dense layers, the embeddings and every other op stay fp32. A narrower type halves (bf16) or quarters (int8)
-// the bytes short inputs stream: the engine packs such Linears with the memory-bound layout beside the
-// compute-bound one (which holds fp32) wherever it packs for more columns than that layout takes. The
-// fingerprint records the change (a plan is timed on the weights it runs).
+// positions (quantize_int8), and, for bf16 or int8 values where bf16_activations_supported(), their inputs
+// rounded to bfloat16 by the memory-bound kernels (PackOptions::bf16_activations; elsewhere it changes
+// nothing). Dense layers, the embeddings and every other op stay fp32. A narrower type halves (bf16) or
+// quarters (int8) the bytes short inputs stream: the engine packs such Linears with the memory-bound layout
+// beside the compute-bound one (which holds fp32) wherever it packs for more columns than that layout takes.
+// The fingerprint records the change (a plan is timed on the weights it runs).
 enum class SparseValues : uint8_t { kF32, kBf16, kInt8 };
 // "fp32", "bf16" or "int8"; Error otherwise.
 SparseValues parse_sparse_values(const std::string& s);

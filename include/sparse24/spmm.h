@@ -46,16 +46,17 @@ struct PackOptions {
   bool bf16_weights = false;
   // Let the memory-bound kernels of bf16 and int8 weights round the activations to bfloat16 (to nearest
   // even; the products and sums stay fp32), as llama.cpp's BF16 and F16 dot products do: about twice the
-  // multiply-adds per instruction (`vdpbf16ps`). Only where the CPU has AVX512_BF16
-  // (bf16_activations_supported()) and N <= the small-N limit (or any N on a pack of only the small-N
+  // multiply-adds per instruction (`vdpbf16ps`). Only where bf16_activations_supported() (AVX512_BF16,
+  // not on Intel's cores) and N <= the small-N limit (or any N on a pack of only the small-N
   // layout); elsewhere, and for fp32 weights, the activations stay fp32. Each activation then carries a
   // relative error up to 2^-8 (docs/accuracy.md has what that does to a model's logits).
   bool bf16_activations = false;
   PackLayouts layouts = PackLayouts::kBoth;
 };
 
-// True if the bf16-activation kernels run here: AVX-512 with AVX512_BF16, and AVX-512 the active ISA (not
-// with SPARSE24_ISA=avx2).
+// True if PackOptions::bf16_activations takes effect here: the CPU has AVX512_BF16, AVX-512 is the active ISA
+// (not with SPARSE24_ISA=avx2), and dispatch picks the bf16-activation kernels on this kind of CPU (not on
+// Intel's: there they measured slower than the fp32-activation kernels, which then run; docs/kernels.md).
 bool bf16_activations_supported();
 
 // The single layout a multiply with n columns of w, packed with `options` (its ISA and weight type; its

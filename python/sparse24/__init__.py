@@ -83,7 +83,7 @@ def inspect(x, pattern: str = "2:4") -> dict:
 def pack(w, bf16: bool = False, bf16_activations: bool = False) -> Packed:
     """Prepares a 2:4 matrix (a float32, bfloat16 or int8 Compressed, or a dense array that is already 2:4) for
     spmm; bfloat16 values pack as bf16 weights. bf16_activations: with bf16 or int8 weights, spmm of up to 16
-    columns rounds x to bfloat16 where the CPU has AVX512_BF16 (bf16_activations_supported()): faster, each
+    columns rounds x to bfloat16 where bf16_activations_supported() (AVX512_BF16 on AMD): faster, each
     activation within 2^-8 relative."""
     if not isinstance(w, Compressed):
         w = compress(w)

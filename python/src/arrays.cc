@@ -233,7 +233,8 @@ void register_arrays(nb::module_& m) {
       },
       nb::arg("c"), nb::arg("bf16") = false, nb::arg("bf16_activations") = false);
   m.def("bf16_activations_supported", &bf16_activations_supported,
-        "True if this CPU runs the bf16-activation kernels (AVX-512 with AVX512_BF16).");
+        "True if bf16_activations takes effect here: AVX512_BF16 on a CPU whose bf16-activation kernels "
+        "are picked (AMD; on Intel's cores fp32 activations measured faster and run instead).");
   m.def("spmm", &spmm_numpy, nb::arg("packed"), nb::arg("x"), nb::arg("bias") = nb::none(),
         nb::arg("epilogue") = nb::none(), nb::arg("threads") = nb::none(),
         "Y = epilogue(W X + bias) for x [K] or [K, N] float32; returns [M] or [M, N] float32.");

@@ -273,7 +273,7 @@ void register_decoder(nb::module_& m) {
           "Linears for many tokens at once (faster long prompts and perplexity, more memory). kv: the KV "
           "cache's type, f32 or f16 (IEEE half, llama.cpp's default: faster at long contexts). "
           "bf16_activations: with bf16 or int8 weights, the 2:4 Linears round their inputs to bfloat16 where "
-          "the CPU has AVX512_BF16 (faster; sparse24.bf16_activations_supported()).")
+          "sparse24.bf16_activations_supported() (AVX512_BF16 on AMD: faster).")
       .def("tokenize", &PyDecoder::tokenize, nb::arg("text"), "Token ids, with the model's special tokens.")
       .def("detokenize", &PyDecoder::detokenize, nb::arg("ids"), nb::arg("skip_special") = true)
       .def("forward", &PyDecoder::forward, nb::arg("ids"), nb::arg("all") = false,

@@ -151,7 +151,8 @@ void register_engine(nb::module_& m) {
           "workflow export (model.json). mode: plan (per-layer timed choice, plan.json), dense or sparse. "
           "weights: fp32, bf16 or int8 (the 2:4 Linears' values; int8 with an fp32 scale per 64 positions). "
           "bf16_activations: with bf16 or int8 weights, the 2:4 kernels round their inputs to bfloat16 where "
-          "the CPU has AVX512_BF16 (faster at short inputs; docs/accuracy.md).")
+          "sparse24.bf16_activations_supported() (AVX512_BF16 on AMD: faster at short inputs; "
+          "docs/accuracy.md).")
       .def("embed", &PyEngine::embed, nb::arg("texts"), "One embedding per text: float32 [len(texts), dim].")
       .def("tokenize", &PyEngine::tokenize, nb::arg("text"))
       .def("run", &PyEngine::run, nb::arg("x"), "A workflow export on float input [B, *input_shape].")

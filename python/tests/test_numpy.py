@@ -104,7 +104,7 @@ def _bf16_round(a):
 
 def test_spmm_bf16_activations(rng):
     # With bf16 weights (exactly bf16 values, so the only rounding is X's): the result is the product with X
-    # rounded to bf16 where the CPU has AVX512_BF16, else with X itself; the two differ, so this can fail.
+    # rounded to bf16 where bf16_activations_supported(), else with X itself; the two differ, so this can fail.
     w = _bf16_round(sparse24.prune(rng.standard_normal((64, 256)).astype(np.float32)))
     x = rng.standard_normal((256, 8)).astype(np.float32)
     y = sparse24.spmm(sparse24.pack(w, bf16=True, bf16_activations=True), x)

@@ -133,6 +133,14 @@ constexpr int64_t small_n_max(Isa isa, Weights w, Cpu c, Act a = Act::kF32) {
 // it (also past their pick ranges); the bf16-activation rows take no more.
 constexpr int64_t small_n_take(Isa isa, Weights w) { return small_rows_max(isa, w, &Variant::n_max); }
 
+// True if dispatch may pick a bf16-activation row of the ISA on CPUs of kind c (where none is, a pack made
+// with bf16 activations runs the fp32-activation rows; bf16_activations_supported()).
+constexpr bool picks_bf16_activations(Isa isa, Cpu c) {
+  for (const Variant& v : kVariants)
+    if (v.isa == isa && v.act == Act::kBf16 && v.dispatchable(c)) return true;
+  return false;
+}
+
 // The checks that used to be conventions: on every kind of CPU and for both activation types, every N up
 // to the small-N limit picked by a row that takes it and every compute-bound N picked; names unique;
 // bf16-activation rows as kernel_list.inc's header says.

@@ -120,7 +120,9 @@ Isa parse_isa(const char* name) {
   throw Error("unknown ISA '" + s + "' (expected ref, avx2 or avx512)");
 }
 
-bool bf16_activations_supported() { return kernels::cpu_has_avx512_bf16() && active_isa() == Isa::kAvx512; }
+bool bf16_activations_supported() {
+  return kernels::cpu_has_avx512_bf16() && kernels::picks_bf16_activations(active_isa(), kernels::cpu_kind());
+}
 
 bool isa_supported(Isa isa) {
   if (isa == Isa::kRef) return true;

@@ -503,10 +503,10 @@ TEST(Decoder, Int8WeightsMatchReferenceOnTheQuantizedWeights) {
   EXPECT_THROW(Decoder(tiny_model(g, t), both), Error);
 }
 
-// bf16 activations (DecoderOptions::bf16_activations) with int8 and bf16 weights: where the CPU has
-// AVX512_BF16 the 2:4 Linears round their inputs to bf16, so the logits move (the option takes effect) but
-// stay within the rounding's reach (2% of the largest logit) of the fp32-activation run, in one pass and one
-// token at a time; elsewhere the option changes nothing.
+// bf16 activations (DecoderOptions::bf16_activations) with int8 and bf16 weights: where
+// bf16_activations_supported() the 2:4 Linears round their inputs to bf16, so the logits move (the option
+// takes effect) but stay within the rounding's reach (2% of the largest logit) of the fp32-activation run, in
+// one pass and one token at a time; elsewhere the option changes nothing.
 TEST(Decoder, Bf16ActivationsMoveTheLogitsALittle) {
   SPARSE24_SEED_TRACE();
   auto g = rng(13);

@@ -649,11 +649,11 @@ TEST(Spmm, MemoryBoundScratchIsClearedPastK) {
   }
 }
 
-// PackOptions::bf16_activations through dispatch: where the CPU has AVX512_BF16, the memory-bound path of
-// bf16 and int8 weights rounds X to bf16 (the result matches the reference on rounded X, not on X: the test
-// fails if the option is ignored), at every N on a pack of only the small-N layout (chunks of 16 past the
-// limit) and up to the small-N limit on a pack of both (16 for such packs); fp32 weights, and a CPU without
-// AVX512_BF16, keep fp32 activations.
+// PackOptions::bf16_activations through dispatch: where bf16_activations_supported(), the memory-bound path
+// of bf16 and int8 weights rounds X to bf16 (the result matches the reference on rounded X, not on X: the
+// test fails if the option is ignored), at every N on a pack of only the small-N layout (chunks of 16 past
+// the limit) and up to the small-N limit on a pack of both (16 for such packs); fp32 weights, and a CPU
+// without AVX512_BF16 or where dispatch does not pick those kernels (Intel's), keep fp32 activations.
 TEST(Spmm, Bf16ActivationsRoundX) {
   SPARSE24_SEED_TRACE();
   auto g = rng(317);

@@ -53,9 +53,10 @@ struct EncoderPrecisionFlags {
                   "the 2:4 Linears' values held as int8 with an fp32 scale per 64 positions (a quarter of "
                   "the bytes)")
         ->excludes(b);
-    cmd->add_flag("--bf16-activations", bf16_act,
-                  "with --bf16 or --int8: the 2:4 Linears round their inputs to bfloat16 where the CPU has "
-                  "AVX512_BF16 (faster at short inputs; docs/accuracy.md)");
+    cmd->add_flag(
+        "--bf16-activations", bf16_act,
+        "with --bf16 or --int8: the 2:4 Linears round their inputs to bfloat16 on AMD CPUs with "
+        "AVX512_BF16 (faster at short inputs; not on Intel's, where fp32 ones are; docs/accuracy.md)");
   }
   engine::SparseValues values() const {
     return int8   ? engine::SparseValues::kInt8

@@ -96,7 +96,8 @@ struct WeightFlags {
     cmd->add_flag(
         "--bf16-activations", bf16_act,
         "with --bf16 or --int8 (or a bf16 or int8 checkpoint): the 2:4 Linears round their inputs to "
-        "bfloat16 where the CPU has AVX512_BF16 (faster; docs/accuracy.md)");
+        "bfloat16 on AMD CPUs with AVX512_BF16 (faster; not on Intel's, where fp32 ones are; "
+        "docs/accuracy.md)");
     cmd->add_option("--kv", kv, "KV cache type: f32, or f16 (IEEE half, llama.cpp's default: half the bytes)")
         ->check(CLI::IsMember({"f32", "f16"}))
         ->capture_default_str();
@@ -364,7 +365,7 @@ void cmd_logits(const LogitsOptions& o) {
 
 struct BenchDecodeOptions {
   std::string model, json_out, python, gguf, kv = "f32";
-  // sparse24's rows; bf16x, int8x: bf16 activations (skipped where the CPU lacks AVX512_BF16).
+  // sparse24's rows; bf16x, int8x: bf16 activations (skipped where they would not take effect).
   std::vector<std::string> runs = {"dense", "fp32", "bf16", "int8", "bf16x", "int8x"};
   std::string peers = "F32,F16,Q8_0,Q4_K_M";  // decode_llamacpp.py's --kinds
   int threads = 1;
@@ -486,7 +487,10 @@ void cmd_bench_decode(const BenchDecodeOptions& o) {
     const std::string r = row;
     d.bf16_activations = r.back() == 'x';
     if (d.bf16_activations && !bf16_activations_supported()) {
-      std::fprintf(stderr, "bench-decode: row %s skipped: this CPU lacks AVX512_BF16\n", row);
+      std::fprintf(stderr,
+                   "bench-decode: row %s skipped: bf16 activations do not run on this CPU (no AVX512_BF16, "
+                   "or an Intel core, where fp32 activations are faster)\n",
+                   row);
       continue;
     }
     d.bf16_weights = r.rfind("bf16", 0) == 0;
@@ -683,7 +687,8 @@ void register_decode_commands(CLI::App& app) {
     cmd->add_option(
            "--runs", o->runs,
            "sparse24's rows: dense, fp32, bf16, int8 (2:4 fp32/bf16/int8), bf16x, int8x (2:4 bf16/int8 "
-           "with bf16 activations, where the CPU has AVX512_BF16); without dense the model is pruned as "
+           "with bf16 activations, where they take effect: AMD with AVX512_BF16); without dense the model is "
+           "pruned as "
            "it is read, and with int8 or int8x alone quantized too (an 8B model in 24 GB)")
         ->delimiter(',')
         ->check(CLI::IsMember({"dense", "fp32", "bf16", "int8", "bf16x", "int8x"}))

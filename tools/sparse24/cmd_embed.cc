@@ -142,7 +142,7 @@ void cmd_bench_model(const BenchModelOptions& o) {
   pinfo.max_tokens = sparse_model.max_sequence;
   eo.mode = engine::Mode::kSparse;
   // The rows: dense, the 2:4 copy as pruned (fp32), and its values bf16 and int8, with and without bf16
-  // activations where the CPU has AVX512_BF16 (engine::set_sparse_precision).
+  // activations where they take effect (bf16_activations_supported(); engine::set_sparse_precision).
   struct Row {
     std::string key, label;
     engine::SparseValues values;
