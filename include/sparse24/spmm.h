@@ -100,8 +100,8 @@ void spmm(const PackedMatrix& w, const float* x, int64_t n, int64_t ldx, float* 
 // The token-major form, as a Linear layer holds its activations (PyTorch's [T, K] in, [T, M] out): x [N, K]
 // row-major with ldx >= K, y [N, M] with ldy >= M; y[n, :] = epilogue(W x[n, :] + bias). The same result as
 // spmm on the transposes (up to fp32 summation order, which is the same: the same kernels run). The
-// compute-bound path reads X and writes Y in this layout itself (the transposes fused into its packing and
-// its stores); the memory-bound path (small N) goes through a transposed copy.
+// kernels read X and write Y in this layout themselves (the transposes fused into the compute-bound path's
+// panel packing and stores, and into the memory-bound path's copy of X and its stores).
 void spmm_tokens(const PackedMatrix& w, const float* x, int64_t n, int64_t ldx, float* y, int64_t ldy,
                  const float* bias = nullptr, Epilogue ep = Epilogue::kNone, int threads = 1);
 

@@ -265,21 +265,32 @@ bool prologue(const PackedMatrix::Impl& p, const float* x, int64_t n, int64_t ld
 
 }  // namespace
 
+namespace {
+
+// The layout and variant dispatch picks for a.n columns (a.tokens: token-major X and Y), run.
+void dispatch(const PackedMatrix::Impl& p, const kernels::SpmmArgs& a) {
+  if (p.has_lanes && (a.n <= p.small_n_max || !p.has_gemm)) {
+    // The memory-bound kernels take up to small_n_take columns at a time (a single chunk where the
+    // compute-bound layout is packed too: n <= small_n_max <= small_n_take).
+    for (int64_t c0 = 0; c0 < a.n; c0 += p.small_n_take) {
+      kernels::SpmmArgs c = a;
+      c.n = std::min<int64_t>(p.small_n_take, a.n - c0);
+      c.x = a.x + c0 * (a.tokens ? a.ldx : 1);
+      c.y = a.y + c0 * a.y_col_stride();
+      kernels::choose(p, kernels::Layout::kLanes, c.n).fn(p, c);
+    }
+  } else {
+    kernels::choose(p, kernels::Layout::kGemm, a.n).fn(p, a);
+  }
+}
+
+}  // namespace
+
 void spmm(const PackedMatrix& w, const float* x, int64_t n, int64_t ldx, float* y, int64_t ldy,
           const float* bias, Epilogue ep, int threads) {
   const PackedMatrix::Impl& p = w.impl();
   if (!prologue(p, x, n, ldx, y, ldy, bias, ep, threads)) return;
-  if (p.has_lanes && (n <= p.small_n_max || !p.has_gemm)) {
-    // The memory-bound kernels take up to small_n_take columns at a time (a single chunk where the
-    // compute-bound layout is packed too: n <= small_n_max <= small_n_take).
-    for (int64_t c0 = 0; c0 < n; c0 += p.small_n_take) {
-      const int64_t nc = std::min<int64_t>(p.small_n_take, n - c0);
-      kernels::choose(p, kernels::Layout::kLanes, nc)
-          .fn(p, {x + c0, nc, ldx, y + c0, ldy, bias, ep, threads});
-    }
-  } else {
-    kernels::choose(p, kernels::Layout::kGemm, n).fn(p, {x, n, ldx, y, ldy, bias, ep, threads});
-  }
+  dispatch(p, {x, n, ldx, y, ldy, bias, ep, threads});
 }
 
 void spmm_tokens(const PackedMatrix& w, const float* x, int64_t n, int64_t ldx, float* y, int64_t ldy,
@@ -289,13 +300,13 @@ void spmm_tokens(const PackedMatrix& w, const float* x, int64_t n, int64_t ldx, 
   if (threads < 1) throw Error("spmm_tokens: threads must be >= 1");
   if (n == 0 || p.m == 0) return;
   if (n == 1) return spmm(w, x, 1, 1, y, 1, bias, ep, threads);  // one token is one column already
-  if (kernels::isa_row(p.isa) && p.k > 0 && p.has_gemm && !(p.has_lanes && n <= p.small_n_max)) {
+  if (kernels::isa_row(p.isa) && p.k > 0) {
     kernels::SpmmArgs a{x, n, ldx, y, ldy, bias, ep, threads};
     a.tokens = true;
-    kernels::choose(p, kernels::Layout::kGemm, n).fn(p, a);
+    dispatch(p, a);
     return;
   }
-  // Small N (the memory-bound kernels transpose X anyway), the ref ISA, K = 0: spmm on transposed copies.
+  // The ref ISA and K = 0: spmm on transposed copies.
   std::vector<float> xt(static_cast<size_t>(p.k * n)), yt(static_cast<size_t>(p.m * n));
   for (int64_t j = 0; j < n; ++j)
     for (int64_t kk = 0; kk < p.k; ++kk) xt[static_cast<size_t>(kk * n + j)] = x[j * ldx + kk];

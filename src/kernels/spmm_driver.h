@@ -340,7 +340,7 @@ float* transposed_x(const SpmmArgs& a, int64_t k, int64_t ldxt) {
   for (int j = 0; j < N; ++j)
     std::memset(xt + j * ldxt + k, 0, sizeof(float) * static_cast<size_t>(ldxt - k));
   for (int64_t kk = 0; kk < k; ++kk)
-    for (int j = 0; j < N; ++j) xt[j * ldxt + kk] = a.x[kk * a.ldx + j];
+    for (int j = 0; j < N; ++j) xt[j * ldxt + kk] = a.x_at(kk, j);
   return xt;
 }
 

@@ -270,7 +270,7 @@ float* lanes_mix_x(const SpmmArgs& a, int64_t k, size_t xc_pass) {
     const int64_t su = kk / LanesLayout::kSuper, pos = kk % LanesLayout::kSuper;
     for (int j = 0; j < N; ++j) {
       float* xs = xc + j / 8 * xc_pass + su * 2 * LanesLayout::kSuper * 8;
-      const float v = a.x[kk * a.ldx + j];
+      const float v = a.x_at(kk, j);
       xs[(pos / 4 * 8 + j % 8) * 4 + pos % 4] = v;
       xs[LanesLayout::kSuper * 8 + pos * 8 + j % 8] = v;
     }
@@ -418,7 +418,7 @@ float* lanes_group_x(const SpmmArgs& a, int64_t k, int64_t supers) {
   float* xg = scratch<T, 2>(size);
   std::memset(xg + tail, 0, sizeof(float) * (size - tail));
   for (int64_t kk = 0; kk < k; ++kk)
-    for (int j = 0; j < N; ++j) xg[(kk / 4 * N + j) * 4 + kk % 4] = a.x[kk * a.ldx + j];
+    for (int j = 0; j < N; ++j) xg[(kk / 4 * N + j) * 4 + kk % 4] = a.x_at(kk, j);
   return xg;
 }
 
@@ -432,7 +432,7 @@ float* lanes_table_x(const SpmmArgs& a, int64_t k, int64_t supers) {
   float* xt = scratch<T, 2>(size);
   std::memset(xt + tail, 0, sizeof(float) * (size - tail));
   for (int64_t kk = 0; kk < k; ++kk)
-    for (int j = 0; j < N; ++j) xt[(kk / 16 * N + j) * 16 + kk % 16] = a.x[kk * a.ldx + j];
+    for (int j = 0; j < N; ++j) xt[(kk / 16 * N + j) * 16 + kk % 16] = a.x_at(kk, j);
   return xt;
 }
 
@@ -527,7 +527,7 @@ const uint16_t* lanes_bf16_x(const SpmmArgs& a, int64_t k, int64_t supers) {
   uint16_t* xb = reinterpret_cast<uint16_t*>(scratch<T, 2>(size / 2 + 1));
   std::memset(xb + tail, 0, sizeof(uint16_t) * (size - tail));
   for (int64_t kk = 0; kk < k; ++kk)
-    for (int j = 0; j < N; ++j) xb[(kk / 32 * N + j) * 32 + kk % 32] = float_to_bf16(a.x[kk * a.ldx + j]);
+    for (int j = 0; j < N; ++j) xb[(kk / 32 * N + j) * 32 + kk % 32] = float_to_bf16(a.x_at(kk, j));
   return xb;
 }
 
@@ -634,15 +634,18 @@ void lanes_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
       auto emit = [&](int64_t mb, const __m256(&v)[N]) {
         alignas(32) float t[N][R];
         for (int j = 0; j < N; ++j) _mm256_store_ps(t[j], v[j]);
+        const int64_t ys = a.y_col_stride();
         for (int r = 0; r < R && mb * R + r < m; ++r) {
           const int64_t row = mb * R + r;
-          float* y = a.y + row * a.ldy;
+          float* y = a.y + row * a.y_row_stride();
+          alignas(64) float out[N];
           for (int j = 0; j < N; ++j) {
-            float sum = first ? t[j][r] : y[j] + t[j][r];
+            float sum = first ? t[j][r] : y[j * ys] + t[j][r];
             if (last && a.bias) sum += a.bias[row];
-            y[j] = sum;
+            out[j] = sum;
           }
-          if (last && a.ep != Epilogue::kNone) epilogue_row<T>(y, N, a.ep);
+          if (last && a.ep != Epilogue::kNone) epilogue_row<T>(out, N, a.ep);
+          for (int j = 0; j < N; ++j) y[j * ys] = out[j];
         }
       };
       int64_t mb = b0;

@@ -495,19 +495,25 @@ TEST(Spmm, TokensMatchTransposedSpmm) {
   for (Isa isa : isas_here())
     for (int rep = 0; rep < 60; ++rep) {
       const int64_t m = kEdges[pick(g)], k = kEdges[pick(g)];
-      const int64_t n = rep % 3 == 0 ? 1 + rep % 9 : std::array<int64_t, 6>{17, 24, 31, 33, 65, 130}[rep % 6];
+      const int64_t n =
+          rep % 3 != 1 ? 1 + rep % 16 : std::array<int64_t, 6>{17, 24, 31, 33, 65, 130}[rep % 6];
       const int64_t ldx = k + rep % 5, ldy = m + rep % 3;
       const Epilogue ep = std::array<Epilogue, 3>{Epilogue::kNone, Epilogue::kRelu, Epilogue::kGelu}[rep % 3];
       const int threads = 1 + rep % 2;
-      const bool bf16 = rep % 7 == 3;
+      // Weights fp32, bf16 or int8; both layouts, or only the small-N one (every N in chunks).
+      static const char* const kWeightNames[] = {"fp32", "bf16", "int8"};
+      const int wt = rep % 7 == 3 ? 1 : rep % 7 == 5 ? 2 : 0;
+      const PackLayouts layouts = rep % 4 == 2 ? PackLayouts::kSmallN : PackLayouts::kBoth;
       SCOPED_TRACE(std::string(isa_name(isa)) + " " + std::to_string(m) + "x" + std::to_string(k) + "x" +
                    std::to_string(n) + " ldx " + std::to_string(ldx) + " ldy " + std::to_string(ldy) + " " +
-                   epilogue_name(ep) + " threads " + std::to_string(threads) + (bf16 ? " bf16" : ""));
-      const Compressed c = random_24(g, m, k);
+                   epilogue_name(ep) + " threads " + std::to_string(threads) + " weights " +
+                   kWeightNames[wt] + (layouts == PackLayouts::kSmallN ? " small-N layout only" : ""));
+      const Compressed c = wt == 2 ? quantize_int8(random_24(g, m, k), 64) : random_24(g, m, k);
       PackOptions o;
       o.isa_set = true;
       o.isa = isa;
-      o.bf16_weights = bf16;
+      o.bf16_weights = wt == 1;
+      o.layouts = layouts;
       const PackedMatrix p = pack(c, o);
       const std::vector<float> x = random_floats(g, static_cast<size_t>(n * ldx), -2.f, 2.f);
       const std::vector<float> bias = random_floats(g, static_cast<size_t>(m));
