@@ -148,9 +148,10 @@ struct SpmmArgs {
   int threads;
   // Token-major (spmm_tokens): x is [N, K] (row n at x + n * ldx), y is [N, M]. Every kernel takes it:
   // the compute-bound ones transpose in their panel packing and store, the memory-bound ones read X through
-  // x_at as they copy it into their own layout and write Y through the strides below.
+  // these strides as they copy it into their own layout and write Y through the strides below.
   bool tokens = false;
-  float x_at(int64_t kk, int64_t j) const { return tokens ? x[j * ldx + kk] : x[kk * ldx + j]; }
+  int64_t x_row_stride() const { return tokens ? 1 : ldx; }  // between positions along K
+  int64_t x_col_stride() const { return tokens ? ldx : 1; }  // between columns of X (tokens)
   int64_t y_row_stride() const { return tokens ? 1 : ldy; }  // between rows of W (outputs)
   int64_t y_col_stride() const { return tokens ? ldy : 1; }  // between columns of X (tokens)
 };

@@ -263,10 +263,6 @@ bool prologue(const PackedMatrix::Impl& p, const float* x, int64_t n, int64_t ld
   return true;
 }
 
-}  // namespace
-
-namespace {
-
 // The layout and variant dispatch picks for a.n columns (a.tokens: token-major X and Y), run.
 void dispatch(const PackedMatrix::Impl& p, const kernels::SpmmArgs& a) {
   if (p.has_lanes && (a.n <= p.small_n_max || !p.has_gemm)) {

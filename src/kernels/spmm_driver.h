@@ -339,8 +339,9 @@ float* transposed_x(const SpmmArgs& a, int64_t k, int64_t ldxt) {
   float* xt = scratch<T, 1>(static_cast<size_t>(N * ldxt));
   for (int j = 0; j < N; ++j)
     std::memset(xt + j * ldxt + k, 0, sizeof(float) * static_cast<size_t>(ldxt - k));
+  const int64_t sk = a.x_row_stride(), sj = a.x_col_stride();
   for (int64_t kk = 0; kk < k; ++kk)
-    for (int j = 0; j < N; ++j) xt[j * ldxt + kk] = a.x_at(kk, j);
+    for (int j = 0; j < N; ++j) xt[j * ldxt + kk] = a.x[kk * sk + j * sj];
   return xt;
 }
 

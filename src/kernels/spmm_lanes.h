@@ -266,11 +266,12 @@ float* lanes_mix_x(const SpmmArgs& a, int64_t k, size_t xc_pass) {
   constexpr int passes = (N + 7) / 8;
   float* xc = scratch<T, 2>(passes * xc_pass);
   std::memset(xc, 0, sizeof(float) * passes * xc_pass);
+  const int64_t sk = a.x_row_stride(), sj = a.x_col_stride();
   for (int64_t kk = 0; kk < k; ++kk) {
     const int64_t su = kk / LanesLayout::kSuper, pos = kk % LanesLayout::kSuper;
     for (int j = 0; j < N; ++j) {
       float* xs = xc + j / 8 * xc_pass + su * 2 * LanesLayout::kSuper * 8;
-      const float v = a.x_at(kk, j);
+      const float v = a.x[kk * sk + j * sj];
       xs[(pos / 4 * 8 + j % 8) * 4 + pos % 4] = v;
       xs[LanesLayout::kSuper * 8 + pos * 8 + j % 8] = v;
     }
@@ -417,8 +418,9 @@ float* lanes_group_x(const SpmmArgs& a, int64_t k, int64_t supers) {
   const size_t tail = static_cast<size_t>(k / 4 * 4 * N);
   float* xg = scratch<T, 2>(size);
   std::memset(xg + tail, 0, sizeof(float) * (size - tail));
+  const int64_t sk = a.x_row_stride(), sj = a.x_col_stride();
   for (int64_t kk = 0; kk < k; ++kk)
-    for (int j = 0; j < N; ++j) xg[(kk / 4 * N + j) * 4 + kk % 4] = a.x_at(kk, j);
+    for (int j = 0; j < N; ++j) xg[(kk / 4 * N + j) * 4 + kk % 4] = a.x[kk * sk + j * sj];
   return xg;
 }
 
@@ -431,8 +433,9 @@ float* lanes_table_x(const SpmmArgs& a, int64_t k, int64_t supers) {
   const size_t tail = static_cast<size_t>(k / 16 * 16 * N);  // the 16 positions that hold position k on
   float* xt = scratch<T, 2>(size);
   std::memset(xt + tail, 0, sizeof(float) * (size - tail));
+  const int64_t sk = a.x_row_stride(), sj = a.x_col_stride();
   for (int64_t kk = 0; kk < k; ++kk)
-    for (int j = 0; j < N; ++j) xt[(kk / 16 * N + j) * 16 + kk % 16] = a.x_at(kk, j);
+    for (int j = 0; j < N; ++j) xt[(kk / 16 * N + j) * 16 + kk % 16] = a.x[kk * sk + j * sj];
   return xt;
 }
 
@@ -526,8 +529,9 @@ const uint16_t* lanes_bf16_x(const SpmmArgs& a, int64_t k, int64_t supers) {
   const size_t tail = static_cast<size_t>(k / 32 * 32 * N);
   uint16_t* xb = reinterpret_cast<uint16_t*>(scratch<T, 2>(size / 2 + 1));
   std::memset(xb + tail, 0, sizeof(uint16_t) * (size - tail));
+  const int64_t sk = a.x_row_stride(), sj = a.x_col_stride();
   for (int64_t kk = 0; kk < k; ++kk)
-    for (int j = 0; j < N; ++j) xb[(kk / 32 * N + j) * 32 + kk % 32] = float_to_bf16(a.x_at(kk, j));
+    for (int j = 0; j < N; ++j) xb[(kk / 32 * N + j) * 32 + kk % 32] = float_to_bf16(a.x[kk * sk + j * sj]);
   return xb;
 }
 
