@@ -271,7 +271,7 @@ void dispatch(const PackedMatrix::Impl& p, const kernels::SpmmArgs& a) {
     for (int64_t c0 = 0; c0 < a.n; c0 += p.small_n_take) {
       kernels::SpmmArgs c = a;
       c.n = std::min<int64_t>(p.small_n_take, a.n - c0);
-      c.x = a.x + c0 * (a.tokens ? a.ldx : 1);
+      c.x = a.x + c0 * a.x_col_stride();
       c.y = a.y + c0 * a.y_col_stride();
       kernels::choose(p, kernels::Layout::kLanes, c.n).fn(p, c);
     }
