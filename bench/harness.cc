@@ -169,27 +169,35 @@ const char* weights_name(Weights w) {
   return "fp32";
 }
 
+const char* xact_name(XAct a) { return a == XAct::kF32 ? "fp32" : a == XAct::kBf16 ? "bf16" : "int8"; }
+
 namespace {
 
-// True if the bf16-activation kernels run on this CPU when forced by name (where dispatch does not pick
-// them, bf16_activations_supported() is false and only `--variants` times them).
-bool xbf16_kernels_run() {
+XAct variant_act(const KernelVariantInfo& v) {
+  return v.int8_activations ? XAct::kI8 : v.bf16_activations ? XAct::kBf16 : XAct::kF32;
+}
+
+// True if the kernels of activations a run on this CPU when forced by name (where dispatch does not pick
+// them, e.g. bf16_activations_supported() is false, only `--variants` times them).
+bool act_kernels_run(XAct a) {
   for (const KernelVariantInfo& v : kernel_variants())
-    if (v.bf16_activations && v.runs) return true;
+    if (variant_act(v) == a && v.runs) return true;
   return false;
 }
 
-// sparse24 on weights `wc` packed as `wt` ("sparse24", "sparse24_bf16", "sparse24_int8"; with bf16_x,
-// PackOptions::bf16_activations: "sparse24_bf16_xbf16", "sparse24_int8_xbf16"), then with o.variants every
-// variant of the kernel list that runs this pack at this N, forced by name (s24:<name>; the fp32 pack's
-// compute-bound and memory-bound variants, the bf16 and int8 packs' memory-bound ones, with bf16_x only
-// those that round X). The dispatched row only where `dispatched` (bf16_x: where dispatch picks such rows).
-void add_sparse24(const Problem& p, const Compressed& wc, Weights wt, bool bf16_x, bool dispatched,
+// sparse24 on weights `wc` packed as `wt` ("sparse24", "sparse24_bf16", "sparse24_int8"; with xa = kBf16,
+// PackOptions::bf16_activations: "sparse24_bf16_xbf16", "sparse24_int8_xbf16"; with kI8,
+// PackOptions::int8_activations: "sparse24_int8_xi8"), then with o.variants every variant of the kernel
+// list that runs this pack at this N, forced by name (s24:<name>; the fp32 pack's compute-bound and
+// memory-bound variants, the bf16 and int8 packs' memory-bound ones, only those of activations xa). The
+// dispatched row only where `dispatched` (where dispatch picks the rows of those activations).
+void add_sparse24(const Problem& p, const Compressed& wc, Weights wt, XAct xa, bool dispatched,
                   const BuildOptions& o, std::vector<Candidate>& out) {
   const int64_t m = wc.rows, n = p.shape.n;
   PackOptions po;
   po.bf16_weights = wt == Weights::kBf16;
-  po.bf16_activations = bf16_x;
+  po.bf16_activations = xa == XAct::kBf16;
+  po.int8_activations = xa == XAct::kI8;
   auto packs = std::make_shared<std::vector<PackedMatrix>>();
   packs->push_back(pack(wc, po));
   // The packed object may hold several layouts (one per path) of which a call streams one, so copies are
@@ -208,7 +216,7 @@ void add_sparse24(const Problem& p, const Compressed& wc, Weights wt, bool bf16_
                 format_bytes, Buffer(m * n)};
     c.variant = variant;
     c.weights = wt;
-    c.bf16_x = bf16_x;
+    c.x_act = xa;
     c.layout_bytes = layout_bytes;
     float* y = c.y.data();
     if (variant) {
@@ -225,14 +233,15 @@ void add_sparse24(const Problem& p, const Compressed& wc, Weights wt, bool bf16_
   };
   if (dispatched)
     add((wt == Weights::kF32 ? "sparse24" : std::string("sparse24_") + weights_name(wt)) +
-            (bf16_x ? "_xbf16" : ""),
+            (xa == XAct::kF32    ? ""
+             : xa == XAct::kBf16 ? "_xbf16"
+                                 : "_xi8"),
         false);
   if (!o.variants) return;
   Buffer scratch(m * n);
   for (const KernelVariantInfo& v : kernel_variants()) {
     const bool reads = wt == Weights::kF32 ? v.fp32 : !v.large_n && (wt == Weights::kBf16 ? v.bf16 : v.int8);
-    if (v.isa != packs->front().isa() || !reads || v.bf16_activations != bf16_x ||
-        (v.n_max != 0 && n > v.n_max))
+    if (v.isa != packs->front().isa() || !reads || variant_act(v) != xa || (v.n_max != 0 && n > v.n_max))
       continue;
     try {
       spmm_variant(v.name, packs->front(), x, n, n, scratch.data(), n, nullptr, Epilogue::kNone, threads);
@@ -249,15 +258,18 @@ std::vector<Candidate> make_candidates(const Problem& p, const BuildOptions& o) 
   omp_set_num_threads(o.threads);
   std::vector<Candidate> out;
   if (o.with_sparse) {
-    add_sparse24(p, p.wc, Weights::kF32, false, true, o, out);
+    add_sparse24(p, p.wc, Weights::kF32, XAct::kF32, true, o, out);
     if (p.wq.rows > 0) {
-      add_sparse24(p, p.wc, Weights::kBf16, false, true, o, out);
-      add_sparse24(p, p.wq, Weights::kI8, false, true, o, out);
+      add_sparse24(p, p.wc, Weights::kBf16, XAct::kF32, true, o, out);
+      add_sparse24(p, p.wq, Weights::kI8, XAct::kF32, true, o, out);
       const bool picked = bf16_activations_supported();
-      if (picked || (o.variants && xbf16_kernels_run())) {
-        add_sparse24(p, p.wc, Weights::kBf16, true, picked, o, out);
-        add_sparse24(p, p.wq, Weights::kI8, true, picked, o, out);
+      if (picked || (o.variants && act_kernels_run(XAct::kBf16))) {
+        add_sparse24(p, p.wc, Weights::kBf16, XAct::kBf16, picked, o, out);
+        add_sparse24(p, p.wq, Weights::kI8, XAct::kBf16, picked, o, out);
       }
+      const bool picked8 = int8_activations_supported();
+      if (picked8 || (o.variants && act_kernels_run(XAct::kI8)))
+        add_sparse24(p, p.wq, Weights::kI8, XAct::kI8, picked8, o, out);
     }
   }
   if (o.with_dense) {
@@ -304,7 +316,13 @@ Reference make_reference(const Problem& p) {
     spmm_reference(wb, xs.data(), ns, ns, ref.y_bf16.data(), ns);
     ref.y_i8.resize(ref.y.size());
     spmm_reference(p.wq, xs.data(), ns, ns, ref.y_i8.data(), ns);
-    if (xbf16_kernels_run()) {
+    if (act_kernels_run(XAct::kI8)) {
+      std::vector<float> xr(xs);
+      round_activations_int8(xr.data(), s.k, ns, ns);
+      ref.y_i8_xi8.resize(ref.y.size());
+      spmm_reference(p.wq, xr.data(), ns, ns, ref.y_i8_xi8.data(), ns);
+    }
+    if (act_kernels_run(XAct::kBf16)) {
       std::vector<float> xr(xs);
       for (float& v : xr) v = bf16_to_float(float_to_bf16(v));
       ref.y_bf16_xbf16.resize(ref.y.size());
@@ -337,8 +355,10 @@ CheckResult check_candidate(Candidate& c, const Problem& p, const Reference& ref
       const std::vector<float>& y_ref = c.weights == Weights::kI8     ? ref.y_i8
                                         : c.weights == Weights::kBf16 ? ref.y_bf16
                                                                       : ref.y;
-      // bf16 activations: X rounded, or not where the option does not apply (the compute-bound path).
-      const std::vector<float>* y_alt = !c.bf16_x                   ? nullptr
+      // bf16 or int8 activations: X rounded, or not where the option does not apply (the compute-bound
+      // path).
+      const std::vector<float>* y_alt = c.x_act == XAct::kF32       ? nullptr
+                                        : c.x_act == XAct::kI8      ? &ref.y_i8_xi8
                                         : c.weights == Weights::kI8 ? &ref.y_i8_xbf16
                                                                     : &ref.y_bf16_xbf16;
       float want = y_ref[m * ns + j];
@@ -410,7 +430,7 @@ Row run_row(const Shape& s, const RunOptions& o, QuietGate& gate, std::string* l
       m.sparse = c.sparse;
       m.variant = c.variant;
       m.weights = c.weights;
-      m.bf16_x = c.bf16_x;
+      m.x_act = c.x_act;
       m.copies = c.copies;
       m.weight_bytes = c.weight_bytes;
       m.layout_bytes = c.layout_bytes > 0 ? c.layout_bytes : c.weight_bytes;
@@ -471,9 +491,9 @@ Row run_row(const Shape& s, const RunOptions& o, QuietGate& gate, std::string* l
       row.sparse_gflops = m.gflops;
       row.sparse_nonzero_gflops = m.gflops / 2;
     } else if (m.weights == Weights::kI8) {
-      if (!m.variant && !m.bf16_x) row.int8_gflops = m.gflops;
+      if (!m.variant && m.x_act == XAct::kF32) row.int8_gflops = m.gflops;
     } else if (m.weights == Weights::kBf16) {
-      if (!m.variant && !m.bf16_x) row.bf16_gflops = m.gflops;
+      if (!m.variant && m.x_act == XAct::kF32) row.bf16_gflops = m.gflops;
     } else if (!m.variant && m.gflops > row.best_dense_gflops) {
       row.best_dense_gflops = m.gflops;
       row.best_dense_lib = m.name;
@@ -485,9 +505,10 @@ Row run_row(const Shape& s, const RunOptions& o, QuietGate& gate, std::string* l
   if (row.int8_gflops > 0 && row.best_dense_gflops > 0)
     row.int8_speedup = row.int8_gflops / row.best_dense_gflops;
   for (const MethodResult& m : row.methods)
-    if (m.ok && !m.variant && m.bf16_x && row.best_dense_gflops > 0)
-      (m.weights == Weights::kI8 ? row.int8_xbf16_speedup : row.bf16_xbf16_speedup) =
-          m.gflops / row.best_dense_gflops;
+    if (m.ok && !m.variant && m.x_act != XAct::kF32 && row.best_dense_gflops > 0)
+      (m.x_act == XAct::kI8        ? row.int8_xi8_speedup
+       : m.weights == Weights::kI8 ? row.int8_xbf16_speedup
+                                   : row.bf16_xbf16_speedup) = m.gflops / row.best_dense_gflops;
   cands.clear();  // frees the weight copies before the next shape
   row.wall_s = now_s() - t_start;
   return row;

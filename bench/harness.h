@@ -71,6 +71,10 @@ Problem make_problem(const Shape& s, uint64_t seed);
 enum class Weights { kF32, kBf16, kI8 };
 const char* weights_name(Weights w);  // "fp32", "bf16", "int8"
 
+// The activations a sparse24 candidate's kernels read: fp32, rounded to bf16 or to int8 (PackOptions).
+enum class XAct { kF32, kBf16, kI8 };
+const char* xact_name(XAct a);  // "fp32", "bf16", "int8"
+
 struct Candidate {
   Candidate(std::string name_, std::string lib_, bool sparse_, bool y_transposed_, int copies_,
             double weight_bytes_, Buffer y_)
@@ -88,7 +92,7 @@ struct Candidate {
                               // sparse24 number, not a dense baseline
   bool y_transposed = false;  // writes Y^T [N, M] instead of Y [M, N]
   Weights weights = Weights::kF32;  // checked against the reference of these weights
-  bool bf16_x = false;              // X rounded to bf16 (PackOptions::bf16_activations): that reference on it
+  XAct x_act = XAct::kF32;          // X rounded to bf16 or int8 (PackOptions): that reference on it
   int copies = 1;                   // weight copies run() rotates through (1 when hot)
   double weight_bytes = 0;          // bytes of one weight copy in its format: dense fp32, or compressed 2:4
   double layout_bytes = 0;          // bytes of one copy as the method stores it (packed layouts), if known
@@ -121,8 +125,9 @@ struct Reference {
   std::vector<float> scale;   // [M, cols.size()]: sum_k |w| |x|
   std::vector<float> y_bf16;  // [M, cols.size()] with the weights rounded to bf16 (when Problem::wq is set)
   std::vector<float> y_i8;    // [M, cols.size()] with the int8 weights (when Problem::wq is set)
-  // y_bf16 and y_i8 on X rounded to bf16 (when Problem::wq is set and the bf16-activation kernels run).
-  std::vector<float> y_bf16_xbf16, y_i8_xbf16;
+  // y_bf16 and y_i8 on X rounded to bf16, y_i8 on X rounded to int8 (when Problem::wq is set and those
+  // activations' kernels run).
+  std::vector<float> y_bf16_xbf16, y_i8_xbf16, y_i8_xi8;
 };
 Reference make_reference(const Problem& p);
 
@@ -149,7 +154,7 @@ struct MethodResult {
   bool sparse = false;
   bool variant = false;
   Weights weights = Weights::kF32;
-  bool bf16_x = false;
+  XAct x_act = XAct::kF32;
   bool ok = false;
   std::string error;
   double max_err = 0;
@@ -178,8 +183,9 @@ struct Row {
   double bf16_speedup = 0;           // bf16_gflops / best_dense_gflops
   double int8_gflops = 0;            // sparse24 with int8 weights (N <= 16), dense-equivalent
   double int8_speedup = 0;           // int8_gflops / best_dense_gflops
-  // The same with bf16 activations (PackOptions::bf16_activations; CPUs with AVX512_BF16).
-  double bf16_xbf16_speedup = 0, int8_xbf16_speedup = 0;
+  // The same with bf16 activations (PackOptions::bf16_activations; CPUs with AVX512_BF16), and int8 weights
+  // with int8 activations (PackOptions::int8_activations; AVX512_VNNI and AVX512_VBMI).
+  double bf16_xbf16_speedup = 0, int8_xbf16_speedup = 0, int8_xi8_speedup = 0;
   long gate_waits = 0, gate_timeouts = 0;
   bool disturbed = false;  // some method had only disturbed measurements
   int rounds = 0;

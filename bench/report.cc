@@ -44,7 +44,8 @@ std::string table_legend() {
          "dnnl_gemm = dnnl_sgemm, dnnl_mm = oneDNN matmul (plain), dnnl_mmpk = oneDNN matmul with prepacked\n"
          "weights (Linear form). speedup = sparse24 / fastest dense. N <= 16: s24_bf16 = sparse24 with bf16\n"
          "weights, s24_i8 with int8 weights and fp32 scales per 64 positions, bf16_x / i8_x = their rate /\n"
-         "fastest dense (fp32). Best of interleaved rounds.\n";
+         "fastest dense (fp32); bf16xb_x / i8xb_x the same with bf16 activations, i8xi8_x int8 weights with\n"
+         "int8 activations (where dispatch picks those kernels). Best of interleaved rounds.\n";
 }
 
 std::string table_header() {
@@ -52,7 +53,7 @@ std::string table_header() {
   for (const MethodColumn& c : dense_columns()) s += pad(c.label, kCol);
   s += pad("sparse24", kCol) + pad("s24_nz", 8) + "  " + "best_dense           " + pad("speedup", 8) +
        pad("s24_bf16", 9) + pad("bf16_x", 7) + pad("s24_i8", 8) + pad("i8_x", 7) + pad("bf16xb_x", 9) +
-       pad("i8xb_x", 7);
+       pad("i8xb_x", 7) + pad("i8xi8_x", 8);
   return s;
 }
 
@@ -74,6 +75,7 @@ std::string table_line(const Row& r) {
   s += pad(r.int8_speedup > 0 ? fmt("%.2fx", r.int8_speedup) : "-", 7);
   s += pad(r.bf16_xbf16_speedup > 0 ? fmt("%.2fx", r.bf16_xbf16_speedup) : "-", 9);
   s += pad(r.int8_xbf16_speedup > 0 ? fmt("%.2fx", r.int8_xbf16_speedup) : "-", 7);
+  s += pad(r.int8_xi8_speedup > 0 ? fmt("%.2fx", r.int8_xi8_speedup) : "-", 8);
   if (r.disturbed || r.gate_timeouts > 0) s += "  (disturbed)";
   return s;
 }
@@ -124,6 +126,7 @@ nlohmann::json row_json(const Row& r) {
       r.bf16_xbf16_speedup > 0 ? nlohmann::json(r.bf16_xbf16_speedup) : nlohmann::json();
   j["int8_xbf16_speedup"] =
       r.int8_xbf16_speedup > 0 ? nlohmann::json(r.int8_xbf16_speedup) : nlohmann::json();
+  j["int8_xi8_speedup"] = r.int8_xi8_speedup > 0 ? nlohmann::json(r.int8_xi8_speedup) : nlohmann::json();
   j["sparse_isa"] = r.isa;
   nlohmann::json gflops = nlohmann::json::object(), methods = nlohmann::json::object();
   for (const MethodResult& m : r.methods) {
@@ -131,7 +134,7 @@ nlohmann::json row_json(const Row& r) {
     nlohmann::json d;
     d["lib"] = m.lib;
     d["weights"] = weights_name(m.weights);
-    d["activations"] = m.bf16_x ? "bf16" : "fp32";
+    d["activations"] = xact_name(m.x_act);
     d["ok"] = m.ok;
     if (!m.ok) d["error"] = m.error;
     d["max_rel_err"] = m.max_err;

@@ -51,6 +51,14 @@ struct PackOptions {
   // layout); elsewhere, and for fp32 weights, the activations stay fp32. Each activation then carries a
   // relative error up to 2^-8 (docs/accuracy.md has what that does to a model's logits).
   bool bf16_activations = false;
+  // Let the memory-bound kernels of int8 weights quantise the activations to int8 (per column and block of
+  // 64 positions along K, symmetric, the scale max|x| / 127: round_activations_int8) and multiply in
+  // integers (`vpdpbusd`, 64 multiply-adds per instruction; the block's sums exact in int32, then scaled in
+  // fp32), as llama.cpp's Q8_0 dot products do. Only where int8_activations_supported() (AVX512_VNNI and
+  // AVX512_VBMI) and N <= the small-N limit (or any N on a pack of only the small-N layout); elsewhere, and
+  // for fp32 or bf16 weights, the activations stay fp32. Each activation then carries an absolute error up
+  // to half its block's step (max|x| / 254); docs/accuracy.md. Excludes bf16_activations.
+  bool int8_activations = false;
   PackLayouts layouts = PackLayouts::kBoth;
 };
 
@@ -58,6 +66,14 @@ struct PackOptions {
 // (not with SPARSE24_ISA=avx2), and dispatch picks the bf16-activation kernels on this kind of CPU (not on
 // Intel's: there they measured slower than the fp32-activation kernels, which then run; docs/kernels.md).
 bool bf16_activations_supported();
+
+// True if PackOptions::int8_activations takes effect here: the CPU has AVX512_VNNI and AVX512_VBMI, AVX-512
+// is the active ISA and dispatch picks the int8-activation kernels on this kind of CPU.
+bool int8_activations_supported();
+
+// X (K x N, rows ldx apart) as the int8-activation kernels see it, in place: each column's blocks of 64
+// positions quantised (PackOptions::int8_activations) and dequantised (the reference for those kernels).
+void round_activations_int8(float* x, int64_t k, int64_t n, int64_t ldx);
 
 // The single layout a multiply with n columns of w, packed with `options` (its ISA and weight type; its
 // `layouts` aside), uses: where the memory-bound kernels stop depends on the weight type they read.
@@ -116,13 +132,15 @@ struct KernelVariantInfo {
   bool int8;              // reads int8 weights (pack of an int8 Compressed, e.g. quantize_int8)
   int64_t n_max;          // the most columns one call takes; 0 = any
   bool bf16_activations;  // rounds X to bf16 (runs on packs with PackOptions::bf16_activations)
-  bool runs;              // this CPU runs its instructions (its ISA; AVX512_BF16 for bf16 activations)
+  bool int8_activations;  // quantises X to int8 (runs on packs with PackOptions::int8_activations)
+  bool runs;  // this CPU runs its instructions (its ISA; AVX512_BF16 for bf16 activations, VNNI and VBMI
+              // for int8 activations)
 };
 std::vector<KernelVariantInfo> kernel_variants();
 
 // spmm with the named variant. Throws Error if the variant cannot run these packed weights (another ISA,
-// the layout it reads not packed, another weight type, bf16 activations on a pack without them or a CPU
-// without AVX512_BF16) or n > its n_max.
+// the layout it reads not packed, another weight type, bf16 or int8 activations on a pack without them or a
+// CPU without their instructions) or n > its n_max.
 void spmm_variant(const std::string& name, const PackedMatrix& w, const float* x, int64_t n, int64_t ldx,
                   float* y, int64_t ldy, const float* bias = nullptr, Epilogue ep = Epilogue::kNone,
                   int threads = 1);

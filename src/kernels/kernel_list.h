@@ -17,8 +17,11 @@ enum class Cpu : uint8_t { kAny, kIntel, kOther };
 // CPU checks (spmm.cc).
 bool cpu_has_avx2();
 bool cpu_has_avx512();
-bool cpu_has_avx512_bf16();  // AVX-512 and AVX512_BF16 (the kBf16 activation rows)
-Cpu cpu_kind();              // this CPU's kind, for the list's cpu column
+bool cpu_has_avx512_bf16();       // AVX-512 and AVX512_BF16 (the kBf16 activation rows)
+bool cpu_has_avx512_vnni_vbmi();  // AVX-512, AVX512_VNNI and AVX512_VBMI (the kI8 activation rows)
+// This CPU runs the instructions of rows reading activations a.
+bool cpu_runs_act(Act a);
+Cpu cpu_kind();  // this CPU's kind, for the list's cpu column
 
 // The rows-in-lanes layout's weight type of a row that reads one type (kF32, kBf16 or kI8); at compile time
 // anything else does not compile.
@@ -112,38 +115,39 @@ constexpr const Variant* variant(std::string_view name) {
 }
 
 // The largest value of `field` among the ISA's small-N rows for weight type w that dispatch may pick on
-// CPUs of kind c (kAny: on some CPU) for activations a (kBf16: the fp32 rows and the bf16 ones); 0: none.
+// CPUs of kind c (kAny: on some CPU) for activations a (kBf16, kI8: the fp32 rows and those of a); 0: none.
 constexpr int64_t small_rows_max(Isa isa, Weights w, int64_t Variant::*field, Cpu c = Cpu::kAny,
                                  Act a = Act::kF32) {
   int64_t n = 0;
   for (const Variant& v : kVariants)
-    if (v.isa == isa && v.layout != Layout::kGemm && v.reads(w) && (v.act == Act::kF32 || a == Act::kBf16) &&
-        v.pick_min > 0 && (c == Cpu::kAny || v.dispatchable(c)) && v.*field > n)
+    if (v.isa == isa && v.layout != Layout::kGemm && v.reads(w) && act_runs(v.act, a) && v.pick_min > 0 &&
+        (c == Cpu::kAny || v.dispatchable(c)) && v.*field > n)
       n = v.*field;
   return n;
 }
 
 // On CPUs of kind c, N <= small_n_max(isa, w, c, a) takes the memory-bound path where both layouts are
-// packed: the largest pick_max of those rows (a = kBf16: packs whose bf16-activation rows may run).
+// packed: the largest pick_max of those rows (a = kBf16, kI8: packs whose rows of those activations may run).
 constexpr int64_t small_n_max(Isa isa, Weights w, Cpu c, Act a = Act::kF32) {
   return small_rows_max(isa, w, &Variant::pick_max, c, a);
 }
 // The most columns one call of the fp32 rows takes (their largest n_max): a pack without the compute-bound
 // layout runs a larger N in chunks of this many columns, each chunk on the fastest of these rows that takes
-// it (also past their pick ranges); the bf16-activation rows take no more.
+// it (also past their pick ranges); the other activations' rows take no more.
 constexpr int64_t small_n_take(Isa isa, Weights w) { return small_rows_max(isa, w, &Variant::n_max); }
 
-// True if dispatch may pick a bf16-activation row of the ISA on CPUs of kind c (where none is, a pack made
-// with bf16 activations runs the fp32-activation rows; bf16_activations_supported()).
-constexpr bool picks_bf16_activations(Isa isa, Cpu c) {
+// True if dispatch may pick a row of the ISA reading activations a (kBf16, kI8) on CPUs of kind c (where
+// none is, a pack made for them runs the fp32-activation rows; bf16_activations_supported(),
+// int8_activations_supported()).
+constexpr bool picks_activations(Isa isa, Cpu c, Act a) {
   for (const Variant& v : kVariants)
-    if (v.isa == isa && v.act == Act::kBf16 && v.dispatchable(c)) return true;
+    if (v.isa == isa && v.act == a && v.dispatchable(c)) return true;
   return false;
 }
 
 // The checks that used to be conventions: on every kind of CPU and for both activation types, every N up
 // to the small-N limit picked by a row that takes it and every compute-bound N picked; names unique;
-// bf16-activation rows as kernel_list.inc's header says.
+// the rows of other activations as kernel_list.inc's header says.
 // (Indices and values only, no pointer comparisons: under -fsanitize=undefined GCC does not evaluate
 // those in a constant expression.)
 constexpr bool list_is_consistent() {
@@ -156,16 +160,17 @@ constexpr bool list_is_consistent() {
     if (v.n_max != 0 && v.pick_min > 0 && (v.pick_max == 0 || v.pick_max > v.n_max)) return false;
     for (size_t j = 0; j < nv; ++j)
       if (j != i && kVariants[j].name == v.name) return false;
-    // bf16 activations: memory-bound rows of bf16 or int8 weights, within the fp32 rows' chunks.
-    if (v.act == Act::kBf16 &&
-        (v.layout != Layout::kLanes || (v.weights != Weights::kBf16 && v.weights != Weights::kI8) ||
-         v.n_max == 0 || v.n_max > small_n_take(v.isa, v.weights)))
+    // bf16 activations: memory-bound rows of bf16 or int8 weights; int8 activations: of int8 weights; both
+    // within the fp32 rows' chunks.
+    if (v.act != Act::kF32 &&
+        (v.layout != Layout::kLanes || v.n_max == 0 || v.n_max > small_n_take(v.isa, v.weights) ||
+         (v.weights != Weights::kI8 && (v.act == Act::kI8 || v.weights != Weights::kBf16))))
       return false;
   }
   for (const IsaRow& r : kIsas)
     for (Weights w : {Weights::kF32, Weights::kBf16, Weights::kI8}) {
       for (Cpu c : {Cpu::kIntel, Cpu::kOther})
-        for (Act a : {Act::kF32, Act::kBf16}) {
+        for (Act a : {Act::kF32, Act::kBf16, Act::kI8}) {
           const int64_t lim = small_n_max(r.isa, w, c, a);
           // Every kind's chunks the same width, and at least the small-N limit.
           const int64_t take = small_rows_max(r.isa, w, &Variant::n_max, c);
@@ -173,8 +178,7 @@ constexpr bool list_is_consistent() {
           for (int64_t n = 1; n <= lim + 1; ++n) {
             bool small = false, large = false;
             for (const Variant& v : kVariants) {
-              if (v.isa != r.isa || !v.reads(w) || (v.act == Act::kBf16 && a == Act::kF32) ||
-                  !v.picks(n, c) || !v.takes(n))
+              if (v.isa != r.isa || !v.reads(w) || !act_runs(v.act, a) || !v.picks(n, c) || !v.takes(n))
                 continue;
               if (v.layout == Layout::kGemm)
                 large = true;

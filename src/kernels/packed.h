@@ -16,6 +16,8 @@
 #pragma once
 #include <sys/mman.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -134,8 +136,32 @@ struct LanesLayout {
 // The packed weight types a variant reads (a bit set); packed weights are one of kF32, kBf16, kI8. The
 // compute-bound layout holds fp32 (bf16-rounded for kBf16, dequantised for kI8), so its rows read kAny.
 enum class Weights : uint8_t { kF32 = 1, kBf16 = 2, kF32Bf16 = 3, kI8 = 4, kAny = 7 };
-// The activations a variant reads: fp32, or rounded to bf16 (AVX512_BF16, PackOptions::bf16_activations).
-enum class Act : uint8_t { kF32, kBf16 };
+// The activations a variant reads: fp32, rounded to bf16 (AVX512_BF16, PackOptions::bf16_activations), or
+// quantised to int8 (AVX512_VNNI and AVX512_VBMI, PackOptions::int8_activations).
+enum class Act : uint8_t { kF32, kBf16, kI8 };
+// A variant reading activations v runs on a pack made for activations a (fp32 ones run on every pack).
+constexpr bool act_runs(Act v, Act a) { return v == Act::kF32 || v == a; }
+
+// PackOptions::int8_activations' rounding of one column's block of up to kInt8ActBlock positions (count
+// values, stride apart): codes q[i] = round(x * 127 / max|x|) (to nearest even) in -127..127 and the scale
+// max|x| / 127, returned (q * scale approximates x). A block of zeros: scale 0. A block holding an infinity
+// or a NaN: codes 0 and an infinite or NaN scale, so the sums that read the block are NaN, not finite.
+inline constexpr int kInt8ActBlock = 64;
+inline float quantize_act_block(const float* x, int64_t count, int64_t stride, int8_t* q) {
+  float amax = 0.f;
+  for (int64_t i = 0; i < count; ++i) {
+    const float v = std::fabs(x[i * stride]);
+    if (v > amax || v != v) amax = v;
+    if (v != v) break;
+  }
+  const bool finite = amax > 0.f && amax <= 3.4028235e38f;
+  const float inv = finite ? 127.f / amax : 0.f;
+  for (int64_t i = 0; i < count; ++i) {
+    const float t = x[i * stride] * inv;
+    q[i] = static_cast<int8_t>(finite ? std::clamp(std::nearbyint(t), -127.f, 127.f) : 0.f);
+  }
+  return amax / 127.f;
+}
 
 // Arguments of one multiply, validated.
 struct SpmmArgs {
@@ -165,7 +191,8 @@ struct PackedMatrix::Impl {
   int64_t m = 0, k = 0;
   // int8 weights: the small-N layout holds int8 values and scales, the compute-bound one dequantised values.
   kernels::Weights weights = kernels::Weights::kF32;
-  // kBf16: the bf16-activation rows may run (bf16_activations, on a CPU with AVX512_BF16).
+  // kBf16 / kI8: the bf16- or int8-activation rows may run (PackOptions::bf16_activations on a CPU with
+  // AVX512_BF16, int8_activations on one with AVX512_VNNI and AVX512_VBMI).
   kernels::Act act = kernels::Act::kF32;
   int small_n_max = 0;   // N <= this takes the memory-bound path (when both layouts are packed)
   int small_n_take = 0;  // the memory-bound path's largest chunk of columns (kernels::small_n_take)

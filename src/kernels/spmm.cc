@@ -41,6 +41,12 @@ bool cpu_has_avx512() {
 }
 
 bool cpu_has_avx512_bf16() { return cpu_has_avx512() && __builtin_cpu_supports("avx512bf16"); }
+bool cpu_has_avx512_vnni_vbmi() {
+  return cpu_has_avx512() && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vbmi");
+}
+bool cpu_runs_act(Act a) {
+  return a == Act::kF32 || (a == Act::kBf16 ? cpu_has_avx512_bf16() : cpu_has_avx512_vnni_vbmi());
+}
 
 Cpu cpu_kind() {
   static const Cpu c = __builtin_cpu_is("intel") ? Cpu::kIntel : Cpu::kOther;
@@ -72,8 +78,7 @@ const Variant* forced_variant() {
 }
 
 bool can_run(const Variant& v, const PackedMatrix::Impl& p, Layout layout, int64_t n) {
-  return v.isa == p.isa && v.layout == layout && v.reads(p.weights) && v.takes(n) &&
-         (v.act == Act::kF32 || p.act == Act::kBf16);
+  return v.isa == p.isa && v.layout == layout && v.reads(p.weights) && v.takes(n) && act_runs(v.act, p.act);
 }
 
 // The variant for n columns on this layout: the forced one if it can run, else the list's pick; past every
@@ -121,7 +126,24 @@ Isa parse_isa(const char* name) {
 }
 
 bool bf16_activations_supported() {
-  return kernels::cpu_has_avx512_bf16() && kernels::picks_bf16_activations(active_isa(), kernels::cpu_kind());
+  return kernels::cpu_runs_act(kernels::Act::kBf16) &&
+         kernels::picks_activations(active_isa(), kernels::cpu_kind(), kernels::Act::kBf16);
+}
+
+bool int8_activations_supported() {
+  return kernels::cpu_runs_act(kernels::Act::kI8) &&
+         kernels::picks_activations(active_isa(), kernels::cpu_kind(), kernels::Act::kI8);
+}
+
+void round_activations_int8(float* x, int64_t k, int64_t n, int64_t ldx) {
+  int8_t q[kernels::kInt8ActBlock];
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t k0 = 0; k0 < k; k0 += kernels::kInt8ActBlock) {
+      const int64_t len = std::min<int64_t>(kernels::kInt8ActBlock, k - k0);
+      float* xb = x + k0 * ldx + j;
+      const float scale = kernels::quantize_act_block(xb, len, ldx, q);
+      for (int64_t i = 0; i < len; ++i) xb[i * ldx] = static_cast<float>(q[i]) * scale;
+    }
 }
 
 bool isa_supported(Isa isa) {
@@ -189,10 +211,14 @@ kernels::Weights pack_weights(const Compressed& w, const PackOptions& options) {
   if (w.dtype == DType::kI8) return kernels::Weights::kI8;
   return options.bf16_weights || w.dtype == DType::kBF16 ? kernels::Weights::kBf16 : kernels::Weights::kF32;
 }
-// The activations its kernels may read: bf16 where asked for and the CPU runs those rows.
+// The activations its kernels may read: bf16 or int8 where asked for and the CPU runs those rows.
 kernels::Act pack_act(const PackOptions& options) {
-  return options.bf16_activations && kernels::cpu_has_avx512_bf16() ? kernels::Act::kBf16
-                                                                    : kernels::Act::kF32;
+  if (options.bf16_activations && options.int8_activations)
+    throw Error("pack: bf16_activations and int8_activations exclude each other");
+  const kernels::Act a = options.int8_activations   ? kernels::Act::kI8
+                         : options.bf16_activations ? kernels::Act::kBf16
+                                                    : kernels::Act::kF32;
+  return kernels::cpu_runs_act(a) ? a : kernels::Act::kF32;
 }
 }  // namespace
 
@@ -317,7 +343,7 @@ std::vector<KernelVariantInfo> kernel_variants() {
     out.push_back({std::string(v.name), v.isa, v.layout == kernels::Layout::kGemm,
                    v.reads(kernels::Weights::kF32), v.reads(kernels::Weights::kBf16),
                    v.reads(kernels::Weights::kI8), v.n_max, v.act == kernels::Act::kBf16,
-                   isa_supported(v.isa) && (v.act == kernels::Act::kF32 || kernels::cpu_has_avx512_bf16())});
+                   v.act == kernels::Act::kI8, isa_supported(v.isa) && kernels::cpu_runs_act(v.act)});
   return out;
 }
 

@@ -137,6 +137,9 @@ S24_LANES_ROW(avx512_xbf16_bf16, kBf16x)
 S24_LANES_ROW(avx512_xbf16_i8, kBf16x)
 S24_LANES_ROW(avx512_xbf16_bf16_pf, kBf16xPf)
 S24_LANES_ROW(avx512_xbf16_i8_pf, kBf16xPf)
+// int8 activations (lanes_i8x_tile, its own VNNI and VBMI target; only on CPUs that have them).
+S24_LANES_ROW(avx512_xi8_i8, kI8x)
+S24_LANES_ROW(avx512_xi8_i8_pf, kI8xPf)
 #undef S24_LANES_ROW
 
 }  // namespace sparse24::kernels

@@ -35,15 +35,29 @@ namespace sparse24::kernels {
 // AVX-512: the two slots of a group in one 512-bit vector), kSlotsPf (the same with the prefetch), kTable and
 // kTablePf (lanes_slots_tile reading each column's activations as a 16-entry table: AMD's form).
 // kBf16x and kBf16xPf (lanes_bf16x_tile): bf16 activations (AVX512_BF16), without and with the prefetch.
-enum class LanesTile { kRows, kRowsPf, kMix, kSlots, kSlotsPf, kTable, kTablePf, kBf16x, kBf16xPf };
+// kI8x and kI8xPf (lanes_i8x_tile): int8 activations (AVX512_VNNI, AVX512_VBMI), without and with it.
+enum class LanesTile {
+  kRows,
+  kRowsPf,
+  kMix,
+  kSlots,
+  kSlotsPf,
+  kTable,
+  kTablePf,
+  kBf16x,
+  kBf16xPf,
+  kI8x,
+  kI8xPf
+};
 constexpr bool is_table(LanesTile t) { return t == LanesTile::kTable || t == LanesTile::kTablePf; }
 constexpr bool is_bf16x(LanesTile t) { return t == LanesTile::kBf16x || t == LanesTile::kBf16xPf; }
+constexpr bool is_i8x(LanesTile t) { return t == LanesTile::kI8x || t == LanesTile::kI8xPf; }
 constexpr bool is_slots(LanesTile t) {
   return t == LanesTile::kSlots || t == LanesTile::kSlotsPf || is_table(t);
 }
 constexpr bool is_prefetch(LanesTile t) {
   return t == LanesTile::kRowsPf || t == LanesTile::kSlotsPf || t == LanesTile::kTablePf ||
-         t == LanesTile::kBf16xPf;
+         t == LanesTile::kBf16xPf || t == LanesTile::kI8xPf;
 }
 
 // The software prefetch distance of the tiles that prefetch: every line of each stream, this many bytes
@@ -535,6 +549,135 @@ const uint16_t* lanes_bf16_x(const SpmmArgs& a, int64_t k, int64_t supers) {
   return xb;
 }
 
+// int8 activations (TILE kI8x, kI8xPf: AVX512_VNNI and AVX512_VBMI, int8 weights,
+// PackOptions::int8_activations): each column's activations quantised per super chunk (64 positions,
+// quantize_act_block) and stored as unsigned bytes q + 128, a 64-byte table per column and super chunk; one
+// `vpermb` picks each kept weight's activation from the table and one `vpdpbusd` does 64 multiply-adds
+// (16 int32 lanes, each the sum of 4 products), where the fp32 broadcast form does 16 with a permute and an
+// FMA. On the Xeon of session 35 (family 6 model 207) a `vpermb` and a `vpdpbusd` issue together at 0.93
+// pairs per cycle, as the fp32 form's `vpermilps` and FMA (0.90): four times the multiply-adds per cycle. A
+// step is one 64-byte load of 8 slots' values ([slot][8 rows]); a byte permute (shared by the columns) puts
+// row r's 4 values of slots 4d..4d + 3 in lane 2r + d, and the activation index of byte t of that lane is 4
+// (group) + the slot's 2-bit code: the row's code word holds the 4 codes of those slots in one byte, so
+// `vpmultishiftqb` (qword r = row r's code word) moves code t to byte t's low 2 bits and `vpternlogd` adds
+// the group's position. The sums of a super chunk are exact in int32 (at most 32 products of 127 x 255);
+// the bias of the unsigned bytes (128 times the sum of the row's values, one `vpdpbusd` per step for all
+// columns) is subtracted, and the sum converted and multiplied by the row's scale times the column's
+// (fp32) into the column's fp32 sum. xq: this K block's tables ([super chunk][column][128 bytes]: 64 bytes
+// of activations, then the scale as a float; NX columns). A function of its own with the VNNI and VBMI
+// target, entered only by the rows that need them (kernel_list.inc).
+template <class T, int NC, int NS, int NX, bool PF>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi"), noinline)) void
+lanes_i8x_tile(const uint8_t* __restrict e, size_t estride, int64_t ns, const uint8_t* __restrict xq,
+               __m256 (&out)[NS][NC]) {
+  using S = LanesSlots<LanesWeights::kI8>;
+  static_assert(2 * NS * NC + 2 * NS + 8 <= 32, "the int32 and fp32 sums must fit (lanes_passes)");
+  // Byte 4 (2r + d) + t of a step's weights from byte 8 (4d + t) + r of its load; the multishift's bit
+  // offsets of byte (d, t) of qword r: code byte 2 (j % 2) + d, code t; the positions' base 16j + 8d + 4(t /
+  // 2).
+  struct Consts {
+    alignas(64) uint8_t wperm[64], shift[2][64], base[4][64];
+  };
+  static constexpr Consts kC = [] {
+    Consts c{};
+    for (int r = 0; r < 8; ++r)
+      for (int d = 0; d < 2; ++d)
+        for (int t = 0; t < 4; ++t) {
+          const int b = 4 * (2 * r + d) + t;
+          c.wperm[b] = static_cast<uint8_t>(8 * (4 * d + t) + r);
+          for (int jj = 0; jj < 2; ++jj) c.shift[jj][b] = static_cast<uint8_t>(8 * (2 * jj + d) + 2 * t);
+          for (int j = 0; j < 4; ++j) c.base[j][b] = static_cast<uint8_t>(16 * j + 8 * d + 4 * (t / 2));
+        }
+    return c;
+  }();
+  const __m512i wperm = _mm512_load_si512(kC.wperm);
+  const __m512i three = _mm512_set1_epi8(3), bias = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512i row_of_lane = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+  __m512 acc[NS][NC];
+#pragma GCC unroll 4
+  for (int i = 0; i < NS; ++i)
+#pragma GCC unroll 16
+    for (int n = 0; n < NC; ++n) acc[i][n] = _mm512_setzero_ps();
+  for (int64_t s = 0; s < ns; ++s) {
+    const uint8_t* es = e + static_cast<size_t>(s) * S::kEntryBytes;
+    const uint8_t* xs = xq + s * NX * 128;
+    if constexpr (PF) lanes_prefetch<NS, S::kEntryBytes>(es, estride);
+    __m512i sum[NS][NC], corr[NS];
+#pragma GCC unroll 4
+    for (int i = 0; i < NS; ++i) {
+      corr[i] = _mm512_setzero_si512();
+#pragma GCC unroll 16
+      for (int n = 0; n < NC; ++n) sum[i][n] = _mm512_setzero_si512();
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      __m512i words[NS];
+#pragma GCC unroll 4
+      for (int i = 0; i < NS; ++i)
+        words[i] = _mm512_cvtepu32_epi64(
+            _mm256_load_si256(reinterpret_cast<const __m256i*>(es + i * estride + S::kCodeOffset) + h));
+#pragma GCC unroll 2
+      for (int jj = 0; jj < 2; ++jj) {
+        const int j = 2 * h + jj;
+#pragma GCC unroll 4
+        for (int i = 0; i < NS; ++i) {
+          const __m512i w = _mm512_permutexvar_epi8(
+              wperm, _mm512_loadu_si512(es + i * estride + LanesLayout::slot_at(LanesWeights::kI8, 8 * j)));
+          const __m512i idx = _mm512_ternarylogic_epi32(
+              _mm512_multishift_epi64_epi8(_mm512_load_si512(kC.shift[jj]), words[i]), three,
+              _mm512_load_si512(kC.base[j]), 0xEA);
+          corr[i] = _mm512_dpbusd_epi32(corr[i], bias, w);
+#pragma GCC unroll 16
+          for (int n = 0; n < NC; ++n)
+            sum[i][n] = _mm512_dpbusd_epi32(sum[i][n],
+                                            _mm512_permutexvar_epi8(idx, _mm512_load_si512(xs + n * 128)), w);
+        }
+      }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < NS; ++i) {
+      const __m512 sc = _mm512_permutexvar_ps(
+          row_of_lane, _mm512_castps256_ps512(_mm256_load_ps(
+                           reinterpret_cast<const float*>(es + i * estride + S::kScaleOffset))));
+#pragma GCC unroll 16
+      for (int n = 0; n < NC; ++n) {
+        float xscale;
+        std::memcpy(&xscale, xs + n * 128 + 64, sizeof(float));
+        acc[i][n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(sum[i][n], corr[i])),
+                                    _mm512_mul_ps(sc, _mm512_set1_ps(xscale)), acc[i][n]);
+      }
+    }
+  }
+  // Lanes 2r and 2r + 1 are row r's: add the pairs, then gather the even lanes.
+  const __m512i evens = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 14, 12, 10, 8, 6, 4, 2, 0);
+#pragma GCC unroll 4
+  for (int i = 0; i < NS; ++i)
+#pragma GCC unroll 16
+    for (int n = 0; n < NC; ++n)
+      out[i][n] = _mm512_castps512_ps256(
+          _mm512_permutexvar_ps(evens, _mm512_add_ps(acc[i][n], _mm512_permute_ps(acc[i][n], 0xB1))));
+}
+
+// The int8 tile's X in the thread's scratch: per super chunk and column, 128 bytes (lanes_i8x_tile): the
+// 64 positions' codes + 128 (position k on: 128, code 0), then the block's scale.
+template <class T, int N>
+const uint8_t* lanes_i8_x(const SpmmArgs& a, int64_t k, int64_t supers) {
+  constexpr int B = LanesLayout::kSuper;
+  static_assert(B == kInt8ActBlock);
+  uint8_t* xq = reinterpret_cast<uint8_t*>(scratch<T, 2>(static_cast<size_t>(supers * N * 128 / 4)));
+  const int64_t sk = a.x_row_stride(), sj = a.x_col_stride();
+  int8_t q[B];
+  for (int64_t s = 0; s < supers; ++s)
+    for (int j = 0; j < N; ++j) {
+      uint8_t* t = xq + (s * N + j) * 128;
+      const int64_t len = std::clamp<int64_t>(k - s * B, 0, B);
+      const float scale = quantize_act_block(a.x + s * B * sk + j * sj, len, sk, q);
+      for (int64_t i = 0; i < B; ++i) t[i] = static_cast<uint8_t>(i < len ? q[i] + 128 : 128);
+      std::memcpy(t + B, &scale, sizeof(float));
+    }
+  return xq;
+}
+
 // NS streams of N columns, in passes of up to CMAX columns: v[i][n], stream i's sums for column n. Passes
 // after the first read the same weights again (one K block of a row block: at most 17 KB, from L1/L2).
 // x: this K block's part of X in the tile's order (lanes_x: floats, or bf16 words for kBf16x); xstride: the
@@ -545,11 +688,19 @@ void lanes_passes(const uint8_t* e, size_t estride, int64_t ns, const void* xv, 
                   __m256 (&v)[NS][N]) {
   // int8 with bf16 activations keeps a partial sum per column beside each sum (the scales cannot multiply
   // the bf16 weights exactly): all columns in one pass while both fit in the registers, else passes of 8.
-  constexpr int CM = is_bf16x(TILE) && WT == LanesWeights::kI8 && 2 * NS * N + 8 > 32 ? 8 : CMAX;
+  // int8 activations keep an int32 and an fp32 sum per column: passes of 8 where they do not fit.
+  constexpr int CM = (is_bf16x(TILE) && WT == LanesWeights::kI8 && 2 * NS * N + 8 > 32) ||
+                             (is_i8x(TILE) && 2 * NS * N + 2 * NS + 8 > 32)
+                         ? 8
+                         : CMAX;
   constexpr int NC = N - C0 < CM ? N - C0 : CM;
   const float* x = static_cast<const float*>(xv);
   __m256 out[NS][NC];
-  if constexpr (is_bf16x(TILE)) {
+  if constexpr (is_i8x(TILE)) {
+    static_assert(WT == LanesWeights::kI8, "int8 activations: int8 weights");
+    lanes_i8x_tile<T, NC, NS, N, is_prefetch(TILE)>(e, estride, ns,
+                                                    static_cast<const uint8_t*>(xv) + C0 * 128, out);
+  } else if constexpr (is_bf16x(TILE)) {
     lanes_bf16x_tile<T, WT, NC, NS, N, is_prefetch(TILE)>(e, estride, ns,
                                                           static_cast<const uint16_t*>(xv) + C0 * 32, out);
   } else if constexpr (is_slots(TILE)) {
@@ -582,7 +733,9 @@ template <class T, int N, LanesTile TILE>
 LanesX lanes_x(const SpmmArgs& a, const LanesLayout& lay, int64_t k) {
   auto bytes = [](const void* p) { return static_cast<const uint8_t*>(p); };
   constexpr int64_t F = sizeof(float);
-  if constexpr (is_bf16x(TILE)) {
+  if constexpr (is_i8x(TILE)) {
+    return {bytes(lanes_i8_x<T, N>(a, k, lay.supers)), N * 2, 0};
+  } else if constexpr (is_bf16x(TILE)) {
     return {bytes(lanes_bf16_x<T, N>(a, k, lay.supers)), N * 2, 0};
   } else if constexpr (is_table(TILE)) {
     return {bytes(lanes_table_x<T, N>(a, k, lay.supers)), N * F, 0};

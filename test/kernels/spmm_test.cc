@@ -81,6 +81,9 @@ struct Case {
   // rounding's bound of it as well.
   bool bf16_act = false;
   bool variant_rounds_x = false;
+  // PackOptions::int8_activations, with an int8-activation variant forced: against the reference on X as
+  // round_activations_int8 leaves it (exact up to summation order).
+  bool i8_act = false;
   PackLayouts layouts = PackLayouts::kBoth;
   std::string variant = {};  // non-empty: spmm_variant(variant, ...) instead of spmm
   std::string str() const {
@@ -89,6 +92,7 @@ struct Case {
            " yoff " + std::to_string(y_off) + (bias ? " bias " : " ") + epilogue_name(ep) + " threads " +
            std::to_string(threads) + (bf16 ? " bf16" : "") +
            (int8_group ? " int8/" + std::to_string(int8_group) : "") + (bf16_act ? " bf16-activations" : "") +
+           (i8_act ? " int8-activations" : "") +
            (layouts == PackLayouts::kBoth     ? ""
             : layouts == PackLayouts::kLargeN ? " large-n only"
                                               : " small-n only") +
@@ -118,6 +122,7 @@ void check(Isa isa, const Case& t, std::mt19937_64& g) {
   std::vector<float> xr(x, x + t.k * ldx);
   if (t.bf16_act)
     for (float& v : xr) v = bf16_to_float(float_to_bf16(v));
+  if (t.i8_act) round_activations_int8(xr.data(), t.k, t.n, ldx);
   spmm_reference(want_w, xr.data(), t.n, ldx, want.data(), ldy, b, t.ep);
   spmm_reference(with_abs_values(t.int8_group ? compress(decompress(c)) : want_w), xabs.data(), t.n, ldx,
                  mag.data(), ldy);
@@ -127,6 +132,7 @@ void check(Isa isa, const Case& t, std::mt19937_64& g) {
   o.isa = isa;
   o.bf16_weights = t.bf16;
   o.bf16_activations = t.bf16_act;
+  o.int8_activations = t.i8_act;
   o.layouts = t.layouts;
   const PackedMatrix p = pack(c, o);
   ASSERT_EQ(p.isa(), isa);
@@ -408,6 +414,7 @@ TEST(Spmm, EveryVariantByName) {
           t.layouts = v.large_n ? PackLayouts::kLargeN : PackLayouts::kSmallN;
           t.variant = v.name;
           t.bf16_act = t.variant_rounds_x = v.bf16_activations;
+          t.i8_act = v.int8_activations;
           check(v.isa, t, g);
           if (::testing::Test::HasFatalFailure()) return;
           any = true;
@@ -441,6 +448,7 @@ TEST(Spmm, EveryVariantByNameLongK) {
         t.layouts = PackLayouts::kSmallN;
         t.variant = v.name;
         t.bf16_act = t.variant_rounds_x = v.bf16_activations;
+        t.i8_act = v.int8_activations;
         check(v.isa, t, g);
         if (::testing::Test::HasFatalFailure()) return;
       }
@@ -634,6 +642,7 @@ TEST(Spmm, MemoryBoundScratchIsClearedPastK) {
         o.isa = v.isa;
         o.bf16_weights = wt == 1;
         o.bf16_activations = v.bf16_activations;
+        o.int8_activations = v.int8_activations;
         o.layouts = PackLayouts::kSmallN;
         auto packed = [&](const Compressed& c) { return pack(wt == 2 ? quantize_int8(c, 64) : c, o); };
         const Compressed big = random_24(g, 16, 300, 0, 0);
@@ -646,6 +655,7 @@ TEST(Spmm, MemoryBoundScratchIsClearedPastK) {
         std::vector<float> want(static_cast<size_t>(16 * n)), xr(x);
         if (v.bf16_activations)
           for (float& e : xr) e = bf16_to_float(float_to_bf16(e));
+        if (v.int8_activations) round_activations_int8(xr.data(), 21, n, n);
         spmm_reference(cr, xr.data(), n, n, want.data(), n);
         spmm_variant(v.name, packed(c), x.data(), n, n, y.data(), n);
         for (size_t i = 0; i < y.size(); ++i)
@@ -698,6 +708,93 @@ TEST(Spmm, Bf16ActivationsRoundX) {
         EXPECT_LT(worst, 2e-5) << (rounds ? "rounded X expected" : "fp32 X expected");
         EXPECT_GT(apart, 10 * worst + 1e-6) << "the two references do not tell the paths apart";
       }
+}
+
+// PackOptions::int8_activations through dispatch: where int8_activations_supported(), the memory-bound path
+// of int8 weights quantises X (round_activations_int8; the result matches the reference on that X, not on
+// X: the test fails if the option is ignored), at every N on a pack of only the small-N layout and up to the
+// small-N limit (16) on a pack of both; fp32 and bf16 weights, and a CPU without AVX512_VNNI and
+// AVX512_VBMI, keep fp32 activations. Both activation options at once are refused.
+TEST(Spmm, Int8ActivationsQuantiseX) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(318);
+  const int64_t m = 40, k = 300;
+  for (int wt = 0; wt < 3; ++wt)  // fp32, bf16, int8
+    for (PackLayouts layouts : {PackLayouts::kSmallN, PackLayouts::kBoth})
+      for (int64_t n : {1, 2, 5, 8, 12, 16, 20}) {
+        SCOPED_TRACE("weights " + std::to_string(wt) + " n " + std::to_string(n) +
+                     (layouts == PackLayouts::kBoth ? " both layouts" : " small-n layout"));
+        const Compressed c0 = random_24(g, m, k);
+        const Compressed c = wt == 2 ? quantize_int8(c0, 64) : c0;
+        const Compressed cr = wt == 1 ? with_bf16_values(c) : c;
+        PackOptions o;
+        o.bf16_weights = wt == 1;
+        o.int8_activations = true;
+        o.layouts = layouts;
+        const PackedMatrix p = pack(c, o);
+        const std::vector<float> x = random_floats(g, static_cast<size_t>(k * n), -2.f, 2.f);
+        std::vector<float> xr(x);
+        round_activations_int8(xr.data(), k, n, n);
+        std::vector<float> exact(static_cast<size_t>(m * n)), rounded(exact.size()), y(exact.size());
+        spmm_reference(cr, x.data(), n, n, exact.data(), n);
+        spmm_reference(cr, xr.data(), n, n, rounded.data(), n);
+        spmm(p, x.data(), n, n, y.data(), n);
+        const bool small = layouts == PackLayouts::kSmallN || n <= 16;
+        const bool rounds = int8_activations_supported() && wt == 2 && p.isa() == Isa::kAvx512 && small;
+        const std::vector<float>& want = rounds ? rounded : exact;
+        const std::vector<float>& other = rounds ? exact : rounded;
+        double worst = 0, apart = 0;
+        for (size_t i = 0; i < y.size(); ++i) {
+          const double scale = 1.0 + std::fabs(want[i]);
+          worst = std::max(worst, std::fabs(y[i] - want[i]) / scale);
+          apart = std::max(apart, std::fabs(other[i] - want[i]) / scale);
+        }
+        EXPECT_LT(worst, 2e-5) << (rounds ? "int8 X expected" : "fp32 X expected");
+        EXPECT_GT(apart, 10 * worst + 1e-6) << "the two references do not tell the paths apart";
+      }
+  PackOptions both;
+  both.int8_activations = both.bf16_activations = true;
+  EXPECT_THROW(pack(quantize_int8(random_24(g, 8, 64), 64), both), Error);
+}
+
+// round_activations_int8: per column and block of 64 positions, codes in -127..127 times max|x| / 127 (the
+// largest magnitude kept exactly, every value within half a step); a block of zeros stays zero; an
+// infinity or a NaN makes its block NaN (not a finite value that hides it), and only its block.
+TEST(Spmm, RoundActivationsInt8) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(319);
+  const int64_t k = 150, n = 3, ldx = 5;
+  std::vector<float> x = random_floats(g, static_cast<size_t>(k * ldx), -3.f, 3.f);
+  for (int64_t kk = 64; kk < 128; ++kk) x[kk * ldx + 1] = 0.f;  // column 1, block 1: zeros
+  x[70 * ldx + 2] = std::numeric_limits<float>::infinity();     // column 2, block 1
+  x[140 * ldx + 0] = std::numeric_limits<float>::quiet_NaN();   // column 0, block 2
+  std::vector<float> r(x);
+  round_activations_int8(r.data(), k, n, ldx);
+  for (int64_t j = 0; j < ldx; ++j)
+    for (int64_t b = 0; b * 64 < k; ++b) {
+      const int64_t k0 = b * 64, k1 = std::min<int64_t>(k, k0 + 64);
+      float amax = 0;
+      for (int64_t kk = k0; kk < k1; ++kk) amax = std::max(amax, std::fabs(x[kk * ldx + j]));
+      for (int64_t kk = k0; kk < k1; ++kk) {
+        const size_t i = static_cast<size_t>(kk * ldx + j);
+        SCOPED_TRACE("column " + std::to_string(j) + " position " + std::to_string(kk));
+        if (j >= n) {
+          ASSERT_EQ(r[i], x[i]) << "a column past n changed";
+        } else if ((j == 2 && b == 1) || (j == 0 && b == 2)) {
+          ASSERT_TRUE(std::isnan(r[i]));
+        } else if (j == 1 && b == 1) {
+          ASSERT_EQ(r[i], 0.f);
+        } else {
+          const float step = amax / 127.f;
+          ASSERT_LE(std::fabs(r[i] - x[i]), 0.5001f * step);
+          const float code = r[i] / step;
+          ASSERT_NEAR(code, std::nearbyint(code), 1e-3f);
+          if (std::fabs(x[i]) == amax) {
+            ASSERT_NEAR(std::fabs(r[i]), amax, 1e-6f * amax);
+          }
+        }
+      }
+    }
 }
 
 // The vectorised GELU against the exact form evaluated in double: within 1e-6 relative.
