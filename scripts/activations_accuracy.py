@@ -1,17 +1,18 @@
-# What bf16 activations (--bf16-activations, PackOptions::bf16_activations) do to a real decoder: SmolLM2-135M
-# pruned 2:4 by SparseGPT (128 calibration lines of the KJV training books), perplexity over 32 windows of
-# 512 tokens of two texts and the logits of 256 tokens, with fp32 / bf16 / int8 2:4 weights and fp32 or bf16
-# activations, beside transformers (LlamaForCausalLM, fp32) on the same checkpoint. docs/accuracy.md.
+# What bf16 or int8 activations (--bf16-activations, --int8-activations; PackOptions) do to a real decoder:
+# SmolLM2-135M pruned 2:4 by SparseGPT (128 calibration lines of the KJV training books), perplexity over 32
+# windows of 512 tokens of two texts and the logits of 256 tokens, with fp32 / bf16 / int8 2:4 weights and
+# fp32, bf16 or (int8 weights) int8 activations, beside transformers (LlamaForCausalLM, fp32) on the same
+# checkpoint. Configurations whose activations do not take effect on this CPU say so. docs/accuracy.md.
 # Usage (after scripts/make_corpora.sh corpora):
-#   .venv/bin/python scripts/bf16_activations_accuracy.py --model models/SmolLM2-135M-Instruct-hf \
-#       --corpora corpora --work /tmp/xbf16
+#   .venv/bin/python scripts/activations_accuracy.py --model models/SmolLM2-135M-Instruct-hf \
+#       --corpora corpora --work /tmp/xact
 import argparse, json, math, os, subprocess, sys
 
 import numpy as np
 
 CTX = 512
 CONFIGS = {"fp32": [], "bf16": ["--bf16"], "bf16 x bf16": ["--bf16", "--bf16-activations"], "int8": ["--int8"],
-           "int8 x bf16": ["--int8", "--bf16-activations"]}
+           "int8 x bf16": ["--int8", "--bf16-activations"], "int8 x int8": ["--int8", "--int8-activations"]}
 
 
 def run(cmd):
@@ -51,8 +52,8 @@ def main():
             run([a.sparse24, "perplexity", sg, "--input-ids", os.path.join(a.work, name + ".ids"), "--ctx",
                  str(CTX), "--json", js] + flags)
             j = json.load(open(js))
-            print(f"{name} {c}: perplexity {j['perplexity']:.4f} (bf16 activations in effect: "
-                  f"{j['bf16_activations']})", flush=True)
+            print(f"{name} {c}: perplexity {j['perplexity']:.4f} (bf16 / int8 activations in effect: "
+                  f"{j['bf16_activations']} / {j['int8_activations']})", flush=True)
     dd = os.path.join(a.work, "sgpt-dense")
     if not os.path.exists(dd):
         run([a.sparse24, "convert", sg, dd, "--to", "dense"])
@@ -80,10 +81,10 @@ def main():
         top = (got[c].argmax(-1) == ref.argmax(-1)).mean()
         print(f"logits {c}: against transformers max abs diff {d.max():.4f}, mean {d.mean():.5f}, top-1 "
               f"equal {top * 100:.1f}% of {len(seq)}", flush=True)
-    for w in ("bf16", "int8"):
-        a32, a16 = got[w], got[w + " x bf16"]
-        print(f"logits {w} x bf16 against {w}: max abs diff {np.abs(a32 - a16).max():.4f}, top-1 equal "
-              f"{(a32.argmax(-1) == a16.argmax(-1)).mean() * 100:.1f}%", flush=True)
+    for w, x in (("bf16", "bf16"), ("int8", "bf16"), ("int8", "int8")):
+        a32, ax = got[w], got[f"{w} x {x}"]
+        print(f"logits {w} x {x} against {w}: max abs diff {np.abs(a32 - ax).max():.4f}, top-1 equal "
+              f"{(a32.argmax(-1) == ax.argmax(-1)).mean() * 100:.1f}%", flush=True)
 
 
 if __name__ == "__main__":

@@ -297,6 +297,11 @@ struct DecoderOptions {
   // instruction; docs/accuracy.md has what it does to the logits); elsewhere, and for fp32 weights, no
   // effect.
   bool bf16_activations = false;
+  // Sparse Linears of int8 weights quantise their inputs to int8 (per block of 64 positions) and multiply in
+  // integers where int8_activations_supported() (AVX512_VNNI and AVX512_VBMI; PackOptions::int8_activations,
+  // as llama.cpp's Q8_0 dot products; docs/accuracy.md); elsewhere, and for fp32 or bf16 weights, no effect.
+  // Not with bf16_activations.
+  bool int8_activations = false;
   int64_t max_context = 2048;  // the KV cache's capacity in tokens (at most max_positions)
   // Sparse Linears also pack the compute-bound layout, for long prefills (perplexity); weight_bytes then
   // counts both layouts. Off: only the memory-bound layout a decoded token reads (any n runs on it).

@@ -29,6 +29,11 @@
 namespace sparse24::engine {
 
 // A Linear, or a Conv2d lowered to a GEMM: Y[M, N] = epilogue(W[M, K] X[K, N] + bias).
+// The activations a 2:4 Linear's memory-bound kernels read (set_sparse_precision): fp32, rounded to
+// bfloat16, or quantised to int8.
+enum class SparseActivations : uint8_t { kF32, kBf16, kInt8 };
+const char* sparse_activations_name(SparseActivations a);  // "fp32", "bf16", "int8"
+
 struct Gemm {
   std::string name;  // the layer name in the model ("fc1", "layer3.ffn1")
   int64_t m = 0, k = 0;
@@ -40,8 +45,9 @@ struct Gemm {
   // The checkpoint weights whose rows make up W, in order (Q, K, V for a fused QKV), when the loader knows
   // them: how calibration (prune_model.h) maps a GEMM back to the tensors it prunes.
   std::vector<std::string> sources;
-  // pruned: its kernel may round X to bfloat16 (PackOptions::bf16_activations; set_sparse_precision).
-  bool bf16_activations = false;
+  // pruned: the activations its kernel may read (PackOptions::bf16_activations or int8_activations;
+  // set_sparse_precision).
+  SparseActivations activations = SparseActivations::kF32;
 };
 
 enum class OpKind : uint8_t {
@@ -140,17 +146,20 @@ Model load_any_model(const std::string& dir, TextModelInfo* info = nullptr);
 
 // The precision of a model's 2:4 Linears (docs/accuracy.md): their values as loaded (kF32: fp32, or a bf16
 // checkpoint's bf16), bfloat16 (rounded to nearest even: to_bf16) or int8 with an fp32 scale per 64
-// positions (quantize_int8), and, for bf16 or int8 values where bf16_activations_supported(), their inputs
-// rounded to bfloat16 by the memory-bound kernels (PackOptions::bf16_activations; elsewhere it changes
-// nothing). Dense layers, the embeddings and every other op stay fp32. A narrower type halves (bf16) or
-// quarters (int8) the bytes short inputs stream: the engine packs such Linears with the memory-bound layout
-// beside the compute-bound one (which holds fp32) wherever it packs for more columns than that layout takes.
-// The fingerprint records the change (a plan is timed on the weights it runs).
+// positions (quantize_int8), and their inputs as the memory-bound kernels read them: fp32, rounded to
+// bfloat16 (bf16 or int8 values, where bf16_activations_supported(): PackOptions::bf16_activations) or
+// quantised to int8 per 64 positions (int8 values, where int8_activations_supported():
+// PackOptions::int8_activations); elsewhere the activations change nothing. Dense layers, the embeddings and
+// every other op stay fp32. A narrower type halves (bf16) or quarters (int8) the bytes short inputs stream:
+// the engine packs such Linears with the memory-bound layout beside the compute-bound one (which holds fp32)
+// wherever it packs for more columns than that layout takes. The fingerprint records the change (a plan is
+// timed on the weights it runs).
 enum class SparseValues : uint8_t { kF32, kBf16, kInt8 };
 // "fp32", "bf16" or "int8"; Error otherwise.
 SparseValues parse_sparse_values(const std::string& s);
 const char* sparse_values_name(SparseValues v);
-void set_sparse_precision(Model& m, SparseValues v, bool bf16_activations = false);
+// Error for activations the values do not take: bf16 ones need bf16 or int8 values, int8 ones int8 values.
+void set_sparse_precision(Model& m, SparseValues v, SparseActivations a = SparseActivations::kF32);
 
 struct BertOptions {
   int64_t layers = 12, hidden = 768, heads = 12, ffn = 3072, seq = 128;
@@ -275,7 +284,7 @@ class TextEncoder {
     bool verbose = false;  // plan building reported on stderr
     // load: the 2:4 Linears' precision (set_sparse_precision); from_model takes the model as it is.
     SparseValues sparse_values = SparseValues::kF32;
-    bool bf16_activations = false;
+    SparseActivations sparse_activations = SparseActivations::kF32;
   };
   // Loads DIR (load_hf_encoder) and its tokenizer; kPlan reuses DIR/plan.json when it matches, else builds
   // it (timed at min(batch, 4) x min(128, max_tokens) tokens) and saves it there.

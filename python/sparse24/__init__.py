@@ -15,11 +15,11 @@ import numpy as np
 
 from . import _core
 from ._core import (Compressed, Decoder, Engine, Error, FileError, Packed, bf16_activations_supported, convert,
-                    isa, prune_model, render_chat_template, spmm)
+                    int8_activations_supported, isa, prune_model, render_chat_template, spmm)
 
 __all__ = [
     "Compressed", "Decoder", "Engine", "Error", "FileError", "Packed", "bf16_activations_supported", "compress",
-    "convert", "decompress", "inspect", "isa",
+    "convert", "decompress", "inspect", "int8_activations_supported", "isa",
     "load", "mask", "pack", "prune", "prune_model", "render_chat_template", "save", "spmm",
 ]
 
@@ -80,14 +80,16 @@ def inspect(x, pattern: str = "2:4") -> dict:
     return _core._inspect_dense(_array(x, "inspect"), pattern)
 
 
-def pack(w, bf16: bool = False, bf16_activations: bool = False) -> Packed:
+def pack(w, bf16: bool = False, bf16_activations: bool = False, int8_activations: bool = False) -> Packed:
     """Prepares a 2:4 matrix (a float32, bfloat16 or int8 Compressed, or a dense array that is already 2:4) for
     spmm; bfloat16 values pack as bf16 weights. bf16_activations: with bf16 or int8 weights, spmm of up to 16
     columns rounds x to bfloat16 where bf16_activations_supported() (AVX512_BF16 on AMD): faster, each
-    activation within 2^-8 relative."""
+    activation within 2^-8 relative. int8_activations: with int8 weights, spmm of up to 16 columns quantises x
+    to int8 per column and block of 64 rows (each activation within max|block| / 254) and multiplies in
+    integers where int8_activations_supported() (AVX512_VNNI and AVX512_VBMI): faster. Not both."""
     if not isinstance(w, Compressed):
         w = compress(w)
-    return _core._pack(w, bool(bf16), bool(bf16_activations))
+    return _core._pack(w, bool(bf16), bool(bf16_activations), bool(int8_activations))
 
 
 def load(path):

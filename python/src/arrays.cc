@@ -224,17 +224,22 @@ void register_arrays(nb::module_& m) {
   m.def("_inspect_compressed", [](const Compressed& c) { return report_dict(inspect_compressed(c)); });
   m.def(
       "_pack",
-      [](const Compressed& c, bool bf16, bool bf16_activations) {
+      [](const Compressed& c, bool bf16, bool bf16_activations, bool int8_activations) {
         PackOptions o;
         o.bf16_weights = bf16;
         o.bf16_activations = bf16_activations;
+        o.int8_activations = int8_activations;
         nb::gil_scoped_release unlocked;
         return pack(c, o);
       },
-      nb::arg("c"), nb::arg("bf16") = false, nb::arg("bf16_activations") = false);
+      nb::arg("c"), nb::arg("bf16") = false, nb::arg("bf16_activations") = false,
+      nb::arg("int8_activations") = false);
   m.def("bf16_activations_supported", &bf16_activations_supported,
         "True if bf16_activations takes effect here: AVX512_BF16 on a CPU whose bf16-activation kernels "
         "are picked (AMD; on Intel's cores fp32 activations measured faster and run instead).");
+  m.def("int8_activations_supported", &int8_activations_supported,
+        "True if int8_activations takes effect here: AVX512_VNNI and AVX512_VBMI (Intel from Ice Lake, AMD "
+        "from Zen 4).");
   m.def("spmm", &spmm_numpy, nb::arg("packed"), nb::arg("x"), nb::arg("bias") = nb::none(),
         nb::arg("epilogue") = nb::none(), nb::arg("threads") = nb::none(),
         "Y = epilogue(W X + bias) for x [K] or [K, N] float32; returns [M] or [M, N] float32.");

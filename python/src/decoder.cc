@@ -54,7 +54,7 @@ class PyDecoder {
  public:
   static PyDecoder load(const std::string& model, const std::string& weights, const std::string& mode,
                         int threads, int64_t max_context, bool prune, bool prefill_layout,
-                        const std::string& kv, bool bf16_activations) {
+                        const std::string& kv, bool bf16_activations, bool int8_activations) {
     if (threads < 1 || threads > 1024)
       throw Error("threads " + std::to_string(threads) + ": expected 1 to 1024");
     if (max_context < 1) throw Error("max_context " + std::to_string(max_context) + ": expected at least 1");
@@ -63,6 +63,9 @@ class PyDecoder {
     o.mode = parse_mode(mode);
     o.prefill_layout = prefill_layout;
     o.bf16_activations = bf16_activations;
+    o.int8_activations = int8_activations;
+    if (bf16_activations && int8_activations)
+      throw Error("bf16_activations and int8_activations exclude each other");
     const SparseValues values = parse_sparse_values(weights);  // the encoders' names (engine.h)
     o.bf16_weights = values == SparseValues::kBf16;
     o.int8_weights = values == SparseValues::kInt8;
@@ -263,6 +266,7 @@ void register_decoder(nb::module_& m) {
           "load", &PyDecoder::load, nb::arg("model"), nb::arg("weights") = "fp32", nb::arg("mode") = "sparse",
           nb::arg("threads") = 1, nb::arg("max_context") = 2048, nb::arg("prune") = false,
           nb::arg("prefill_layout") = false, nb::arg("kv") = "f32", nb::arg("bf16_activations") = false,
+          nb::arg("int8_activations") = false,
           "Loads a Hugging Face decoder directory or a GGUF file. weights: fp32, bf16 or int8 (the 2:4 "
           "Linears' values and the output head's; a checkpoint stored in bfloat16 runs its 2:4 values, "
           "embeddings and head as stored, bf16, unless int8 is asked for: weight_bytes tells). mode: sparse "
@@ -273,7 +277,10 @@ void register_decoder(nb::module_& m) {
           "Linears for many tokens at once (faster long prompts and perplexity, more memory). kv: the KV "
           "cache's type, f32 or f16 (IEEE half, llama.cpp's default: faster at long contexts). "
           "bf16_activations: with bf16 or int8 weights, the 2:4 Linears round their inputs to bfloat16 where "
-          "sparse24.bf16_activations_supported() (AVX512_BF16 on AMD: faster).")
+          "sparse24.bf16_activations_supported() (AVX512_BF16 on AMD: faster). int8_activations: with int8 "
+          "weights, the 2:4 Linears quantise their inputs to int8 per 64 positions and multiply in integers "
+          "where sparse24.int8_activations_supported() (AVX512_VNNI and AVX512_VBMI: faster; as llama.cpp's "
+          "Q8_0).")
       .def("tokenize", &PyDecoder::tokenize, nb::arg("text"), "Token ids, with the model's special tokens.")
       .def("detokenize", &PyDecoder::detokenize, nb::arg("ids"), nb::arg("skip_special") = true)
       .def("forward", &PyDecoder::forward, nb::arg("ids"), nb::arg("all") = false,

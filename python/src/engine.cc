@@ -25,7 +25,8 @@ using namespace sparse24::engine;
 class PyEngine {
  public:
   static PyEngine load(const std::string& dir, int threads, const std::string& mode,
-                       std::optional<int64_t> batch, const std::string& weights, bool bf16_activations) {
+                       std::optional<int64_t> batch, const std::string& weights, bool bf16_activations,
+                       bool int8_activations) {
     if (threads < 1 || threads > 1024)
       throw Error("threads " + std::to_string(threads) + ": expected 1 to 1024");
     if (batch && (*batch < 1 || *batch > (int64_t{1} << 20)))
@@ -34,6 +35,13 @@ class PyEngine {
     const SparseValues values = parse_sparse_values(weights);
     if (bf16_activations && values == SparseValues::kF32)
       throw Error("bf16_activations needs weights='bf16' or 'int8'");
+    if (int8_activations && values != SparseValues::kInt8)
+      throw Error("int8_activations needs weights='int8'");
+    if (bf16_activations && int8_activations)
+      throw Error("bf16_activations and int8_activations exclude each other");
+    const SparseActivations act = int8_activations   ? SparseActivations::kInt8
+                                  : bf16_activations ? SparseActivations::kBf16
+                                                     : SparseActivations::kF32;
     PyEngine e;
     e.threads_ = threads;
     nb::gil_scoped_release unlocked;
@@ -44,11 +52,11 @@ class PyEngine {
       o.mode = m;
       o.batch = batch.value_or(8);
       o.sparse_values = values;
-      o.bf16_activations = bf16_activations;
+      o.sparse_activations = act;
       e.text_.emplace(TextEncoder::load(dir, o));
     } else {
       e.model_.emplace(load_model(dir));
-      set_sparse_precision(*e.model_, values, bf16_activations);
+      set_sparse_precision(*e.model_, values, act);
       e.batch_ = batch.value_or(64);
       if (m == Mode::kPlan) {
         bool built = false;
@@ -147,12 +155,15 @@ void register_engine(nb::module_& m) {
       .def_static(
           "load", &PyEngine::load, nb::arg("model_dir"), nb::arg("threads") = 1, nb::arg("mode") = "plan",
           nb::arg("batch") = nb::none(), nb::arg("weights") = "fp32", nb::arg("bf16_activations") = false,
+          nb::arg("int8_activations") = false,
           "Loads a Hugging Face / sentence-transformers encoder (a directory with config.json) or a "
           "workflow export (model.json). mode: plan (per-layer timed choice, plan.json), dense or sparse. "
           "weights: fp32, bf16 or int8 (the 2:4 Linears' values; int8 with an fp32 scale per 64 positions). "
           "bf16_activations: with bf16 or int8 weights, the 2:4 kernels round their inputs to bfloat16 where "
           "sparse24.bf16_activations_supported() (AVX512_BF16 on AMD: faster at short inputs; "
-          "docs/accuracy.md).")
+          "docs/accuracy.md). int8_activations: with int8 weights, the 2:4 kernels quantise their inputs to "
+          "int8 per 64 positions and multiply in integers where sparse24.int8_activations_supported() "
+          "(AVX512_VNNI and AVX512_VBMI: faster at short inputs).")
       .def("embed", &PyEngine::embed, nb::arg("texts"), "One embedding per text: float32 [len(texts), dim].")
       .def("tokenize", &PyEngine::tokenize, nb::arg("text"))
       .def("run", &PyEngine::run, nb::arg("x"), "A workflow export on float input [B, *input_shape].")

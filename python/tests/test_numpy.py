@@ -116,6 +116,33 @@ def test_spmm_bf16_activations(rng):
     assert isinstance(sparse24.bf16_activations_supported(), bool)
 
 
+def _int8_act_round(x):
+    """x [K, N] as int8 activations see it: per column and block of 64 rows, round(x * 127 / max|x|) (half to
+    even) times max|x| / 127 (an independent statement of sparse24's rule)."""
+    out = np.empty_like(x)
+    for k0 in range(0, x.shape[0], 64):
+        b = x[k0:k0 + 64].astype(np.float32)
+        amax = np.abs(b).max(axis=0)
+        inv = np.where(amax > 0, np.float32(127) / np.where(amax > 0, amax, 1), 0).astype(np.float32)
+        out[k0:k0 + 64] = np.rint(b * inv) * (amax / np.float32(127))
+    return out
+
+
+def test_spmm_int8_activations(rng):
+    # int8 weights (an int8 2:4 matrix): the product with X quantised per 64 rows where
+    # int8_activations_supported(), else with X itself; the two differ, so this can fail.
+    w = sparse24.prune(rng.integers(-127, 128, (64, 256)).astype(np.int8))
+    x = rng.standard_normal((256, 8)).astype(np.float32)
+    y = sparse24.spmm(sparse24.pack(w, int8_activations=True), x)
+    exact = w.astype(np.float64) @ x
+    rounded = w.astype(np.float64) @ _int8_act_round(x)
+    want, other = (rounded, exact) if sparse24.int8_activations_supported() else (exact, rounded)
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-3)
+    assert np.abs(other - want).max() > 1e-1
+    with pytest.raises(sparse24.Error, match="exclude"):
+        sparse24.pack(w, bf16_activations=True, int8_activations=True)
+
+
 def test_inspect(rng):
     w = rng.standard_normal((16, 32)).astype(np.float32)
     r = sparse24.inspect(w)

@@ -45,6 +45,7 @@ struct Linear {
       PackOptions o;
       o.bf16_weights = d.bf16_weights && !i8;
       o.bf16_activations = d.bf16_activations;
+      o.int8_activations = d.int8_activations;
       o.layouts = both ? PackLayouts::kBoth : PackLayouts::kSmallN;
       packed = pack(
           d.int8_weights && !i8 ? quantize_int8(to_f32(g.sparse), detail::kInt8ScaleGroup) : g.sparse, o);

@@ -61,7 +61,8 @@ GemmExec GemmExec::sparse(const Gemm& g, int64_t n) {
   GemmExec e;
   Impl& s = e.init(g, n);
   PackOptions o;
-  o.bf16_activations = g.bf16_activations;
+  o.bf16_activations = g.activations == SparseActivations::kBf16;
+  o.int8_activations = g.activations == SparseActivations::kInt8;
   o.layouts = layouts_for_n(n, g.sparse, o);
   // bf16 or int8 values: the compute-bound layout holds them as fp32, so short inputs (a query at a
   // capacity of many tokens) get the memory-bound layout as well, which streams them as they are. With

@@ -137,7 +137,15 @@ const char* sparse_values_name(SparseValues v) {
   return "?";
 }
 
-void set_sparse_precision(Model& m, SparseValues v, bool bf16_activations) {
+const char* sparse_activations_name(SparseActivations a) {
+  return a == SparseActivations::kF32 ? "fp32" : a == SparseActivations::kBf16 ? "bf16" : "int8";
+}
+
+void set_sparse_precision(Model& m, SparseValues v, SparseActivations a) {
+  if (a == SparseActivations::kBf16 && v == SparseValues::kF32)
+    throw Error("bf16 activations need bf16 or int8 2:4 values");
+  if (a == SparseActivations::kInt8 && v != SparseValues::kInt8)
+    throw Error("int8 activations need int8 2:4 values");
   bool any = false;
   for (Gemm& g : m.gemms) {
     if (!g.pruned) continue;
@@ -145,11 +153,12 @@ void set_sparse_precision(Model& m, SparseValues v, bool bf16_activations) {
     if (v == SparseValues::kBf16) g.sparse = to_bf16(std::move(g.sparse));
     if (v == SparseValues::kInt8 && g.sparse.dtype != DType::kI8)
       g.sparse = quantize_int8(to_f32(std::move(g.sparse)), detail::kInt8ScaleGroup);
-    g.bf16_activations = bf16_activations;
+    g.activations = a;
   }
   // Values as loaded (fp32, or bf16 from a bf16 checkpoint) and fp32 activations leave the model as it is.
-  if (any && (v != SparseValues::kF32 || bf16_activations))
-    m.fingerprint += std::string("-") + sparse_values_name(v) + (bf16_activations ? "-xbf16" : "");
+  if (any && (v != SparseValues::kF32 || a != SparseActivations::kF32))
+    m.fingerprint += std::string("-") + sparse_values_name(v) +
+                     (a == SparseActivations::kF32 ? "" : std::string("-x") + sparse_activations_name(a));
 }
 
 const char* op_kind_name(OpKind k) {

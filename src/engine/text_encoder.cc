@@ -55,7 +55,7 @@ TextEncoder TextEncoder::from_model(const Model& m, const TextModelInfo& info,
 TextEncoder TextEncoder::load(const std::string& dir, const Options& o) {
   TextModelInfo info;
   Model m = load_hf_encoder(dir, &info);
-  set_sparse_precision(m, o.sparse_values, o.bf16_activations);
+  set_sparse_precision(m, o.sparse_values, o.sparse_activations);
   return from_model(m, info, dir, dir, o);
 }
 

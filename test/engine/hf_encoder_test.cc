@@ -152,7 +152,8 @@ TEST_F(HfEncoder, PrunedCheckpointsRunSparseInEveryLayoutAndMode) {
   }
 }
 
-// set_sparse_precision: the 2:4 Linears' values bf16 or int8 (and their inputs bf16 where the CPU can), the
+// set_sparse_precision: the 2:4 Linears' values bf16 or int8 (and their inputs bf16 or int8 where the CPU
+// can), the
 // sparse engine against the dense one on the same narrowed values, at a capacity the memory-bound layout
 // takes alone and at one where it is packed beside the compute-bound layout (run short and long there).
 TEST_F(HfEncoder, NarrowerSparseValuesRunInBothLayouts) {
@@ -175,15 +176,18 @@ TEST_F(HfEncoder, NarrowerSparseValuesRunInBothLayouts) {
     Engine base_dense(base, 4 * base.max_sequence, 1, Mode::kDense);
     const std::vector<float> fp32 = run(base_dense, seqs);
     for (SparseValues v : {SparseValues::kBf16, SparseValues::kInt8})
-      for (bool xbf16 : {false, true}) {
-        const std::string what = std::string(type) + " " + sparse_values_name(v) + (xbf16 ? " x bf16" : "");
+      for (SparseActivations act :
+           {SparseActivations::kF32, SparseActivations::kBf16, SparseActivations::kInt8}) {
+        if (act == SparseActivations::kInt8 && v != SparseValues::kInt8) continue;
+        const std::string what =
+            std::string(type) + " " + sparse_values_name(v) + " x " + sparse_activations_name(act);
         Model m = base;
-        set_sparse_precision(m, v, xbf16);
+        set_sparse_precision(m, v, act);
         EXPECT_NE(m.fingerprint, base.fingerprint) << what;
         for (const Gemm& gm : m.gemms) {
           ASSERT_TRUE(gm.pruned) << what;
           EXPECT_EQ(gm.sparse.dtype, v == SparseValues::kBf16 ? DType::kBF16 : DType::kI8) << what;
-          EXPECT_EQ(gm.bf16_activations, xbf16) << what;
+          EXPECT_EQ(gm.activations, act) << what;
         }
         // Dense runs the narrowed values exactly (fp32 activations): near the fp32 model, not equal to it.
         Engine dense(m, 4 * m.max_sequence, 1, Mode::kDense);
@@ -192,12 +196,23 @@ TEST_F(HfEncoder, NarrowerSparseValuesRunInBothLayouts) {
         for (size_t i = 0; i < want.size(); ++i) moved = std::max(moved, std::fabs(want[i] - fp32[i]));
         EXPECT_GT(moved, 0.0f) << what;
         EXPECT_LT(moved, 0.05f) << what;
-        // Rounding the inputs to bf16 moves each product by up to 2^-8 of itself.
-        const float tol = xbf16 && bf16_activations_supported() ? 2e-2f : 2e-5f;
+        // Rounding the inputs to bf16 moves each product by up to 2^-8 of itself; int8 moves each input by
+        // up to 1/254 of the largest in its block of 64.
+        const float tol = act == SparseActivations::kBf16 && bf16_activations_supported()   ? 2e-2f
+                          : act == SparseActivations::kInt8 && int8_activations_supported() ? 1e-2f
+                                                                                            : 2e-5f;
+        const bool rounds = tol > 2e-5f;
         for (int64_t capacity : {int64_t{2}, 4 * m.max_sequence}) {
           Engine e(m, capacity, 1, Mode::kSparse);
-          expect_near_all(run(e, short_input), want_short, tol,
-                          what + " short, capacity " + std::to_string(capacity));
+          const std::vector<float> got_short = run(e, short_input);
+          expect_near_all(got_short, want_short, tol, what + " short, capacity " + std::to_string(capacity));
+          // Where the activations are rounded, the short input (the memory-bound kernels) shows it.
+          float apart = 0;
+          for (size_t i = 0; i < got_short.size(); ++i)
+            apart = std::max(apart, std::fabs(got_short[i] - want_short[i]));
+          if (rounds) {
+            EXPECT_GT(apart, 2e-5f) << what << ": the activations were not rounded";
+          }
           if (capacity > 2) expect_near_all(run(e, seqs), want, tol, what + " long");
         }
         // At a large capacity the memory-bound layout is packed beside the compute-bound one (which holds
@@ -212,6 +227,8 @@ TEST_F(HfEncoder, NarrowerSparseValuesRunInBothLayouts) {
     Model same = base;
     set_sparse_precision(same, SparseValues::kF32);
     EXPECT_EQ(same.fingerprint, base.fingerprint);
+    EXPECT_THROW(set_sparse_precision(same, SparseValues::kF32, SparseActivations::kBf16), Error);
+    EXPECT_THROW(set_sparse_precision(same, SparseValues::kBf16, SparseActivations::kInt8), Error);
     EXPECT_THROW(parse_sparse_values("int4"), Error);
   }
 }

@@ -45,7 +45,7 @@ inline bool stop_asked() { return g_stop_asked.load(); }
 // written "[a, b]" into the list a, b for an option taking several values).
 // An encoder's 2:4 Linears in a narrower type (engine::set_sparse_precision): embed's and eval-embed's flags.
 struct EncoderPrecisionFlags {
-  bool bf16 = false, int8 = false, bf16_act = false;
+  bool bf16 = false, int8 = false, bf16_act = false, int8_act = false;
   void add_to(CLI::App* cmd) {
     CLI::Option* b = cmd->add_flag(
         "--bf16", bf16, "the 2:4 Linears' values held as bfloat16 (half the bytes a short input streams)");
@@ -53,10 +53,20 @@ struct EncoderPrecisionFlags {
                   "the 2:4 Linears' values held as int8 with an fp32 scale per 64 positions (a quarter of "
                   "the bytes)")
         ->excludes(b);
-    cmd->add_flag(
+    CLI::Option* xb = cmd->add_flag(
         "--bf16-activations", bf16_act,
         "with --bf16 or --int8: the 2:4 Linears round their inputs to bfloat16 on AMD CPUs with "
         "AVX512_BF16 (faster at short inputs; not on Intel's, where fp32 ones are; docs/accuracy.md)");
+    cmd->add_flag("--int8-activations", int8_act,
+                  "with --int8: the 2:4 Linears quantise their inputs to int8 per 64 positions and multiply "
+                  "in integers on CPUs with AVX512_VNNI and AVX512_VBMI (faster at short inputs; "
+                  "docs/accuracy.md)")
+        ->excludes(xb);
+  }
+  engine::SparseActivations activations() const {
+    return int8_act   ? engine::SparseActivations::kInt8
+           : bf16_act ? engine::SparseActivations::kBf16
+                      : engine::SparseActivations::kF32;
   }
   engine::SparseValues values() const {
     return int8   ? engine::SparseValues::kInt8
@@ -65,8 +75,9 @@ struct EncoderPrecisionFlags {
   }
   void apply(engine::TextEncoder::Options& o) const {
     if (bf16_act && !bf16 && !int8) throw sparse24::Error("--bf16-activations needs --bf16 or --int8");
+    if (int8_act && !int8) throw sparse24::Error("--int8-activations needs --int8");
     o.sparse_values = values();
-    o.bf16_activations = bf16_act;
+    o.sparse_activations = activations();
   }
 };
 

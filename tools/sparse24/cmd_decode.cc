@@ -80,7 +80,7 @@ bool model_is_pruned(const DecoderModel& m) {
 // The weight types of a decoder's 2:4 Linears (fp32 without a flag), whether a dense model is pruned as it
 // is read, and the KV cache's type, which every decoder command takes.
 struct WeightFlags {
-  bool bf16 = false, int8 = false, prune = false, bf16_act = false;
+  bool bf16 = false, int8 = false, prune = false, bf16_act = false, int8_act = false;
   std::string kv = "f32";
   void add_to(CLI::App* cmd) {
     cmd->add_flag("--prune", prune,
@@ -93,11 +93,16 @@ struct WeightFlags {
     cmd->add_flag("--int8", int8,
                   "2:4 weights and the output head held as int8 with an fp32 scale per 64 positions")
         ->excludes(b);
-    cmd->add_flag(
+    CLI::Option* xb = cmd->add_flag(
         "--bf16-activations", bf16_act,
         "with --bf16 or --int8 (or a bf16 or int8 checkpoint): the 2:4 Linears round their inputs to "
         "bfloat16 on AMD CPUs with AVX512_BF16 (faster; not on Intel's, where fp32 ones are; "
         "docs/accuracy.md)");
+    cmd->add_flag("--int8-activations", int8_act,
+                  "with --int8 (or an int8 checkpoint): the 2:4 Linears quantise their inputs to int8 per 64 "
+                  "positions and multiply in integers on CPUs with AVX512_VNNI and AVX512_VBMI, as "
+                  "llama.cpp's Q8_0 (faster; docs/accuracy.md)")
+        ->excludes(xb);
     cmd->add_option("--kv", kv, "KV cache type: f32, or f16 (IEEE half, llama.cpp's default: half the bytes)")
         ->check(CLI::IsMember({"f32", "f16"}))
         ->capture_default_str();
@@ -106,6 +111,7 @@ struct WeightFlags {
     d.bf16_weights = bf16;
     d.int8_weights = int8;
     d.bf16_activations = bf16_act;
+    d.int8_activations = int8_act;
     d.kv_half = kv == "f16";
   }
   const char* name() const { return bf16 ? "bf16" : int8 ? "int8" : "fp32"; }
@@ -285,9 +291,9 @@ void cmd_perplexity(const PerplexityOptions& o) {
   d.mode = engine::parse_mode(o.mode);
   o.weights.apply(d);
   d.max_context = o.ctx;
-  // Windows through the compute-bound layout (fp32 activations), except with bf16 activations: then the
-  // memory-bound layout alone, in chunks of 16 tokens, so that the windows compute as generation does.
-  d.prefill_layout = !d.bf16_activations;
+  // Windows through the compute-bound layout (fp32 activations), except with bf16 or int8 activations: then
+  // the memory-bound layout alone, in chunks of 16 tokens, so that the windows compute as generation does.
+  d.prefill_layout = !d.bf16_activations && !d.int8_activations;
   Decoder dec(load(o.model, o.weights.load_options(o.mode, o.threads)), d);
   const auto t0 = Clock::now();
   const engine::Perplexity p = engine::perplexity(dec, ids, o.ctx);
@@ -307,6 +313,7 @@ void cmd_perplexity(const PerplexityOptions& o) {
                               {"mode", o.mode},
                               {"weights", o.weights.name()},
                               {"bf16_activations", d.bf16_activations && bf16_activations_supported()},
+                              {"int8_activations", d.int8_activations && int8_activations_supported()},
                               {"kv_cache", o.weights.kv}};
     write_file_atomic(o.json_out, j.dump(2) + "\n");
   }
@@ -365,8 +372,9 @@ void cmd_logits(const LogitsOptions& o) {
 
 struct BenchDecodeOptions {
   std::string model, json_out, python, gguf, kv = "f32";
-  // sparse24's rows; bf16x, int8x: bf16 activations (skipped where they would not take effect).
-  std::vector<std::string> runs = {"dense", "fp32", "bf16", "int8", "bf16x", "int8x"};
+  // sparse24's rows; bf16x, int8x: bf16 activations, int8q: int8 activations (skipped where they would not
+  // take effect).
+  std::vector<std::string> runs = {"dense", "fp32", "bf16", "int8", "bf16x", "int8x", "int8q"};
   std::string peers = "F32,F16,Q8_0,Q4_K_M";  // decode_llamacpp.py's --kinds
   int threads = 1;
   int64_t prompt = 128, generate = 128;
@@ -452,7 +460,7 @@ void cmd_bench_decode(const BenchDecodeOptions& o) {
   // than a layer of it in fp32 (an 8B model's 32 GB).
   engine::DecoderLoadOptions lo;
   lo.prune = !rows.count("dense");
-  lo.int8 = rows.size() == 1 && (rows.count("int8") || rows.count("int8x"));
+  lo.int8 = rows.size() == 1 && (rows.count("int8") || rows.count("int8x") || rows.count("int8q"));
   lo.threads = o.threads;
   DecoderModel m = load(o.model, lo);
   const bool was_pruned = model_is_pruned(m);
@@ -482,10 +490,11 @@ void cmd_bench_decode(const BenchDecodeOptions& o) {
     for (engine::DecoderLayer& L : m.layers)
       for (engine::Gemm* g : {&L.qkv, &L.o, &L.gate_up, &L.down})
         if (g->pruned && g->sparse.dtype == DType::kBF16) g->sparse = to_f32(std::move(g->sparse));
-  for (const char* row : {"fp32", "bf16", "int8", "bf16x", "int8x"}) {
+  for (const char* row : {"fp32", "bf16", "int8", "bf16x", "int8x", "int8q"}) {
     if (!rows.count(row)) continue;
     const std::string r = row;
     d.bf16_activations = r.back() == 'x';
+    d.int8_activations = r.back() == 'q';
     if (d.bf16_activations && !bf16_activations_supported()) {
       std::fprintf(stderr,
                    "bench-decode: row %s skipped: bf16 activations do not run on this CPU (no AVX512_BF16, "
@@ -493,10 +502,20 @@ void cmd_bench_decode(const BenchDecodeOptions& o) {
                    row);
       continue;
     }
+    if (d.int8_activations && !int8_activations_supported()) {
+      std::fprintf(stderr,
+                   "bench-decode: row %s skipped: int8 activations do not run on this CPU (no AVX512_VNNI "
+                   "and AVX512_VBMI)\n",
+                   row);
+      continue;
+    }
     d.bf16_weights = r.rfind("bf16", 0) == 0;
     d.int8_weights = r.rfind("int8", 0) == 0;
     // One row alone takes the model (the weights in memory once); several share it.
-    runs.push_back(time_decoder("sparse24 2:4 " + r.substr(0, 4) + (d.bf16_activations ? " x bf16" : ""),
+    runs.push_back(time_decoder("sparse24 2:4 " + r.substr(0, 4) +
+                                    (d.bf16_activations   ? " x bf16"
+                                     : d.int8_activations ? " x int8"
+                                                          : ""),
                                 rows.size() == 1 ? Decoder(std::move(m), d) : Decoder(m, d), prompt,
                                 o.generate));
     tps[row] = runs.back().gen_tps;
@@ -587,7 +606,9 @@ void cmd_bench_decode(const BenchDecodeOptions& o) {
                                   {"int8", "Q4_K_M"},
                                   {"bf16x", "F16"},
                                   {"int8x", "Q8_0"},
-                                  {"int8x", "Q4_K_M"}})
+                                  {"int8x", "Q4_K_M"},
+                                  {"int8q", "Q8_0"},
+                                  {"int8q", "Q4_K_M"}})
     if (peers.contains(std::string("llama.cpp ") + kind))
       ratio(row, std::string("2:4 ") + row + " / llama.cpp " + kind,
             peers[std::string("llama.cpp ") + kind]["tokens_per_s"].get<double>());
@@ -687,11 +708,11 @@ void register_decode_commands(CLI::App& app) {
     cmd->add_option(
            "--runs", o->runs,
            "sparse24's rows: dense, fp32, bf16, int8 (2:4 fp32/bf16/int8), bf16x, int8x (2:4 bf16/int8 "
-           "with bf16 activations, where they take effect: AMD with AVX512_BF16); without dense the model is "
-           "pruned as "
-           "it is read, and with int8 or int8x alone quantized too (an 8B model in 24 GB)")
+           "with bf16 activations, where they take effect: AMD with AVX512_BF16), int8q (2:4 int8 with int8 "
+           "activations: AVX512_VNNI and AVX512_VBMI); without dense the model is pruned as it is read, and "
+           "with one int8 row alone quantized too (an 8B model in 24 GB)")
         ->delimiter(',')
-        ->check(CLI::IsMember({"dense", "fp32", "bf16", "int8", "bf16x", "int8x"}))
+        ->check(CLI::IsMember({"dense", "fp32", "bf16", "int8", "bf16x", "int8x", "int8q"}))
         ->capture_default_str();
     cmd->add_option("--peers", o->peers,
                     "llama.cpp's files: F32, F16, Q8_0 (made from the GGUF source), any llama-quantize type "

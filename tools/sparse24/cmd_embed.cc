@@ -141,28 +141,34 @@ void cmd_bench_model(const BenchModelOptions& o) {
   const engine::Model sparse_model = engine::load_hf_encoder(std::move(pruned), &pinfo);
   pinfo.max_tokens = sparse_model.max_sequence;
   eo.mode = engine::Mode::kSparse;
-  // The rows: dense, the 2:4 copy as pruned (fp32), and its values bf16 and int8, with and without bf16
-  // activations where they take effect (bf16_activations_supported(); engine::set_sparse_precision).
+  // The rows: dense, the 2:4 copy as pruned (fp32), and its values bf16 and int8, with fp32 activations and
+  // with bf16 or int8 ones where they take effect (bf16_activations_supported(),
+  // int8_activations_supported(); engine::set_sparse_precision).
+  using engine::SparseActivations, engine::SparseValues;
   struct Row {
     std::string key, label;
-    engine::SparseValues values;
-    bool xbf16;
+    SparseValues values;
+    SparseActivations act;
   };
-  std::vector<Row> rows = {{"sparse24_dense", "sparse24 dense", engine::SparseValues::kF32, false},
-                           {"sparse24_2to4", "sparse24 2:4", engine::SparseValues::kF32, false},
-                           {"sparse24_2to4_bf16", "sparse24 2:4 bf16", engine::SparseValues::kBf16, false},
-                           {"sparse24_2to4_int8", "sparse24 2:4 int8", engine::SparseValues::kInt8, false}};
+  std::vector<Row> rows = {
+      {"sparse24_dense", "sparse24 dense", SparseValues::kF32, SparseActivations::kF32},
+      {"sparse24_2to4", "sparse24 2:4", SparseValues::kF32, SparseActivations::kF32},
+      {"sparse24_2to4_bf16", "sparse24 2:4 bf16", SparseValues::kBf16, SparseActivations::kF32},
+      {"sparse24_2to4_int8", "sparse24 2:4 int8", SparseValues::kInt8, SparseActivations::kF32}};
   if (bf16_activations_supported()) {
-    rows.push_back(
-        {"sparse24_2to4_bf16_xbf16", "sparse24 2:4 bf16 x bf16", engine::SparseValues::kBf16, true});
-    rows.push_back(
-        {"sparse24_2to4_int8_xbf16", "sparse24 2:4 int8 x bf16", engine::SparseValues::kInt8, true});
+    rows.push_back({"sparse24_2to4_bf16_xbf16", "sparse24 2:4 bf16 x bf16", SparseValues::kBf16,
+                    SparseActivations::kBf16});
+    rows.push_back({"sparse24_2to4_int8_xbf16", "sparse24 2:4 int8 x bf16", SparseValues::kInt8,
+                    SparseActivations::kBf16});
   }
+  if (int8_activations_supported())
+    rows.push_back({"sparse24_2to4_int8_xi8", "sparse24 2:4 int8 x int8", SparseValues::kInt8,
+                    SparseActivations::kInt8});
   std::vector<engine::TextEncoder> encs;
   encs.push_back(std::move(dense));
   for (size_t i = 1; i < rows.size(); ++i) {
     engine::Model m = sparse_model;
-    engine::set_sparse_precision(m, rows[i].values, rows[i].xbf16);
+    engine::set_sparse_precision(m, rows[i].values, rows[i].act);
     encs.push_back(engine::TextEncoder::from_model(m, pinfo, o.model, "", eo));
   }
   std::vector<engine::TextEncoder*> all;

@@ -227,7 +227,7 @@ void register_eval_embed(CLI::App& app) {
       j["input"] = o->input;
       j["batch"] = o->batch;
       j["values"] = engine::sparse_values_name(o->precision.values());
-      j["bf16_activations"] = o->precision.bf16_act;
+      j["activations"] = engine::sparse_activations_name(o->precision.activations());
       write_file_atomic(o->json_out, j.dump(2) + "\n");
     }
   });
