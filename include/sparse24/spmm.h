@@ -55,8 +55,9 @@ struct PackOptions {
   // 64 positions along K, symmetric, the scale max|x| / 127: round_activations_int8) and multiply in
   // integers (`vpdpbusd`, 64 multiply-adds per instruction; the block's sums exact in int32, then scaled in
   // fp32), as llama.cpp's Q8_0 dot products do. Only where int8_activations_supported() (AVX512_VNNI and
-  // AVX512_VBMI) and N <= the small-N limit (or any N on a pack of only the small-N layout); elsewhere, and
-  // for fp32 or bf16 weights, the activations stay fp32. Each activation then carries an absolute error up
+  // AVX512_VBMI) and 2 <= N <= the small-N limit (or any N from 2 on a pack of only the small-N layout; at
+  // N = 1 the weights' bytes bound the time either way, so X stays exact); elsewhere, and for fp32 or bf16
+  // weights, the activations stay fp32. Each activation then carries an absolute error up
   // to half its block's step (max|x| / 254); docs/accuracy.md. Excludes bf16_activations.
   bool int8_activations = false;
   PackLayouts layouts = PackLayouts::kBoth;

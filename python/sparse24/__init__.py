@@ -84,7 +84,7 @@ def pack(w, bf16: bool = False, bf16_activations: bool = False, int8_activations
     """Prepares a 2:4 matrix (a float32, bfloat16 or int8 Compressed, or a dense array that is already 2:4) for
     spmm; bfloat16 values pack as bf16 weights. bf16_activations: with bf16 or int8 weights, spmm of up to 16
     columns rounds x to bfloat16 where bf16_activations_supported() (AVX512_BF16 on AMD): faster, each
-    activation within 2^-8 relative. int8_activations: with int8 weights, spmm of up to 16 columns quantises x
+    activation within 2^-8 relative. int8_activations: with int8 weights, spmm of 2 to 16 columns quantises x
     to int8 per column and block of 64 rows (each activation within max|block| / 254) and multiplies in
     integers where int8_activations_supported() (AVX512_VNNI and AVX512_VBMI): faster. Not both."""
     if not isinstance(w, Compressed):

@@ -659,22 +659,53 @@ lanes_i8x_tile(const uint8_t* __restrict e, size_t estride, int64_t ns, const ui
 }
 
 // The int8 tile's X in the thread's scratch: per super chunk and column, 128 bytes (lanes_i8x_tile): the
-// 64 positions' codes + 128 (position k on: 128, code 0), then the block's scale.
+// 64 positions' codes + 128 (position k on: 128, code 0), then the block's scale. Each block gathered into
+// 64 floats (zero past k) and quantised in vectors with quantize_act_block's rule (the same bits: the
+// default rounding of `vcvtps2dq` is to nearest even); a block holding an infinity or a NaN goes through
+// quantize_act_block itself.
 template <class T, int N>
 const uint8_t* lanes_i8_x(const SpmmArgs& a, int64_t k, int64_t supers) {
   constexpr int B = LanesLayout::kSuper;
-  static_assert(B == kInt8ActBlock);
+  static_assert(B == kInt8ActBlock && B == 64);
   uint8_t* xq = reinterpret_cast<uint8_t*>(scratch<T, 2>(static_cast<size_t>(supers * N * 128 / 4)));
   const int64_t sk = a.x_row_stride(), sj = a.x_col_stride();
-  int8_t q[B];
-  for (int64_t s = 0; s < supers; ++s)
+  alignas(64) float col[N][B];
+  const __m512 sign = _mm512_set1_ps(-0.f);
+  for (int64_t s = 0; s < supers; ++s) {
+    const int64_t len = std::clamp<int64_t>(k - s * B, 0, B);
+    const float* xs = a.x + s * B * sk;
+    for (int64_t i = 0; i < len; ++i)
+      for (int j = 0; j < N; ++j) col[j][i] = xs[i * sk + j * sj];
     for (int j = 0; j < N; ++j) {
+      std::fill(col[j] + len, col[j] + B, 0.f);
       uint8_t* t = xq + (s * N + j) * 128;
-      const int64_t len = std::clamp<int64_t>(k - s * B, 0, B);
-      const float scale = quantize_act_block(a.x + s * B * sk + j * sj, len, sk, q);
-      for (int64_t i = 0; i < B; ++i) t[i] = static_cast<uint8_t>(i < len ? q[i] + 128 : 128);
+      __m512 v[4], amax = _mm512_setzero_ps();
+      __mmask16 bad = 0;
+      for (int c = 0; c < 4; ++c) {
+        v[c] = _mm512_load_ps(col[j] + 16 * c);
+        const __m512 m = _mm512_andnot_ps(sign, v[c]);
+        bad |= _mm512_cmp_ps_mask(m, _mm512_set1_ps(3.4028235e38f), _CMP_NLE_UQ);  // inf or NaN
+        amax = _mm512_max_ps(amax, m);
+      }
+      float scale;
+      if (bad) {
+        int8_t q[B];
+        scale = quantize_act_block(xs + j * sj, len, sk, q);
+        for (int i = 0; i < B; ++i) t[i] = static_cast<uint8_t>(i < len ? q[i] + 128 : 128);
+      } else {
+        const float m = _mm512_reduce_max_ps(amax);
+        const __m512 inv = _mm512_set1_ps(m > 0.f ? 127.f / m : 0.f);
+        for (int c = 0; c < 4; ++c) {
+          __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(v[c], inv));
+          q = _mm512_min_epi32(_mm512_max_epi32(q, _mm512_set1_epi32(-127)), _mm512_set1_epi32(127));
+          _mm_store_si128(reinterpret_cast<__m128i*>(t + 16 * c),
+                          _mm512_cvtepi32_epi8(_mm512_add_epi32(q, _mm512_set1_epi32(128))));
+        }
+        scale = m / 127.f;
+      }
       std::memcpy(t + B, &scale, sizeof(float));
     }
+  }
   return xq;
 }
 
