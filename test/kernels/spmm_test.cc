@@ -665,38 +665,44 @@ TEST(Spmm, MemoryBoundScratchIsClearedPastK) {
   }
 }
 
-// PackOptions::bf16_activations through dispatch: where bf16_activations_supported(), the memory-bound path
-// of bf16 and int8 weights rounds X to bf16 (the result matches the reference on rounded X, not on X: the
-// test fails if the option is ignored), at every N on a pack of only the small-N layout (chunks of 16 past
-// the limit) and up to the small-N limit on a pack of both (16 for such packs); fp32 weights, and a CPU
-// without AVX512_BF16 or where dispatch does not pick those kernels (Intel's), keep fp32 activations.
-TEST(Spmm, Bf16ActivationsRoundX) {
-  SPARSE24_SEED_TRACE();
-  auto g = rng(317);
+// PackOptions::bf16_activations or int8_activations (int8 = true) through dispatch: where the option is
+// supported (bf16_activations_supported(), int8_activations_supported()), the memory-bound path of the
+// weights it applies to (bf16 and int8; int8 only) rounds X (to bf16; round_activations_int8; the result
+// matches the reference on that X, not on X: the test fails if the option is ignored), at every N on a pack
+// of only the small-N layout (chunks of 16 past the limit) and up to the small-N limit on a pack of both (16
+// for such packs); int8 activations from N = 2 (kernel_list.inc: at N = 1, the memory bound, they gain
+// nothing, and X stays exact). Other weights, and a CPU without the instructions or where dispatch does not
+// pick those kernels (bf16: Intel's), keep fp32 activations.
+void check_activations_option(bool int8, std::mt19937_64& g) {
   const int64_t m = 40, k = 300;
   for (int wt = 0; wt < 3; ++wt)  // fp32, bf16, int8
     for (PackLayouts layouts : {PackLayouts::kSmallN, PackLayouts::kBoth})
       for (int64_t n : {1, 2, 5, 8, 12, 16, 20}) {
-        SCOPED_TRACE("weights " + std::to_string(wt) + " n " + std::to_string(n) +
+        SCOPED_TRACE(std::string(int8 ? "int8" : "bf16") + " activations, weights " + std::to_string(wt) +
+                     " n " + std::to_string(n) +
                      (layouts == PackLayouts::kBoth ? " both layouts" : " small-n layout"));
         const Compressed c0 = random_24(g, m, k);
         const Compressed c = wt == 2 ? quantize_int8(c0, 64) : c0;
         const Compressed cr = wt == 1 ? with_bf16_values(c) : c;
         PackOptions o;
         o.bf16_weights = wt == 1;
-        o.bf16_activations = true;
+        (int8 ? o.int8_activations : o.bf16_activations) = true;
         o.layouts = layouts;
         const PackedMatrix p = pack(c, o);
         const std::vector<float> x = random_floats(g, static_cast<size_t>(k * n), -2.f, 2.f);
         std::vector<float> xr(x);
-        for (float& v : xr) v = bf16_to_float(float_to_bf16(v));
+        if (int8)
+          round_activations_int8(xr.data(), k, n, n);
+        else
+          for (float& v : xr) v = bf16_to_float(float_to_bf16(v));
         std::vector<float> exact(static_cast<size_t>(m * n)), rounded(exact.size()), y(exact.size());
         spmm_reference(cr, x.data(), n, n, exact.data(), n);
         spmm_reference(cr, xr.data(), n, n, rounded.data(), n);
         spmm(p, x.data(), n, n, y.data(), n);
-        // Rounded when supported, for bf16 / int8 weights, on the memory-bound path.
         const bool small = layouts == PackLayouts::kSmallN || n <= 16;
-        const bool rounds = bf16_activations_supported() && wt != 0 && p.isa() == Isa::kAvx512 && small;
+        const bool rounds = p.isa() == Isa::kAvx512 && small &&
+                            (int8 ? int8_activations_supported() && wt == 2 && n >= 2
+                                  : bf16_activations_supported() && wt != 0);
         const std::vector<float>& want = rounds ? rounded : exact;
         const std::vector<float>& other = rounds ? exact : rounded;
         double worst = 0, apart = 0;
@@ -710,50 +716,17 @@ TEST(Spmm, Bf16ActivationsRoundX) {
       }
 }
 
-// PackOptions::int8_activations through dispatch: where int8_activations_supported(), the memory-bound path
-// of int8 weights quantises X (round_activations_int8; the result matches the reference on that X, not on
-// X: the test fails if the option is ignored) from N = 2 (kernel_list.inc: at N = 1, the memory bound,
-// they gain nothing, and X stays exact), at every N on a pack of only the small-N layout and up to the
-// small-N limit (16) on a pack of both; fp32 and bf16 weights, and a CPU without AVX512_VNNI and
-// AVX512_VBMI, keep fp32 activations. Both activation options at once are refused.
+TEST(Spmm, Bf16ActivationsRoundX) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(317);
+  check_activations_option(false, g);
+}
+
+// Both activation options at once are refused.
 TEST(Spmm, Int8ActivationsQuantiseX) {
   SPARSE24_SEED_TRACE();
   auto g = rng(318);
-  const int64_t m = 40, k = 300;
-  for (int wt = 0; wt < 3; ++wt)  // fp32, bf16, int8
-    for (PackLayouts layouts : {PackLayouts::kSmallN, PackLayouts::kBoth})
-      for (int64_t n : {1, 2, 5, 8, 12, 16, 20}) {
-        SCOPED_TRACE("weights " + std::to_string(wt) + " n " + std::to_string(n) +
-                     (layouts == PackLayouts::kBoth ? " both layouts" : " small-n layout"));
-        const Compressed c0 = random_24(g, m, k);
-        const Compressed c = wt == 2 ? quantize_int8(c0, 64) : c0;
-        const Compressed cr = wt == 1 ? with_bf16_values(c) : c;
-        PackOptions o;
-        o.bf16_weights = wt == 1;
-        o.int8_activations = true;
-        o.layouts = layouts;
-        const PackedMatrix p = pack(c, o);
-        const std::vector<float> x = random_floats(g, static_cast<size_t>(k * n), -2.f, 2.f);
-        std::vector<float> xr(x);
-        round_activations_int8(xr.data(), k, n, n);
-        std::vector<float> exact(static_cast<size_t>(m * n)), rounded(exact.size()), y(exact.size());
-        spmm_reference(cr, x.data(), n, n, exact.data(), n);
-        spmm_reference(cr, xr.data(), n, n, rounded.data(), n);
-        spmm(p, x.data(), n, n, y.data(), n);
-        const bool small = layouts == PackLayouts::kSmallN || n <= 16;
-        const bool rounds =
-            int8_activations_supported() && wt == 2 && p.isa() == Isa::kAvx512 && small && n >= 2;
-        const std::vector<float>& want = rounds ? rounded : exact;
-        const std::vector<float>& other = rounds ? exact : rounded;
-        double worst = 0, apart = 0;
-        for (size_t i = 0; i < y.size(); ++i) {
-          const double scale = 1.0 + std::fabs(want[i]);
-          worst = std::max(worst, std::fabs(y[i] - want[i]) / scale);
-          apart = std::max(apart, std::fabs(other[i] - want[i]) / scale);
-        }
-        EXPECT_LT(worst, 2e-5) << (rounds ? "int8 X expected" : "fp32 X expected");
-        EXPECT_GT(apart, 10 * worst + 1e-6) << "the two references do not tell the paths apart";
-      }
+  check_activations_option(true, g);
   PackOptions both;
   both.int8_activations = both.bf16_activations = true;
   EXPECT_THROW(pack(quantize_int8(random_24(g, 8, 64), 64), both), Error);

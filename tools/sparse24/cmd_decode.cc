@@ -495,18 +495,15 @@ void cmd_bench_decode(const BenchDecodeOptions& o) {
     const std::string r = row;
     d.bf16_activations = r.back() == 'x';
     d.int8_activations = r.back() == 'q';
-    if (d.bf16_activations && !bf16_activations_supported()) {
-      std::fprintf(stderr,
-                   "bench-decode: row %s skipped: bf16 activations do not run on this CPU (no AVX512_BF16, "
-                   "or an Intel core, where fp32 activations are faster)\n",
-                   row);
-      continue;
-    }
-    if (d.int8_activations && !int8_activations_supported()) {
-      std::fprintf(stderr,
-                   "bench-decode: row %s skipped: int8 activations do not run on this CPU (no AVX512_VNNI "
-                   "and AVX512_VBMI)\n",
-                   row);
+    const char* skip =
+        d.bf16_activations && !bf16_activations_supported()
+            ? "bf16 activations do not run on this CPU (no AVX512_BF16, or an Intel core, where "
+              "fp32 activations are faster)"
+        : d.int8_activations && !int8_activations_supported()
+            ? "int8 activations do not run on this CPU (no AVX512_VNNI and AVX512_VBMI)"
+            : nullptr;
+    if (skip) {
+      std::fprintf(stderr, "bench-decode: row %s skipped: %s\n", row, skip);
       continue;
     }
     d.bf16_weights = r.rfind("bf16", 0) == 0;
