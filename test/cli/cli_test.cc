@@ -142,6 +142,7 @@ TEST_F(Cli, BadInputFailsCleanly) {
       {"prune " + path("dense.npy") + " -o " + path("o.npy") + " --pattern 3:4", "3:4"},
       {"compress " + path("dense.npy") + " -o " + path("no/such/dir/o.safetensors") + " --prune",
        "no/such/dir"},
+      {"embed " + path("no_model") + " --text a --int8-activations", "--int8-activations needs --int8"},
   };
   for (const auto& [args, phrase] : cases) {
     const CliRun r = run(args);
