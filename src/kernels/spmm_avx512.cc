@@ -111,6 +111,14 @@ void avx512_gemm_4x16(const PackedMatrix::Impl& p, const SpmmArgs& a) { gemm_run
 void avx512_gemm_4x32(const PackedMatrix::Impl& p, const SpmmArgs& a) { gemm_run<Avx512, 4, 2>(p, a); }
 void avx512_gemm_4x64(const PackedMatrix::Impl& p, const SpmmArgs& a) { gemm_run<Avx512, 4, 4>(p, a); }
 
+// Rows in lanes over the compute-bound layout (spmm_lanes.h, gemm_lanes_run); _pf with the prefetch.
+void avx512_gemm_lanes(const PackedMatrix::Impl& p, const SpmmArgs& a) {
+  gemm_lanes_dispatch<Avx512, variant("avx512_gemm_lanes")->n_max, false>(p, a);
+}
+void avx512_gemm_lanes_pf(const PackedMatrix::Impl& p, const SpmmArgs& a) {
+  gemm_lanes_dispatch<Avx512, variant("avx512_gemm_lanes_pf")->n_max, true>(p, a);
+}
+
 // Rows in lanes (spmm_lanes.h) with the 32 registers, up to 16 columns in one pass.
 #define S24_LANES_ROW(name, tile) SPARSE24_LANES_ENTRY(Avx512, name, 16, 32, tile)
 // The 256-bit tile.

@@ -431,21 +431,25 @@ TEST(Spmm, EveryVariantByName) {
 // Every small-N variant by name with K over three K blocks (1024 positions each) and a tail that is not a
 // whole super chunk (the per-K-block offsets into the packed weights and into each kernel's copy of X),
 // a partial last row block, 1 and 2 threads, at the N where tiles and passes change (1, 7, 8, 9, 15, 16).
+// The compute-bound rows with an n_max (rows in lanes over that layout) the same way over its blocks:
+// 100 row blocks (two chunks of 64, split between 2 threads inside the first) with a partial last one,
+// three K blocks of 128 positions whose last holds 1, 2 or 3 groups.
 TEST(Spmm, EveryVariantByNameLongK) {
   SPARSE24_SEED_TRACE();
   auto g = rng(316);
   for (const KernelVariantInfo& v : kernel_variants()) {
-    if (!v.runs || v.large_n) continue;
+    if (!v.runs || (v.large_n && v.n_max == 0)) continue;
     for (int wt = 0; wt < 3; ++wt) {  // fp32, bf16, int8
       if (!(wt == 0 ? v.fp32 : wt == 1 ? v.bf16 : v.int8)) continue;
       for (int64_t n : {1, 7, 8, 9, 15, 16}) {
         if (v.n_max != 0 && n > v.n_max) continue;
-        Case t{8 * 3 - 3, 2 * 1024 + 64 + 5, n};
+        Case t = v.large_n ? Case{4 * 100 - 1, 2 * 128 + 1 + 4 * (n % 3), n}
+                           : Case{8 * 3 - 3, 2 * 1024 + 64 + 5, n};
         t.threads = 1 + static_cast<int>(n % 2);
         t.bias = true;
         t.bf16 = wt == 1;
         t.int8_group = wt == 2 ? (n % 2 ? 64 : 128) : 0;
-        t.layouts = PackLayouts::kSmallN;
+        t.layouts = v.large_n ? PackLayouts::kLargeN : PackLayouts::kSmallN;
         t.variant = v.name;
         t.bf16_act = t.variant_rounds_x = v.bf16_activations;
         t.i8_act = v.int8_activations;
@@ -508,14 +512,20 @@ TEST(Spmm, TokensMatchTransposedSpmm) {
       const int64_t ldx = k + rep % 5, ldy = m + rep % 3;
       const Epilogue ep = std::array<Epilogue, 3>{Epilogue::kNone, Epilogue::kRelu, Epilogue::kGelu}[rep % 3];
       const int threads = 1 + rep % 2;
-      // Weights fp32, bf16 or int8; both layouts, or only the small-N one (every N in chunks).
+      // Weights fp32, bf16 or int8; both layouts, only the small-N one (every N in chunks) or only the
+      // compute-bound one (small N on its rows in lanes where they are picked).
       static const char* const kWeightNames[] = {"fp32", "bf16", "int8"};
       const int wt = rep % 7 == 3 ? 1 : rep % 7 == 5 ? 2 : 0;
-      const PackLayouts layouts = rep % 4 == 2 ? PackLayouts::kSmallN : PackLayouts::kBoth;
+      const PackLayouts layouts = rep % 4 == 2   ? PackLayouts::kSmallN
+                                  : rep % 4 == 3 ? PackLayouts::kLargeN
+                                                 : PackLayouts::kBoth;
       SCOPED_TRACE(std::string(isa_name(isa)) + " " + std::to_string(m) + "x" + std::to_string(k) + "x" +
                    std::to_string(n) + " ldx " + std::to_string(ldx) + " ldy " + std::to_string(ldy) + " " +
                    epilogue_name(ep) + " threads " + std::to_string(threads) + " weights " +
-                   kWeightNames[wt] + (layouts == PackLayouts::kSmallN ? " small-N layout only" : ""));
+                   kWeightNames[wt] +
+                   (layouts == PackLayouts::kSmallN   ? " small-N layout only"
+                    : layouts == PackLayouts::kLargeN ? " large-N layout only"
+                                                      : ""));
       const Compressed c = wt == 2 ? quantize_int8(random_24(g, m, k), 64) : random_24(g, m, k);
       PackOptions o;
       o.isa_set = true;
