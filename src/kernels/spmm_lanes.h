@@ -781,6 +781,49 @@ LanesX lanes_x(const SpmmArgs& a, const LanesLayout& lay, int64_t k) {
   }
 }
 
+// Rows [row0, row0 + rows) of Y from a tile's sums (column j's of row r at t[j][r]): added to what Y holds
+// unless first; at the last K block plus the bias and ReLU (GELU: gelu_rows_after, once the thread's rows
+// are all written).
+template <class T, int N, int R>
+void store_rows(const SpmmArgs& a, const float (&t)[N][R], int64_t row0, int rows, bool first, bool last) {
+  alignas(64) float out[R][N];
+  const int64_t ys = a.y_col_stride(), yr = a.y_row_stride();
+  for (int r = 0; r < rows; ++r) {
+    const float* y = a.y + (row0 + r) * yr;
+    for (int j = 0; j < N; ++j) {
+      float sum = first ? t[j][r] : y[j * ys] + t[j][r];
+      if (last && a.bias) sum += a.bias[row0 + r];
+      out[r][j] = sum;
+    }
+  }
+  if (last && a.ep == Epilogue::kRelu) epilogue_row<T>(&out[0][0], rows * N, a.ep);
+  for (int r = 0; r < rows; ++r) {
+    float* y = a.y + (row0 + r) * yr;
+    for (int j = 0; j < N; ++j) y[j * ys] = out[r][j];
+  }
+}
+
+// GELU over rows [r0, r1) of Y's n columns, once a thread has written them (store_rows leaves it out): the
+// GELUs of a long loop overlap, where a tile's few waited for each other. Y's rows without padding (the
+// engine's) as one run of floats: a row at a time, each masked store overlapped the next row's load and held
+// it (fp32 1536x384x8 with bias and GELU, weights in L3, 62 GFLOP/s against 109 without; docs/kernels.md,
+// session 36).
+template <class T>
+void gelu_rows_after(const SpmmArgs& a, int64_t r0, int64_t r1) {
+  if (a.ep != Epilogue::kGelu || r0 >= r1) return;
+  auto run = [&](float* y, int64_t len) {
+    for (int64_t i = 0; i < len; i += 4096)
+      epilogue_row<T>(y + i, static_cast<int>(std::min<int64_t>(4096, len - i)), a.ep);
+  };
+  if (a.tokens) {
+    for (int64_t j = 0; j < a.n; ++j) run(a.y + j * a.ldy + r0, r1 - r0);
+  } else if (a.ldy == a.n) {
+    run(a.y + r0 * a.ldy, (r1 - r0) * a.n);
+  } else {
+    for (int64_t r = r0; r < r1; ++r) run(a.y + r * a.ldy, a.n);
+  }
+}
+
 // Streams (row regions read at once) for N columns: 4 at N = 1, 2 up to N = 4, except where two would cost
 // int8 its per-super-chunk partial sums (N = 3, 4 with 16 registers: 0.9x of one stream), 1 from N = 5.
 // Measured (docs/kernels.md, session 9): N = 1 and 2 against the K split or adjacent blocks +20-40% on the
@@ -822,19 +865,7 @@ void lanes_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
       auto emit = [&](int64_t mb, const __m256(&v)[N]) {
         alignas(32) float t[N][R];
         for (int j = 0; j < N; ++j) _mm256_store_ps(t[j], v[j]);
-        const int64_t ys = a.y_col_stride();
-        for (int r = 0; r < R && mb * R + r < m; ++r) {
-          const int64_t row = mb * R + r;
-          float* y = a.y + row * a.y_row_stride();
-          alignas(64) float out[N];
-          for (int j = 0; j < N; ++j) {
-            float sum = first ? t[j][r] : y[j * ys] + t[j][r];
-            if (last && a.bias) sum += a.bias[row];
-            out[j] = sum;
-          }
-          if (last && a.ep != Epilogue::kNone) epilogue_row<T>(out, N, a.ep);
-          for (int j = 0; j < N; ++j) y[j * ys] = out[j];
-        }
+        store_rows<T, N, R>(a, t, mb * R, static_cast<int>(std::min<int64_t>(R, m - mb * R)), first, last);
       };
       int64_t mb = b0;
       if constexpr (NS > 1) {
@@ -854,6 +885,7 @@ void lanes_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
         emit(mb, v[0]);
       }
     }
+    gelu_rows_after<T>(a, b0 * R, std::min(m, b1 * R));
   }
 }
 
@@ -955,7 +987,6 @@ void gemm_lanes_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
     const int64_t units = (L.m_blocks + unit - 1) / unit;
     const int64_t b0 = std::min(L.m_blocks, units * tid / nth * unit);
     const int64_t b1 = std::min(L.m_blocks, units * (tid + 1) / nth * unit);
-    const int64_t ys = a.y_col_stride();
     for (int64_t mb = b0; mb < b1; ++mb) {
       __m512 acc[N][A];
 #pragma GCC unroll 16
@@ -996,15 +1027,9 @@ void gemm_lanes_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
         const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(s), _mm512_extractf32x8_ps(s, 1));
         _mm_store_ps(t[n], _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
       }
-      for (int r = 0; r < MR && mb * MR + r < m; ++r) {
-        const int64_t row = mb * MR + r;
-        float out[N];
-        for (int n = 0; n < N; ++n) out[n] = t[n][r] + (a.bias ? a.bias[row] : 0.f);
-        if (a.ep != Epilogue::kNone) epilogue_row<T>(out, N, a.ep);
-        float* y = a.y + row * a.y_row_stride();
-        for (int n = 0; n < N; ++n) y[n * ys] = out[n];
-      }
+      store_rows<T, N, MR>(a, t, mb * MR, static_cast<int>(std::min<int64_t>(MR, m - mb * MR)), true, true);
     }
+    gelu_rows_after<T>(a, b0 * MR, std::min(m, b1 * MR));
   }
 }
 
