@@ -8,6 +8,7 @@
 
 #include "kernel_list.h"
 #include "spmm_driver.h"
+#include "spmm_gemm_lanes.h"
 #include "spmm_lanes.h"
 #include "spmm_traits_avx2.h"
 
@@ -111,7 +112,7 @@ void avx512_gemm_4x16(const PackedMatrix::Impl& p, const SpmmArgs& a) { gemm_run
 void avx512_gemm_4x32(const PackedMatrix::Impl& p, const SpmmArgs& a) { gemm_run<Avx512, 4, 2>(p, a); }
 void avx512_gemm_4x64(const PackedMatrix::Impl& p, const SpmmArgs& a) { gemm_run<Avx512, 4, 4>(p, a); }
 
-// Rows in lanes over the compute-bound layout (spmm_lanes.h, gemm_lanes_run); _pf with the prefetch.
+// Rows in lanes over the compute-bound layout (spmm_gemm_lanes.h, gemm_lanes_run); _pf with the prefetch.
 void avx512_gemm_lanes(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   gemm_lanes_dispatch<Avx512, variant("avx512_gemm_lanes")->n_max, false>(p, a);
 }

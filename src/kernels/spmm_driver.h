@@ -11,7 +11,8 @@
 // applies the epilogue and stores to Y. Two threads split the row blocks, or the N panels when the rows
 // are few and the panels many.
 //
-// Memory-bound path (N <= small_n_max): the rows-in-lanes kernels, spmm_lanes.h (their X transpose,
+// Memory-bound path (N <= small_n_max): the rows-in-lanes kernels, spmm_lanes.h (and spmm_gemm_lanes.h over
+// the compute-bound layout; both store through store_rows and gelu_rows_after below; their X transpose,
 // transposed_x, is here).
 #pragma once
 #include <immintrin.h>
@@ -329,6 +330,49 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
           }
       }
     }
+  }
+}
+
+// Rows [row0, row0 + rows) of Y from a tile's sums (column j's of row r at t[j][r]): added to what Y holds
+// unless first; at the last K block plus the bias and ReLU (GELU: gelu_rows_after, once the thread's rows
+// are all written).
+template <class T, int N, int R>
+void store_rows(const SpmmArgs& a, const float (&t)[N][R], int64_t row0, int rows, bool first, bool last) {
+  alignas(64) float out[R][N];
+  const int64_t ys = a.y_col_stride(), yr = a.y_row_stride();
+  for (int r = 0; r < rows; ++r) {
+    const float* y = a.y + (row0 + r) * yr;
+    for (int j = 0; j < N; ++j) {
+      float sum = first ? t[j][r] : y[j * ys] + t[j][r];
+      if (last && a.bias) sum += a.bias[row0 + r];
+      out[r][j] = sum;
+    }
+  }
+  if (last && a.ep == Epilogue::kRelu) epilogue_row<T>(&out[0][0], rows * N, a.ep);
+  for (int r = 0; r < rows; ++r) {
+    float* y = a.y + (row0 + r) * yr;
+    for (int j = 0; j < N; ++j) y[j * ys] = out[r][j];
+  }
+}
+
+// GELU over rows [r0, r1) of Y's n columns, once a thread has written them (store_rows leaves it out): the
+// GELUs of a long loop overlap, where a tile's few waited for each other. Y's rows without padding (the
+// engine's) as one run of floats: a row at a time, each masked store overlapped the next row's load and held
+// it (fp32 1536x384x8 with bias and GELU, weights in L3, 62 GFLOP/s against 109 without; docs/kernels.md,
+// session 36).
+template <class T>
+void gelu_rows_after(const SpmmArgs& a, int64_t r0, int64_t r1) {
+  if (a.ep != Epilogue::kGelu || r0 >= r1) return;
+  auto run = [&](float* y, int64_t len) {
+    for (int64_t i = 0; i < len; i += 4096)
+      epilogue_row<T>(y + i, static_cast<int>(std::min<int64_t>(4096, len - i)), a.ep);
+  };
+  if (a.tokens) {
+    for (int64_t j = 0; j < a.n; ++j) run(a.y + j * a.ldy + r0, r1 - r0);
+  } else if (a.ldy == a.n) {
+    run(a.y + r0 * a.ldy, (r1 - r0) * a.n);
+  } else {
+    for (int64_t r = r0; r < r1; ++r) run(a.y + r * a.ldy, a.n);
   }
 }
 
