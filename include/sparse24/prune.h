@@ -30,10 +30,15 @@ enum class PermutationMethod {
 
 struct PermutationOptions {
   PermutationMethod method = PermutationMethod::kAuto;
-  int stripe_group = 8;       // columns per exhaustive stripe group: 8 (35 splits per pair of stripes) or 12
-                              // (5775 splits per triple; slow beyond ~128 columns)
-  double max_seconds = 1.0;   // wall-clock budget; the best permutation found so far is returned
-  uint64_t seed = 1;          // deterministic for a given seed (and budget not hit)
+  int stripe_group = 8;      // columns per exhaustive stripe group: 8 (35 splits per pair of stripes) or 12
+                             // (5775 splits per triple; slow beyond ~128 columns)
+  double max_seconds = 1.0;  // wall-clock budget; the best permutation found so far is returned
+  // Work budget (0: none): the search stops at its first check with at least this many split evaluations
+  // done (one evaluation: a group of stripe_group columns, every split of it scored over all rows). Unlike
+  // max_seconds it stops at the same point on every machine: with it reached first, the result depends
+  // only on the weights and these options.
+  uint64_t max_evaluations = 0;
+  uint64_t seed = 1;          // deterministic for a given seed unless max_seconds is reached
   int escape_attempts = 300;  // kAuto only: random perturbations tried to leave local optima
 };
 
@@ -45,12 +50,14 @@ struct PermutationResult {
                                  // unstructured 50% of the whole matrix can be larger, but no
                                  // permutation reaches it, since every row keeps exactly cols/2)
   double seconds = 0;
+  uint64_t evaluations = 0;    // split evaluations done (the unit of max_evaluations)
+  bool stopped_early = false;  // a budget (max_seconds or max_evaluations) ended the search
   // Share of the gap recovered: (permuted - identity) / (unstructured - identity); 0 if there is no gap.
   double recovered() const;
 };
 
-// Every method stops early at max_seconds. Throws Error on NaN or infinite weights, cols not a positive
-// multiple of 4, rows < 1, or bad options.
+// Every method stops early at max_seconds or max_evaluations. Throws Error on NaN or infinite weights, cols
+// not a positive multiple of 4, rows < 1, or bad options.
 PermutationResult search_permutation(const float* w, int64_t rows, int64_t cols,
                                      const PermutationOptions& options = {});
 

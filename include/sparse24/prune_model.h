@@ -53,6 +53,9 @@ struct PruneModelOptions {
   int64_t tokens_per_call = 4096;  // encoders: calibration tokens per engine call (whole sequences)
   int64_t sequence_tokens = 512;   // decoders: the calibration text is cut into sequences of this many tokens
   double permute_seconds = 1.0;    // search budget per Linear (per head for the attention output)
+  // Work budget of each search (PermutationOptions::max_evaluations; 0: none): reached before
+  // permute_seconds, the permutations are the same on every machine.
+  uint64_t permute_evaluations = 0;
   SparseGptOptions sparsegpt;
   // Called as work advances (calibration calls of each block, weights pruned): done and total units.
   std::function<void(int64_t done, int64_t total)> progress;
@@ -62,6 +65,8 @@ struct PrunedWeight {
   std::string name;         // the checkpoint weight
   std::string permutation;  // "" (not asked), "with <producer>", or why it was left unpermuted
   double kept_identity = 0, kept_permuted = 0;  // the permutation search's importance kept, before / after
+  uint64_t evaluations = 0;    // the searches' split evaluations (PermutationResult::evaluations), summed
+  bool stopped_early = false;  // a search of this weight ended at a budget (seconds or evaluations)
   // When permuted: new input channel c = old channel perm[c] (the producer's rows alike).
   std::vector<int64_t> perm;
 };

@@ -28,6 +28,8 @@ nb::dict report_dict(const engine::PruneModelReport& r) {
     d["permutation"] = w.permutation;
     d["kept_identity"] = w.kept_identity;
     d["kept_permuted"] = w.kept_permuted;
+    d["evaluations"] = w.evaluations;
+    d["stopped_early"] = w.stopped_early;
     weights.append(d);
   }
   nb::dict seconds;
@@ -47,7 +49,7 @@ nb::dict report_dict(const engine::PruneModelReport& r) {
 nb::dict prune_model(const std::string& model, const std::string& out, const std::string& method,
                      const std::optional<std::vector<std::string>>& calibration, bool permute,
                      const std::string& targets, const std::string& format, int threads, int64_t calib_ctx,
-                     double permute_seconds, nb::object progress) {
+                     double permute_seconds, uint64_t permute_evaluations, nb::object progress) {
   if (threads < 1 || threads > 1024)
     throw Error("threads " + std::to_string(threads) + ": expected 1 to 1024");
   if (calib_ctx < 2) throw Error("calib_ctx " + std::to_string(calib_ctx) + ": expected at least 2");
@@ -60,6 +62,7 @@ nb::dict prune_model(const std::string& model, const std::string& out, const std
   o.threads = threads;
   o.sequence_tokens = calib_ctx;
   o.permute_seconds = permute_seconds;
+  o.permute_evaluations = permute_evaluations;
   if (calibration) o.calibration = *calibration;
   const CheckpointFormat to = parse_checkpoint_format(format);
   // Between steps: Ctrl-C (KeyboardInterrupt) or an exception from `progress` stops the pruning, and what
@@ -119,11 +122,13 @@ void register_prune(nb::module_& m) {
       "prune_model", &prune_model, nb::arg("model"), nb::arg("out"), nb::arg("method") = "magnitude",
       nb::arg("calibration") = nb::none(), nb::arg("permute") = false, nb::arg("targets") = "",
       nb::arg("format") = "sparse24", nb::arg("threads") = 1, nb::arg("calib_ctx") = 512,
-      nb::arg("permute_seconds") = 1.0, nb::arg("progress") = nb::none(),
+      nb::arg("permute_seconds") = 1.0, nb::arg("permute_evaluations") = 0, nb::arg("progress") = nb::none(),
       "Prunes a Hugging Face encoder or decoder directory, or a GGUF decoder, to 2:4 into the new directory "
       "`out` (as `sparse24 prune-model`): method 'magnitude', 'wanda' or 'sparsegpt' (the last two need "
       "`calibration`, a list of texts, run through the engine layer by layer; a decoder's are joined and cut "
-      "into sequences of calib_ctx tokens), optional input-channel permutations, `targets` a regex of the "
+      "into sequences of calib_ctx tokens), optional input-channel permutations (each search bounded by "
+      "`permute_seconds` and, if not 0, by "
+      "`permute_evaluations`, a work budget that stops it alike on every machine), `targets` a regex of the "
       "weights (default: every Linear of the layers), `format` 'sparse24' or 'sparse-24-bitmask'. A decoder "
       "is read and written a layer at a time. `progress(done, total)` is called between steps. Returns the "
       "report: the pruned weights (with their permutation), those skipped and why, calibration tokens, "

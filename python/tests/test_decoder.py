@@ -405,14 +405,16 @@ def test_prune_model_from_python_is_the_cli(tmp_path):
     write_sharded_bf16_llama(model, layers=4, H=128, F=256, vocab=512)
     calib = write_calibration(model, tmp_path)
     seen = []
-    kw = dict(method="sparsegpt", permute=True, permute_seconds=30, calib_ctx=64)
+    # A work budget stops each permutation search at the same point in both runs (the seconds are not reached).
+    kw = dict(method="sparsegpt", permute=True, permute_seconds=3600, permute_evaluations=3000, calib_ctx=64)
     report = sparse24.prune_model(str(model), str(tmp_path / "py"), calibration=CALIBRATION,
                                   progress=lambda done, total: seen.append((done, total)), **kw)
     assert len(report["weights"]) == 7 * 4 and report["calibration_tokens"] > 0, report
     assert [w["permutation"].startswith("with") for w in report["weights"]].count(True) == 2 * 4  # o and down
+    assert any(w["stopped_early"] and 3000 <= w["evaluations"] < 3256 for w in report["weights"]), report
     assert seen and seen[-1][0] == seen[-1][1] and [d for d, _ in seen] == sorted(d for d, _ in seen), seen
     subprocess.run([cli_path, "prune-model", str(model), "-o", str(tmp_path / "cli"), "--method", "sparsegpt",
-                    "--permute", "--permute-seconds", "30", "--calib", str(calib), "--calib-ctx", "64"],
+                    "--permute", "--permute-seconds", "3600", "--permute-evaluations", "3000", "--calib", str(calib), "--calib-ctx", "64"],
                    check=True, capture_output=True)
     files = sorted(p.name for p in (tmp_path / "py").iterdir())
     assert files == sorted(p.name for p in (tmp_path / "cli").iterdir())

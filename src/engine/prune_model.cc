@@ -300,6 +300,7 @@ class Pruner {
     std::vector<float> score(static_cast<size_t>(p.group * rows * d));
     PermutationOptions po;
     po.max_seconds = o_.permute_seconds;
+    po.max_evaluations = o_.permute_evaluations;
     for (int64_t c0 = 0; c0 < k; c0 += span) {
       // The group's heads stacked as more rows: [group * rows, d].
       for (int64_t h = 0; h < p.group; ++h)
@@ -312,6 +313,8 @@ class Pruner {
       const PermutationResult pr = search_permutation(score.data(), p.group * rows, d, po);
       rec.kept_identity += pr.kept_identity;
       rec.kept_permuted += pr.kept_permuted;
+      rec.evaluations += pr.evaluations;
+      rec.stopped_early = rec.stopped_early || pr.stopped_early;
       for (int64_t h = 0; h < p.group; ++h)
         for (int64_t c = 0; c < d; ++c) perm[static_cast<size_t>(c0 + h * d + c)] = c0 + h * d + pr.perm[c];
       for (int64_t c = 0; c < d; ++c)

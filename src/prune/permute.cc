@@ -123,8 +123,12 @@ SplitTable make_splits(int k, bool swaps_only) {
 
 class Search {
  public:
-  Search(const float* w, int64_t rows, int64_t cols, Clock::time_point deadline)
-      : cols_(cols), stripes_(cols / 4), rows_padded_((rows + 7) / 8 * 8), deadline_(deadline) {
+  Search(const float* w, int64_t rows, int64_t cols, Clock::time_point deadline, uint64_t max_evaluations)
+      : cols_(cols),
+        stripes_(cols / 4),
+        rows_padded_((rows + 7) / 8 * 8),
+        deadline_(deadline),
+        max_evaluations_(max_evaluations) {
     abs_.assign(static_cast<size_t>(cols * rows_padded_), 0.f);
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c)
@@ -136,7 +140,14 @@ class Search {
   }
 
   const std::vector<int64_t>& perm() const { return perm_; }
-  bool timed_out() const { return timed_out_; }
+  // Checked at points fixed by the search's course alone, so a work budget stops it alike everywhere.
+  bool out_of_budget() {
+    if (!stopped_ && ((max_evaluations_ > 0 && evaluations_ >= max_evaluations_) || Clock::now() > deadline_))
+      stopped_ = true;
+    return stopped_;
+  }
+  bool stopped() const { return stopped_; }
+  uint64_t evaluations() const { return evaluations_; }
   double total() const {
     double t = 0;
     for (double v : stripe_value_) t += v;
@@ -169,7 +180,7 @@ class Search {
     best_split_.assign(combos_.size(), 0);
     for (size_t i = 0; i < combos_.size(); ++i) {
       evaluate(i);
-      if ((i & 63) == 63 && out_of_time()) return false;
+      if ((i & 63) == 63 && out_of_budget()) return false;
     }
     return true;
   }
@@ -184,7 +195,7 @@ class Search {
       if (!(gain_[best] > 0)) break;
       apply(best);
       ++steps;
-      if (out_of_time()) break;
+      if (out_of_budget()) break;
     }
     return steps;
   }
@@ -230,13 +241,9 @@ class Search {
     return top2_sum(column(p[0]), column(p[1]), column(p[2]), column(p[3]), rows_padded_);
   }
 
-  bool out_of_time() {
-    if (!timed_out_ && Clock::now() > deadline_) timed_out_ = true;
-    return timed_out_;
-  }
-
   // Best split of combo i and its gain over the current split.
   void evaluate(size_t i) {
+    ++evaluations_;
     const SplitTable& t = *table_;
     const int k = t.k;
     const float* col[12];
@@ -304,7 +311,8 @@ class Search {
 
   int64_t cols_, stripes_, rows_padded_;
   Clock::time_point deadline_;
-  bool timed_out_ = false;
+  uint64_t max_evaluations_, evaluations_ = 0;
+  bool stopped_ = false;
   std::vector<float> abs_;  // |w| column-major [cols][rows_padded]
   std::vector<int64_t> perm_;
   std::vector<double> stripe_value_;
@@ -366,7 +374,7 @@ PermutationResult search_permutation(const float* w, int64_t rows, int64_t cols,
 
   const auto deadline =
       t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.max_seconds));
-  Search search(w, rows, cols, deadline);
+  Search search(w, rows, cols, deadline, options.max_evaluations);
   const bool swap = options.method == PermutationMethod::kSwap;
   const SplitTable table = make_splits(swap ? 2 : options.stripe_group / 4, swap);
 
@@ -378,7 +386,7 @@ PermutationResult search_permutation(const float* w, int64_t rows, int64_t cols,
   // wherever the descent ends (a random walk over nearby local optima), and return to the best at the end.
   auto escape = [&](int attempts) {
     double best_total = search.total();
-    for (int e = 0; e < attempts && !search.timed_out(); ++e) {
+    for (int e = 0; e < attempts && !search.out_of_budget(); ++e) {
       search.perturb(g, kPerturbColumns);
       search.descend();
       const double t = search.total();
@@ -397,10 +405,10 @@ PermutationResult search_permutation(const float* w, int64_t rows, int64_t cols,
     // step. Instead, search windows of kWindowStripes random stripes, one after another (every finished step
     // is kept, so the budget never loses work), with fresh random windows each round, until a round gains
     // nothing or the budget runs out.
-    for (int round = 0; !search.timed_out(); ++round) {
+    for (int round = 0; !search.out_of_budget(); ++round) {
       const double before = search.total();
       std::shuffle(all.begin(), all.end(), g);
-      for (size_t w0 = 0; w0 < all.size() && !search.timed_out(); w0 += kWindowStripes) {
+      for (size_t w0 = 0; w0 < all.size() && !search.out_of_budget(); w0 += kWindowStripes) {
         std::vector<int32_t> window(
             all.begin() + static_cast<int64_t>(w0),
             all.begin() + static_cast<int64_t>(std::min(all.size(), w0 + kWindowStripes)));
@@ -428,6 +436,8 @@ PermutationResult search_permutation(const float* w, int64_t rows, int64_t cols,
   }
   r.kept_unstructured = kept_rows_half(w, rows, cols);
   r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  r.evaluations = search.evaluations();
+  r.stopped_early = search.stopped();
   return r;
 }
 

@@ -302,16 +302,12 @@ TEST_F(PruneDecoder, StreamedIntoADirectoryEqualsPruningInMemory) {
     SCOPED_TRACE(prune_method_name(method));
     PruneModelOptions o;
     o.method = method;
-    // The channel search stops at a wall-clock budget; both runs must search alike, so the budget must not be
-    // reached. In the release build it is not (well under a second); under AddressSanitizer on a slow core
-    // one Linear's search took more than 10 s and the two runs differed, and without a budget it ran for
-    // minutes, so the sanitizer build checks the streamed run without the permutation.
-#if defined(__SANITIZE_ADDRESS__)
-    o.permute = false;
-#else
+    // Both runs must search alike: a work budget stops each search at the same point on any machine and
+    // under the sanitizers (a wall-clock budget once did not: under AddressSanitizer on a slow core one
+    // Linear's search took more than 10 s and the two runs differed), and the wall-clock one is not reached.
     o.permute = method == PruneMethod::kWanda;
-#endif
-    o.permute_seconds = 10;
+    o.permute_evaluations = 1000;
+    o.permute_seconds = 3600;
     o.calibration_ids = seqs;
     HfDir held = read_hf_dir(dir_.string());
     const PruneModelReport a = prune_hf_decoder(held, o);
@@ -320,10 +316,16 @@ TEST_F(PruneDecoder, StreamedIntoADirectoryEqualsPruningInMemory) {
     const PruneModelReport b = prune_hf_decoder(dir_.string(), out, CheckpointFormat::kSparse24, o);
     ASSERT_EQ(a.weights.size(), static_cast<size_t>(7 * t_.layers - 1));
     ASSERT_EQ(a.weights.size(), b.weights.size());
+    int stopped = 0;
     for (size_t i = 0; i < a.weights.size(); ++i) {
       EXPECT_EQ(a.weights[i].name, b.weights[i].name);
       EXPECT_EQ(a.weights[i].permutation, b.weights[i].permutation);
+      EXPECT_EQ(a.weights[i].perm, b.weights[i].perm);
+      EXPECT_EQ(a.weights[i].evaluations, b.weights[i].evaluations);
+      stopped += a.weights[i].stopped_early;
     }
+    // The MLP's searches run into the budget (so both runs stop at it alike).
+    EXPECT_EQ(stopped, o.permute ? t_.layers : 0);
     EXPECT_EQ(b.skipped, std::vector<std::string>{"model.layers.1.self_attn.o_proj.weight: already 2:4"});
     EXPECT_TRUE(std::filesystem::exists(out + "/model.safetensors.index.json"));
     EXPECT_TRUE(std::filesystem::exists(out + "/model-00004-of-00004.safetensors"));  // 3 layers + the rest

@@ -234,6 +234,45 @@ TEST(Permute, RowsAndColumnsTogetherPreserveTheProduct) {
   EXPECT_NE(perm, identity(hidden));
 }
 
+// A work budget stops the search at a point fixed by the weights and the options alone: it is reached (the
+// count lands just past it), the search it cuts short is a prefix of the unbounded one (never more kept), a
+// larger budget keeps at least as much, and the wall-clock budget, never reached, plays no part.
+TEST(Permute, EvaluationBudgetStopsAtTheSamePointEverywhere) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(707);
+  // All stripes at once (128 columns) and, auto only, windows of 32 stripes (256 columns).
+  for (const int64_t cols : {128, 256}) {
+    const int64_t rows = 8;
+    const std::vector<float> w = random_floats(g, static_cast<size_t>(rows * cols));
+    for (auto m : {PermutationMethod::kAuto, PermutationMethod::kExhaustive, PermutationMethod::kSwap}) {
+      if (cols > 128 && m != PermutationMethod::kAuto) continue;
+      SCOPED_TRACE("cols " + std::to_string(cols) + " method " + std::to_string(static_cast<int>(m)));
+      PermutationOptions o = options(m);
+      o.escape_attempts = 2;  // keeps the sanitizer build fast
+      const PermutationResult full = search_permutation(w.data(), rows, cols, o);
+      EXPECT_FALSE(full.stopped_early);
+      ASSERT_GT(full.evaluations, 2000u);
+      double last = full.kept_identity;
+      for (uint64_t part : {4u, 2u}) {
+        const uint64_t budget = full.evaluations / part;
+        o.max_evaluations = budget;
+        const PermutationResult a = search_permutation(w.data(), rows, cols, o);
+        const PermutationResult b = search_permutation(w.data(), rows, cols, o);
+        EXPECT_TRUE(a.stopped_early) << budget;
+        EXPECT_GE(a.evaluations, budget);
+        // The checks lie at most a perturbation and a descent step apart (pairs of stripes: 4 x 31 + 2 x 31).
+        EXPECT_LT(a.evaluations, budget + 256);
+        EXPECT_EQ(a.perm, b.perm);
+        EXPECT_EQ(a.evaluations, b.evaluations);
+        EXPECT_EQ(a.kept_permuted, kept_after_permutation(w.data(), rows, cols, a.perm));
+        EXPECT_GE(a.kept_permuted, last * (1 - 1e-12)) << budget;
+        EXPECT_LE(a.kept_permuted, full.kept_permuted * (1 + 1e-12)) << budget;
+        last = a.kept_permuted;
+      }
+    }
+  }
+}
+
 TEST(Permute, BadInputThrows) {
   std::vector<float> w(4 * 8, 1.f);
   EXPECT_THROW(search_permutation(w.data(), 4, 6), Error);

@@ -21,6 +21,7 @@ void register_bench_permute(CLI::App& app) {
     uint64_t seed = 1;
     std::string dist = "normal", json;
     double max_seconds = 1.0;
+    int64_t max_evaluations = 0;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
@@ -36,6 +37,10 @@ void register_bench_permute(CLI::App& app) {
          "ASP's permutation_test.py)")
       ->capture_default_str();
   cmd->add_option("--max-seconds", o->max_seconds, "time budget per search")->capture_default_str();
+  cmd->add_option("--max-evaluations", o->max_evaluations,
+                  "work budget per search (0: none): split evaluations, the same stop on every machine")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 50))
+      ->capture_default_str();
   cmd->add_option("--json", o->json, "write the per-trial results as a JSON list");
   cmd->callback([o] {
     if (o->rows < 1 || o->rows > (1 << 16)) throw Error("--rows must be in [1, 65536]");
@@ -49,7 +54,8 @@ void register_bench_permute(CLI::App& app) {
     struct Method {
       const char* name;
       PermutationMethod method;
-      double sum_rec = 0, min_rec = 1e300, sum_s = 0, max_s = 0;
+      double sum_rec = 0, min_rec = 1e300, sum_s = 0, max_s = 0, sum_evals = 0;
+      int64_t stopped = 0;
     };
     Method methods[] = {{"swap", PermutationMethod::kSwap},
                         {"exhaustive", PermutationMethod::kExhaustive},
@@ -78,10 +84,12 @@ void register_bench_permute(CLI::App& app) {
         opt.method = m.method;
         opt.seed = o->seed + static_cast<uint64_t>(t);
         opt.max_seconds = o->max_seconds;
+        opt.max_evaluations = static_cast<uint64_t>(o->max_evaluations);
         const PermutationResult r = search_permutation(w.data(), o->rows, o->cols, opt);
         const double rec = r.recovered();
         m.sum_rec += rec, m.min_rec = std::min(m.min_rec, rec);
         m.sum_s += r.seconds, m.max_s = std::max(m.max_s, r.seconds);
+        m.sum_evals += static_cast<double>(r.evaluations), m.stopped += r.stopped_early;
         out.push_back({{"trial", t},
                        {"method", m.name},
                        {"rows", o->rows},
@@ -90,6 +98,8 @@ void register_bench_permute(CLI::App& app) {
                        {"seed", o->seed + static_cast<uint64_t>(t)},
                        {"recovered", rec},
                        {"seconds", r.seconds},
+                       {"evaluations", r.evaluations},
+                       {"stopped_early", r.stopped_early},
                        {"kept_identity", r.kept_identity},
                        {"kept_permuted", r.kept_permuted},
                        {"kept_bound", r.kept_unstructured}});
@@ -109,11 +119,12 @@ void register_bench_permute(CLI::App& app) {
           }(),
           out[0]["kept_identity"].get<double>(), out[0]["kept_bound"].get<double>());
     }
-    std::printf("%-12s %14s %14s %12s %12s\n", "method", "recovered mean", "recovered min", "s mean",
-                "s max");
+    std::printf("%-12s %14s %14s %12s %12s %16s %8s\n", "method", "recovered mean", "recovered min", "s mean",
+                "s max", "evaluations mean", "stopped");
     for (const Method& m : methods) {
-      std::printf("%-12s %13.1f%% %13.1f%% %12.4f %12.4f\n", m.name, 100 * m.sum_rec / (double)o->trials,
-                  100 * m.min_rec, m.sum_s / (double)o->trials, m.max_s);
+      std::printf("%-12s %13.1f%% %13.1f%% %12.4f %12.4f %16.0f %8lld\n", m.name,
+                  100 * m.sum_rec / (double)o->trials, 100 * m.min_rec, m.sum_s / (double)o->trials, m.max_s,
+                  m.sum_evals / (double)o->trials, static_cast<long long>(m.stopped));
     }
     if (!o->json.empty()) write_file_atomic(o->json, out.dump(1) + "\n");
   });

@@ -40,6 +40,7 @@ struct PruneModelOpts {
   int64_t calib_lines = 512, calib_ctx = 512;
   int threads = 1;
   double permute_seconds = 1.0;
+  int64_t permute_evaluations = 0;
 };
 
 json report_json(const engine::PruneModelReport& r) {
@@ -48,7 +49,9 @@ json report_json(const engine::PruneModelReport& r) {
     layers.push_back({{"name", w.name},
                       {"permutation", w.permutation},
                       {"kept_identity", w.kept_identity},
-                      {"kept_permuted", w.kept_permuted}});
+                      {"kept_permuted", w.kept_permuted},
+                      {"evaluations", w.evaluations},
+                      {"stopped_early", w.stopped_early}});
   return {{"weights", layers},
           {"skipped", r.skipped},
           {"calibration_sequences", r.calibration_sequences},
@@ -68,6 +71,7 @@ json prune_model(const PruneModelOpts& o) {
   po.permute = o.permute;
   po.threads = o.threads;
   po.permute_seconds = o.permute_seconds;
+  po.permute_evaluations = static_cast<uint64_t>(o.permute_evaluations);
   if (po.method != engine::PruneMethod::kMagnitude) {
     if (o.calib.empty()) throw Error(o.method + " needs calibration text: --calib FILE (one text per line)");
     po.calibration = spread_lines(read_lines(o.calib), o.calib_lines);
@@ -173,6 +177,10 @@ void register_prune_model_cmd(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "threads")->check(CLI::Range(1, 1024));
   cmd->add_option("--permute-seconds", o->permute_seconds, "permutation search budget per Linear (per head)")
       ->check(CLI::Range(0.0, 3600.0));
+  cmd->add_option("--permute-evaluations", o->permute_evaluations,
+                  "work budget of each permutation search (0: none); reached before --permute-seconds, the "
+                  "permutations are the same on every machine")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 50));
   cmd->add_option("--report", *rep, "write the per-weight report as JSON");
   cmd->callback([o, rep] {
     const json j = prune_model(*o);
