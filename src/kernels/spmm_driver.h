@@ -189,6 +189,27 @@ void gemm_tile(const float* __restrict v, const uint16_t* __restrict codes, int 
   if (ep == Epilogue::kGelu) gelu_rows<T, NV, FULL>(y, ldy, rows, cm);
 }
 
+// GELU over rows [r0, r1) of Y's n columns, once a thread has written them (store_rows leaves it out): the
+// GELUs of a long loop overlap, where a tile's few waited for each other. Y's rows without padding (the
+// engine's) as one run of floats: a row at a time, each masked store overlapped the next row's load and held
+// it (fp32 1536x384x8 with bias and GELU, weights in L3, 62 GFLOP/s against 109 without; docs/kernels.md,
+// session 36).
+template <class T>
+void gelu_rows_after(const SpmmArgs& a, int64_t r0, int64_t r1) {
+  if (a.ep != Epilogue::kGelu || r0 >= r1) return;
+  auto run = [&](float* y, int64_t len) {
+    for (int64_t i = 0; i < len; i += 4096)
+      epilogue_row<T>(y + i, static_cast<int>(std::min<int64_t>(4096, len - i)), a.ep);
+  };
+  if (a.tokens) {
+    for (int64_t j = 0; j < a.n; ++j) run(a.y + j * a.ldy + r0, r1 - r0);
+  } else if (a.ldy == a.n) {
+    run(a.y + r0 * a.ldy, (r1 - r0) * a.n);
+  } else {
+    for (int64_t r = r0; r < r1; ++r) run(a.y + r * a.ldy, a.n);
+  }
+}
+
 template <class T, int MR, int NV>
 void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   constexpr int W = T::W;
@@ -203,6 +224,12 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   // all of them: 2-thread N=128 at 1.0-1.17x of dense instead of 1.4-1.5x), unless the rows are too few
   // for whole chunks per thread and the panels many (a small matrix with a huge N).
   const bool split_n = nt > 1 && L.m_blocks < 2 * nt * L.chunk && panels >= 4 * nt;
+  // GELU at one partial panel (N < NR) once the thread's rows are written (gelu_rows_after), not per tile:
+  // there each row's masked store held the masked load of its GELU (1536x384 with bias and GELU, weights in
+  // L2, Intel model 207: N = 20 +19%, 17 +20%, 12 on the 4x16 tile +28%, 5 on the 4x8 +25%; full panels
+  // and several panels gained nothing; docs/kernels.md, session 37).
+  const bool gelu_after = a.ep == Epilogue::kGelu && !a.tokens && !split_n && n < NR;
+  const Epilogue tile_ep = gelu_after ? Epilogue::kNone : a.ep;
   // Loop order. Weights that fit in the last-level cache: per N panel (packed into a small per-thread
   // buffer that stays in L2), per chunk of row blocks; the weights come from L3 once per panel. Larger
   // weights: every panel is packed first (in parallel), then each chunk of row blocks sweeps all its
@@ -276,10 +303,10 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
                                             y, a.ldy, rows, cm, first, last, a.bias, mb * MR, a.ep, nc);
         else if (nc == NR)
           gemm_tile<T, MR, NV, true>(L.vals.data() + off, L.codes.data() + off / (2 * MR), kh, xb, pt, y,
-                                     a.ldy, rows, cm, first, last, a.bias, mb * MR, a.ep);
+                                     a.ldy, rows, cm, first, last, a.bias, mb * MR, tile_ep);
         else
           gemm_tile<T, MR, NV, false>(L.vals.data() + off, L.codes.data() + off / (2 * MR), kh, xb, pt, y,
-                                      a.ldy, rows, cm, first, last, a.bias, mb * MR, a.ep);
+                                      a.ldy, rows, cm, first, last, a.bias, mb * MR, tile_ep);
       }
     }
   };
@@ -330,6 +357,7 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
           }
       }
     }
+    if (gelu_after) gelu_rows_after<T>(a, b0 * MR, std::min(m, b1 * MR));
   }
 }
 
@@ -352,27 +380,6 @@ void store_rows(const SpmmArgs& a, const float (&t)[N][R], int64_t row0, int row
   for (int r = 0; r < rows; ++r) {
     float* y = a.y + (row0 + r) * yr;
     for (int j = 0; j < N; ++j) y[j * ys] = out[r][j];
-  }
-}
-
-// GELU over rows [r0, r1) of Y's n columns, once a thread has written them (store_rows leaves it out): the
-// GELUs of a long loop overlap, where a tile's few waited for each other. Y's rows without padding (the
-// engine's) as one run of floats: a row at a time, each masked store overlapped the next row's load and held
-// it (fp32 1536x384x8 with bias and GELU, weights in L3, 62 GFLOP/s against 109 without; docs/kernels.md,
-// session 36).
-template <class T>
-void gelu_rows_after(const SpmmArgs& a, int64_t r0, int64_t r1) {
-  if (a.ep != Epilogue::kGelu || r0 >= r1) return;
-  auto run = [&](float* y, int64_t len) {
-    for (int64_t i = 0; i < len; i += 4096)
-      epilogue_row<T>(y + i, static_cast<int>(std::min<int64_t>(4096, len - i)), a.ep);
-  };
-  if (a.tokens) {
-    for (int64_t j = 0; j < a.n; ++j) run(a.y + j * a.ldy + r0, r1 - r0);
-  } else if (a.ldy == a.n) {
-    run(a.y + r0 * a.ldy, (r1 - r0) * a.n);
-  } else {
-    for (int64_t r = r0; r < r1; ++r) run(a.y + r * a.ldy, a.n);
   }
 }
 
