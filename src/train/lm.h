@@ -39,9 +39,10 @@ struct LmExperimentOptions {
   int64_t batch = 32;         // sequences of `context` bytes per step
   double lr = 2e-3;           // AdamW peak; linear warm-up, cosine decay to lr/10
   double retrain_lr = 1e-3;
-  int64_t calibration = 128;       // calibration sequences (training split) for Wanda and SparseGPT
-  int64_t eval_sequences = 0;      // > 0: evaluate on the first N validation windows only (tests)
-  double permutation_seconds = 1;  // time budget per permutation search
+  int64_t calibration = 128;            // calibration sequences (training split) for Wanda and SparseGPT
+  int64_t eval_sequences = 0;           // > 0: evaluate on the first N validation windows only (tests)
+  double permutation_seconds = 1;       // time budget per permutation search
+  int64_t permutation_evaluations = 0;  // work budget per search (0: none; the same stop on every machine)
   // libtorch threads. 1 by default: this model's ops are small, and on the shared 2-core machine two OpenMP
   // threads spent more time waiting for each other than computing (0.61 CPU-s per step with 1 thread, 1.32
   // with 2; docs/accuracy.md). 0 = every usable core.

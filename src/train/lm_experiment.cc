@@ -176,6 +176,7 @@ LmPermutation search_permutations(Lm& lm, const torch::Tensor& calibration, cons
   };
   PermutationOptions po;
   po.max_seconds = o.permutation_seconds;
+  po.max_evaluations = o.permutation_evaluations;
   po.seed = o.seed;
   auto search = [&](const std::vector<float>& m, int64_t rows, int64_t cols) {
     const PermutationResult r = search_permutation(m.data(), rows, cols, po);
@@ -452,6 +453,7 @@ LmExperimentResult run_lm_experiment(const LmExperimentOptions& o) {
     po.method = run.method;
     po.permute = run.permute;
     po.permutation_seconds = o.permutation_seconds;
+    po.permutation_evaluations = static_cast<uint64_t>(o.permutation_evaluations);
     po.seed = o.seed;
     const LmPruneStats st = prune_lm(lm, calibration, po);
     run.out->seconds = st.seconds;

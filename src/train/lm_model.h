@@ -150,7 +150,8 @@ struct LmPruneOptions {
   // Permute channels first (permute_lm), searched with prune.h's search_permutation on |W| (magnitude) or
   // on the Wanda score |W| * ||X_j|| of the dense model (Wanda, SparseGPT).
   bool permute = false;
-  double permutation_seconds = 1;  // budget per search
+  double permutation_seconds = 1;        // budget per search
+  uint64_t permutation_evaluations = 0;  // work budget per search (PermutationOptions::max_evaluations)
   uint64_t seed = 1;
 };
 

@@ -33,6 +33,12 @@ void register_lm_experiment(CLI::App& app) {
   cmd->add_option("--permutation-seconds", o->permutation_seconds, "time budget per permutation search")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  cmd->add_option(
+         "--permutation-evaluations", o->permutation_evaluations,
+         "work budget per permutation search (0: none); reached first, the same permutations on every "
+         "machine")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 50));
   cmd->add_option("--text", o->text_file,
                   "read the verses from this file (`bible -f` format) instead of `bible`");
   cmd->add_option("--threads", o->threads, "libtorch threads")

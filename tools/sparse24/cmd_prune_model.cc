@@ -97,12 +97,14 @@ json prune_model(const PruneModelOpts& o) {
   if (!o.quiet) {
     for (const std::string& s : r.skipped) std::fprintf(stderr, "left dense: %s\n", s.c_str());
     if (o.permute)
-      for (const auto& w : r.weights)
-        std::fprintf(stderr, "  %s: %s%s\n", w.name.c_str(), w.permutation.c_str(),
-                     w.kept_identity > 0 ? (" (importance kept " + std::to_string(w.kept_identity) + " -> " +
-                                            std::to_string(w.kept_permuted) + ")")
-                                               .c_str()
-                                         : "");
+      for (const auto& w : r.weights) {
+        std::string detail;
+        if (w.kept_identity > 0)
+          detail = " (importance kept " + std::to_string(w.kept_identity) + " -> " +
+                   std::to_string(w.kept_permuted) + "; " + std::to_string(w.evaluations) + " evaluations" +
+                   (w.stopped_early ? ", stopped at the budget)" : ")");
+        std::fprintf(stderr, "  %s: %s%s\n", w.name.c_str(), w.permutation.c_str(), detail.c_str());
+      }
     std::printf(
         "wrote %s (%s, %s%s): %zu weights 2:4 from %lld calibration tokens; %.1f s (reading and writing "
         "included): forward %.1f, statistics %.1f, permutations %.1f, pruning %.1f\n",
