@@ -414,7 +414,8 @@ def test_prune_model_from_python_is_the_cli(tmp_path):
     assert any(w["stopped_early"] and 3000 <= w["evaluations"] < 3256 for w in report["weights"]), report
     assert seen and seen[-1][0] == seen[-1][1] and [d for d, _ in seen] == sorted(d for d, _ in seen), seen
     subprocess.run([cli_path, "prune-model", str(model), "-o", str(tmp_path / "cli"), "--method", "sparsegpt",
-                    "--permute", "--permute-seconds", "3600", "--permute-evaluations", "3000", "--calib", str(calib), "--calib-ctx", "64"],
+                    "--permute", "--permute-seconds", "3600", "--permute-evaluations", "3000",
+                    "--calib", str(calib), "--calib-ctx", "64"],
                    check=True, capture_output=True)
     files = sorted(p.name for p in (tmp_path / "py").iterdir())
     assert files == sorted(p.name for p in (tmp_path / "cli").iterdir())

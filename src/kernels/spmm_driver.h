@@ -22,6 +22,8 @@
 #include <bit>
 #include <concepts>
 #include <cstring>
+#include <tuple>
+#include <utility>
 
 #include "kernel_list.h"
 #include "sparse24/error.h"
@@ -189,11 +191,11 @@ void gemm_tile(const float* __restrict v, const uint16_t* __restrict codes, int 
   if (ep == Epilogue::kGelu) gelu_rows<T, NV, FULL>(y, ldy, rows, cm);
 }
 
-// GELU over rows [r0, r1) of Y's n columns, once a thread has written them (store_rows leaves it out): the
-// GELUs of a long loop overlap, where a tile's few waited for each other. Y's rows without padding (the
-// engine's) as one run of floats: a row at a time, each masked store overlapped the next row's load and held
-// it (fp32 1536x384x8 with bias and GELU, weights in L3, 62 GFLOP/s against 109 without; docs/kernels.md,
-// session 36).
+// GELU over rows [r0, r1) of Y's n columns, once a thread has written them (store_rows, and gemm_run at one
+// partial panel, leave it out): the GELUs of a long loop overlap, where a tile's few waited for each other.
+// Y's rows without padding (the engine's) as one run of floats: a row at a time, each masked store overlapped
+// the next row's load and held it (fp32 1536x384x8 with bias and GELU, weights in L3, 62 GFLOP/s against
+// 109 without; docs/kernels.md, sessions 36 and 37).
 template <class T>
 void gelu_rows_after(const SpmmArgs& a, int64_t r0, int64_t r1) {
   if (a.ep != Epilogue::kGelu || r0 >= r1) return;
@@ -208,6 +210,15 @@ void gelu_rows_after(const SpmmArgs& a, int64_t r0, int64_t r1) {
   } else {
     for (int64_t r = r0; r < r1; ++r) run(a.y + r * a.ldy, a.n);
   }
+}
+
+// Row blocks [first, second) of the compute-bound layout for thread tid of nth: whole chunks per thread when
+// there are enough (each thread's weights one sequential stream), else single row blocks.
+inline std::pair<int64_t, int64_t> thread_row_blocks(const GemmLayout& L, int tid, int nth) {
+  const int64_t unit = L.m_blocks >= 2 * nth * L.chunk ? L.chunk : 1;
+  const int64_t units = (L.m_blocks + unit - 1) / unit;
+  return {std::min(L.m_blocks, units * tid / nth * unit),
+          std::min(L.m_blocks, units * (tid + 1) / nth * unit)};
 }
 
 template <class T, int MR, int NV>
@@ -318,11 +329,8 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
     if (split_n) {
       p0 = panels * tid / nth;
       p1 = panels * (tid + 1) / nth;
-    } else {  // whole chunks per thread when there are enough
-      const int64_t unit = L.m_blocks >= 2 * nth * L.chunk ? L.chunk : 1;
-      const int64_t units = (L.m_blocks + unit - 1) / unit;
-      b0 = std::min(L.m_blocks, units * tid / nth * unit);
-      b1 = std::min(L.m_blocks, units * (tid + 1) / nth * unit);
+    } else {
+      std::tie(b0, b1) = thread_row_blocks(L, tid, nth);
     }
     // Partial sums between K blocks go to a contiguous per-thread buffer, not to Y: a tile's rows of Y are
     // ldy apart and fall into a few L1 sets (N = 512: 8 of 64), where they evicted the packed activations

@@ -95,11 +95,7 @@ void gemm_lanes_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   {
     const int tid = omp_get_thread_num();
     const int nth = omp_get_num_threads();
-    // Whole chunks per thread when there are enough (gemm_run's split).
-    const int64_t unit = L.m_blocks >= 2 * nth * L.chunk ? L.chunk : 1;
-    const int64_t units = (L.m_blocks + unit - 1) / unit;
-    const int64_t b0 = std::min(L.m_blocks, units * tid / nth * unit);
-    const int64_t b1 = std::min(L.m_blocks, units * (tid + 1) / nth * unit);
+    const auto [b0, b1] = thread_row_blocks(L, tid, nth);
     for (int64_t mb = b0; mb < b1; ++mb) {
       __m512 acc[N][A];
 #pragma GCC unroll 16
