@@ -139,6 +139,16 @@ struct KernelVariantInfo {
 };
 std::vector<KernelVariantInfo> kernel_variants();
 
+// The kernel calls spmm (and spmm_tokens, for n >= 2) makes for n columns of these packed weights, in
+// column order: columns [first, first + columns) on the named variant. The compute-bound layout may split N
+// into whole panels of a tile and the rest (where the kernel list's rates say that is faster than padding);
+// the memory-bound one runs a large N in chunks. Empty where no kernel runs (n, M or K zero, Isa::kRef).
+struct KernelCall {
+  std::string variant;
+  int64_t first, columns;
+};
+std::vector<KernelCall> spmm_plan(const PackedMatrix& w, int64_t n);
+
 // spmm with the named variant. Throws Error if the variant cannot run these packed weights (another ISA,
 // the layout it reads not packed, another weight type, bf16 or int8 activations on a pack without them or a
 // CPU without their instructions) or n > its n_max.

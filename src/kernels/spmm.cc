@@ -81,24 +81,73 @@ bool can_run(const Variant& v, const PackedMatrix::Impl& p, Layout layout, int64
   return v.isa == p.isa && v.layout == layout && v.reads(p.weights) && v.takes(n) && act_runs(v.act, p.act);
 }
 
-// The variant for n columns on this layout: the forced one if it can run, else the list's pick; past every
-// row's pick range (a chunk of a pack without the compute-bound layout), the same rule over the
-// dispatchable rows that take n.
-const Variant& choose(const PackedMatrix::Impl& p, Layout layout, int64_t n) {
+// The list's cost of v for n columns: the padded columns over its rate, roundup(n, nr) / rate.
+double cost(const Variant& v, int64_t n) {
+  return static_cast<double>(v.nr ? (n + v.nr - 1) / v.nr * v.nr : n) / static_cast<double>(v.rate);
+}
+
+// The variant for n columns on this layout: the forced one if it can run, else the list's pick (tiles_only:
+// among the rows with panels, nr > 0); past every row's pick range (a chunk of a pack without the
+// compute-bound layout), the same rule over the dispatchable rows that take n.
+const Variant& choose(const PackedMatrix::Impl& p, Layout layout, int64_t n, bool tiles_only = false) {
   const Variant* f = forced_variant();
   if (f && can_run(*f, p, layout, n)) return *f;
   for (bool by_pick : {true, false}) {
     const Variant* best = nullptr;
     for (const Variant& v : kVariants) {
-      if (!can_run(v, p, layout, n) || !v.dispatchable(cpu_kind()) || (by_pick && !v.picks(n, cpu_kind())))
+      if (!can_run(v, p, layout, n) || !v.dispatchable(cpu_kind()) || (by_pick && !v.picks(n, cpu_kind())) ||
+          (tiles_only && v.nr == 0))
         continue;
-      // Faster for the padded columns: roundup(n, nr) / rate smaller (ties: the later row).
-      auto cols = [n](const Variant& u) { return u.nr ? (n + u.nr - 1) / u.nr * u.nr : n; };
-      if (!best || cols(v) * best->rate <= cols(*best) * v.rate) best = &v;
+      // Faster for the padded columns (ties: the later row).
+      if (!best || cost(v, n) <= cost(*best, n)) best = &v;
     }
     if (best) return *best;
   }
   throw Error("internal: no kernel variant for this layout and N");  // list_is_consistent()
+}
+
+// The compute-bound layout's plan for n columns: one call of the list's pick, or the whole panels of a
+// tile first and then the plan of the rest, where that costs at most 7/8 of the one call by the list's
+// rates (kernel_list.inc: the margin is for the weights each further call reads again, from cache). `rest`:
+// n is what is left after other columns, so a rows-in-lanes row (nr = 0) may take it only where the weights
+// stay in cache: from DRAM it streams them a second time (4096x4096 at N = 17 as 16 + 1: 18% slower).
+struct GemmPlan {
+  const Variant* first;
+  int64_t cols;  // the columns `first` takes; the plan of n - cols follows
+  double cost;
+};
+GemmPlan gemm_plan(const PackedMatrix::Impl& p, int64_t n, bool rest) {
+  const bool lanes_ok = !rest || p.gemm.vals.bytes() + p.gemm.codes.bytes() <= kCachedWeightBytes;
+  const Variant& one = choose(p, Layout::kGemm, n, !lanes_ok);
+  const GemmPlan single{&one, n, cost(one, n)};
+  if (forced_variant()) return single;  // SPARSE24_KERNEL: the forced variant or one pick, no splits
+  GemmPlan best = single;
+  for (const Variant& t : kVariants) {
+    const int64_t cols = t.nr ? n / t.nr * t.nr : 0;
+    if (cols == 0 || cols == n || !can_run(t, p, Layout::kGemm, cols) || !t.picks(cols, cpu_kind())) continue;
+    const double c = cost(t, cols) + gemm_plan(p, n - cols, true).cost;
+    if (c < best.cost) best = {&t, cols, c};
+  }
+  return best.cost <= single.cost * 7 / 8 ? best : single;
+}
+
+// The calls dispatch makes for a.n columns: f(variant, first column, columns) in column order.
+template <class F>
+void for_each_call(const PackedMatrix::Impl& p, int64_t n, F&& f) {
+  if (p.has_lanes && (n <= p.small_n_max || !p.has_gemm)) {
+    // The memory-bound kernels take up to small_n_take columns at a time (a single chunk where the
+    // compute-bound layout is packed too: n <= small_n_max <= small_n_take).
+    for (int64_t c0 = 0; c0 < n; c0 += p.small_n_take) {
+      const int64_t c = std::min<int64_t>(p.small_n_take, n - c0);
+      f(choose(p, Layout::kLanes, c), c0, c);
+    }
+    return;
+  }
+  for (int64_t c0 = 0; c0 < n;) {
+    const GemmPlan g = gemm_plan(p, n - c0, c0 > 0);
+    f(*g.first, c0, g.cols);
+    c0 += g.cols;
+  }
 }
 
 }  // namespace
@@ -289,21 +338,15 @@ bool prologue(const PackedMatrix::Impl& p, const float* x, int64_t n, int64_t ld
   return true;
 }
 
-// The layout and variant dispatch picks for a.n columns (a.tokens: token-major X and Y), run.
+// The layout and variants dispatch picks for a.n columns (a.tokens: token-major X and Y), run.
 void dispatch(const PackedMatrix::Impl& p, const kernels::SpmmArgs& a) {
-  if (p.has_lanes && (a.n <= p.small_n_max || !p.has_gemm)) {
-    // The memory-bound kernels take up to small_n_take columns at a time (a single chunk where the
-    // compute-bound layout is packed too: n <= small_n_max <= small_n_take).
-    for (int64_t c0 = 0; c0 < a.n; c0 += p.small_n_take) {
-      kernels::SpmmArgs c = a;
-      c.n = std::min<int64_t>(p.small_n_take, a.n - c0);
-      c.x = a.x + c0 * a.x_col_stride();
-      c.y = a.y + c0 * a.y_col_stride();
-      kernels::choose(p, kernels::Layout::kLanes, c.n).fn(p, c);
-    }
-  } else {
-    kernels::choose(p, kernels::Layout::kGemm, a.n).fn(p, a);
-  }
+  kernels::for_each_call(p, a.n, [&](const kernels::Variant& v, int64_t c0, int64_t cols) {
+    kernels::SpmmArgs c = a;
+    c.n = cols;
+    c.x = a.x + c0 * a.x_col_stride();
+    c.y = a.y + c0 * a.y_col_stride();
+    v.fn(p, c);
+  });
 }
 
 }  // namespace
@@ -344,6 +387,16 @@ std::vector<KernelVariantInfo> kernel_variants() {
                    v.reads(kernels::Weights::kF32), v.reads(kernels::Weights::kBf16),
                    v.reads(kernels::Weights::kI8), v.n_max, v.act == kernels::Act::kBf16,
                    v.act == kernels::Act::kI8, isa_supported(v.isa) && kernels::cpu_runs_act(v.act)});
+  return out;
+}
+
+std::vector<KernelCall> spmm_plan(const PackedMatrix& w, int64_t n) {
+  const PackedMatrix::Impl& p = w.impl();
+  std::vector<KernelCall> out;
+  if (n <= 0 || p.m == 0 || p.k == 0 || !kernels::isa_row(p.isa)) return out;
+  kernels::for_each_call(p, n, [&](const kernels::Variant& v, int64_t c0, int64_t cols) {
+    out.push_back({std::string(v.name), c0, cols});
+  });
   return out;
 }
 

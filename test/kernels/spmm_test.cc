@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -425,6 +426,78 @@ TEST(Spmm, EveryVariantByName) {
   EXPECT_EQ(tested, runnable) << "a runnable variant was not tested";
   if (isa_supported(Isa::kAvx2)) {
     EXPECT_GT(runnable, 0);
+  }
+}
+
+// spmm_plan: for every N up to 140 on every ISA, weight type and layout choice, the calls cover the columns
+// in order, each on a variant this CPU runs that takes its columns; spmm gives exactly what those calls give
+// one by one (spmm_variant on the column slices), so dispatch runs the plan. Weights past the size taken to
+// stay in cache (16 MB) never put a rows-in-lanes call after another call (it would stream them again).
+TEST(Spmm, PlanCoversNAndIsWhatSpmmRuns) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(317);
+  std::map<std::string, KernelVariantInfo> variants;
+  for (const KernelVariantInfo& v : kernel_variants()) variants[v.name] = v;
+  for (Isa isa : isas_here())
+    for (int wt = 0; wt < 3; ++wt)
+      for (PackLayouts layouts : {PackLayouts::kBoth, PackLayouts::kLargeN, PackLayouts::kSmallN}) {
+        const int64_t m = 21, k = 70, nmax = 140;
+        const Compressed c = wt == 2 ? quantize_int8(random_24(g, m, k), 64) : random_24(g, m, k);
+        PackOptions o;
+        o.isa_set = true;
+        o.isa = isa;
+        o.bf16_weights = wt == 1;
+        o.layouts = layouts;
+        const PackedMatrix p = pack(c, o);
+        const std::vector<float> x = random_floats(g, static_cast<size_t>(k * nmax), -2.f, 2.f);
+        const std::vector<float> bias = random_floats(g, static_cast<size_t>(m));
+        for (int64_t n = 1; n <= nmax; ++n) {
+          SCOPED_TRACE(std::string(isa_name(isa)) + " weights " + std::to_string(wt) + " layouts " +
+                       std::to_string(static_cast<int>(layouts)) + " n " + std::to_string(n));
+          const std::vector<KernelCall> plan = spmm_plan(p, n);
+          if (isa == Isa::kRef) {
+            EXPECT_TRUE(plan.empty());
+            continue;
+          }
+          ASSERT_FALSE(plan.empty());
+          int64_t next = 0;
+          for (const KernelCall& call : plan) {
+            SCOPED_TRACE(call.variant);
+            ASSERT_EQ(call.first, next);
+            ASSERT_GT(call.columns, 0);
+            ASSERT_TRUE(variants.count(call.variant));
+            const KernelVariantInfo& v = variants[call.variant];
+            EXPECT_TRUE(v.runs);
+            EXPECT_EQ(v.isa, isa);
+            EXPECT_TRUE(v.n_max == 0 || call.columns <= v.n_max);
+            next += call.columns;
+          }
+          ASSERT_EQ(next, n);
+          const Epilogue ep = static_cast<Epilogue>(n % 3);
+          const float* b = n % 2 ? bias.data() : nullptr;
+          const int threads = 1 + n % 2;
+          std::vector<float> y(static_cast<size_t>(m * n)), by_calls(y.size());
+          spmm(p, x.data(), n, n, y.data(), n, b, ep, threads);
+          for (const KernelCall& call : plan)
+            spmm_variant(call.variant, p, x.data() + call.first, call.columns, n,
+                         by_calls.data() + call.first, n, b, ep, threads);
+          ASSERT_EQ(0, std::memcmp(y.data(), by_calls.data(), y.size() * sizeof(float)));
+        }
+      }
+  if (!isa_supported(Isa::kAvx2)) return;
+  // 2048 x 4096 fp32 2:4: 17.8 MB packed (the compute-bound layout alone).
+  const int64_t m = 2048, k = 4096;
+  PackOptions o;
+  o.layouts = PackLayouts::kLargeN;
+  const PackedMatrix big = pack(random_24(g, m, k, 0, 0), o);
+  ASSERT_GT(big.bytes(), size_t{16} << 20);
+  for (int64_t n = 2; n <= 140; ++n) {
+    const std::vector<KernelCall> plan = spmm_plan(big, n);
+    for (size_t i = 1; i < plan.size(); ++i) {
+      const KernelVariantInfo& v = variants[plan[i].variant];
+      EXPECT_FALSE(v.large_n && v.n_max != 0)
+          << "n " << n << ": " << plan[i].variant << " after another call";
+    }
   }
 }
 
