@@ -224,6 +224,8 @@ void add_sparse24(const Problem& p, const Compressed& wc, Weights wt, XAct xa, b
         spmm_variant(v, (*packs)[r], x, n, n, y, n, nullptr, Epilogue::kNone, threads);
       };
     } else {
+      for (const KernelCall& k : spmm_plan(packs->front(), n))
+        c.calls += (c.calls.empty() ? "" : " + ") + k.variant + " x" + std::to_string(k.columns);
       c.run = [packs, x, y, n, threads](int r) {
         spmm((*packs)[r], x, n, n, y, n, nullptr, Epilogue::kNone, threads);
       };
@@ -434,6 +436,7 @@ Row run_row(const Shape& s, const RunOptions& o, QuietGate& gate, std::string* l
       m.copies = c.copies;
       m.weight_bytes = c.weight_bytes;
       m.layout_bytes = c.layout_bytes > 0 ? c.layout_bytes : c.weight_bytes;
+      m.calls = c.calls;
       CheckResult cr = check_candidate(c, p, ref, 0);
       if (cr.ok && c.copies > 1) {
         CheckResult last = check_candidate(c, p, ref, c.copies - 1);

@@ -96,6 +96,7 @@ struct Candidate {
   int copies = 1;                   // weight copies run() rotates through (1 when hot)
   double weight_bytes = 0;          // bytes of one weight copy in its format: dense fp32, or compressed 2:4
   double layout_bytes = 0;          // bytes of one copy as the method stores it (packed layouts), if known
+  std::string calls;                // sparse24 through dispatch: the kernel calls it makes (spmm_plan)
   Buffer y;
   std::function<void(int copy)> run;
   std::shared_ptr<void> state;  // owns the copies and library objects run() uses
@@ -161,6 +162,7 @@ struct MethodResult {
   double seconds = 0;                   // best over rounds (over undisturbed measurements if there is one)
   int measurements = 0, disturbed = 0;  // how many were taken, and how many of them disturbed
   bool all_disturbed = false;           // no undisturbed measurement: the number is unreliable
+  std::string calls;                    // Candidate::calls
   double gflops = 0;                    // dense-equivalent: 2MNK / seconds
   double weight_gbps = 0;               // weight_bytes / seconds
   int copies = 1;

@@ -91,6 +91,10 @@ std::string row_notes(const Row& r, double stream_read_gbps) {
     if (m.all_disturbed)
       s += "  !! " + m.name + ": every measurement was preempted (" + std::to_string(m.disturbed) +
            "): its number is unreliable\n";
+  std::string calls;
+  for (const MethodResult& m : r.methods)
+    if (!m.calls.empty()) calls += (calls.empty() ? "" : "; ") + m.name + " " + m.calls;
+  if (!calls.empty()) s += "  kernel calls: " + calls + "\n";
   if (r.shape.cold) {
     s += "  weight GB/s (format bytes: fp32 dense, 2:4 values in the method's type + metadata (+ scales for "
          "int8); copies x MB";
@@ -147,6 +151,7 @@ nlohmann::json row_json(const Row& r) {
     d["measurements"] = m.measurements;
     d["disturbed_measurements"] = m.disturbed;
     d["all_disturbed"] = m.all_disturbed;
+    if (!m.calls.empty()) d["kernel_calls"] = m.calls;
     methods[m.name] = d;
   }
   j["gflops"] = gflops;

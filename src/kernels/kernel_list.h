@@ -1,7 +1,6 @@
 // The kernel list (kernel_list.inc) as C++: the entry points' prototypes, the constexpr table of
 // variants, the per-ISA layout parameters and the compile-time checks that keep them consistent.
 #pragma once
-#include <cstddef>
 #include <cstdint>
 #include <string_view>
 
@@ -99,10 +98,6 @@ inline constexpr IsaRow kIsas[] = {
 #undef SPARSE24_KERNEL
 #undef SPARSE24_ISA
 };
-
-// Packed weights of more bytes than this are taken to stream from DRAM, fewer to stay in the last-level
-// cache between calls (gemm_run's loop order; the compute-bound layout's column plan, spmm.cc).
-inline constexpr size_t kCachedWeightBytes = size_t{16} << 20;
 
 // The row of a SIMD ISA; null for Isa::kRef (which delegates to spmm_reference).
 constexpr const IsaRow* isa_row(Isa isa) {

@@ -1,6 +1,8 @@
 // The public multiply API: ISA choice (once per process), the kernel list, pack and dispatch.
 #include "sparse24/spmm.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <bit>
 #include <cstdio>
@@ -86,17 +88,16 @@ double cost(const Variant& v, int64_t n) {
   return static_cast<double>(v.nr ? (n + v.nr - 1) / v.nr * v.nr : n) / static_cast<double>(v.rate);
 }
 
-// The variant for n columns on this layout: the forced one if it can run, else the list's pick (tiles_only:
-// among the rows with panels, nr > 0); past every row's pick range (a chunk of a pack without the
-// compute-bound layout), the same rule over the dispatchable rows that take n.
-const Variant& choose(const PackedMatrix::Impl& p, Layout layout, int64_t n, bool tiles_only = false) {
+// The variant for n columns on this layout: the forced one if it can run, else the list's pick; past every
+// row's pick range (a chunk of a pack without the compute-bound layout), the same rule over the dispatchable
+// rows that take n.
+const Variant& choose(const PackedMatrix::Impl& p, Layout layout, int64_t n) {
   const Variant* f = forced_variant();
   if (f && can_run(*f, p, layout, n)) return *f;
   for (bool by_pick : {true, false}) {
     const Variant* best = nullptr;
     for (const Variant& v : kVariants) {
-      if (!can_run(v, p, layout, n) || !v.dispatchable(cpu_kind()) || (by_pick && !v.picks(n, cpu_kind())) ||
-          (tiles_only && v.nr == 0))
+      if (!can_run(v, p, layout, n) || !v.dispatchable(cpu_kind()) || (by_pick && !v.picks(n, cpu_kind())))
         continue;
       // Faster for the padded columns (ties: the later row).
       if (!best || cost(v, n) <= cost(*best, n)) best = &v;
@@ -106,21 +107,33 @@ const Variant& choose(const PackedMatrix::Impl& p, Layout layout, int64_t n, boo
   throw Error("internal: no kernel variant for this layout and N");  // list_is_consistent()
 }
 
+// This core's L2 in bytes (1 MB where the system does not say).
+size_t l2_bytes() {
+  static const size_t b = [] {
+    const long v = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    return v > 0 ? static_cast<size_t>(v) : size_t{1} << 20;
+  }();
+  return b;
+}
+
 // The compute-bound layout's plan for n columns: one call of the list's pick, or the whole panels of a
 // tile first and then the plan of the rest, where that costs at most 7/8 of the one call by the list's
-// rates (kernel_list.inc: the margin is for the weights each further call reads again, from cache). `rest`:
-// n is what is left after other columns, so a rows-in-lanes row (nr = 0) may take it only where the weights
-// stay in cache: from DRAM it streams them a second time (4096x4096 at N = 17 as 16 + 1: 18% slower).
+// rates (kernel_list.inc; the margin is for the weights each further call reads again). `rest`: n is what
+// is left after other columns. A rest on rows in lanes (nr = 0) is bound by that read where the weights do
+// not stay in L2 between the calls: it costs at least 8 columns at rate 100 (Intel Xeon model 207, session
+// 38: such a call at 1-4 columns took 0.45-0.64 of the 4x16 tile's at 16, weights in L3 or DRAM; so 17-20
+// columns of weights past L2 stay on the 4x32 tile, where 16 + the rest lost 2-18%).
 struct GemmPlan {
   const Variant* first;
   int64_t cols;  // the columns `first` takes; the plan of n - cols follows
   double cost;
 };
 GemmPlan gemm_plan(const PackedMatrix::Impl& p, int64_t n, bool rest) {
-  const bool lanes_ok = !rest || p.gemm.vals.bytes() + p.gemm.codes.bytes() <= kCachedWeightBytes;
-  const Variant& one = choose(p, Layout::kGemm, n, !lanes_ok);
-  const GemmPlan single{&one, n, cost(one, n)};
-  if (forced_variant()) return single;  // SPARSE24_KERNEL: the forced variant or one pick, no splits
+  const Variant& one = choose(p, Layout::kGemm, n);
+  GemmPlan single{&one, n, cost(one, n)};
+  if (rest && one.nr == 0 && (p.gemm.vals.bytes() + p.gemm.codes.bytes()) > l2_bytes() * 3 / 4)
+    single.cost = std::max(single.cost, 8 / 100.0);
+  if (forced_variant()) return single;  // SPARSE24_KERNEL: the forced variant or one pick, no plan
   GemmPlan best = single;
   for (const Variant& t : kVariants) {
     const int64_t cols = t.nr ? n / t.nr * t.nr : 0;

@@ -254,7 +254,7 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   // with own copies, 1.19x with shared ones).
   const size_t weight_bytes = L.vals.bytes() + L.codes.bytes();
   const bool small_x = static_cast<size_t>(panels * kp * NR) * sizeof(float) <= (size_t{512} << 10);
-  const bool chunk_outer = panels > 1 && (weight_bytes > kCachedWeightBytes || small_x);
+  const bool chunk_outer = panels > 1 && (weight_bytes > (size_t{16} << 20) || small_x);
   const bool shared_x = chunk_outer && !small_x;
   float* xall = shared_x ? scratch<T, 0>(static_cast<size_t>(panels * kp * NR)) : nullptr;
   auto pack_panel = [&](int64_t pan, float* xp) {
