@@ -431,8 +431,7 @@ TEST(Spmm, EveryVariantByName) {
 
 // spmm_plan: for every N up to 140 on every ISA, weight type and layout choice, the calls cover the columns
 // in order, each on a variant this CPU runs that takes its columns; spmm gives exactly what those calls give
-// one by one (spmm_variant on the column slices), so dispatch runs the plan. Weights past the size taken to
-// stay in cache (16 MB) never put a rows-in-lanes call after another call (it would stream them again).
+// one by one (spmm_variant on the column slices), so dispatch runs the plan.
 TEST(Spmm, PlanCoversNAndIsWhatSpmmRuns) {
   SPARSE24_SEED_TRACE();
   auto g = rng(317);
