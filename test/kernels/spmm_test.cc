@@ -10,11 +10,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <map>
 #include <string>
 #include <vector>
 
 #include "common/seed.h"
+#include "kernels/spmm_test_util.h"
 #include "sparse24/compressed.h"
 #include "sparse24/error.h"
 #include "sparse24/reference.h"
@@ -22,31 +22,11 @@
 namespace sparse24 {
 namespace {
 
+using testing::isas_here;
+using testing::kEdges;
+using testing::random_24;
 using testing::random_floats;
 using testing::rng;
-
-std::vector<Isa> isas_here() {
-  std::vector<Isa> out;
-  for (Isa i : {Isa::kRef, Isa::kAvx2, Isa::kAvx512})
-    if (isa_supported(i)) out.push_back(i);
-  return out;
-}
-
-// A random 2:4 matrix with some all-zero rows and groups.
-Compressed random_24(std::mt19937_64& g, int64_t m, int64_t k, double zero_row = 0.1,
-                     double zero_group = 0.1) {
-  std::vector<float> w = random_floats(g, static_cast<size_t>(m * k));
-  std::uniform_real_distribution<double> u(0, 1);
-  for (int64_t r = 0; r < m; ++r) {
-    const bool zr = u(g) < zero_row;
-    for (int64_t c = 0; c < k; c += 4) {
-      const bool zg = zr || u(g) < zero_group;
-      for (int64_t j = c; j < c + 4 && j < k; ++j)
-        if (zg) w[static_cast<size_t>(r * k + j)] = 0.f;
-    }
-  }
-  return compress(Tensor::from_float(w, {m, k}), true);
-}
 
 Compressed with_abs_values(Compressed c) {
   for (size_t i = 0; i + 4 <= c.values.size(); i += 4) {
@@ -170,9 +150,6 @@ void check(Isa isa, const Case& t, std::mt19937_64& g) {
   for (size_t i = ya + t.y_off + static_cast<size_t>(t.m * ldy); i < ybuf.size(); ++i)
     ASSERT_EQ(ybuf[i], sentinel) << "wrote after y";
 }
-
-const int64_t kEdges[] = {1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11,  12,  13,
-                          14, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129};
 
 Case random_case(std::mt19937_64& g, int64_t m, int64_t k, int64_t n) {
   std::uniform_int_distribution<int> d(0, 1 << 20);
@@ -429,71 +406,6 @@ TEST(Spmm, EveryVariantByName) {
   }
 }
 
-// spmm_plan: for every N up to 140 on every ISA, weight type and layout choice, the calls cover the columns
-// in order, each on a variant this CPU runs that takes its columns; spmm gives exactly what those calls give
-// one by one (spmm_variant on the column slices), so dispatch runs the plan.
-TEST(Spmm, PlanCoversNAndIsWhatSpmmRuns) {
-  SPARSE24_SEED_TRACE();
-  auto g = rng(317);
-  std::map<std::string, KernelVariantInfo> variants;
-  for (const KernelVariantInfo& v : kernel_variants()) variants[v.name] = v;
-  for (Isa isa : isas_here())
-    for (int wt = 0; wt < 3; ++wt)
-      for (PackLayouts layouts : {PackLayouts::kBoth, PackLayouts::kLargeN, PackLayouts::kSmallN}) {
-        const int64_t m = 21, k = 70, nmax = 140;
-        const Compressed c = wt == 2 ? quantize_int8(random_24(g, m, k), 64) : random_24(g, m, k);
-        PackOptions o;
-        o.isa_set = true;
-        o.isa = isa;
-        o.bf16_weights = wt == 1;
-        o.layouts = layouts;
-        const PackedMatrix p = pack(c, o);
-        const std::vector<float> x = random_floats(g, static_cast<size_t>(k * nmax), -2.f, 2.f);
-        const std::vector<float> bias = random_floats(g, static_cast<size_t>(m));
-        for (int64_t n = 1; n <= nmax; ++n) {
-          SCOPED_TRACE(std::string(isa_name(isa)) + " weights " + std::to_string(wt) + " layouts " +
-                       std::to_string(static_cast<int>(layouts)) + " n " + std::to_string(n));
-          const std::vector<KernelCall> plan = spmm_plan(p, n);
-          if (isa == Isa::kRef) {
-            EXPECT_TRUE(plan.empty());
-            continue;
-          }
-          ASSERT_FALSE(plan.empty());
-          int64_t next = 0;
-          for (const KernelCall& call : plan) {
-            SCOPED_TRACE(call.variant);
-            ASSERT_EQ(call.first, next);
-            ASSERT_GT(call.columns, 0);
-            ASSERT_TRUE(variants.count(call.variant));
-            const KernelVariantInfo& v = variants[call.variant];
-            EXPECT_TRUE(v.runs);
-            EXPECT_EQ(v.isa, isa);
-            EXPECT_TRUE(v.n_max == 0 || call.columns <= v.n_max);
-            next += call.columns;
-          }
-          ASSERT_EQ(next, n);
-          const Epilogue ep = static_cast<Epilogue>(n % 3);
-          const float* b = n % 2 ? bias.data() : nullptr;
-          const int threads = 1 + n % 2;
-          std::vector<float> y(static_cast<size_t>(m * n)), by_calls(y.size());
-          spmm(p, x.data(), n, n, y.data(), n, b, ep, threads);
-          for (const KernelCall& call : plan)
-            spmm_variant(call.variant, p, x.data() + call.first, call.columns, n,
-                         by_calls.data() + call.first, n, b, ep, threads);
-          ASSERT_EQ(0, std::memcmp(y.data(), by_calls.data(), y.size() * sizeof(float)));
-        }
-      }
-  if (!isa_supported(Isa::kAvx2)) return;
-  // 1024 x 4096 fp32 2:4, 8.9 MB packed (the compute-bound layout alone): past any core's L2, so 17-20
-  // columns run as one call (16 + a rest on rows in lanes would read the weights again from L3 or DRAM).
-  const int64_t m = 1024, k = 4096;
-  PackOptions o;
-  o.layouts = PackLayouts::kLargeN;
-  const PackedMatrix big = pack(random_24(g, m, k, 0, 0), o);
-  ASSERT_GT(big.bytes(), size_t{8} << 20);
-  for (int64_t n = 17; n <= 20; ++n) EXPECT_EQ(spmm_plan(big, n).size(), 1u) << "n " << n;
-}
-
 // Every small-N variant by name with K over three K blocks (1024 positions each) and a tail that is not a
 // whole super chunk (the per-K-block offsets into the packed weights and into each kernel's copy of X),
 // a partial last row block, 1 and 2 threads, at the N where tiles and passes change (1, 7, 8, 9, 15, 16).
@@ -561,68 +473,6 @@ TEST(Spmm, SmallNRowRegions) {
           check(isa, t, g);
           if (::testing::Test::HasFatalFailure()) return;
         }
-}
-
-// spmm_tokens (X [N, K], Y [N, M]) against spmm on the transposes: the compute-bound path (its own packing
-// and stores) and the small-N one, edge sizes around the 4 x 4 blocks and the panels, padded ldx and ldy
-// (the padding never written), bias and every epilogue, 1 and 2 threads, fp32 and bf16 weights.
-TEST(Spmm, TokensMatchTransposedSpmm) {
-  SPARSE24_SEED_TRACE();
-  auto g = rng(314);
-  std::uniform_int_distribution<size_t> pick(0, std::size(kEdges) - 1);
-  for (Isa isa : isas_here())
-    for (int rep = 0; rep < 60; ++rep) {
-      const int64_t m = kEdges[pick(g)], k = kEdges[pick(g)];
-      const int64_t n =
-          rep % 3 != 1 ? 1 + rep % 16 : std::array<int64_t, 6>{17, 24, 31, 33, 65, 130}[rep % 6];
-      const int64_t ldx = k + rep % 5, ldy = m + rep % 3;
-      const Epilogue ep = std::array<Epilogue, 3>{Epilogue::kNone, Epilogue::kRelu, Epilogue::kGelu}[rep % 3];
-      const int threads = 1 + rep % 2;
-      // Weights fp32, bf16 or int8; both layouts, only the small-N one (every N in chunks) or only the
-      // compute-bound one (small N on its rows in lanes where they are picked).
-      static const char* const kWeightNames[] = {"fp32", "bf16", "int8"};
-      const int wt = rep % 7 == 3 ? 1 : rep % 7 == 5 ? 2 : 0;
-      const PackLayouts layouts = rep % 4 == 2   ? PackLayouts::kSmallN
-                                  : rep % 4 == 3 ? PackLayouts::kLargeN
-                                                 : PackLayouts::kBoth;
-      SCOPED_TRACE(std::string(isa_name(isa)) + " " + std::to_string(m) + "x" + std::to_string(k) + "x" +
-                   std::to_string(n) + " ldx " + std::to_string(ldx) + " ldy " + std::to_string(ldy) + " " +
-                   epilogue_name(ep) + " threads " + std::to_string(threads) + " weights " +
-                   kWeightNames[wt] +
-                   (layouts == PackLayouts::kSmallN   ? " small-N layout only"
-                    : layouts == PackLayouts::kLargeN ? " large-N layout only"
-                                                      : ""));
-      const Compressed c = wt == 2 ? quantize_int8(random_24(g, m, k), 64) : random_24(g, m, k);
-      PackOptions o;
-      o.isa_set = true;
-      o.isa = isa;
-      o.bf16_weights = wt == 1;
-      o.layouts = layouts;
-      const PackedMatrix p = pack(c, o);
-      const std::vector<float> x = random_floats(g, static_cast<size_t>(n * ldx), -2.f, 2.f);
-      const std::vector<float> bias = random_floats(g, static_cast<size_t>(m));
-      const float* b = rep % 4 == 1 ? nullptr : bias.data();
-      std::vector<float> xt(static_cast<size_t>(k * n)), want(static_cast<size_t>(m * n));
-      for (int64_t j = 0; j < n; ++j)
-        for (int64_t kk = 0; kk < k; ++kk) xt[kk * n + j] = x[j * ldx + kk];
-      spmm(p, xt.data(), n, n, want.data(), n, b, ep, threads);
-      const float sentinel = -777.f;
-      std::vector<float> y(static_cast<size_t>(n * ldy), sentinel);
-      spmm_tokens(p, x.data(), n, ldx, y.data(), ldy, b, ep, threads);
-      for (int64_t j = 0; j < n; ++j)
-        for (int64_t r = 0; r < ldy; ++r) {
-          if (r >= m) {
-            ASSERT_EQ(y[j * ldy + r], sentinel) << "wrote into the ldy padding at token " << j;
-            continue;
-          }
-          const float w = want[r * n + j];
-          ASSERT_NEAR(y[j * ldy + r], w, 1e-5f * (1.f + std::fabs(w))) << "token " << j << " row " << r;
-        }
-    }
-  std::vector<float> x(8), y(8);
-  const PackedMatrix p = pack(random_24(g, 4, 8));
-  EXPECT_THROW(spmm_tokens(p, x.data(), 1, 7, y.data(), 4), Error);  // ldx < K
-  EXPECT_THROW(spmm_tokens(p, x.data(), 1, 8, y.data(), 3), Error);  // ldy < M
 }
 
 // int8 weights: raw integers (no scales) and scaled ones on every path; a scale group the int8 layout
