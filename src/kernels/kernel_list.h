@@ -25,14 +25,14 @@ Cpu cpu_kind();  // this CPU's kind, for the list's cpu column
 
 // The rows-in-lanes layout's weight type of a row that reads one type (kF32, kBf16 or kI8); at compile time
 // anything else does not compile.
-constexpr LanesWeights lanes_weights(Weights w) {
+constexpr ValueType lanes_weights(Weights w) {
   switch (w) {
     case Weights::kF32:
-      return LanesWeights::kF32;
+      return ValueType::kF32;
     case Weights::kBf16:
-      return LanesWeights::kBf16;
+      return ValueType::kBf16;
     case Weights::kI8:
-      return LanesWeights::kI8;
+      return ValueType::kI8;
     default:
       throw "lanes_weights: a rows-in-lanes row reads exactly one weight type";
   }

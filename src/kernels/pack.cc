@@ -58,7 +58,7 @@ LanesLayout pack_lanes(const Compressed& w, int kb, bool bf16) {
     throw Error("pack: int8 scale groups of " + std::to_string(sg) +
                 " positions; the kernels take a multiple of 64 positions or one scale per row");
   L p;
-  p.weights = i8 ? LanesWeights::kI8 : (bf16 ? LanesWeights::kBf16 : LanesWeights::kF32);
+  p.weights = i8 ? ValueType::kI8 : (bf16 ? ValueType::kBf16 : ValueType::kF32);
   p.kb = kb;
   p.m_blocks = (w.rows + L::kRows - 1) / L::kRows;
   p.supers = (w.cols + L::kSuper - 1) / L::kSuper;

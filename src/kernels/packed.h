@@ -100,9 +100,9 @@ struct GemmLayout {
 // lies under one scale of each row, so the matrix's scale group must be a multiple of 64 positions or the
 // whole row). Every vector load is 32-byte aligned. A slot's value is 0 where the format has no kept
 // position there (positions >= K, padding rows).
-enum class LanesWeights : uint8_t { kF32, kBf16, kI8 };
-constexpr int lanes_slot_bytes(LanesWeights w) {
-  return w == LanesWeights::kF32 ? 4 : (w == LanesWeights::kBf16 ? 2 : 1);
+enum class ValueType : uint8_t { kF32, kBf16, kI8 };
+constexpr int lanes_slot_bytes(ValueType w) {
+  return w == ValueType::kF32 ? 4 : (w == ValueType::kBf16 ? 2 : 1);
 }
 
 struct LanesLayout {
@@ -110,15 +110,15 @@ struct LanesLayout {
   static constexpr int kSuper = 64;  // positions per super chunk
   static constexpr int kSlots = 32;  // kept-value slots per super chunk
   // The codes first, then (int8) the scales, then the slots: what every operation of the entry needs first.
-  static constexpr int code_offset(LanesWeights) { return 0; }
-  static constexpr int scale_offset(LanesWeights) { return 64; }
-  static constexpr int slot_offset(LanesWeights w) { return w == LanesWeights::kI8 ? 96 : 64; }
+  static constexpr int code_offset(ValueType) { return 0; }
+  static constexpr int scale_offset(ValueType) { return 64; }
+  static constexpr int slot_offset(ValueType w) { return w == ValueType::kI8 ? 96 : 64; }
   // Byte offset of slot s (its 8 rows' values) in an entry.
-  static constexpr int slot_at(LanesWeights w, int s) {
+  static constexpr int slot_at(ValueType w, int s) {
     return slot_offset(w) + s * kRows * lanes_slot_bytes(w);
   }
-  static constexpr int entry_bytes(LanesWeights w) { return slot_at(w, kSlots); }
-  LanesWeights weights = LanesWeights::kF32;
+  static constexpr int entry_bytes(ValueType w) { return slot_at(w, kSlots); }
+  ValueType weights = ValueType::kF32;
   int kb = 0;                                      // K per block (multiple of kSuper)
   int64_t m_blocks = 0, k_blocks = 0, supers = 0;  // supers = ceil(K / 64)
   AlignedArray<uint8_t> data;

@@ -78,18 +78,18 @@ inline void lanes_prefetch(const uint8_t* es, size_t estride) {
 }
 
 // The weight type of a LanesLayout's slots, at compile time: entry offsets and the slot load.
-template <LanesWeights WT>
+template <ValueType WT>
 struct LanesSlots {
   static constexpr int kCodeOffset = LanesLayout::code_offset(WT);
   static constexpr int kScaleOffset = LanesLayout::scale_offset(WT);
   static constexpr int kEntryBytes = LanesLayout::entry_bytes(WT);
-  static constexpr bool kScaled = WT == LanesWeights::kI8;
+  static constexpr bool kScaled = WT == ValueType::kI8;
   // The 8 rows' values of slot s of the entry at e, as fp32.
   static __m256 load(const uint8_t* e, int s) {
     const uint8_t* p = e + LanesLayout::slot_at(WT, s);
-    if constexpr (WT == LanesWeights::kF32) {
+    if constexpr (WT == ValueType::kF32) {
       return _mm256_load_ps(reinterpret_cast<const float*>(p));
-    } else if constexpr (WT == LanesWeights::kBf16) {
+    } else if constexpr (WT == ValueType::kBf16) {
       return _mm256_castsi256_ps(
           _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(p))), 16));
     } else {
@@ -100,9 +100,9 @@ struct LanesSlots {
   // rows, slot 2q + 1's 8 rows] (the layout stores them side by side).
   static __m512 load_pair(const uint8_t* e, int q) {
     const uint8_t* p = e + LanesLayout::slot_at(WT, 2 * q);
-    if constexpr (WT == LanesWeights::kF32) {
+    if constexpr (WT == ValueType::kF32) {
       return _mm512_loadu_ps(reinterpret_cast<const float*>(p));
-    } else if constexpr (WT == LanesWeights::kBf16) {
+    } else if constexpr (WT == ValueType::kBf16) {
       return _mm512_castsi512_ps(_mm512_slli_epi32(
           _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
     } else {
@@ -114,7 +114,7 @@ struct LanesSlots {
 // NS streams (stream i: the entry estride bytes after stream 0's, the same K positions) over ns super
 // chunks; NC columns of Xt (rows ldxt apart). out[i][n]: stream i's 8 rows' sums for column n. VREGS: the
 // vector registers the ISA has (16 or 32). PF: prefetch (lanes_prefetch).
-template <class T, LanesWeights WT, int NC, int NS, int VREGS, bool PF>
+template <class T, ValueType WT, int NC, int NS, int VREGS, bool PF>
 void lanes_tile(const uint8_t* __restrict e, size_t estride, int64_t ns, const float* __restrict xt,
                 int64_t ldxt, __m256 (&out)[NS][NC]) {
   using S = LanesSlots<WT>;
@@ -122,7 +122,7 @@ void lanes_tile(const uint8_t* __restrict e, size_t estride, int64_t ns, const f
   constexpr bool kPart = S::kScaled && 2 * NS * NC + 8 <= VREGS;
   // fp32: two FMA chains per column where they fit (short chains at small N: N = 2..4 +2-7%). bf16 with two
   // chains ran at half the speed at N = 2 (its widening needs the registers).
-  constexpr int A = WT == LanesWeights::kF32 && NC >= 2 && 2 * NS * NC <= 8 ? 2 : 1;
+  constexpr int A = WT == ValueType::kF32 && NC >= 2 && 2 * NS * NC <= 8 ? 2 : 1;
   __m256 acc[NS][NC][A];
   __m256 part[NS][NC];
 #pragma GCC unroll 4
@@ -222,7 +222,7 @@ void lanes_tile(const uint8_t* __restrict e, size_t estride, int64_t ns, const f
 
 template <class T>
 void lanes_mix_tile(const uint8_t* __restrict e, int64_t ns, const float* __restrict xm, __m256 (&out)[8]) {
-  using S = LanesSlots<LanesWeights::kI8>;
+  using S = LanesSlots<ValueType::kI8>;
   constexpr int R = LanesLayout::kRows;
   alignas(32) float acc[8][R] = {};   // rows in lanes: column n's 8 rows
   alignas(32) float cacc[R][8] = {};  // columns in lanes: row r's 8 columns
@@ -367,7 +367,7 @@ inline void slots_out(const __m512 (&acc)[NS][NC], __m256 (&out)[NS][NC]) {
 //
 // NS streams over ns super chunks; NC columns of xg, whose groups hold NX columns (lanes_group_x or
 // lanes_table_x). out[i][n] as lanes_tile's. PF: the software prefetch (lanes_prefetch).
-template <class T, LanesWeights WT, int NC, int NS, int NX, bool PF, bool TABLE>
+template <class T, ValueType WT, int NC, int NS, int NX, bool PF, bool TABLE>
 void lanes_slots_tile(const uint8_t* __restrict e, size_t estride, int64_t ns, const float* __restrict xg,
                       __m256 (&out)[NS][NC]) {
   using S = LanesSlots<WT>;
@@ -472,11 +472,11 @@ float* lanes_table_x(const SpmmArgs& a, int64_t k, int64_t supers) {
 // NC small enough). A function of its own with the AVX512_BF16 target (the caller is compiled without it),
 // entered only by the rows that need AVX512_BF16 (kernel_list.inc). xb: this K block's table ([super
 // chunk][half][column][32 words], NX columns).
-template <class T, LanesWeights WT, int NC, int NS, int NX, bool PF>
+template <class T, ValueType WT, int NC, int NS, int NX, bool PF>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"), noinline)) void lanes_bf16x_tile(
     const uint8_t* __restrict e, size_t estride, int64_t ns, const uint16_t* __restrict xb,
     __m256 (&out)[NS][NC]) {
-  static_assert(WT == LanesWeights::kBf16 || WT == LanesWeights::kI8,
+  static_assert(WT == ValueType::kBf16 || WT == ValueType::kI8,
                 "bf16 activations: bf16 or int8 weights");
   using S = LanesSlots<WT>;
   constexpr bool kPart = S::kScaled;
@@ -506,7 +506,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"), noinline
           const uint8_t* pa = ei + LanesLayout::slot_at(WT, 2 * (8 * h + q));
           const uint8_t* pb = ei + LanesLayout::slot_at(WT, 2 * (8 * h + q + 4));
           __m512i w;
-          if constexpr (WT == LanesWeights::kBf16) {
+          if constexpr (WT == ValueType::kBf16) {
             w = _mm512_permutex2var_epi16(
                 _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pa))), interleave,
                 _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb))));
@@ -570,7 +570,7 @@ template <class T, int NC, int NS, int NX, bool PF>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi"), noinline)) void
 lanes_i8x_tile(const uint8_t* __restrict e, size_t estride, int64_t ns, const uint8_t* __restrict xq,
                __m256 (&out)[NS][NC]) {
-  using S = LanesSlots<LanesWeights::kI8>;
+  using S = LanesSlots<ValueType::kI8>;
   static_assert(2 * NS * NC + 2 * NS + 8 <= 32, "the int32 and fp32 sums must fit (lanes_passes)");
   // Byte 4 (2r + d) + t of a step's weights from byte 8 (4d + t) + r of its load; the multishift's bit
   // offsets of byte (d, t) of qword r: code byte 2 (j % 2) + d, code t; the positions' base 16j + 8d + 4(t /
@@ -622,7 +622,7 @@ lanes_i8x_tile(const uint8_t* __restrict e, size_t estride, int64_t ns, const ui
 #pragma GCC unroll 4
         for (int i = 0; i < NS; ++i) {
           const __m512i w = _mm512_permutexvar_epi8(
-              wperm, _mm512_loadu_si512(es + i * estride + LanesLayout::slot_at(LanesWeights::kI8, 8 * j)));
+              wperm, _mm512_loadu_si512(es + i * estride + LanesLayout::slot_at(ValueType::kI8, 8 * j)));
           const __m512i idx = _mm512_ternarylogic_epi32(
               _mm512_multishift_epi64_epi8(_mm512_load_si512(kC.shift[jj]), words[i]), three,
               _mm512_load_si512(kC.base[j]), 0xEA);
@@ -714,13 +714,13 @@ const uint8_t* lanes_i8_x(const SpmmArgs& a, int64_t k, int64_t supers) {
 // x: this K block's part of X in the tile's order (lanes_x: floats, or bf16 words for kBf16x); xstride: the
 // tile's step in floats between columns (kRows: the transposed X's rows) or passes (kMix: one stream, CMAX
 // = 8); kSlots and kBf16x take every column in one pass (CMAX = 16).
-template <class T, LanesWeights WT, int N, int NS, int CMAX, int VREGS, LanesTile TILE, int C0 = 0>
+template <class T, ValueType WT, int N, int NS, int CMAX, int VREGS, LanesTile TILE, int C0 = 0>
 void lanes_passes(const uint8_t* e, size_t estride, int64_t ns, const void* xv, int64_t xstride,
                   __m256 (&v)[NS][N]) {
   // int8 with bf16 activations keeps a partial sum per column beside each sum (the scales cannot multiply
   // the bf16 weights exactly): all columns in one pass while both fit in the registers, else passes of 8.
   // int8 activations keep an int32 and an fp32 sum per column: passes of 8 where they do not fit.
-  constexpr int CM = (is_bf16x(TILE) && WT == LanesWeights::kI8 && 2 * NS * N + 8 > 32) ||
+  constexpr int CM = (is_bf16x(TILE) && WT == ValueType::kI8 && 2 * NS * N + 8 > 32) ||
                              (is_i8x(TILE) && 2 * NS * N + 2 * NS + 8 > 32)
                          ? 8
                          : CMAX;
@@ -728,7 +728,7 @@ void lanes_passes(const uint8_t* e, size_t estride, int64_t ns, const void* xv, 
   const float* x = static_cast<const float*>(xv);
   __m256 out[NS][NC];
   if constexpr (is_i8x(TILE)) {
-    static_assert(WT == LanesWeights::kI8, "int8 activations: int8 weights");
+    static_assert(WT == ValueType::kI8, "int8 activations: int8 weights");
     lanes_i8x_tile<T, NC, NS, N, is_prefetch(TILE)>(e, estride, ns,
                                                     static_cast<const uint8_t*>(xv) + C0 * 128, out);
   } else if constexpr (is_bf16x(TILE)) {
@@ -739,7 +739,7 @@ void lanes_passes(const uint8_t* e, size_t estride, int64_t ns, const void* xv, 
         e, estride, ns, x + C0 * (is_table(TILE) ? 16 : 4), out);
   } else if constexpr (TILE == LanesTile::kMix) {
     // Fewer than 8 columns run the 8-column tile on zero-padded columns.
-    static_assert(NS == 1 && CMAX == 8 && WT == LanesWeights::kI8);
+    static_assert(NS == 1 && CMAX == 8 && WT == ValueType::kI8);
     __m256 o8[8];
     lanes_mix_tile<T>(e, ns, x + C0 / 8 * xstride, o8);
     for (int j = 0; j < NC; ++j) out[0][j] = o8[j];
@@ -788,16 +788,16 @@ LanesX lanes_x(const SpmmArgs& a, const LanesLayout& lay, int64_t k) {
 // The table form (AMD's rows) reads two regions up to N = 8 for fp32 and bf16: Zen 4, 4096x4096 cold, weight
 // GB/s one region -> two: fp32 N = 5 11.7 -> 13.2, 6 10.7 -> 12.3, 8 9.1 -> 10.9; bf16 11.8 -> 12.7, 10.7 ->
 // 11.1, 8.7 -> 9.0; int8 (which would lose its partial sums) 7.7 -> 8.1, 6.8 -> 6.9, 5.4 -> 5.2 (session 28).
-template <LanesWeights WT, int N, int VREGS, bool TABLE = false>
+template <ValueType WT, int N, int VREGS, bool TABLE = false>
 constexpr int lanes_streams() {
   if (N == 1) return 4;
-  if (N == 2 || (N <= 4 && (WT != LanesWeights::kI8 || 4 * N + 8 <= VREGS))) return 2;
-  if (TABLE && N <= 8 && WT != LanesWeights::kI8) return 2;
+  if (N == 2 || (N <= 4 && (WT != ValueType::kI8 || 4 * N + 8 <= VREGS))) return 2;
+  if (TABLE && N <= 8 && WT != ValueType::kI8) return 2;
   return 1;
 }
 
 // N columns; CMAX: the most columns one pass keeps in registers (8 with 16 registers, 16 with 32).
-template <class T, LanesWeights WT, int N, int CMAX, int VREGS, LanesTile TILE>
+template <class T, ValueType WT, int N, int CMAX, int VREGS, LanesTile TILE>
 void lanes_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   constexpr int NS = TILE == LanesTile::kMix ? 1 : lanes_streams < WT, N, VREGS,
                 is_table(TILE) || is_bf16x(TILE) > ();
@@ -846,7 +846,7 @@ void lanes_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   }
 }
 
-template <class T, LanesWeights WT, int NMax, int CMAX, int VREGS, LanesTile TILE = LanesTile::kRows,
+template <class T, ValueType WT, int NMax, int CMAX, int VREGS, LanesTile TILE = LanesTile::kRows,
           int N = 1>
 void lanes_dispatch(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   if constexpr (N <= NMax) {
