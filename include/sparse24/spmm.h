@@ -103,10 +103,11 @@ class PackedMatrix {
 };
 
 // w must be float32 (bf16 weights are requested through PackOptions, converted here), bfloat16 (packed as
-// bf16 weights, bf16_weights or not: exactly its values) or int8 (with or without scales, quantize_int8:
-// the memory-bound kernels read the int8 values and scales; the compute-bound layout holds the dequantised
-// values in fp32; the scale group must be a multiple of 64 positions or the whole row). Throws Error on
-// another dtype or an invalid matrix.
+// bf16 weights, bf16_weights or not: exactly its values) or int8 (with or without scales, quantize_int8).
+// Both layouts keep bf16 and int8 values in their type, which the kernels widen to fp32 as they read them
+// (exactly Compressed::value); the memory-bound layout takes an int8 scale group of a multiple of 64
+// positions or the whole row, and the compute-bound one holds other groups' values dequantised in fp32.
+// Throws Error on another dtype or an invalid matrix.
 PackedMatrix pack(const Compressed& w, const PackOptions& options = {});
 
 // x: [K, N] row-major with leading dimension ldx >= N (any alignment); y: [M, N], ldy >= N. bias: M floats

@@ -64,8 +64,9 @@ GemmExec GemmExec::sparse(const Gemm& g, int64_t n) {
   o.bf16_activations = g.activations == SparseActivations::kBf16;
   o.int8_activations = g.activations == SparseActivations::kInt8;
   o.layouts = layouts_for_n(n, g.sparse, o);
-  // bf16 or int8 values: the compute-bound layout holds them as fp32, so short inputs (a query at a
-  // capacity of many tokens) get the memory-bound layout as well, which streams them as they are. With
+  // bf16 or int8 values: short inputs (a query at a capacity of many tokens) get the memory-bound layout as
+  // well, whose kernels compute on the narrow values where the compute-bound ones first widen each block
+  // to fp32 (and until session 39 that layout held them as fp32: 2.1 bytes per weight). With
   // AVX-512 only: there its kernels ran every N they pick as fast as the compute-bound tile or faster
   // (Zen 4); the AVX2 ones, forced on the same Zen 4, lost to it at 8 tokens (mpnet 18.4 ms against 13.7,
   // docs/performance.md, session 33), and their limits are Zen 3's, set before that tile existed.

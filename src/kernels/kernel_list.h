@@ -201,7 +201,7 @@ static_assert(list_is_consistent(), "kernel_list.inc: see the rules at its top")
 int64_t staggered_rows_per_region(int64_t rows, int regions, int64_t row_bytes);
 
 // Pack steps (pack.cc).
-GemmLayout pack_gemm(const Compressed& w, int mr, int kc, int chunk, bool round_bf16);
+GemmLayout pack_gemm(const Compressed& w, int mr, int kc, int chunk, bool bf16);
 // w: fp32 (held as bf16 when bf16) or int8 (scaled or not).
 LanesLayout pack_lanes(const Compressed& w, int kb, bool bf16);
 

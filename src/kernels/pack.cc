@@ -9,13 +9,7 @@
 
 namespace sparse24::kernels {
 
-namespace {
-
-float round_to_bf16(float v) { return bf16_to_float(float_to_bf16(v)); }
-
-}  // namespace
-
-GemmLayout pack_gemm(const Compressed& w, int mr, int kc, int chunk, bool round_bf16) {
+GemmLayout pack_gemm(const Compressed& w, int mr, int kc, int chunk, bool bf16) {
   GemmLayout p;
   p.mr = mr;
   p.kc = kc;
@@ -23,10 +17,28 @@ GemmLayout pack_gemm(const Compressed& w, int mr, int kc, int chunk, bool round_
   p.m_blocks = (w.rows + mr - 1) / mr;
   p.k_blocks = (w.cols + kc - 1) / kc;
   p.slots_per_row = w.values_per_row();
+  // int8 stays int8 where each half K block (64 positions) lies under one scale of a row; otherwise (a
+  // scale group of 32, say) the layout holds the dequantised values.
+  const int64_t sg = w.dtype == DType::kI8 ? w.scale_group : 0;
+  const bool i8 = w.dtype == DType::kI8 && kc % 128 == 0 && (sg <= 0 || sg % 64 == 0 || sg >= w.cols);
+  p.type = i8 ? ValueType::kI8 : (bf16 ? ValueType::kBf16 : ValueType::kF32);
   const size_t total = static_cast<size_t>(p.m_blocks * p.slots_per_row * mr);
-  p.vals = AlignedArray<float>(total);
+  // + 64: the widening reads whole vectors past a block's last value.
+  if (p.type == ValueType::kF32) p.vals = AlignedArray<float>(total);
+  if (p.type == ValueType::kBf16) p.vals16 = AlignedArray<uint16_t>(total + 64);
+  if (p.type == ValueType::kI8) {
+    p.vals8 = AlignedArray<int8_t>(total + 64);
+    p.scales = AlignedArray<float>(p.scale_at(p.m_blocks, 0, 0));
+    for (int64_t r = 0; r < w.rows; ++r)
+      for (int64_t kb = 0; kb < p.k_blocks; ++kb)
+        for (int64_t h = 0; h < 2 && kb * kc + 64 * h < w.cols; ++h) {
+          const int64_t pos = kb * kc + 64 * h;
+          p.scales.data()[p.scale_at(r / mr, kb, h) + static_cast<size_t>(r % mr)] =
+              sg > 0 ? w.scales[static_cast<size_t>(r * w.scales_per_row() + pos / sg)] : 1.f;
+        }
+  }
   p.codes = AlignedArray<uint16_t>(total / static_cast<size_t>(2 * mr) + 1);  // + 1: the kernel reads ahead
-  const int64_t groups = w.groups_per_row();
+  const int64_t groups = w.groups_per_row(), vpr = w.values_per_row();
   for (int64_t r = 0; r < w.rows; ++r) {
     const int64_t mb = r / mr;
     const int rr = static_cast<int>(r % mr);
@@ -37,10 +49,15 @@ GemmLayout pack_gemm(const Compressed& w, int mr, int kc, int chunk, bool round_
       const int64_t j0 = 2 * g - kb * (kc / 2);  // slot of the group's first value within the block
       for (int j = 0; j < 2; ++j) {
         const int64_t pos = 4 * g + ((code >> (2 * j)) & 3);
-        float v = pos < w.cols ? w.value(r, 2 * g + j) : 0.f;  // padding rows of the panel are zero
-        if (round_bf16) v = round_to_bf16(v);
         const size_t at = base + static_cast<size_t>((j0 + j) * mr + rr);
-        p.vals.data()[at] = v;
+        if (pos < w.cols) {  // padding positions and rows hold zero
+          if (p.type == ValueType::kI8)
+            p.vals8.data()[at] = static_cast<int8_t>(w.values[static_cast<size_t>(r * vpr + 2 * g + j)]);
+          else if (p.type == ValueType::kBf16)
+            p.vals16.data()[at] = float_to_bf16(w.value(r, 2 * g + j));
+          else
+            p.vals.data()[at] = w.value(r, 2 * g + j);
+        }
         p.codes.data()[(base + static_cast<size_t>(j0 * mr)) / static_cast<size_t>(2 * mr)] |=
             static_cast<uint16_t>(((code >> (2 * j)) & 3) << (2 * (j * mr + rr)));
       }

@@ -10,7 +10,9 @@
 // vals[j][r] and multiply-adds it with activation row 4g + position of the packed panel, vectorised over N.
 // 2 bits per kept value: 0.53 of the dense fp32 bytes, as the compressed format. Padding rows (M tail) hold
 // zeros; the last group's padding positions (>= K) hold value 0 and index a zero row of the packed
-// activation panel, so X rows >= K are never read.
+// activation panel, so X rows >= K are never read. bf16 and int8 weights keep their type (0.28 and 0.16 of
+// the dense fp32 bytes): the kernels widen a block into an L1 buffer as they reach it (gemm_block_values,
+// spmm_driver.h), once per block and N panel.
 //
 // LanesLayout, the memory-bound path (N <= small_n_max): below.
 #pragma once
@@ -63,6 +65,12 @@ class AlignedArray {
   static constexpr size_t kHuge = size_t{2} << 20, kHugeMin = size_t{8} << 20;
 };
 
+// The type packed values are stored in (both layouts): fp32, bf16, or int8 with fp32 scales.
+enum class ValueType : uint8_t { kF32, kBf16, kI8 };
+constexpr int lanes_slot_bytes(ValueType w) {
+  return w == ValueType::kF32 ? 4 : (w == ValueType::kBf16 ? 2 : 1);
+}
+
 struct GemmLayout {
   int mr = 0;     // rows per row block
   int kc = 0;     // K per block (multiple of 4)
@@ -71,8 +79,21 @@ struct GemmLayout {
   int64_t slots_per_row = 0;  // 2 * groups_per_row
   // Storage order [chunk][K block][row block in chunk][slot][row]: the order the kernels read, so the
   // weights stream sequentially.
+  // The values in one of three arrays by type (the others empty), each indexed by block_offset:
+  ValueType type = ValueType::kF32;
   AlignedArray<float> vals;
+  AlignedArray<uint16_t> vals16;  // bf16 bits
+  AlignedArray<int8_t> vals8;     // int8; times scales[scale_at(mb, kb, j / 32) + row]
+  // int8: per row block, K block and half of it (64 positions), the mr rows' scales (kc is 128, and the
+  // matrix's scale group a multiple of 64 positions or the whole row; otherwise the layout holds fp32).
+  AlignedArray<float> scales;
   AlignedArray<uint16_t> codes;  // one word per slot pair: codes[block_offset / (2 * mr) + g]; + 1 padding
+  size_t scale_at(int64_t mb, int64_t kb, int64_t half) const {
+    return static_cast<size_t>(((mb * k_blocks + kb) * 2 + half) * mr);
+  }
+  size_t bytes() const {
+    return vals.bytes() + vals16.bytes() + vals8.bytes() + scales.bytes() + codes.bytes();
+  }
   size_t block_offset(int64_t mb, int64_t kb) const {
     const int64_t c0 = mb / chunk * chunk;
     const int64_t nb = m_blocks - c0 < chunk ? m_blocks - c0 : chunk;
@@ -100,11 +121,6 @@ struct GemmLayout {
 // lies under one scale of each row, so the matrix's scale group must be a multiple of 64 positions or the
 // whole row). Every vector load is 32-byte aligned. A slot's value is 0 where the format has no kept
 // position there (positions >= K, padding rows).
-enum class ValueType : uint8_t { kF32, kBf16, kI8 };
-constexpr int lanes_slot_bytes(ValueType w) {
-  return w == ValueType::kF32 ? 4 : (w == ValueType::kBf16 ? 2 : 1);
-}
-
 struct LanesLayout {
   static constexpr int kRows = 8;
   static constexpr int kSuper = 64;  // positions per super chunk
@@ -134,7 +150,7 @@ struct LanesLayout {
 };
 
 // The packed weight types a variant reads (a bit set); packed weights are one of kF32, kBf16, kI8. The
-// compute-bound layout holds fp32 (bf16-rounded for kBf16, dequantised for kI8), so its rows read kAny.
+// compute-bound kernels widen every type to fp32 as they go, so their rows read kAny.
 enum class Weights : uint8_t { kF32 = 1, kBf16 = 2, kF32Bf16 = 3, kI8 = 4, kAny = 7 };
 // The activations a variant reads: fp32, rounded to bf16 (AVX512_BF16, PackOptions::bf16_activations), or
 // quantised to int8 (AVX512_VNNI and AVX512_VBMI, PackOptions::int8_activations).

@@ -131,7 +131,7 @@ struct GemmPlan {
 GemmPlan gemm_plan(const PackedMatrix::Impl& p, int64_t n, bool rest) {
   const Variant& one = choose(p, Layout::kGemm, n);
   GemmPlan single{&one, n, cost(one, n)};
-  if (rest && one.nr == 0 && (p.gemm.vals.bytes() + p.gemm.codes.bytes()) > l2_bytes() * 3 / 4)
+  if (rest && one.nr == 0 && p.gemm.bytes() > l2_bytes() * 3 / 4)
     single.cost = std::max(single.cost, 8 / 100.0);
   if (forced_variant()) return single;  // SPARSE24_KERNEL: the forced variant or one pick, no plan
   GemmPlan best = single;
@@ -262,8 +262,8 @@ Isa PackedMatrix::isa() const { return impl_ ? impl_->isa : Isa::kRef; }
 size_t PackedMatrix::bytes() const {
   if (!impl_) return 0;
   const Impl& p = *impl_;
-  return p.ref.values.size() + p.ref.metadata.size() + p.gemm.vals.bytes() + p.gemm.codes.bytes() +
-         p.lanes.data.bytes() + p.ref.scales.size() * sizeof(float);
+  return p.ref.values.size() + p.ref.metadata.size() + p.gemm.bytes() + p.lanes.data.bytes() +
+         p.ref.scales.size() * sizeof(float);
 }
 
 namespace {
@@ -316,7 +316,8 @@ PackedMatrix pack(const Compressed& w, const PackOptions& options) {
   p.small_n_take = static_cast<int>(kernels::small_n_take(isa, p.weights));
   p.has_gemm = options.layouts != PackLayouts::kSmallN;
   p.has_lanes = options.layouts != PackLayouts::kLargeN;
-  // int8: the compute-bound layout holds the dequantised values (Compressed::value applies the scales).
+  // bf16 and int8 weights keep their type in both layouts (the compute-bound one: dequantised where an int8
+  // scale group is not a multiple of 64 positions).
   if (p.has_gemm) p.gemm = kernels::pack_gemm(w, s->gemm_mr, s->gemm_kc, s->gemm_chunk, bf16);
   if (p.has_lanes) p.lanes = kernels::pack_lanes(w, s->lanes_kb, bf16);
   return out;

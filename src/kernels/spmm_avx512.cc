@@ -45,7 +45,15 @@ struct Avx512 {
   static V loadu_m(const float* p, Mask m) { return _mm512_maskz_loadu_ps(m, p); }
   static void storeu_m(float* p, V v, Mask m) { _mm512_mask_storeu_ps(p, m, v); }
   static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
   static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static V widen_i8(const int8_t* p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
+  static V widen_bf16(const uint16_t* p) {
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+  }
   static void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
 
   // exp(x) for x in [-33, 0]: 2^n e^r, |r| <= ln2 / 2, degree-7 Taylor (relative error < 1e-8).

@@ -32,10 +32,12 @@ namespace sparse24::kernels {
 
 // What the loops below ask of an ISA's traits class T: a vector V of W floats, a column mask, loads and
 // stores (aligned, unaligned, masked), arithmetic, the weight spreading of the compute-bound tile
-// (bcast4 + lane), the weight-stream prefetch and the vector epilogue. (The rows-in-lanes kernels of
-// spmm_lanes.h are written in 256- and 512-bit intrinsics directly and ask nothing of T.)
+// (bcast4 + lane), the widening of int8 and bf16 weights, the weight-stream prefetch and the vector epilogue.
+// (The rows-in-lanes kernels of spmm_lanes.h are written in 256- and 512-bit intrinsics directly and ask
+// nothing of T.)
 template <class T>
-concept KernelTraits = requires(const float* cp, float* p, typename T::V v, typename T::Mask m, int i) {
+concept KernelTraits = requires(const float* cp, float* p, const int8_t* i8, const uint16_t* b16,
+                                typename T::V v, typename T::Mask m, int i) {
   requires std::same_as<decltype(T::W), const int>;
   { T::zero() } -> std::same_as<typename T::V>;
   { T::set1(1.f) } -> std::same_as<typename T::V>;
@@ -47,7 +49,10 @@ concept KernelTraits = requires(const float* cp, float* p, typename T::V v, type
   T::storeu_m(p, v, m);
   { T::mask_first(i) } -> std::same_as<typename T::Mask>;
   { T::add(v, v) } -> std::same_as<typename T::V>;
+  { T::mul(v, v) } -> std::same_as<typename T::V>;
   { T::fma(v, v, v) } -> std::same_as<typename T::V>;
+  { T::widen_i8(i8) } -> std::same_as<typename T::V>;     // W int8 values as floats
+  { T::widen_bf16(b16) } -> std::same_as<typename T::V>;  // W bf16 values as floats
   { T::bcast4(cp) } -> std::same_as<typename T::V>;
   { T::lane(v, i) } -> std::same_as<typename T::V>;
   T::prefetch(cp);
@@ -60,6 +65,39 @@ float* scratch(size_t n) {
   static thread_local AlignedArray<float> buf;
   if (buf.size() < n) buf = AlignedArray<float>(n + 64);
   return buf.data();
+}
+
+// The fp32 values of block (mb, kb) of the compute-bound layout (kh slots, at value offset off): in place
+// for fp32, otherwise widened (int8: times the rows' scales) into the thread's L1 buffer `buf` of at least
+// kh * mr + W floats, whole vectors at a time (the narrow arrays carry the padding that reads past a block).
+// The narrow stream is prefetched `ahead` bytes on. Values are exactly what Compressed::value gives.
+template <class T>
+[[gnu::always_inline]] inline const float* gemm_block_values(const GemmLayout& L, size_t off, int64_t mb,
+                                                             int64_t kb, int kh, float* buf) {
+  constexpr int W = T::W;
+  const int count = kh * L.mr;
+  if (L.type == ValueType::kF32) return L.vals.data() + off;
+  constexpr size_t ahead = 2048;
+  if (L.type == ValueType::kBf16) {
+    const uint16_t* src = L.vals16.data() + off;
+    for (int i = 0; i < count; i += W) {
+      if (i % 32 == 0) T::prefetch(reinterpret_cast<const char*>(src + i) + ahead);
+      T::store(buf + i, T::widen_bf16(src + i));
+    }
+    return buf;
+  }
+  // int8: slots [0, 32) and [32, 64) of the block lie under the scales of its two halves; bcast4 spreads
+  // the 4 rows' scales over the [slot][row] order (W is a multiple of 4, 32 * mr a multiple of W).
+  const int8_t* src = L.vals8.data() + off;
+  const float* sc = L.scales.data() + L.scale_at(mb, kb, 0);
+  for (int h = 0, i = 0; i < count; ++h) {
+    const typename T::V s = T::bcast4(sc + h * L.mr);
+    for (const int e = std::min(count, (h + 1) * 32 * L.mr); i < e; i += W) {
+      if (i % 64 == 0) T::prefetch(reinterpret_cast<const char*>(src + i) + ahead);
+      T::store(buf + i, T::mul(T::widen_i8(src + i), s));
+    }
+  }
+  return buf;
 }
 
 template <class T>
@@ -252,7 +290,7 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   // Small panels are packed by every thread for itself, as in the panel-outer order: reading a panel the
   // other core packed costs a cross-core transfer of every line (2 threads, 768x768x128: 1.40x of dense
   // with own copies, 1.19x with shared ones).
-  const size_t weight_bytes = L.vals.bytes() + L.codes.bytes();
+  const size_t weight_bytes = L.bytes();
   const bool small_x = static_cast<size_t>(panels * kp * NR) * sizeof(float) <= (size_t{512} << 10);
   const bool chunk_outer = panels > 1 && (weight_bytes > (size_t{16} << 20) || small_x);
   const bool shared_x = chunk_outer && !small_x;
@@ -300,6 +338,7 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
     const int nc = static_cast<int>(std::min<int64_t>(NR, n - n0));
     typename T::Mask cm[NV];
     for (int c = 0; c < NV; ++c) cm[c] = T::mask_first(std::clamp(nc - c * W, 0, W));
+    float* wide = scratch<T, 4>(static_cast<size_t>(L.kc / 2 * MR + W));  // a narrow block as fp32
     for (int64_t kb = kb0; kb < kb1; ++kb) {
       const int kh = L.slots_in(kb);
       const float* xb = xp + kb * L.kc * NR;
@@ -309,15 +348,17 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
         const int rows = static_cast<int>(std::min<int64_t>(MR, m - mb * MR));
         float* y = a.tokens ? a.y + n0 * a.ldy + mb * MR : a.y + mb * MR * a.ldy + n0;
         float* pt = part + (mb - mb0) * MR * NR;
+        const float* v = gemm_block_values<T>(L, off, mb, kb, kh, wide);
+        const uint16_t* codes = L.codes.data() + off / (2 * MR);
         if (a.tokens)
-          gemm_tile<T, MR, NV, false, true>(L.vals.data() + off, L.codes.data() + off / (2 * MR), kh, xb, pt,
-                                            y, a.ldy, rows, cm, first, last, a.bias, mb * MR, a.ep, nc);
+          gemm_tile<T, MR, NV, false, true>(v, codes, kh, xb, pt, y, a.ldy, rows, cm, first, last, a.bias,
+                                            mb * MR, a.ep, nc);
         else if (nc == NR)
-          gemm_tile<T, MR, NV, true>(L.vals.data() + off, L.codes.data() + off / (2 * MR), kh, xb, pt, y,
-                                     a.ldy, rows, cm, first, last, a.bias, mb * MR, tile_ep);
+          gemm_tile<T, MR, NV, true>(v, codes, kh, xb, pt, y, a.ldy, rows, cm, first, last, a.bias, mb * MR,
+                                     tile_ep);
         else
-          gemm_tile<T, MR, NV, false>(L.vals.data() + off, L.codes.data() + off / (2 * MR), kh, xb, pt, y,
-                                      a.ldy, rows, cm, first, last, a.bias, mb * MR, tile_ep);
+          gemm_tile<T, MR, NV, false>(v, codes, kh, xb, pt, y, a.ldy, rows, cm, first, last, a.bias, mb * MR,
+                                      tile_ep);
       }
     }
   };

@@ -96,6 +96,8 @@ void gemm_lanes_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
     const int tid = omp_get_thread_num();
     const int nth = omp_get_num_threads();
     const auto [b0, b1] = thread_row_blocks(L, tid, nth);
+    const bool narrow = L.type != ValueType::kF32;
+    float* wide = scratch<T, 4>(static_cast<size_t>(L.kc / 2 * MR + T::W));  // a narrow tile as fp32
     for (int64_t mb = b0; mb < b1; ++mb) {
       __m512 acc[N][A];
 #pragma GCC unroll 16
@@ -119,12 +121,14 @@ void gemm_lanes_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
       const Row here = row_of(mb), after = mb + 1 < b1 ? row_of(mb + 1) : here;
       for (int64_t kb = 0; kb < L.k_blocks; ++kb) {
         const size_t off = tile(here, kb);
-        // PF: the tile kPfTiles on (in this row block or the next), as this one goes.
+        // PF: the tile kPfTiles on (in this row block or the next), as this one goes (fp32 values; narrow
+        // ones are prefetched by their widening).
         const int64_t ahead = kb + kPfTiles;
         const size_t next = ahead < L.k_blocks ? tile(here, ahead)
                                                : tile(after, std::min(ahead - L.k_blocks, L.k_blocks - 1));
-        gemm_lanes_tile<T, N, PF>(L.vals.data() + off, L.codes.data() + off / (2 * MR), L.slots_in(kb) / 2,
-                                  xt + kb * (L.kc / 16) * N * 16, L.vals.data() + next, acc);
+        const float* v = gemm_block_values<T>(L, off, mb, kb, L.slots_in(kb), wide);
+        gemm_lanes_tile<T, N, PF>(v, L.codes.data() + off / (2 * MR), L.slots_in(kb) / 2,
+                                  xt + kb * (L.kc / 16) * N * 16, narrow ? wide : L.vals.data() + next, acc);
         if constexpr (PF)
           _mm_prefetch(reinterpret_cast<const char*>(L.codes.data() + next / (2 * MR)), _MM_HINT_T0);
       }

@@ -476,8 +476,7 @@ template <class T, ValueType WT, int NC, int NS, int NX, bool PF>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"), noinline)) void lanes_bf16x_tile(
     const uint8_t* __restrict e, size_t estride, int64_t ns, const uint16_t* __restrict xb,
     __m256 (&out)[NS][NC]) {
-  static_assert(WT == ValueType::kBf16 || WT == ValueType::kI8,
-                "bf16 activations: bf16 or int8 weights");
+  static_assert(WT == ValueType::kBf16 || WT == ValueType::kI8, "bf16 activations: bf16 or int8 weights");
   using S = LanesSlots<WT>;
   constexpr bool kPart = S::kScaled;
   static_assert(!kPart || 2 * NS * NC + 8 <= 32, "int8: the partial sums must fit (lanes_passes)");
@@ -846,8 +845,7 @@ void lanes_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   }
 }
 
-template <class T, ValueType WT, int NMax, int CMAX, int VREGS, LanesTile TILE = LanesTile::kRows,
-          int N = 1>
+template <class T, ValueType WT, int NMax, int CMAX, int VREGS, LanesTile TILE = LanesTile::kRows, int N = 1>
 void lanes_dispatch(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   if constexpr (N <= NMax) {
     if (a.n == N) return lanes_run<T, WT, N, CMAX, VREGS, TILE>(p, a);

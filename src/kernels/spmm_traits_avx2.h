@@ -40,7 +40,15 @@ struct Avx2 {
   static V loadu_m(const float* p, Mask m) { return _mm256_maskload_ps(p, m); }
   static void storeu_m(float* p, V v, Mask m) { _mm256_maskstore_ps(p, m, v); }
   static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
   static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static V widen_i8(const int8_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
+  static V widen_bf16(const uint16_t* p) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(b), 16));
+  }
   static void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
 
   // exp(x) for x in [-33, 0] (see spmm_avx512.cc).

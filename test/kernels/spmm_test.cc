@@ -295,6 +295,33 @@ TEST(Spmm, SingleLayoutAnyN) {
   }
 }
 
+// The compute-bound layout keeps bf16 and int8 weights in their type (int8 where its scale groups are whole
+// halves of a K block, 64 positions, or the row; a group of 32 positions holds fp32): its bytes against
+// fp32's, on every SIMD ISA. (What the narrow values compute: every test above against the reference.)
+TEST(Spmm, ComputeBoundLayoutKeepsNarrowWeights) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(318);
+  const Compressed f32 = random_24(g, 96, 1000);
+  for (Isa isa : isas_here()) {
+    if (isa == Isa::kRef) continue;
+    PackOptions o;
+    o.isa_set = true;
+    o.isa = isa;
+    o.layouts = PackLayouts::kLargeN;
+    const double full = static_cast<double>(pack(f32, o).bytes());
+    auto ratio = [&](const Compressed& c, bool bf16) {
+      PackOptions b = o;
+      b.bf16_weights = bf16;
+      return static_cast<double>(pack(c, b).bytes()) / full;
+    };
+    // Values 2 bytes per weight, codes 0.125: bf16 1.125, int8 0.625 + 4 / 64 scales per 4 rows.
+    EXPECT_NEAR(ratio(f32, true), 1.125 / 2.125, 0.01) << isa_name(isa);
+    EXPECT_NEAR(ratio(quantize_int8(f32, 64), false), 0.6875 / 2.125, 0.01) << isa_name(isa);
+    EXPECT_NEAR(ratio(quantize_int8(f32, 1 << 20), false), 0.6875 / 2.125, 0.01) << isa_name(isa);
+    EXPECT_NEAR(ratio(quantize_int8(f32, 32), false), 1.0, 0.01) << isa_name(isa);
+  }
+}
+
 // layouts_for_n names the layout a pack with both runs at that N, per weight and activation type (the rows
 // of each stop at their own N): the single-layout pack it names gives the same bits as the pack with
 // both at every N up to past the largest small-N limit.
@@ -388,7 +415,8 @@ TEST(Spmm, EveryVariantByName) {
         for (int rep = 0; rep < 2; ++rep) {
           Case t = random_case(g, kEdges[pick(g)], kEdges[pick(g)], n);
           t.bf16 = wt == 1;
-          t.int8_group = wt == 2 ? (rep ? 64 : 128) : 0;
+          // The compute-bound rows also at a scale group of 32 positions, which that layout holds as fp32.
+          t.int8_group = wt == 2 ? (rep ? 64 : (v.large_n && n % 2 ? 32 : 128)) : 0;
           t.layouts = v.large_n ? PackLayouts::kLargeN : PackLayouts::kSmallN;
           t.variant = v.name;
           t.bf16_act = t.variant_rounds_x = v.bf16_activations;
