@@ -67,6 +67,23 @@ def test_pruned_equals_cli(smol24, cli, tmp_path, weights, kv):
     assert d.generate(ids, max_tokens=10, temperature=0.8, top_p=0.9, seed=7) == [int(t) for t in out.split()]
 
 
+@pytest.mark.parametrize("weights", ["int8", "bf16"])
+def test_prefill_layout(smol24, cli, tmp_path, weights):
+    # A prompt of more than 16 tokens runs on the compute-bound layout, which keeps int8 and bf16 values in
+    # their type (about twice the memory-bound layout's bytes, not four or three times as when it held fp32):
+    # the same logits up to summation order as the memory-bound layout's, and the tool's with --prefill-layout.
+    base = sparse24.Decoder.load(str(smol24), weights=weights, max_context=128)
+    d = sparse24.Decoder.load(str(smol24), weights=weights, max_context=128, prefill_layout=True)
+    assert base.weight_bytes < d.weight_bytes < 2 * base.weight_bytes
+    ids = d.tokenize(" ".join(PROMPTS * 3))
+    assert len(ids) > 16
+    got = d.forward(ids, all=True)
+    np.testing.assert_allclose(got, base.forward(ids, all=True), atol=2e-3, rtol=0)
+    (tmp_path / "ids.txt").write_text(" ".join(map(str, ids)) + "\n")
+    cli("logits", smol24, "--ids", tmp_path / "ids.txt", "-o", tmp_path / "l.npy", "--" + weights, "--prefill-layout")
+    np.testing.assert_allclose(got, np.load(tmp_path / "l.npy"), atol=1e-5, rtol=0)
+
+
 def test_stream_equals_generate(smol24):
     d = sparse24.Decoder.load(str(smol24), max_context=48)
     for kwargs in ({}, {"temperature": 0.8, "top_p": 0.9, "seed": 7}):

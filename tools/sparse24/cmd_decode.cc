@@ -80,7 +80,7 @@ bool model_is_pruned(const DecoderModel& m) {
 // The weight types of a decoder's 2:4 Linears (fp32 without a flag), whether a dense model is pruned as it
 // is read, and the KV cache's type, which every decoder command takes.
 struct WeightFlags {
-  bool bf16 = false, int8 = false, prune = false, bf16_act = false, int8_act = false;
+  bool bf16 = false, int8 = false, prune = false, bf16_act = false, int8_act = false, prefill_layout = false;
   std::string kv = "f32";
   void add_to(CLI::App* cmd) {
     cmd->add_flag("--prune", prune,
@@ -106,6 +106,9 @@ struct WeightFlags {
     cmd->add_option("--kv", kv, "KV cache type: f32, or f16 (IEEE half, llama.cpp's default: half the bytes)")
         ->check(CLI::IsMember({"f32", "f16"}))
         ->capture_default_str();
+    cmd->add_flag("--prefill-layout", prefill_layout,
+                  "the 2:4 Linears also pack the compute-bound layout, which runs prompts of more than 16 "
+                  "tokens faster (about twice the 2:4 weights' memory)");
   }
   void apply(DecoderOptions& d) const {
     d.bf16_weights = bf16;
@@ -113,6 +116,7 @@ struct WeightFlags {
     d.bf16_activations = bf16_act;
     d.int8_activations = int8_act;
     d.kv_half = kv == "f16";
+    d.prefill_layout = prefill_layout;
   }
   const char* name() const { return bf16 ? "bf16" : int8 ? "int8" : "fp32"; }
   // How the model is read: pruned (--prune), its 2:4 values int8 as read when the 2:4 kernels run them.
@@ -292,8 +296,9 @@ void cmd_perplexity(const PerplexityOptions& o) {
   o.weights.apply(d);
   d.max_context = o.ctx;
   // Windows through the compute-bound layout (fp32 activations), except with bf16 or int8 activations: then
-  // the memory-bound layout alone, in chunks of 16 tokens, so that the windows compute as generation does.
-  d.prefill_layout = !d.bf16_activations && !d.int8_activations;
+  // the memory-bound layout alone, in chunks of 16 tokens, so that the windows compute as generation does
+  // (unless --prefill-layout asks for the compute-bound one).
+  d.prefill_layout = d.prefill_layout || (!d.bf16_activations && !d.int8_activations);
   Decoder dec(load(o.model, o.weights.load_options(o.mode, o.threads)), d);
   const auto t0 = Clock::now();
   const engine::Perplexity p = engine::perplexity(dec, ids, o.ctx);
@@ -378,7 +383,7 @@ struct BenchDecodeOptions {
   std::string peers = "F32,F16,Q8_0,Q4_K_M";  // decode_llamacpp.py's --kinds
   int threads = 1;
   int64_t prompt = 128, generate = 128;
-  bool no_peers = false;
+  bool no_peers = false, prefill_layout = false;
 };
 
 struct Run {
@@ -472,12 +477,14 @@ void cmd_bench_decode(const BenchDecodeOptions& o) {
   d.threads = o.threads;
   d.max_context = o.prompt + o.generate + 1;
   d.kv_half = o.kv == "f16";
+  d.prefill_layout = o.prefill_layout;
   std::fprintf(
       stderr,
-      "bench-decode: %lld-token prompt, %lld generated, batch 1, %d thread(s), %s kernels, %s KV cache, "
+      "bench-decode: %lld-token prompt, %lld generated, batch 1, %d thread(s), %s kernels, %s KV cache%s, "
       "load %s\n",
       static_cast<long long>(o.prompt), static_cast<long long>(o.generate), o.threads, isa_name(active_isa()),
-      o.kv.c_str(), load_average().c_str());
+      o.kv.c_str(), o.prefill_layout ? ", 2:4 prompts on the compute-bound layout" : "",
+      load_average().c_str());
   std::map<std::string, double> tps;  // decode tokens/s by row
   if (rows.count("dense")) {
     d.mode = engine::Mode::kDense;
@@ -569,6 +576,7 @@ void cmd_bench_decode(const BenchDecodeOptions& o) {
                         {"model_was_pruned", lo.prune ? nlohmann::json(nullptr) : nlohmann::json(was_pruned)},
                         {"pruned_as_read", lo.prune},
                         {"kv_cache", o.kv},
+                        {"prefill_layout", o.prefill_layout},
                         {"read_bandwidth_gb_s", bw}};
   nlohmann::json rt = nlohmann::json::object();
   std::printf("%-24s %12s %14s %12s\n", "runtime", "prompt tok/s", "decode tok/s", "weights MB");
@@ -702,6 +710,9 @@ void register_decode_commands(CLI::App& app) {
         ->check(CLI::IsMember({"f32", "f16"}))
         ->capture_default_str();
     cmd->add_flag("--no-peers", o->no_peers, "sparse24 only");
+    cmd->add_flag("--prefill-layout", o->prefill_layout,
+                  "2:4 rows also pack the compute-bound layout, which runs the prompt (twice the weights' "
+                  "memory; the Decoder's prefill_layout)");
     cmd->add_option(
            "--runs", o->runs,
            "sparse24's rows: dense, fp32, bf16, int8 (2:4 fp32/bf16/int8), bf16x, int8x (2:4 bf16/int8 "
