@@ -9,6 +9,22 @@
 
 namespace sparse24::kernels {
 
+namespace {
+
+// Whether each 64 positions (GemmLayout::kScaleUnit, a lanes super chunk) of a row lie under one scale of an
+// int8 matrix (unscaled int8 included).
+bool one_scale_per_unit(const Compressed& w) {
+  const int64_t sg = w.scale_group;
+  return sg <= 0 || sg % GemmLayout::kScaleUnit == 0 || sg >= w.cols;
+}
+// Row r's scale of position pos (1 for unscaled int8).
+float scale_of(const Compressed& w, int64_t r, int64_t pos) {
+  return w.scale_group > 0 ? w.scales[static_cast<size_t>(r * w.scales_per_row() + pos / w.scale_group)]
+                           : 1.f;
+}
+
+}  // namespace
+
 GemmLayout pack_gemm(const Compressed& w, int mr, int kc, int chunk, bool bf16) {
   GemmLayout p;
   p.mr = mr;
@@ -17,10 +33,9 @@ GemmLayout pack_gemm(const Compressed& w, int mr, int kc, int chunk, bool bf16) 
   p.m_blocks = (w.rows + mr - 1) / mr;
   p.k_blocks = (w.cols + kc - 1) / kc;
   p.slots_per_row = w.values_per_row();
-  // int8 stays int8 where each half K block (64 positions) lies under one scale of a row; otherwise (a
-  // scale group of 32, say) the layout holds the dequantised values.
-  const int64_t sg = w.dtype == DType::kI8 ? w.scale_group : 0;
-  const bool i8 = w.dtype == DType::kI8 && kc % 128 == 0 && (sg <= 0 || sg % 64 == 0 || sg >= w.cols);
+  // int8 stays int8 where each 64 positions lie under one scale of a row; otherwise (a scale group of 32,
+  // say) the layout holds the dequantised values.
+  const bool i8 = w.dtype == DType::kI8 && kc % GemmLayout::kScaleUnit == 0 && one_scale_per_unit(w);
   p.type = i8 ? ValueType::kI8 : (bf16 ? ValueType::kBf16 : ValueType::kF32);
   const size_t total = static_cast<size_t>(p.m_blocks * p.slots_per_row * mr);
   // + 64: the widening reads whole vectors past a block's last value.
@@ -29,13 +44,12 @@ GemmLayout pack_gemm(const Compressed& w, int mr, int kc, int chunk, bool bf16) 
   if (p.type == ValueType::kI8) {
     p.vals8 = AlignedArray<int8_t>(total + 64);
     p.scales = AlignedArray<float>(p.scale_at(p.m_blocks, 0, 0));
+    const int64_t units = kc / GemmLayout::kScaleUnit;
     for (int64_t r = 0; r < w.rows; ++r)
       for (int64_t kb = 0; kb < p.k_blocks; ++kb)
-        for (int64_t h = 0; h < 2 && kb * kc + 64 * h < w.cols; ++h) {
-          const int64_t pos = kb * kc + 64 * h;
-          p.scales.data()[p.scale_at(r / mr, kb, h) + static_cast<size_t>(r % mr)] =
-              sg > 0 ? w.scales[static_cast<size_t>(r * w.scales_per_row() + pos / sg)] : 1.f;
-        }
+        for (int64_t u = 0; u < units && kb * kc + u * GemmLayout::kScaleUnit < w.cols; ++u)
+          p.scales.data()[p.scale_at(r / mr, kb, u) + static_cast<size_t>(r % mr)] =
+              scale_of(w, r, kb * kc + u * GemmLayout::kScaleUnit);
   }
   p.codes = AlignedArray<uint16_t>(total / static_cast<size_t>(2 * mr) + 1);  // + 1: the kernel reads ahead
   const int64_t groups = w.groups_per_row(), vpr = w.values_per_row();
@@ -70,9 +84,9 @@ LanesLayout pack_lanes(const Compressed& w, int kb, bool bf16) {
   using L = LanesLayout;
   const bool i8 = w.dtype == DType::kI8;
   if (i8 && bf16) throw Error("internal: pack_lanes with int8 and bf16 weights");
-  const int64_t sg = i8 ? w.scale_group : 0;
-  if (sg > 0 && sg % L::kSuper != 0 && sg < w.cols)
-    throw Error("pack: int8 scale groups of " + std::to_string(sg) +
+  static_assert(L::kSuper == GemmLayout::kScaleUnit);
+  if (i8 && !one_scale_per_unit(w))
+    throw Error("pack: int8 scale groups of " + std::to_string(w.scale_group) +
                 " positions; the kernels take a multiple of 64 positions or one scale per row");
   L p;
   p.weights = i8 ? ValueType::kI8 : (bf16 ? ValueType::kBf16 : ValueType::kF32);
@@ -118,8 +132,7 @@ LanesLayout pack_lanes(const Compressed& w, int kb, bool bf16) {
       for (int lane = 0; lane < L::kRows && mb * L::kRows + lane < w.rows; ++lane) {
         const int64_t r = mb * L::kRows + lane;
         if (i8) {
-          const float scale =
-              sg > 0 ? w.scales[static_cast<size_t>(r * w.scales_per_row() + s * L::kSuper / sg)] : 1.f;
+          const float scale = scale_of(w, r, s * L::kSuper);
           std::memcpy(e + scale_at + 4 * lane, &scale, 4);
         }
         uint32_t codes[2] = {0, 0};  // slots 0..15, 16..31

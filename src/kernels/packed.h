@@ -83,13 +83,14 @@ struct GemmLayout {
   ValueType type = ValueType::kF32;
   AlignedArray<float> vals;
   AlignedArray<uint16_t> vals16;  // bf16 bits
-  AlignedArray<int8_t> vals8;     // int8; times scales[scale_at(mb, kb, j / 32) + row]
-  // int8: per row block, K block and half of it (64 positions), the mr rows' scales (kc is 128, and the
-  // matrix's scale group a multiple of 64 positions or the whole row; otherwise the layout holds fp32).
+  AlignedArray<int8_t> vals8;     // int8; times scales[scale_at(mb, kb, j / (kScaleUnit / 2)) + row]
+  // int8: per row block, K block and unit of kScaleUnit positions in it, the mr rows' scales (kc a multiple
+  // of the unit, and the matrix's scale group a multiple of it or the whole row; otherwise fp32 values).
+  static constexpr int kScaleUnit = 64;
   AlignedArray<float> scales;
   AlignedArray<uint16_t> codes;  // one word per slot pair: codes[block_offset / (2 * mr) + g]; + 1 padding
-  size_t scale_at(int64_t mb, int64_t kb, int64_t half) const {
-    return static_cast<size_t>(((mb * k_blocks + kb) * 2 + half) * mr);
+  size_t scale_at(int64_t mb, int64_t kb, int64_t unit) const {
+    return static_cast<size_t>(((mb * k_blocks + kb) * (kc / kScaleUnit) + unit) * mr);
   }
   size_t bytes() const {
     return vals.bytes() + vals16.bytes() + vals8.bytes() + scales.bytes() + codes.bytes();

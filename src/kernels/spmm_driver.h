@@ -67,10 +67,16 @@ float* scratch(size_t n) {
   return buf.data();
 }
 
+// The calling thread's buffer for a narrow block widened (gemm_block_values); none for fp32 values.
+template <class T>
+float* wide_buffer(const GemmLayout& L) {
+  return L.type == ValueType::kF32 ? nullptr : scratch<T, 4>(static_cast<size_t>(L.kc / 2 * L.mr + T::W));
+}
+
 // The fp32 values of block (mb, kb) of the compute-bound layout (kh slots, at value offset off): in place
-// for fp32, otherwise widened (int8: times the rows' scales) into the thread's L1 buffer `buf` of at least
-// kh * mr + W floats, whole vectors at a time (the narrow arrays carry the padding that reads past a block).
-// The narrow stream is prefetched `ahead` bytes on. Values are exactly what Compressed::value gives.
+// for fp32, otherwise widened (int8: times the rows' scales) into the thread's L1 buffer `buf`
+// (wide_buffer), whole vectors at a time (the narrow arrays carry the padding that reads past a block). The
+// narrow stream is prefetched `ahead` bytes on. Values are exactly what Compressed::value gives.
 template <class T>
 [[gnu::always_inline]] inline const float* gemm_block_values(const GemmLayout& L, size_t off, int64_t mb,
                                                              int64_t kb, int kh, float* buf) {
@@ -86,13 +92,15 @@ template <class T>
     }
     return buf;
   }
-  // int8: slots [0, 32) and [32, 64) of the block lie under the scales of its two halves; bcast4 spreads
-  // the 4 rows' scales over the [slot][row] order (W is a multiple of 4, 32 * mr a multiple of W).
+  // int8: each kScaleUnit / 2 slots of the block (kScaleUnit positions) lie under one scale of each row;
+  // bcast4 spreads the 4 rows' scales over the [slot][row] order (W a multiple of 4, the unit's values of W).
   const int8_t* src = L.vals8.data() + off;
   const float* sc = L.scales.data() + L.scale_at(mb, kb, 0);
-  for (int h = 0, i = 0; i < count; ++h) {
-    const typename T::V s = T::bcast4(sc + h * L.mr);
-    for (const int e = std::min(count, (h + 1) * 32 * L.mr); i < e; i += W) {
+  constexpr int unit_values = GemmLayout::kScaleUnit / 2 * 4;  // slots x 4 rows (bcast4: mr is 4)
+  static_assert(unit_values % W == 0);
+  for (int u = 0, i = 0; i < count; ++u) {
+    const typename T::V s = T::bcast4(sc + u * L.mr);
+    for (const int e = std::min(count, (u + 1) * unit_values); i < e; i += W) {
       if (i % 64 == 0) T::prefetch(reinterpret_cast<const char*>(src + i) + ahead);
       T::store(buf + i, T::mul(T::widen_i8(src + i), s));
     }
@@ -333,12 +341,11 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   // Row blocks [mc, mce) (within one chunk) times K blocks [kb0, kb1) of panel pan, packed at xp; the
   // partial sums of row block mb live at part + (mb - mb0) * MR * NR between K blocks.
   auto multiply = [&](int64_t pan, const float* xp, int64_t mc, int64_t mce, int64_t kb0, int64_t kb1,
-                      float* part, int64_t mb0) {
+                      float* part, int64_t mb0, float* wide) {
     const int64_t n0 = pan * NR;
     const int nc = static_cast<int>(std::min<int64_t>(NR, n - n0));
     typename T::Mask cm[NV];
     for (int c = 0; c < NV; ++c) cm[c] = T::mask_first(std::clamp(nc - c * W, 0, W));
-    float* wide = scratch<T, 4>(static_cast<size_t>(L.kc / 2 * MR + W));  // a narrow block as fp32
     for (int64_t kb = kb0; kb < kb1; ++kb) {
       const int kh = L.slots_in(kb);
       const float* xb = xp + kb * L.kc * NR;
@@ -377,6 +384,7 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
     // ldy apart and fall into a few L1 sets (N = 512: 8 of 64), where they evicted the packed activations
     // (768x768x512: 300 -> 320 GFLOP/s, 4096x4096x512: 272 -> 310; scratch benchmark, quiet machine).
     float* part = scratch<T, 3>(static_cast<size_t>(std::max<int64_t>(1, b1 - b0) * MR * NR));
+    float* wide = wide_buffer<T>(L);
     if (chunk_outer) {
       float* xs = xall;
       if (shared_x) {
@@ -389,7 +397,7 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
       for (int64_t mc = b0; mc < b1;) {
         const int64_t mce = std::min(b1, (mc / L.chunk + 1) * L.chunk);
         for (int64_t pan = p0; pan < p1; ++pan)
-          multiply(pan, xs + pan * kp * NR, mc, mce, 0, L.k_blocks, part, b0);
+          multiply(pan, xs + pan * kp * NR, mc, mce, 0, L.k_blocks, part, b0, wide);
         mc = mce;
       }
     } else {
@@ -401,7 +409,7 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
         for (int64_t ks = 0; ks < L.k_blocks; ks += super)
           for (int64_t mc = b0; mc < b1;) {
             const int64_t mce = std::min(b1, (mc / L.chunk + 1) * L.chunk);
-            multiply(pan, xp, mc, mce, ks, std::min(L.k_blocks, ks + super), part, b0);
+            multiply(pan, xp, mc, mce, ks, std::min(L.k_blocks, ks + super), part, b0, wide);
             mc = mce;
           }
       }

@@ -97,7 +97,7 @@ void gemm_lanes_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
     const int nth = omp_get_num_threads();
     const auto [b0, b1] = thread_row_blocks(L, tid, nth);
     const bool narrow = L.type != ValueType::kF32;
-    float* wide = scratch<T, 4>(static_cast<size_t>(L.kc / 2 * MR + T::W));  // a narrow tile as fp32
+    float* wide = wide_buffer<T>(L);
     for (int64_t mb = b0; mb < b1; ++mb) {
       __m512 acc[N][A];
 #pragma GCC unroll 16
