@@ -300,7 +300,16 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   // with own copies, 1.19x with shared ones).
   const size_t weight_bytes = L.bytes();
   const bool small_x = static_cast<size_t>(panels * kp * NR) * sizeof(float) <= (size_t{512} << 10);
-  const bool chunk_outer = panels > 1 && (weight_bytes > (size_t{16} << 20) || small_x);
+  const bool chunk_outer_by_size = panels > 1 && (weight_bytes > (size_t{16} << 20) || small_x);
+  // Narrow values (bf16, int8) widen block by block (gemm_block_values): 2 (bf16) or 3 (int8) operations
+  // per vector of values, each time a panel reads the block, against the tile's NV multiply-adds per
+  // vector. Over several panels int8, and anything on panels narrower than 64 columns (AVX2's 24: six at
+  // N = 128), is widened once per K block for all of them (multiply_widened, in the chunk-outer order):
+  // AVX2 tiles on Intel model 207, mpnet at 128 tokens, int8 282-298 -> 249-254 ms, bf16 280-283 -> 252-254
+  // (fp32 246-251); AVX-512 int8 +0.5-2% per Linear. bf16 on 64-column panels, whose widening is cheapest,
+  // lost 1-3% to reading the widened slab from L2 (docs/kernels.md, session 40).
+  const bool widen_once = L.type != ValueType::kF32 && panels > 1 && (L.type == ValueType::kI8 || NR < 64);
+  const bool chunk_outer = chunk_outer_by_size || widen_once;
   const bool shared_x = chunk_outer && !small_x;
   float* xall = shared_x ? scratch<T, 0>(static_cast<size_t>(panels * kp * NR)) : nullptr;
   auto pack_panel = [&](int64_t pan, float* xp) {
@@ -338,34 +347,62 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
       if (c0 < NR) std::memset(dst + c0, 0, sizeof(float) * static_cast<size_t>(NR - c0));
     }
   };
+  // Panel pan's column mask (its nc real columns).
+  auto panel_mask = [&](int64_t pan, typename T::Mask(&cm)[NV]) {
+    const int nc = static_cast<int>(std::min<int64_t>(NR, n - pan * NR));
+    for (int c = 0; c < NV; ++c) cm[c] = T::mask_first(std::clamp(nc - c * W, 0, W));
+    return nc;
+  };
+  // The tile of row block mb, K block kb (kh slots) of panel pan: fp32 values v, the block's packed X xb,
+  // partial sums pt.
+  auto tile = [&](int64_t pan, int64_t mb, int64_t kb, int kh, const float* v, const float* xb, float* pt,
+                  const typename T::Mask* cm, int nc) {
+    const int64_t n0 = pan * NR;
+    const bool first = kb == 0, last = kb == L.k_blocks - 1;
+    const int rows = static_cast<int>(std::min<int64_t>(MR, m - mb * MR));
+    float* y = a.tokens ? a.y + n0 * a.ldy + mb * MR : a.y + mb * MR * a.ldy + n0;
+    const uint16_t* codes = L.codes.data() + L.block_offset(mb, kb) / (2 * MR);
+    if (a.tokens)
+      gemm_tile<T, MR, NV, false, true>(v, codes, kh, xb, pt, y, a.ldy, rows, cm, first, last, a.bias,
+                                        mb * MR, a.ep, nc);
+    else if (nc == NR)
+      gemm_tile<T, MR, NV, true>(v, codes, kh, xb, pt, y, a.ldy, rows, cm, first, last, a.bias, mb * MR,
+                                 tile_ep);
+    else
+      gemm_tile<T, MR, NV, false>(v, codes, kh, xb, pt, y, a.ldy, rows, cm, first, last, a.bias, mb * MR,
+                                  tile_ep);
+  };
   // Row blocks [mc, mce) (within one chunk) times K blocks [kb0, kb1) of panel pan, packed at xp; the
   // partial sums of row block mb live at part + (mb - mb0) * MR * NR between K blocks.
   auto multiply = [&](int64_t pan, const float* xp, int64_t mc, int64_t mce, int64_t kb0, int64_t kb1,
                       float* part, int64_t mb0, float* wide) {
-    const int64_t n0 = pan * NR;
-    const int nc = static_cast<int>(std::min<int64_t>(NR, n - n0));
     typename T::Mask cm[NV];
-    for (int c = 0; c < NV; ++c) cm[c] = T::mask_first(std::clamp(nc - c * W, 0, W));
+    const int nc = panel_mask(pan, cm);
     for (int64_t kb = kb0; kb < kb1; ++kb) {
       const int kh = L.slots_in(kb);
-      const float* xb = xp + kb * L.kc * NR;
-      const bool first = kb == 0, last = kb == L.k_blocks - 1;
-      for (int64_t mb = mc; mb < mce; ++mb) {
-        const size_t off = L.block_offset(mb, kb);
-        const int rows = static_cast<int>(std::min<int64_t>(MR, m - mb * MR));
-        float* y = a.tokens ? a.y + n0 * a.ldy + mb * MR : a.y + mb * MR * a.ldy + n0;
-        float* pt = part + (mb - mb0) * MR * NR;
-        const float* v = gemm_block_values<T>(L, off, mb, kb, kh, wide);
-        const uint16_t* codes = L.codes.data() + off / (2 * MR);
-        if (a.tokens)
-          gemm_tile<T, MR, NV, false, true>(v, codes, kh, xb, pt, y, a.ldy, rows, cm, first, last, a.bias,
-                                            mb * MR, a.ep, nc);
-        else if (nc == NR)
-          gemm_tile<T, MR, NV, true>(v, codes, kh, xb, pt, y, a.ldy, rows, cm, first, last, a.bias, mb * MR,
-                                     tile_ep);
-        else
-          gemm_tile<T, MR, NV, false>(v, codes, kh, xb, pt, y, a.ldy, rows, cm, first, last, a.bias, mb * MR,
-                                      tile_ep);
+      for (int64_t mb = mc; mb < mce; ++mb)
+        tile(pan, mb, kb, kh, gemm_block_values<T>(L, L.block_offset(mb, kb), mb, kb, kh, wide),
+             xp + kb * L.kc * NR, part + (mb - mb0) * MR * NR, cm, nc);
+    }
+  };
+  // Narrow values and several panels: row blocks [mc, mce) (within one chunk) times every K block of
+  // panels [g0, g1) (packed at xs), each K block of the row blocks widened once into `slab` (in L2: one
+  // K block of a chunk) for all the panels, not once per panel; the partial sums of row block mb, panel pan
+  // at part + ((pan - g0) * (mce - mc) + mb - mc) * MR * NR.
+  auto multiply_widened = [&](const float* xs, int64_t g0, int64_t g1, int64_t mc, int64_t mce, float* part,
+                              float* slab) {
+    typename T::Mask cm[NV];
+    for (int64_t kb = 0; kb < L.k_blocks; ++kb) {
+      const int kh = L.slots_in(kb);
+      const int64_t stride = (kh * MR + W - 1) / W * W;  // whole (aligned) vectors per block
+      for (int64_t mb = mc; mb < mce; ++mb)
+        gemm_block_values<T>(L, L.block_offset(mb, kb), mb, kb, kh, slab + (mb - mc) * stride);
+      for (int64_t pan = g0; pan < g1; ++pan) {
+        const int nc = panel_mask(pan, cm);
+        const float* xb = xs + pan * kp * NR + kb * L.kc * NR;
+        for (int64_t mb = mc; mb < mce; ++mb)
+          tile(pan, mb, kb, kh, slab + (mb - mc) * stride, xb,
+               part + ((pan - g0) * (mce - mc) + mb - mc) * MR * NR, cm, nc);
       }
     }
   };
@@ -383,8 +420,19 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
     // Partial sums between K blocks go to a contiguous per-thread buffer, not to Y: a tile's rows of Y are
     // ldy apart and fall into a few L1 sets (N = 512: 8 of 64), where they evicted the packed activations
     // (768x768x512: 300 -> 320 GFLOP/s, 4096x4096x512: 272 -> 310; scratch benchmark, quiet machine).
-    float* part = scratch<T, 3>(static_cast<size_t>(std::max<int64_t>(1, b1 - b0) * MR * NR));
-    float* wide = wide_buffer<T>(L);
+    // widen_once: partial sums for a group of panels (at most 256 KB of them, so they stay in L2 beside
+    // the slab of widened values), the slab one K block of a chunk.
+    const int64_t span = std::min<int64_t>(L.chunk, std::max<int64_t>(1, b1 - b0));
+    const int64_t group =
+        widen_once
+            ? std::max<int64_t>(1, std::min<int64_t>(p1 - p0, (int64_t{256} << 10) /
+                                                                  (span * MR * NR * int64_t{sizeof(float)})))
+            : 0;
+    float* part =
+        scratch<T, 3>(static_cast<size_t>(std::max(std::max<int64_t>(1, b1 - b0), group * span) * MR * NR));
+    float* wide = widen_once
+                      ? scratch<T, 4>(static_cast<size_t>(L.chunk * ((L.kc / 2 * MR + W - 1) / W * W) + W))
+                      : wide_buffer<T>(L);
     if (chunk_outer) {
       float* xs = xall;
       if (shared_x) {
@@ -396,8 +444,12 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
       }
       for (int64_t mc = b0; mc < b1;) {
         const int64_t mce = std::min(b1, (mc / L.chunk + 1) * L.chunk);
-        for (int64_t pan = p0; pan < p1; ++pan)
-          multiply(pan, xs + pan * kp * NR, mc, mce, 0, L.k_blocks, part, b0, wide);
+        if (widen_once)
+          for (int64_t g0 = p0; g0 < p1; g0 += group)
+            multiply_widened(xs, g0, std::min(p1, g0 + group), mc, mce, part, wide);
+        else
+          for (int64_t pan = p0; pan < p1; ++pan)
+            multiply(pan, xs + pan * kp * NR, mc, mce, 0, L.k_blocks, part, b0, wide);
         mc = mce;
       }
     } else {

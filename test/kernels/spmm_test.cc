@@ -231,17 +231,24 @@ TEST(Spmm, LargerShapes) {
       }
     // The compute-bound path's loop orders, rows in two chunks: small packed X (chunk-outer, each thread
     // packing its own panels); packed X too large for that (panel-outer, K in super blocks, so partial sums
-    // wait across chunks); few rows and many N panels (the threads split the panels).
-    for (const Case& shape : {Case{300, 300, 70}, Case{300, 1100, 70}, Case{20, 200, 600}})
-      for (int threads : {1, 2}) {
-        Case t = shape;
-        t.threads = threads;
-        t.bias = true;
-        t.ep = Epilogue::kRelu;
-        t.ldy_pad = 5;
-        check(isa, t, g);
-        if (::testing::Test::HasFatalFailure()) return;
-      }
+    // wait across chunks); few rows and many N panels (the threads split the panels). bf16 and int8
+    // weights over several panels take the chunk-outer order with each K block widened once for a group
+    // of panels (spmm_driver.h, multiply_widened): at N = 600 over 64 row blocks, several groups.
+    for (const Case& shape :
+         {Case{300, 300, 70}, Case{300, 1100, 70}, Case{20, 200, 600}, Case{300, 300, 600}})
+      for (int threads : {1, 2})
+        for (int wt = 0; wt < 3; ++wt) {  // fp32, bf16, int8
+          Case t = shape;
+          t.threads = threads;
+          t.bias = true;
+          t.ep = Epilogue::kRelu;
+          t.ldy_pad = 5;
+          t.bf16 = wt == 1;
+          t.int8_group = wt == 2 ? 64 : 0;
+          t.layouts = PackLayouts::kLargeN;
+          check(isa, t, g);
+          if (::testing::Test::HasFatalFailure()) return;
+        }
   }
 }
 
