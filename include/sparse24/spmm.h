@@ -33,9 +33,10 @@ Isa active_isa();
 std::string cpu_name();
 
 // Which packed layouts to prepare. Both: spmm picks the memory-bound layout for small N and the
-// compute-bound one otherwise. One: half the bytes; spmm runs every N on it (correct at any N, slower
-// outside the range it was made for). An engine that knows its N packs only the layout that N uses
-// (layouts_for_n).
+// compute-bound one otherwise, where a larger N may be split into the whole panels of a compute-bound
+// tile and a rest of at most the small-N limit, which then runs on the memory-bound layout. One: half the
+// bytes; spmm runs every N on it (correct at any N, slower outside the range it was made for). An engine that
+// knows its N packs only the layout that N uses (layouts_for_n).
 enum class PackLayouts : uint8_t { kBoth, kLargeN, kSmallN };
 
 struct PackOptions {
@@ -48,17 +49,19 @@ struct PackOptions {
   // even; the products and sums stay fp32), as llama.cpp's BF16 and F16 dot products do: about twice the
   // multiply-adds per instruction (`vdpbf16ps`). Only where bf16_activations_supported() (AVX512_BF16,
   // not on Intel's cores) and N <= the small-N limit (or any N on a pack of only the small-N
-  // layout); elsewhere, and for fp32 weights, the activations stay fp32. Each activation then carries a
-  // relative error up to 2^-8 (docs/accuracy.md has what that does to a model's logits).
+  // layout, or a larger N's rest: PackLayouts); elsewhere, and for fp32 weights, the activations stay fp32.
+  // Each activation then carries a relative error up to 2^-8 (docs/accuracy.md has what that does to a
+  // model's logits).
   bool bf16_activations = false;
   // Let the memory-bound kernels of int8 weights quantise the activations to int8 (per column and block of
   // 64 positions along K, symmetric, the scale max|x| / 127: round_activations_int8) and multiply in
   // integers (`vpdpbusd`, 64 multiply-adds per instruction; the block's sums exact in int32, then scaled in
   // fp32), as llama.cpp's Q8_0 dot products do. Only where int8_activations_supported() (AVX512_VNNI and
-  // AVX512_VBMI) and 2 <= N <= the small-N limit (or any N from 2 on a pack of only the small-N layout; at
-  // N = 1 the weights' bytes bound the time either way, so X stays exact); elsewhere, and for fp32 or bf16
-  // weights, the activations stay fp32. Each activation then carries an absolute error up
-  // to half its block's step (max|x| / 254); docs/accuracy.md. Excludes bf16_activations.
+  // AVX512_VBMI) and 2 <= N <= the small-N limit (or any N from 2 on a pack of only the small-N layout,
+  // or a larger N's rest of 2 or more columns: PackLayouts; at N = 1 the weights' bytes bound the time either
+  // way, so X stays exact); elsewhere, and for fp32 or bf16 weights, the activations stay fp32. Each
+  // activation then carries an absolute error up to half its block's step (max|x| / 254); docs/accuracy.md.
+  // Excludes bf16_activations.
   bool int8_activations = false;
   PackLayouts layouts = PackLayouts::kBoth;
 };

@@ -157,6 +157,15 @@ void for_each_call(const PackedMatrix::Impl& p, int64_t n, F&& f) {
     return;
   }
   for (int64_t c0 = 0; c0 < n;) {
+    // The rest after whole panels, on a pack with both layouts, on the memory-bound one where it fits its
+    // limit: its kernels read narrow values as they are and take narrow activations, where the rows in
+    // lanes over the compute-bound layout widen every block (Intel model 207, mpnet 2:4 at 40 tokens as 32
+    // + 8: int8 54.3-54.6 -> 52.1-52.7 ms, bf16 53.9-54.4 -> 51.3-51.7, int8 x int8 activations 54.0-55.6
+    // -> 46.7-46.9; docs/kernels.md, session 40).
+    if (c0 > 0 && p.has_lanes && n - c0 <= p.small_n_max) {
+      f(choose(p, Layout::kLanes, n - c0), c0, n - c0);
+      return;
+    }
     const GemmPlan g = gemm_plan(p, n - c0, c0 > 0);
     f(*g.first, c0, g.cols);
     c0 += g.cols;

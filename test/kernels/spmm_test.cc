@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -330,14 +331,19 @@ TEST(Spmm, ComputeBoundLayoutKeepsNarrowWeights) {
 }
 
 // layouts_for_n names the layout a pack with both runs at that N, per weight and activation type (the rows
-// of each stop at their own N): the single-layout pack it names gives the same bits as the pack with
-// both at every N up to past the largest small-N limit.
+// of each stop at their own N): every call of the pack with both is on it, up to a larger N's rest after
+// whole compute-bound panels, which runs on the memory-bound layout (at most its limit). The single-layout
+// pack it names gives the same bits as the pack with both at every N up to past the largest small-N
+// limit, in the columns both run on that layout.
 TEST(Spmm, LayoutsForNIsTheLayoutDispatchRuns) {
   SPARSE24_SEED_TRACE();
   auto g = rng(311);
   const int64_t m = 37, k = 131;
   const Compressed f32 = random_24(g, m, k);
   const std::vector<float> x = random_floats(g, static_cast<size_t>(k * 20));
+  std::map<std::string, bool> large_n;
+  for (const KernelVariantInfo& v : kernel_variants()) large_n[v.name] = v.large_n;
+  int rests = 0;
   for (Isa isa : isas_here())
     for (int wt = 0; wt < 6; ++wt) {  // fp32, bf16, int8; then with bf16 activations
       const Compressed c = wt % 3 == 2 ? quantize_int8(f32, 64) : f32;
@@ -354,14 +360,30 @@ TEST(Spmm, LayoutsForNIsTheLayoutDispatchRuns) {
                      (wt >= 3 ? " bf16 activations" : "") + " n " + std::to_string(n));
         o.layouts = layouts_for_n(n, c, o);
         EXPECT_EQ(o.layouts == PackLayouts::kBoth, isa == Isa::kRef);
+        const bool large = o.layouts == PackLayouts::kLargeN;
         const PackedMatrix one = pack(c, o);
         o.layouts = PackLayouts::kBoth;
+        int64_t same = n;  // the columns both packs run on the named layout
+        const std::vector<KernelCall> plan = spmm_plan(both, n);
+        for (size_t i = 0; i < plan.size(); ++i) {
+          if (large_n.at(plan[i].variant) == large) continue;
+          EXPECT_TRUE(large && i > 0 && i + 1 == plan.size()) << "call " << i << " " << plan[i].variant;
+          EXPECT_EQ(plan[i].columns, n - plan[i].first);
+          same = plan[i].first;
+          ++rests;
+        }
         std::vector<float> y1(static_cast<size_t>(m * n)), y2(y1.size());
         spmm(both, x.data(), n, n, y1.data(), n);
         spmm(one, x.data(), n, n, y2.data(), n);
-        ASSERT_EQ(0, std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float)));
+        for (int64_t r = 0; r < m; ++r)
+          ASSERT_EQ(
+              0, std::memcmp(y1.data() + r * n, y2.data() + r * n, static_cast<size_t>(same) * sizeof(float)))
+              << "row " << r;
       }
     }
+  if (isa_supported(Isa::kAvx512)) {
+    EXPECT_GT(rests, 0) << "no N up to 20 split with a rest on the memory-bound layout";
+  }
 }
 
 // bfloat16 values (a bf16 checkpoint's) pack as bf16 weights: the same layouts, bytes and results, bit for
@@ -660,19 +682,30 @@ void check_activations_option(bool int8, std::mt19937_64& g) {
         spmm_reference(cr, x.data(), n, n, exact.data(), n);
         spmm_reference(cr, xr.data(), n, n, rounded.data(), n);
         spmm(p, x.data(), n, n, y.data(), n);
-        const bool small = layouts == PackLayouts::kSmallN || n <= 16;
-        const bool rounds = p.isa() == Isa::kAvx512 && small &&
-                            (int8 ? int8_activations_supported() && wt == 2 && n >= 2
-                                  : bf16_activations_supported() && wt != 0);
-        const std::vector<float>& want = rounds ? rounded : exact;
-        const std::vector<float>& other = rounds ? exact : rounded;
+        // A call of `cols` columns on the memory-bound layout rounds where the option applies.
+        auto rounds = [&](int64_t cols) {
+          return p.isa() == Isa::kAvx512 && (int8 ? int8_activations_supported() && wt == 2 && cols >= 2
+                                                  : bf16_activations_supported() && wt != 0);
+        };
+        // Per column: the whole N on the memory-bound layout (a pack of only it, or N <= 16), else
+        // compute-bound panels and on a pack with both a rest past them of at most 16 columns, which is
+        // on the memory-bound layout (its call in spmm_plan).
+        std::vector<char> col_rounds(static_cast<size_t>(n),
+                                     layouts == PackLayouts::kSmallN || n <= 16 ? rounds(n) : 0);
+        if (layouts == PackLayouts::kBoth && n > 16)
+          for (const KernelCall& call : spmm_plan(p, n))
+            if (call.first > 0 && n - call.first <= 16)
+              std::fill_n(col_rounds.begin() + call.first, call.columns, rounds(call.columns));
         double worst = 0, apart = 0;
         for (size_t i = 0; i < y.size(); ++i) {
+          const bool r = col_rounds[i % static_cast<size_t>(n)];
+          const std::vector<float>& want = r ? rounded : exact;
+          const std::vector<float>& other = r ? exact : rounded;
           const double scale = 1.0 + std::fabs(want[i]);
           worst = std::max(worst, std::fabs(y[i] - want[i]) / scale);
           apart = std::max(apart, std::fabs(other[i] - want[i]) / scale);
         }
-        EXPECT_LT(worst, 2e-5) << (rounds ? "rounded X expected" : "fp32 X expected");
+        EXPECT_LT(worst, 2e-5) << "X as expected per column";
         EXPECT_GT(apart, 10 * worst + 1e-6) << "the two references do not tell the paths apart";
       }
 }
