@@ -303,12 +303,15 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   const bool chunk_outer_by_size = panels > 1 && (weight_bytes > (size_t{16} << 20) || small_x);
   // Narrow values (bf16, int8) widen block by block (gemm_block_values): 2 (bf16) or 3 (int8) operations
   // per vector of values, each time a panel reads the block, against the tile's NV multiply-adds per
-  // vector. Over several panels int8, and anything on panels narrower than 64 columns (AVX2's 24: six at
-  // N = 128), is widened once per K block for all of them (multiply_widened, in the chunk-outer order):
-  // AVX2 tiles on Intel model 207, mpnet at 128 tokens, int8 282-298 -> 249-254 ms, bf16 280-283 -> 252-254
-  // (fp32 246-251); AVX-512 int8 +0.5-2% per Linear. bf16 on 64-column panels, whose widening is cheapest,
-  // lost 1-3% to reading the widened slab from L2 (docs/kernels.md, session 40).
-  const bool widen_once = L.type != ValueType::kF32 && panels > 1 && (L.type == ValueType::kI8 || NR < 64);
+  // vector. Over several panels narrower than 64 columns (AVX2's 24: six at N = 128), and int8 over
+  // 64-column panels where the chunk-outer order is taken anyway, each K block is widened once for all
+  // of them (multiply_widened). AVX2 tiles on Intel model 207, mpnet at 128 tokens: int8 282-298 -> 249-254
+  // ms, bf16 280-283 -> 252-254 (fp32 246-251). On 64-column panels the gain is small (int8 +0.5-2% per
+  // Linear) and the chunk-outer order with an X past L2 cost more (2 threads, 768x3072x128: -2-4%), as
+  // did reading the widened slab from L2 for bf16, whose widening is cheapest (-1-3%; docs/kernels.md,
+  // session 40).
+  const bool widen_once = L.type != ValueType::kF32 && panels > 1 &&
+                          (NR < 64 || (L.type == ValueType::kI8 && chunk_outer_by_size));
   const bool chunk_outer = chunk_outer_by_size || widen_once;
   const bool shared_x = chunk_outer && !small_x;
   float* xall = shared_x ? scratch<T, 0>(static_cast<size_t>(panels * kp * NR)) : nullptr;
@@ -353,15 +356,15 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
     for (int c = 0; c < NV; ++c) cm[c] = T::mask_first(std::clamp(nc - c * W, 0, W));
     return nc;
   };
-  // The tile of row block mb, K block kb (kh slots) of panel pan: fp32 values v, the block's packed X xb,
-  // partial sums pt.
-  auto tile = [&](int64_t pan, int64_t mb, int64_t kb, int kh, const float* v, const float* xb, float* pt,
-                  const typename T::Mask* cm, int nc) {
+  // The tile of row block mb, K block kb (kh slots, at value offset off) of panel pan: fp32 values v, the
+  // block's packed X xb, partial sums pt.
+  auto tile = [&](int64_t pan, int64_t mb, int64_t kb, int kh, size_t off, const float* v, const float* xb,
+                  float* pt, const typename T::Mask* cm, int nc) {
     const int64_t n0 = pan * NR;
     const bool first = kb == 0, last = kb == L.k_blocks - 1;
     const int rows = static_cast<int>(std::min<int64_t>(MR, m - mb * MR));
     float* y = a.tokens ? a.y + n0 * a.ldy + mb * MR : a.y + mb * MR * a.ldy + n0;
-    const uint16_t* codes = L.codes.data() + L.block_offset(mb, kb) / (2 * MR);
+    const uint16_t* codes = L.codes.data() + off / (2 * MR);
     if (a.tokens)
       gemm_tile<T, MR, NV, false, true>(v, codes, kh, xb, pt, y, a.ldy, rows, cm, first, last, a.bias,
                                         mb * MR, a.ep, nc);
@@ -380,9 +383,11 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
     const int nc = panel_mask(pan, cm);
     for (int64_t kb = kb0; kb < kb1; ++kb) {
       const int kh = L.slots_in(kb);
-      for (int64_t mb = mc; mb < mce; ++mb)
-        tile(pan, mb, kb, kh, gemm_block_values<T>(L, L.block_offset(mb, kb), mb, kb, kh, wide),
-             xp + kb * L.kc * NR, part + (mb - mb0) * MR * NR, cm, nc);
+      for (int64_t mb = mc; mb < mce; ++mb) {
+        const size_t off = L.block_offset(mb, kb);
+        tile(pan, mb, kb, kh, off, gemm_block_values<T>(L, off, mb, kb, kh, wide), xp + kb * L.kc * NR,
+             part + (mb - mb0) * MR * NR, cm, nc);
+      }
     }
   };
   // Narrow values and several panels: row blocks [mc, mce) (within one chunk) times every K block of
@@ -395,13 +400,15 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
     for (int64_t kb = 0; kb < L.k_blocks; ++kb) {
       const int kh = L.slots_in(kb);
       const int64_t stride = (kh * MR + W - 1) / W * W;  // whole (aligned) vectors per block
+      // The row blocks of one chunk and K block lie one after another (GemmLayout's storage order).
+      const size_t off0 = L.block_offset(mc, kb);
       for (int64_t mb = mc; mb < mce; ++mb)
-        gemm_block_values<T>(L, L.block_offset(mb, kb), mb, kb, kh, slab + (mb - mc) * stride);
+        gemm_block_values<T>(L, off0 + (mb - mc) * kh * MR, mb, kb, kh, slab + (mb - mc) * stride);
       for (int64_t pan = g0; pan < g1; ++pan) {
         const int nc = panel_mask(pan, cm);
         const float* xb = xs + pan * kp * NR + kb * L.kc * NR;
         for (int64_t mb = mc; mb < mce; ++mb)
-          tile(pan, mb, kb, kh, slab + (mb - mc) * stride, xb,
+          tile(pan, mb, kb, kh, off0 + (mb - mc) * kh * MR, slab + (mb - mc) * stride, xb,
                part + ((pan - g0) * (mce - mc) + mb - mc) * MR * NR, cm, nc);
       }
     }
