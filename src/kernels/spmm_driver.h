@@ -303,15 +303,12 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   const bool chunk_outer_by_size = panels > 1 && (weight_bytes > (size_t{16} << 20) || small_x);
   // Narrow values (bf16, int8) widen block by block (gemm_block_values): 2 (bf16) or 3 (int8) operations
   // per vector of values, each time a panel reads the block, against the tile's NV multiply-adds per
-  // vector. Over several panels narrower than 64 columns (AVX2's 24: six at N = 128), and int8 over
-  // 64-column panels where the chunk-outer order is taken anyway, each K block is widened once for all
-  // of them (multiply_widened). AVX2 tiles on Intel model 207, mpnet at 128 tokens: int8 282-298 -> 249-254
-  // ms, bf16 280-283 -> 252-254 (fp32 246-251). On 64-column panels the gain is small (int8 +0.5-2% per
-  // Linear) and the chunk-outer order with an X past L2 cost more (2 threads, 768x3072x128: -2-4%), as
-  // did reading the widened slab from L2 for bf16, whose widening is cheapest (-1-3%; docs/kernels.md,
-  // session 40).
-  const bool widen_once = L.type != ValueType::kF32 && panels > 1 &&
-                          (NR < 64 || (L.type == ValueType::kI8 && chunk_outer_by_size));
+  // vector. Over several panels narrower than 64 columns (AVX2's 24: six at N = 128) each K block is
+  // widened once for all of them (multiply_widened, in the chunk-outer order). AVX2 tiles on Intel model
+  // 207, mpnet at 128 tokens: int8 263-264 -> 242 ms, bf16 258-259 -> 244-245 (fp32 239-243). On AVX-512's
+  // 64-column panels it did not pay: int8 +0.5-2% per Linear but the encoder 2% slower, -2-4% with 2
+  // threads where X is past L2, bf16 -1-3% (docs/kernels.md, session 40).
+  const bool widen_once = L.type != ValueType::kF32 && panels > 1 && NR < 64;
   const bool chunk_outer = chunk_outer_by_size || widen_once;
   const bool shared_x = chunk_outer && !small_x;
   float* xall = shared_x ? scratch<T, 0>(static_cast<size_t>(panels * kp * NR)) : nullptr;

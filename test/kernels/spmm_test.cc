@@ -233,9 +233,8 @@ TEST(Spmm, LargerShapes) {
     // The compute-bound path's loop orders, rows in two chunks: small packed X (chunk-outer, each thread
     // packing its own panels); packed X too large for that (panel-outer, K in super blocks, so partial sums
     // wait across chunks); few rows and many N panels (the threads split the panels). bf16 and int8
-    // weights over several AVX2 panels (int8 over AVX-512 ones in the chunk-outer order) have each K block
-    // widened once for a group of panels (spmm_driver.h, multiply_widened): at N = 600 over 64 row blocks,
-    // several groups of the AVX2 tiles' 24-column panels.
+    // weights over several panels of the AVX2 tiles have each K block widened once for a group of panels
+    // (spmm_driver.h, multiply_widened): at N = 600 over 64 row blocks, several groups of 24-column panels.
     for (const Case& shape :
          {Case{300, 300, 70}, Case{300, 1100, 70}, Case{20, 200, 600}, Case{300, 300, 600}})
       for (int threads : {1, 2})
