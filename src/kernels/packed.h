@@ -206,7 +206,8 @@ namespace sparse24 {
 struct PackedMatrix::Impl {
   Isa isa = Isa::kRef;
   int64_t m = 0, k = 0;
-  // int8 weights: the small-N layout holds int8 values and scales, the compute-bound one dequantised values.
+  // int8 weights: both layouts hold int8 values and scales (the compute-bound one dequantised fp32 values
+  // where the scale group is not a multiple of 64 positions or the row).
   kernels::Weights weights = kernels::Weights::kF32;
   // kBf16 / kI8: the bf16- or int8-activation rows may run (PackOptions::bf16_activations on a CPU with
   // AVX512_BF16, int8_activations on one with AVX512_VNNI and AVX512_VBMI).

@@ -122,7 +122,11 @@ size_t l2_bytes() {
 // is left after other columns. A rest on rows in lanes (nr = 0) is bound by that read where the weights do
 // not stay in L2 between the calls: it costs at least 8 columns at rate 100 (Intel Xeon model 207, session
 // 38: such a call at 1-4 columns took 0.45-0.64 of the 4x16 tile's at 16, weights in L3 or DRAM; so 17-20
-// columns of weights past L2 stay on the 4x32 tile, where 16 + the rest lost 2-18%).
+// columns of weights past L2 stay on the 4x32 tile, where 16 + the rest lost 2-18%). Not a rest of bf16 or
+// int8 values that for_each_call runs on the memory-bound layout: that reads a half or a third of the bytes
+// and measured faster (mpnet's narrow Linears at 17-20 tokens as 16 + the rest, against one 4x32 call:
+// int8 35.4-36.8 -> 31.6-34.0 ms, bf16 36.6-37.3 -> 34.1-35.2, int8 x int8 activations 35.1-36.0 ->
+// 31.4-32.0; docs/kernels.md, session 40).
 struct GemmPlan {
   const Variant* first;
   int64_t cols;  // the columns `first` takes; the plan of n - cols follows
@@ -131,7 +135,8 @@ struct GemmPlan {
 GemmPlan gemm_plan(const PackedMatrix::Impl& p, int64_t n, bool rest) {
   const Variant& one = choose(p, Layout::kGemm, n);
   GemmPlan single{&one, n, cost(one, n)};
-  if (rest && one.nr == 0 && p.gemm.bytes() > l2_bytes() * 3 / 4)
+  const bool narrow_on_lanes = p.has_lanes && n <= p.small_n_max && p.weights != Weights::kF32;
+  if (rest && one.nr == 0 && !narrow_on_lanes && p.gemm.bytes() > l2_bytes() * 3 / 4)
     single.cost = std::max(single.cost, 8 / 100.0);
   if (forced_variant()) return single;  // SPARSE24_KERNEL: the forced variant or one pick, no plan
   GemmPlan best = single;

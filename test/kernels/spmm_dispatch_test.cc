@@ -74,6 +74,25 @@ TEST(Spmm, PlanCoversNAndIsWhatSpmmRuns) {
   const PackedMatrix big = pack(random_24(g, m, k, 0, 0), o);
   ASSERT_GT(big.bytes(), size_t{8} << 20);
   for (int64_t n = 17; n <= 20; ++n) EXPECT_EQ(spmm_plan(big, n).size(), 1u) << "n " << n;
+  // int8 weights with both layouts: a rest on the memory-bound layout reads the int8 values once more, not
+  // fp32 ones, so past L2 the plan is the one of weights in L2 (where the list's rates split N, it splits
+  // here too), and the rest is the memory-bound layout's.
+  o.layouts = PackLayouts::kBoth;
+  const PackedMatrix big8 = pack(quantize_int8(random_24(g, m, k, 0, 0), 64), o);
+  const PackedMatrix small8 = pack(quantize_int8(random_24(g, 64, 256, 0, 0), 64), o);
+  std::map<std::string, bool> large_n;
+  for (const KernelVariantInfo& v : kernel_variants()) large_n[v.name] = v.large_n;
+  for (int64_t n = 17; n <= 20; ++n) {
+    const std::vector<KernelCall> plan = spmm_plan(big8, n), in_l2 = spmm_plan(small8, n);
+    ASSERT_EQ(plan.size(), in_l2.size()) << "n " << n;
+    for (size_t i = 0; i < plan.size(); ++i) {
+      EXPECT_EQ(plan[i].variant, in_l2[i].variant) << "n " << n;
+      EXPECT_EQ(plan[i].columns, in_l2[i].columns) << "n " << n;
+      if (i > 0) {
+        EXPECT_FALSE(large_n.at(plan[i].variant)) << "n " << n;
+      }
+    }
+  }
 }
 
 // spmm_tokens (X [N, K], Y [N, M]) against spmm on the transposes: the compute-bound path (its own packing
