@@ -127,6 +127,10 @@ size_t l2_bytes() {
 // and measured faster (mpnet's narrow Linears at 17-20 tokens as 16 + the rest, against one 4x32 call:
 // int8 35.4-36.8 -> 31.6-34.0 ms, bf16 36.6-37.3 -> 34.1-35.2, int8 x int8 activations 35.1-36.0 ->
 // 31.4-32.0; docs/kernels.md, session 40).
+// Whether a rest of n columns (after whole compute-bound panels) runs on the memory-bound layout: on a
+// pack with both layouts, where n is within its limit (for_each_call).
+bool rest_on_lanes(const PackedMatrix::Impl& p, int64_t n) { return p.has_lanes && n <= p.small_n_max; }
+
 struct GemmPlan {
   const Variant* first;
   int64_t cols;  // the columns `first` takes; the plan of n - cols follows
@@ -135,7 +139,7 @@ struct GemmPlan {
 GemmPlan gemm_plan(const PackedMatrix::Impl& p, int64_t n, bool rest) {
   const Variant& one = choose(p, Layout::kGemm, n);
   GemmPlan single{&one, n, cost(one, n)};
-  const bool narrow_on_lanes = p.has_lanes && n <= p.small_n_max && p.weights != Weights::kF32;
+  const bool narrow_on_lanes = rest && rest_on_lanes(p, n) && p.weights != Weights::kF32;
   if (rest && one.nr == 0 && !narrow_on_lanes && p.gemm.bytes() > l2_bytes() * 3 / 4)
     single.cost = std::max(single.cost, 8 / 100.0);
   if (forced_variant()) return single;  // SPARSE24_KERNEL: the forced variant or one pick, no plan
@@ -167,7 +171,7 @@ void for_each_call(const PackedMatrix::Impl& p, int64_t n, F&& f) {
     // lanes over the compute-bound layout widen every block (Intel model 207, mpnet 2:4 at 40 tokens as 32
     // + 8: int8 54.3-54.6 -> 52.1-52.7 ms, bf16 53.9-54.4 -> 51.3-51.7, int8 x int8 activations 54.0-55.6
     // -> 46.7-46.9; docs/kernels.md, session 40).
-    if (c0 > 0 && p.has_lanes && n - c0 <= p.small_n_max) {
+    if (c0 > 0 && rest_on_lanes(p, n - c0)) {
       f(choose(p, Layout::kLanes, n - c0), c0, n - c0);
       return;
     }

@@ -10,7 +10,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -28,6 +27,7 @@ using testing::kEdges;
 using testing::random_24;
 using testing::random_floats;
 using testing::rng;
+using testing::variant_is_large_n;
 
 Compressed with_abs_values(Compressed c) {
   for (size_t i = 0; i + 4 <= c.values.size(); i += 4) {
@@ -341,8 +341,6 @@ TEST(Spmm, LayoutsForNIsTheLayoutDispatchRuns) {
   const int64_t m = 37, k = 131;
   const Compressed f32 = random_24(g, m, k);
   const std::vector<float> x = random_floats(g, static_cast<size_t>(k * 20));
-  std::map<std::string, bool> large_n;
-  for (const KernelVariantInfo& v : kernel_variants()) large_n[v.name] = v.large_n;
   int rests = 0;
   for (Isa isa : isas_here())
     for (int wt = 0; wt < 6; ++wt) {  // fp32, bf16, int8; then with bf16 activations
@@ -366,7 +364,7 @@ TEST(Spmm, LayoutsForNIsTheLayoutDispatchRuns) {
         int64_t same = n;  // the columns both packs run on the named layout
         const std::vector<KernelCall> plan = spmm_plan(both, n);
         for (size_t i = 0; i < plan.size(); ++i) {
-          if (large_n.at(plan[i].variant) == large) continue;
+          if (variant_is_large_n(plan[i].variant) == large) continue;
           EXPECT_TRUE(large && i > 0 && i + 1 == plan.size()) << "call " << i << " " << plan[i].variant;
           EXPECT_EQ(plan[i].columns, n - plan[i].first);
           same = plan[i].first;

@@ -3,10 +3,12 @@
 #pragma once
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "common/seed.h"
 #include "sparse24/compressed.h"
+#include "sparse24/error.h"
 #include "sparse24/spmm.h"
 
 namespace sparse24::testing {
@@ -48,6 +50,13 @@ inline PackedMatrix random_pack(std::mt19937_64& g, Isa isa, int wt, PackLayouts
 }
 
 // Sizes across the tiles' and panels' edges.
+// Whether the named kernel variant reads the compute-bound (large-N) layout.
+inline bool variant_is_large_n(const std::string& name) {
+  for (const KernelVariantInfo& v : kernel_variants())
+    if (v.name == name) return v.large_n;
+  throw Error("no kernel variant '" + name + "'");
+}
+
 inline constexpr int64_t kEdges[] = {1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11,  12,  13,
                                      14, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129};
 
