@@ -10,7 +10,10 @@ namespace sparse24::kernels {
 
 using SpmmFn = void (*)(const PackedMatrix::Impl&, const SpmmArgs&);
 
-enum class Layout : uint8_t { kGemm, kLanes };
+// kGemm: the compute-bound layout and its tiles; kLanes: the memory-bound layout and its kernels;
+// kLanesGemm: the compute-bound tiles over the memory-bound layout (a pack without the compute-bound one
+// running a large N: its blocks made as the tiles reach them).
+enum class Layout : uint8_t { kGemm, kLanes, kLanesGemm };
 // The CPUs a variant is picked on (it runs on any CPU with its ISA): every CPU, Intel's, or the others.
 enum class Cpu : uint8_t { kAny, kIntel, kOther };
 
@@ -120,7 +123,7 @@ constexpr int64_t small_rows_max(Isa isa, Weights w, int64_t Variant::*field, Cp
                                  Act a = Act::kF32) {
   int64_t n = 0;
   for (const Variant& v : kVariants)
-    if (v.isa == isa && v.layout != Layout::kGemm && v.reads(w) && act_runs(v.act, a) && v.pick_min > 0 &&
+    if (v.isa == isa && v.layout == Layout::kLanes && v.reads(w) && act_runs(v.act, a) && v.pick_min > 0 &&
         (c == Cpu::kAny || v.dispatchable(c)) && v.*field > n)
       n = v.*field;
   return n;
@@ -157,6 +160,14 @@ constexpr bool list_is_consistent() {
     bool has_isa = false;
     for (const IsaRow& r : kIsas) has_isa = has_isa || r.isa == v.isa;
     if (!has_isa || v.pick_min < 0 || v.rate <= 0) return false;
+    // The tiles over the memory-bound layout: whole panels of fp32 activations, past the small-N limit, on
+    // K blocks of whole super chunks (lanes_to_gemm_blocks: at most 256 positions).
+    if (v.layout == Layout::kLanesGemm) {
+      const IsaRow* r = isa_row(v.isa);
+      if (v.nr == 0 || v.act != Act::kF32 || v.n_max != 0 || r->gemm_kc % 64 != 0 || r->gemm_kc > 256 ||
+          (v.pick_min > 0 && v.pick_min <= small_n_take(v.isa, Weights::kF32)))
+        return false;
+    }
     if (v.n_max != 0 && v.pick_min > 0 && (v.pick_max == 0 || v.pick_max > v.n_max)) return false;
     for (size_t j = 0; j < nv; ++j)
       if (j != i && kVariants[j].name == v.name) return false;
@@ -180,10 +191,8 @@ constexpr bool list_is_consistent() {
             for (const Variant& v : kVariants) {
               if (v.isa != r.isa || !v.reads(w) || !act_runs(v.act, a) || !v.picks(n, c) || !v.takes(n))
                 continue;
-              if (v.layout == Layout::kGemm)
-                large = true;
-              else
-                small = true;
+              if (v.layout == Layout::kGemm) large = true;
+              if (v.layout == Layout::kLanes) small = true;
             }
             if ((n <= lim && !small) || !large) return false;
           }

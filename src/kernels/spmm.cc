@@ -157,9 +157,33 @@ GemmPlan gemm_plan(const PackedMatrix::Impl& p, int64_t n, bool rest) {
 template <class F>
 void for_each_call(const PackedMatrix::Impl& p, int64_t n, F&& f) {
   if (p.has_lanes && (n <= p.small_n_max || !p.has_gemm)) {
+    // Without the compute-bound layout, whole panels of a compute-bound tile over the memory-bound layout
+    // where a row picks n (kLanesGemm: each block made from the memory-bound one as the tiles reach it, once
+    // for all the panels), then the rest in chunks. Intel model 207, int8 2048x2048 in L3: N = 128 182-199
+    // GFLOP/s against 99-114 in chunks of 16 (the compute-bound layout's 160-213); docs/kernels.md,
+    // session 41.
+    // Not where the pack's bf16 or int8 activations have rows to pick: those multiply 2 or 4 times as much
+    // per instruction (int8 x int8 at N = 64 and 128: 190-229 GFLOP/s in chunks against 91-170 on the tile).
+    int64_t c0 = 0;
+    if (!p.has_gemm && n > p.small_n_take &&
+        (p.act == Act::kF32 || !picks_activations(p.isa, cpu_kind(), p.act))) {
+      const Variant* forced = forced_variant();
+      const Variant* best = nullptr;
+      if (forced && can_run(*forced, p, Layout::kLanesGemm, n))
+        best = forced;
+      else
+        for (const Variant& v : kVariants)
+          if (can_run(v, p, Layout::kLanesGemm, n) && v.picks(n, cpu_kind()) &&
+              (!best || cost(v, n / v.nr * v.nr) <= cost(*best, n / best->nr * best->nr)))
+            best = &v;
+      if (best) {
+        c0 = n / best->nr * best->nr;
+        f(*best, 0, c0);
+      }
+    }
     // The memory-bound kernels take up to small_n_take columns at a time (a single chunk where the
     // compute-bound layout is packed too: n <= small_n_max <= small_n_take).
-    for (int64_t c0 = 0; c0 < n; c0 += p.small_n_take) {
+    for (; c0 < n; c0 += p.small_n_take) {
       const int64_t c = std::min<int64_t>(p.small_n_take, n - c0);
       f(choose(p, Layout::kLanes, c), c0, c);
     }

@@ -19,6 +19,10 @@ namespace sparse24::kernels {
 void avx2_gemm_4x8(const PackedMatrix::Impl& p, const SpmmArgs& a) { gemm_run<Avx2, 4, 1>(p, a); }
 void avx2_gemm_4x16(const PackedMatrix::Impl& p, const SpmmArgs& a) { gemm_run<Avx2, 4, 2>(p, a); }
 void avx2_gemm_4x24(const PackedMatrix::Impl& p, const SpmmArgs& a) { gemm_run<Avx2, 4, 3>(p, a); }
+// The 4x24 tile over the memory-bound layout.
+void avx2_lanes_gemm_4x24(const PackedMatrix::Impl& p, const SpmmArgs& a) {
+  gemm_run<Avx2, 4, 3, true>(p, a);
+}
 
 // Rows in lanes (spmm_lanes.h) in the 16 registers, cmax columns per pass.
 #define S24_LANES_ROW(name, cmax, tile) SPARSE24_LANES_ENTRY(Avx2, name, cmax, 16, tile)

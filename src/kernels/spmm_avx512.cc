@@ -119,6 +119,10 @@ void avx512_gemm_4x8(const PackedMatrix::Impl& p, const SpmmArgs& a) { gemm_run<
 void avx512_gemm_4x16(const PackedMatrix::Impl& p, const SpmmArgs& a) { gemm_run<Avx512, 4, 1>(p, a); }
 void avx512_gemm_4x32(const PackedMatrix::Impl& p, const SpmmArgs& a) { gemm_run<Avx512, 4, 2>(p, a); }
 void avx512_gemm_4x64(const PackedMatrix::Impl& p, const SpmmArgs& a) { gemm_run<Avx512, 4, 4>(p, a); }
+// The 4x64 tile over the memory-bound layout.
+void avx512_lanes_gemm_4x64(const PackedMatrix::Impl& p, const SpmmArgs& a) {
+  gemm_run<Avx512, 4, 4, true>(p, a);
+}
 
 // Rows in lanes over the compute-bound layout (spmm_gemm_lanes.h, gemm_lanes_run); _pf with the prefetch.
 void avx512_gemm_lanes(const PackedMatrix::Impl& p, const SpmmArgs& a) {

@@ -108,6 +108,112 @@ template <class T>
   return buf;
 }
 
+// Compute-bound tiles over the memory-bound layout (a pack without the compute-bound one: a decoder's prompt,
+// say): row blocks [mc, mce) of the compute-bound geometry (lanes_gemm_geometry), K block kb of kh slots,
+// made from the LanesLayout entries as the tiles read them: the fp32 values [slot][4 rows] of row block mb at
+// out + (mb - mc) * stride (gemm_block_values' form; stride >= roundup(kh, 4) * 4) and its code words
+// (GemmLayout::codes' form) at codes + (mb - mc) * cstride. A lanes row block is two compute-bound ones
+// (lanes 0-3 and 4-7); a K block (kc a multiple of 64) whole super chunks. The entries of the next K block
+// are prefetched into L2 (the chunk's tiles of this one run in between).
+template <class T>
+void lanes_to_gemm_blocks(const LanesLayout& Ls, int64_t mc, int64_t mce, int64_t kb, int kc, int kh,
+                          float* out, int64_t stride, uint16_t* codes, int64_t cstride) {
+  using LL = LanesLayout;
+  const ValueType wt = Ls.weights;
+  const int eb = LL::entry_bytes(wt);
+  const int64_t per = Ls.kb / LL::kSuper;
+  const int64_t s0 = kb * kc / LL::kSuper;
+  const int nsup = (kh + LL::kSlots - 1) / LL::kSlots;
+  const __m256i split = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);  // 4 slots x 8 rows -> rows 0-3 | 4-7
+  for (int64_t lb = mc / 2; 2 * lb < mce; ++lb) {
+    float* o[2];
+    uint16_t* c[2];
+    for (int h = 0; h < 2; ++h) {
+      const int64_t mb = 2 * lb + h;
+      const bool in = mb >= mc && mb < mce;
+      o[h] = in ? out + (mb - mc) * stride : nullptr;
+      c[h] = in ? codes + (mb - mc) * cstride : nullptr;
+    }
+    for (int si = 0; si < nsup; ++si) {
+      const int64_t s = s0 + si;
+      const int64_t kblk = s / per;
+      const uint8_t* e = Ls.data.data() + Ls.entry(kblk, lb) + static_cast<size_t>((s - kblk * per) * eb);
+      if (si == 0) {
+        const int64_t sn = s + nsup;  // the next K block's entries of this lanes row block
+        if (sn < Ls.supers) {
+          const uint8_t* en =
+              Ls.data.data() + Ls.entry(sn / per, lb) + static_cast<size_t>((sn - sn / per * per) * eb);
+          for (int off = 0; off < nsup * eb; off += 64)
+            _mm_prefetch(reinterpret_cast<const char*>(en + off), _MM_HINT_T1);
+        }
+      }
+      const int slots = std::min(LL::kSlots, kh - LL::kSlots * si);  // even; the values go in fours
+      // Code words: lane r's word of code vector v holds groups 8v..8v+7, a nibble each (slot 2g in its low
+      // 2 bits); one pdep per 4 groups puts a row's nibbles at bits 2r and 8 + 2r of 4 words.
+      uint32_t cw[2][LL::kRows];
+      std::memcpy(cw, e + LL::code_offset(wt), sizeof(cw));
+      for (int h = 0; h < 2; ++h) {
+        if (!c[h]) continue;
+        uint64_t w4[4] = {0, 0, 0, 0};
+        for (int r = 0; r < 4; ++r) {
+          const uint64_t field = 0x0303030303030303ull << (2 * r);
+          for (int v = 0; v < 2; ++v) {
+            const uint32_t word = cw[v][4 * h + r];
+            w4[2 * v] |= _pdep_u64(word & 0xffffu, field);
+            w4[2 * v + 1] |= _pdep_u64(word >> 16, field);
+          }
+        }
+        std::memcpy(c[h] + LL::kSlots / 2 * si, w4, sizeof(uint16_t) * static_cast<size_t>(slots / 2));
+      }
+      const uint8_t* src = e + LL::slot_at(wt, 0);
+      float* d[2] = {o[0] ? o[0] + 4 * LL::kSlots * si : nullptr,
+                     o[1] ? o[1] + 4 * LL::kSlots * si : nullptr};
+      if (wt == ValueType::kI8) {
+        const float* sc = reinterpret_cast<const float*>(e + LL::scale_offset(wt));
+        const typename T::V scale[2] = {T::bcast4(sc), T::bcast4(sc + 4)};
+        alignas(32) int8_t t[32];
+        for (int j = 0; j < slots; j += 4) {
+          const __m256i b = _mm256_load_si256(reinterpret_cast<const __m256i*>(src + 8 * j));
+          _mm256_store_si256(reinterpret_cast<__m256i*>(t), _mm256_permutevar8x32_epi32(b, split));
+          for (int h = 0; h < 2; ++h)
+            if (d[h])
+              for (int i = 0; i < 16; i += T::W)
+                T::store(d[h] + 4 * j + i, T::mul(T::widen_i8(t + 16 * h + i), scale[h]));
+        }
+      } else if (wt == ValueType::kBf16) {
+        const uint16_t* b = reinterpret_cast<const uint16_t*>(src);
+        for (int j = 0; j < slots; ++j)
+          for (int h = 0; h < 2; ++h)
+            if (d[h]) {
+              const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 8 * j + 4 * h));
+              _mm_store_ps(d[h] + 4 * j, _mm_castsi128_ps(_mm_slli_epi32(_mm_cvtepu16_epi32(v), 16)));
+            }
+      } else {
+        const float* f = reinterpret_cast<const float*>(src);
+        for (int j = 0; j < slots; ++j)
+          for (int h = 0; h < 2; ++h)
+            if (d[h]) _mm_store_ps(d[h] + 4 * j, _mm_load_ps(f + 8 * j + 4 * h));
+      }
+    }
+  }
+}
+
+// The compute-bound geometry over a pack's memory-bound layout: the ISA's row blocks, K blocks and chunks,
+// no arrays (lanes_to_gemm_blocks makes each block's values and codes as the tiles reach it).
+template <class T>
+GemmLayout lanes_gemm_geometry(const PackedMatrix::Impl& p) {
+  const IsaRow* s = isa_row(p.isa);
+  GemmLayout g;
+  g.mr = s->gemm_mr;
+  g.kc = s->gemm_kc;
+  g.chunk = s->gemm_chunk;
+  g.m_blocks = (p.m + g.mr - 1) / g.mr;
+  g.k_blocks = (p.k + g.kc - 1) / g.kc;
+  g.slots_per_row = 2 * ((p.k + 3) / 4);
+  g.type = p.lanes.weights;
+  return g;
+}
+
 template <class T>
 typename T::V finish(typename T::V acc, const float* bias, int64_t row, Epilogue ep) {
   if (bias) acc = T::add(acc, T::set1(bias[row]));
@@ -267,11 +373,13 @@ inline std::pair<int64_t, int64_t> thread_row_blocks(const GemmLayout& L, int ti
           std::min(L.m_blocks, units * (tid + 1) / nth * unit)};
 }
 
-template <class T, int MR, int NV>
+// LANES: the tiles over the memory-bound layout (lanes_to_gemm_blocks), always in the widen-once order.
+template <class T, int MR, int NV, bool LANES = false>
 void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   constexpr int W = T::W;
   constexpr int NR = NV * W;
-  const GemmLayout& L = p.gemm;
+  const GemmLayout geometry = LANES ? lanes_gemm_geometry<T>(p) : GemmLayout{};
+  const GemmLayout& L = LANES ? geometry : p.gemm;
   if (L.mr != MR) throw Error("internal: packed row block does not match the kernel");
   const int64_t m = p.m, k = p.k, n = a.n;
   const int64_t kp = (k + 3) / 4 * 4;
@@ -308,7 +416,8 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   // 207, mpnet at 128 tokens: int8 263-264 -> 242 ms, bf16 258-259 -> 244-245 (fp32 239-243). On AVX-512's
   // 64-column panels it did not pay: int8 +0.5-2% per Linear but the encoder 2% slower, -2-4% with 2
   // threads where X is past L2, bf16 -1-3% (docs/kernels.md, session 40).
-  const bool widen_once = L.type != ValueType::kF32 && panels > 1 && NR < 64;
+  // Over the memory-bound layout every block is made once for all panels (LANES).
+  const bool widen_once = LANES || (L.type != ValueType::kF32 && panels > 1 && NR < 64);
   const bool chunk_outer = chunk_outer_by_size || widen_once;
   const bool shared_x = chunk_outer && !small_x;
   float* xall = shared_x ? scratch<T, 0>(static_cast<size_t>(panels * kp * NR)) : nullptr;
@@ -353,15 +462,14 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
     for (int c = 0; c < NV; ++c) cm[c] = T::mask_first(std::clamp(nc - c * W, 0, W));
     return nc;
   };
-  // The tile of row block mb, K block kb (kh slots, at value offset off) of panel pan: fp32 values v, the
+  // The tile of row block mb, K block kb (kh slots) of panel pan: fp32 values v, code words codes, the
   // block's packed X xb, partial sums pt.
-  auto tile = [&](int64_t pan, int64_t mb, int64_t kb, int kh, size_t off, const float* v, const float* xb,
-                  float* pt, const typename T::Mask* cm, int nc) {
+  auto tile = [&](int64_t pan, int64_t mb, int64_t kb, int kh, const uint16_t* codes, const float* v,
+                  const float* xb, float* pt, const typename T::Mask* cm, int nc) {
     const int64_t n0 = pan * NR;
     const bool first = kb == 0, last = kb == L.k_blocks - 1;
     const int rows = static_cast<int>(std::min<int64_t>(MR, m - mb * MR));
     float* y = a.tokens ? a.y + n0 * a.ldy + mb * MR : a.y + mb * MR * a.ldy + n0;
-    const uint16_t* codes = L.codes.data() + off / (2 * MR);
     if (a.tokens)
       gemm_tile<T, MR, NV, false, true>(v, codes, kh, xb, pt, y, a.ldy, rows, cm, first, last, a.bias,
                                         mb * MR, a.ep, nc);
@@ -382,8 +490,8 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
       const int kh = L.slots_in(kb);
       for (int64_t mb = mc; mb < mce; ++mb) {
         const size_t off = L.block_offset(mb, kb);
-        tile(pan, mb, kb, kh, off, gemm_block_values<T>(L, off, mb, kb, kh, wide), xp + kb * L.kc * NR,
-             part + (mb - mb0) * MR * NR, cm, nc);
+        tile(pan, mb, kb, kh, L.codes.data() + off / (2 * MR), gemm_block_values<T>(L, off, mb, kb, kh, wide),
+             xp + kb * L.kc * NR, part + (mb - mb0) * MR * NR, cm, nc);
       }
     }
   };
@@ -391,22 +499,29 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
   // panels [g0, g1) (packed at xs), each K block of the row blocks widened once into `slab` (in L2: one
   // K block of a chunk) for all the panels, not once per panel; the partial sums of row block mb, panel pan
   // at part + ((pan - g0) * (mce - mc) + mb - mc) * MR * NR.
+  // LANES: the values and codes made from the memory-bound layout, the codes into `cslab` (cstride words
+  // per row block).
+  constexpr int64_t cstride = 64;  // >= kc / 4 code words (kc <= 256)
   auto multiply_widened = [&](const float* xs, int64_t g0, int64_t g1, int64_t mc, int64_t mce, float* part,
-                              float* slab) {
+                              float* slab, uint16_t* cslab) {
     typename T::Mask cm[NV];
     for (int64_t kb = 0; kb < L.k_blocks; ++kb) {
       const int kh = L.slots_in(kb);
-      const int64_t stride = (kh * MR + W - 1) / W * W;  // whole (aligned) vectors per block
+      const int64_t stride = ((kh + 3) / 4 * 4 * MR + W - 1) / W * W;  // whole (aligned) vectors per block
       // The row blocks of one chunk and K block lie one after another (GemmLayout's storage order).
-      const size_t off0 = L.block_offset(mc, kb);
-      for (int64_t mb = mc; mb < mce; ++mb)
-        gemm_block_values<T>(L, off0 + (mb - mc) * kh * MR, mb, kb, kh, slab + (mb - mc) * stride);
+      const size_t off0 = LANES ? 0 : L.block_offset(mc, kb);
+      if constexpr (LANES)
+        lanes_to_gemm_blocks<T>(p.lanes, mc, mce, kb, L.kc, kh, slab, stride, cslab, cstride);
+      else
+        for (int64_t mb = mc; mb < mce; ++mb)
+          gemm_block_values<T>(L, off0 + (mb - mc) * kh * MR, mb, kb, kh, slab + (mb - mc) * stride);
       for (int64_t pan = g0; pan < g1; ++pan) {
         const int nc = panel_mask(pan, cm);
         const float* xb = xs + pan * kp * NR + kb * L.kc * NR;
         for (int64_t mb = mc; mb < mce; ++mb)
-          tile(pan, mb, kb, kh, off0 + (mb - mc) * kh * MR, slab + (mb - mc) * stride, xb,
-               part + ((pan - g0) * (mce - mc) + mb - mc) * MR * NR, cm, nc);
+          tile(pan, mb, kb, kh,
+               LANES ? cslab + (mb - mc) * cstride : L.codes.data() + (off0 + (mb - mc) * kh * MR) / (2 * MR),
+               slab + (mb - mc) * stride, xb, part + ((pan - g0) * (mce - mc) + mb - mc) * MR * NR, cm, nc);
       }
     }
   };
@@ -437,6 +552,9 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
     float* wide = widen_once
                       ? scratch<T, 4>(static_cast<size_t>(L.chunk * ((L.kc / 2 * MR + W - 1) / W * W) + W))
                       : wide_buffer<T>(L);
+    uint16_t* cslab =
+        LANES ? reinterpret_cast<uint16_t*>(scratch<T, 5>(static_cast<size_t>(L.chunk * cstride / 2 + 16)))
+              : nullptr;
     if (chunk_outer) {
       float* xs = xall;
       if (shared_x) {
@@ -450,7 +568,7 @@ void gemm_run(const PackedMatrix::Impl& p, const SpmmArgs& a) {
         const int64_t mce = std::min(b1, (mc / L.chunk + 1) * L.chunk);
         if (widen_once)
           for (int64_t g0 = p0; g0 < p1; g0 += group)
-            multiply_widened(xs, g0, std::min(p1, g0 + group), mc, mce, part, wide);
+            multiply_widened(xs, g0, std::min(p1, g0 + group), mc, mce, part, wide, cslab);
         else
           for (int64_t pan = p0; pan < p1; ++pan)
             multiply(pan, xs + pan * kp * NR, mc, mce, 0, L.k_blocks, part, b0, wide);

@@ -91,6 +91,30 @@ TEST(Spmm, PlanCoversNAndIsWhatSpmmRuns) {
       }
     }
   }
+  // A pack with only the memory-bound layout (a decoder's) runs a large N as whole panels of the 4x64 tile
+  // over that layout (AVX-512: from N = 64), and the rest in chunks of rows in lanes; the rows of its
+  // activations where it has bf16 or int8 ones that dispatch picks (only chunks then).
+  if (active_isa() != Isa::kAvx512) return;
+  o.layouts = PackLayouts::kSmallN;
+  const PackedMatrix lanes8 = pack(quantize_int8(random_24(g, 64, 256, 0, 0), 64), o);
+  for (int64_t n : {17, 63, 64, 130, 200}) {
+    const std::vector<KernelCall> plan = spmm_plan(lanes8, n);
+    ASSERT_FALSE(plan.empty());
+    const bool panels = plan[0].variant == "avx512_lanes_gemm_4x64";
+    EXPECT_EQ(panels, n >= 64) << "n " << n;
+    if (panels) {
+      EXPECT_EQ(plan[0].columns, n / 64 * 64) << "n " << n;
+    }
+    for (size_t i = panels ? 1 : 0; i < plan.size(); ++i) {
+      EXPECT_LE(plan[i].columns, 16) << "n " << n << " " << plan[i].variant;
+      EXPECT_FALSE(variant_is_large_n(plan[i].variant)) << "n " << n;
+    }
+  }
+  // Not on a pack whose int8 activations have rows to pick: those stay in chunks at every N.
+  if (!int8_activations_supported()) return;
+  o.int8_activations = true;
+  const PackedMatrix lanes8x = pack(quantize_int8(random_24(g, 64, 256, 0, 0), 64), o);
+  for (const KernelCall& call : spmm_plan(lanes8x, 128)) EXPECT_LE(call.columns, 16) << call.variant;
 }
 
 // spmm_tokens (X [N, K], Y [N, M]) against spmm on the transposes: the compute-bound path (its own packing

@@ -253,15 +253,16 @@ TEST(Spmm, LargerShapes) {
   }
 }
 
-// A pack with one layout runs every N on it: the compute-bound layout at small N, the memory-bound one in
-// column chunks at large N (int8 too). One layout takes less memory than both.
+// A pack with one layout runs every N on it: the compute-bound layout at small N, the memory-bound one at
+// large N in whole panels of a tile over it and column chunks (int8 too). One layout takes less memory than
+// both.
 TEST(Spmm, SingleLayoutAnyN) {
   SPARSE24_SEED_TRACE();
   auto g = rng(307);
   for (Isa isa : isas_here()) {
     if (isa == Isa::kRef) continue;
     for (PackLayouts l : {PackLayouts::kLargeN, PackLayouts::kSmallN})
-      for (int64_t n : {1, 7, 16, 17, 33, 70})
+      for (int64_t n : {1, 7, 16, 17, 33, 70, 130})
         for (int threads : {1, 2}) {
           Case t{37, 131, n};
           t.layouts = l;
@@ -280,7 +281,7 @@ TEST(Spmm, SingleLayoutAnyN) {
     // moves to the compute-bound one past the limit. Every weight type, on either side of it.
     for (int wt = 0; wt < 3; ++wt)
       for (PackLayouts l : {PackLayouts::kSmallN, PackLayouts::kBoth})
-        for (int64_t n : {8, 9, 10, 12, 13, 15, 16, 17, 33}) {
+        for (int64_t n : {8, 9, 10, 12, 13, 15, 16, 17, 33, 64, 100}) {
           Case t{37, 131, n};
           t.layouts = l;
           t.threads = 1 + static_cast<int>(n % 2);
