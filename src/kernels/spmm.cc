@@ -153,33 +153,35 @@ GemmPlan gemm_plan(const PackedMatrix::Impl& p, int64_t n, bool rest) {
   return best.cost <= single.cost * 7 / 8 ? best : single;
 }
 
+// On a pack without the compute-bound layout, the row of a compute-bound tile over the memory-bound layout
+// (kLanesGemm: each block made from the memory-bound entries as the tile reaches it, once for all the panels)
+// that runs the whole panels of n columns: the forced one, else the cheapest that picks n; null for none.
+// Intel model 207, int8 2048x2048 in L3: N = 128 182-199 GFLOP/s against 99-114 in chunks of 16 (the
+// compute-bound layout's 160-213); docs/kernels.md, session 41. None where the pack's bf16 or int8
+// activations have rows to pick: those multiply 2 or 4 times as much per instruction (int8 x int8 at N = 64
+// and 128: 190-229 GFLOP/s in chunks against 91-170 on the tile).
+const Variant* lanes_gemm_pick(const PackedMatrix::Impl& p, int64_t n) {
+  if (p.has_gemm || n <= p.small_n_take ||
+      (p.act != Act::kF32 && picks_activations(p.isa, cpu_kind(), p.act)))
+    return nullptr;
+  const Variant* forced = forced_variant();
+  const Variant* best = forced && can_run(*forced, p, Layout::kLanesGemm, n) ? forced : nullptr;
+  if (!best)
+    for (const Variant& v : kVariants)
+      if (can_run(v, p, Layout::kLanesGemm, n) && v.picks(n, cpu_kind()) &&
+          (!best || cost(v, n / v.nr * v.nr) <= cost(*best, n / best->nr * best->nr)))
+        best = &v;
+  return best && n >= best->nr ? best : nullptr;
+}
+
 // The calls dispatch makes for a.n columns: f(variant, first column, columns) in column order.
 template <class F>
 void for_each_call(const PackedMatrix::Impl& p, int64_t n, F&& f) {
   if (p.has_lanes && (n <= p.small_n_max || !p.has_gemm)) {
-    // Without the compute-bound layout, whole panels of a compute-bound tile over the memory-bound layout
-    // where a row picks n (kLanesGemm: each block made from the memory-bound one as the tiles reach it, once
-    // for all the panels), then the rest in chunks. Intel model 207, int8 2048x2048 in L3: N = 128 182-199
-    // GFLOP/s against 99-114 in chunks of 16 (the compute-bound layout's 160-213); docs/kernels.md,
-    // session 41.
-    // Not where the pack's bf16 or int8 activations have rows to pick: those multiply 2 or 4 times as much
-    // per instruction (int8 x int8 at N = 64 and 128: 190-229 GFLOP/s in chunks against 91-170 on the tile).
     int64_t c0 = 0;
-    if (!p.has_gemm && n > p.small_n_take &&
-        (p.act == Act::kF32 || !picks_activations(p.isa, cpu_kind(), p.act))) {
-      const Variant* forced = forced_variant();
-      const Variant* best = nullptr;
-      if (forced && can_run(*forced, p, Layout::kLanesGemm, n))
-        best = forced;
-      else
-        for (const Variant& v : kVariants)
-          if (can_run(v, p, Layout::kLanesGemm, n) && v.picks(n, cpu_kind()) &&
-              (!best || cost(v, n / v.nr * v.nr) <= cost(*best, n / best->nr * best->nr)))
-            best = &v;
-      if (best) {
-        c0 = n / best->nr * best->nr;
-        f(*best, 0, c0);
-      }
+    if (const Variant* t = lanes_gemm_pick(p, n)) {
+      c0 = n / t->nr * t->nr;
+      f(*t, 0, c0);
     }
     // The memory-bound kernels take up to small_n_take columns at a time (a single chunk where the
     // compute-bound layout is packed too: n <= small_n_max <= small_n_take).
