@@ -35,10 +35,10 @@ std::string cpu_name();
 // Which packed layouts to prepare. Both: spmm picks the memory-bound layout for small N and the
 // compute-bound one otherwise, where a larger N may be split into the whole panels of a compute-bound
 // tile and a rest of at most the small-N limit, which then runs on the memory-bound layout. One: half the
-// bytes; spmm runs every N on it (correct at any N, slower outside the range it was made for: the memory-bound
-// layout alone runs a large N as whole panels of a compute-bound tile whose blocks are made from it as the
-// tile reaches them, AVX-512 from N = 64, and the rest in chunks). An engine that knows its N packs only the
-// layout that N uses (layouts_for_n).
+// bytes; spmm runs every N on it (correct at any N, slower outside the range it was made for: the
+// memory-bound layout alone runs a large N as whole panels of a compute-bound tile whose blocks are made from
+// it as the tile reaches them, AVX-512 from N = 64, and the rest in chunks). An engine that knows its N packs
+// only the layout that N uses (layouts_for_n).
 enum class PackLayouts : uint8_t { kBoth, kLargeN, kSmallN };
 
 struct PackOptions {

@@ -156,8 +156,8 @@ GemmPlan gemm_plan(const PackedMatrix::Impl& p, int64_t n, bool rest) {
 // On a pack without the compute-bound layout, the row of a compute-bound tile over the memory-bound layout
 // (kLanesGemm: each block made from the memory-bound entries as the tile reaches it, once for all the panels)
 // that runs the whole panels of n columns: the forced one, else the cheapest that picks n; null for none.
-// Intel model 207, int8 2048x2048 in L3: N = 128 182-199 GFLOP/s against 99-114 in chunks of 16 (the
-// compute-bound layout's 160-213); docs/kernels.md, session 41. None where the pack's bf16 or int8
+// Intel model 207, int8 2048x2048 in L3: N = 128 182-191 GFLOP/s against 114 in chunks of 16 (the
+// compute-bound layout's 189-199); docs/kernels.md, session 41. None where the pack's bf16 or int8
 // activations have rows to pick: those multiply 2 or 4 times as much per instruction (int8 x int8 at N = 64
 // and 128: 190-229 GFLOP/s in chunks against 91-170 on the tile).
 const Variant* lanes_gemm_pick(const PackedMatrix::Impl& p, int64_t n) {
