@@ -134,19 +134,17 @@ void lanes_to_gemm_blocks(const LanesLayout& Ls, int64_t mc, int64_t mce, int64_
       o[h] = in ? out + (mb - mc) * stride : nullptr;
       c[h] = in ? codes + (mb - mc) * cstride : nullptr;
     }
+    // Super chunk s of this lanes row block.
+    auto entry_at = [&](int64_t s) {
+      return Ls.data.data() + Ls.entry(s / per, lb) + static_cast<size_t>((s % per) * eb);
+    };
+    if (s0 + nsup < Ls.supers) {  // the next K block's entries
+      const uint8_t* en = entry_at(s0 + nsup);
+      for (int off = 0; off < nsup * eb; off += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(en + off), _MM_HINT_T1);
+    }
     for (int si = 0; si < nsup; ++si) {
-      const int64_t s = s0 + si;
-      const int64_t kblk = s / per;
-      const uint8_t* e = Ls.data.data() + Ls.entry(kblk, lb) + static_cast<size_t>((s - kblk * per) * eb);
-      if (si == 0) {
-        const int64_t sn = s + nsup;  // the next K block's entries of this lanes row block
-        if (sn < Ls.supers) {
-          const uint8_t* en =
-              Ls.data.data() + Ls.entry(sn / per, lb) + static_cast<size_t>((sn - sn / per * per) * eb);
-          for (int off = 0; off < nsup * eb; off += 64)
-            _mm_prefetch(reinterpret_cast<const char*>(en + off), _MM_HINT_T1);
-        }
-      }
+      const uint8_t* e = entry_at(s0 + si);
       const int slots = std::min(LL::kSlots, kh - LL::kSlots * si);  // even; the values go in fours
       // Code words: lane r's word of code vector v holds groups 8v..8v+7, a nibble each (slot 2g in its low
       // 2 bits); one pdep per 4 groups puts a row's nibbles at bits 2r and 8 + 2r of 4 words.
