@@ -17,6 +17,7 @@ packages=(
   bible-kjv bible-kjv-text fortunes
   libutf8proc-dev
   python3 python3-venv python3-dev
+  ccache
 )
 
 missing=()
@@ -98,6 +99,10 @@ fi
 # and scikit-build-core (no download), warnings as errors as in the test build; build-python/ keeps the
 # build, so a run with nothing changed only repackages.
 echo "setup: pip install . (the sparse24 Python package)"
+cd "$root"
+source scripts/ccache_env.sh
+launcher=()
+if [ ${#ccache_prefix[@]} -gt 0 ]; then launcher=(--config-settings=cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
 "$venv/bin/python" -m pip install --no-build-isolation --no-deps --disable-pip-version-check -q \
-  --config-settings=cmake.define.SPARSE24_WERROR=ON "$root"
+  --config-settings=cmake.define.SPARSE24_WERROR=ON "${launcher[@]}" "$root"
 echo "setup: done"

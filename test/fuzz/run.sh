@@ -26,6 +26,7 @@ flags=(-std=c++20 -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -f
 
 command -v "$cxx" >/dev/null || { echo "fuzz: $cxx not found (apt-get install clang-14 libclang-rt-14-dev)"; exit 1; }
 mkdir -p "$out/obj"
+source scripts/ccache_env.sh
 jobs=$(nproc)
 # At most $jobs background steps at a time; a failed one fails the script.
 pending=0
@@ -44,7 +45,7 @@ for src in "${lib_sources[@]}"; do
     isa=()  # an ISA file gets its flags (it runs only after the CPU check)
     [ "$src" = src/kernels/convert_avx2.cc ] && isa=(-mavx -mf16c)
     limit
-    "$cxx" "${flags[@]}" "${isa[@]}" -fsanitize=fuzzer-no-link -c "$src" -o "$obj" &
+    "${ccache_prefix[@]}" "$cxx" "${flags[@]}" "${isa[@]}" -fsanitize=fuzzer-no-link -c "$src" -o "$obj" &
   fi
   objects+=("$obj")
 done
