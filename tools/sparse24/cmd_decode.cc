@@ -392,11 +392,6 @@ struct Run {
   size_t weight_bytes = 0;
 };
 
-std::string default_python() {
-  if (const char* p = std::getenv("SPARSE24_PYTHON")) return p;
-  return std::string(SPARSE24_SOURCE_DIR) + "/.venv/bin/python";
-}
-
 // Fixed prompt ids (no special tokens), the same for every runtime.
 std::vector<int32_t> bench_prompt(int64_t n, int64_t vocab) {
   std::vector<int32_t> ids(static_cast<size_t>(n));
@@ -547,7 +542,7 @@ void cmd_bench_decode(const BenchDecodeOptions& o) {
       for (int32_t id : prompt) ids += (ids.empty() ? "" : ",") + std::to_string(id);
       write_file_atomic((tmp / "prompt.txt").string(), ids + "\n");
       const std::string python = o.python.empty() ? default_python() : o.python;
-      const std::string cmd = "'" + python + "' '" + SPARSE24_SOURCE_DIR +
+      const std::string cmd = "'" + python + "' '" + source_dir() +
                               "/bench/peers/decode_llamacpp.py' --gguf '" + gguf + "' --prompt-ids '" +
                               (tmp / "prompt.txt").string() + "' --generate " + std::to_string(o.generate) +
                               " --threads " + std::to_string(o.threads) + " --kinds '" + o.peers +

@@ -99,11 +99,6 @@ void print_profile(const char* label, engine::TextEncoder& e, const std::vector<
   std::printf("\n");
 }
 
-std::string default_python() {
-  if (const char* p = std::getenv("SPARSE24_PYTHON")) return p;
-  return std::string(SPARSE24_SOURCE_DIR) + "/.venv/bin/python";
-}
-
 // Best-of-reps latency of each engine, interleaved.
 std::vector<double> latencies(std::vector<engine::TextEncoder*> es,
                               const std::vector<std::vector<int32_t>>& ids, int reps) {
@@ -223,10 +218,10 @@ void cmd_bench_model(const BenchModelOptions& o) {
       write_file_atomic((tmp / "ids.npy").string(), file);
     }
     const std::string python = o.python.empty() ? default_python() : o.python;
-    const std::string cmd = "'" + python + "' '" + SPARSE24_SOURCE_DIR + "/bench/peers/bench_peers.py' '" +
-                            o.model + "' --seq " + std::to_string(o.seq) + " --batch " +
-                            std::to_string(o.batch) + " --threads " + std::to_string(o.threads) + " --reps " +
-                            std::to_string(o.reps) + " --ids '" + (tmp / "ids.npy").string() + "' --json '" +
+    const std::string cmd = "'" + python + "' '" + source_dir() + "/bench/peers/bench_peers.py' '" + o.model +
+                            "' --seq " + std::to_string(o.seq) + " --batch " + std::to_string(o.batch) +
+                            " --threads " + std::to_string(o.threads) + " --reps " + std::to_string(o.reps) +
+                            " --ids '" + (tmp / "ids.npy").string() + "' --json '" +
                             (tmp / "peers.json").string() + "' --emit-embeddings '" +
                             (tmp / "torch.npy").string() + "' --peers " + o.peers;
     std::fprintf(stderr, "peers: %s\n", cmd.c_str());

@@ -383,9 +383,8 @@ void cmd_prune_experiment(const ExperimentOpts& o) {
   std::string corpora = o.corpora;
   if (corpora.empty()) {
     corpora = o.out + "/corpora";
-    run_or_throw(
-        "bash " + quote(std::string(SPARSE24_SOURCE_DIR) + "/scripts/make_corpora.sh") + " " + quote(corpora),
-        "corpora");
+    run_or_throw("bash " + quote(source_dir() + "/scripts/make_corpora.sh") + " " + quote(corpora),
+                 "corpora");
   }
   const std::string train = corpora + "/kjv-train.txt";
   std::vector<EvalSet> sets = {{"kjv-heldout", corpora + "/kjv-heldout.txt", {}, {}},

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <exception>
+#include <string>
 
 namespace sparse24::cli {
 
@@ -51,6 +52,10 @@ void register_prune_model(CLI::App& app);  // cmd_prune_model.cc: prune-model, e
 void register_bench_model(CLI::App& app);  // cmd_embed.cc
 // generate, perplexity, logits, bench-decode (cmd_decode.cc)
 void register_decode_commands(CLI::App& app);
+// The checkout the tool was built from, whose scripts (bench/peers/, scripts/) bench-model, bench-decode and
+// prune-experiment run; its venv's python unless SPARSE24_PYTHON names another (source_dir.cc).
+std::string source_dir();
+std::string default_python();
 #endif
 #ifdef SPARSE24_HAVE_TRAIN
 void register_workflow(CLI::App& app);
