@@ -40,9 +40,6 @@ inline void stop_on_signals() {
 }
 inline bool stop_asked() { return g_stop_asked.load(); }
 
-// The lines of a text file (a trailing \r dropped; a last line without \n kept).
-// A `--text S...` option: any number of texts, each taken as it is (CLI11 would otherwise split a value
-// written "[a, b]" into the list a, b for an option taking several values).
 // An encoder's 2:4 Linears in a narrower type (engine::set_sparse_precision): embed's and eval-embed's flags.
 struct EncoderPrecisionFlags {
   bool bf16 = false, int8 = false, bf16_act = false, int8_act = false;
@@ -81,11 +78,14 @@ struct EncoderPrecisionFlags {
   }
 };
 
+// A `--text S...` option: any number of texts, each taken as it is (CLI11 would otherwise split a value
+// written "[a, b]" into the list a, b for an option taking several values).
 inline CLI::Option* add_texts_option(CLI::App* cmd, const std::string& name, std::vector<std::string>& texts,
                                      const std::string& help) {
   return cmd->add_option(name, texts, help)->allow_extra_args(false)->expected(1, 1 << 20);
 }
 
+// The lines of a text file (a trailing \r dropped; a last line without \n kept).
 inline std::vector<std::string> read_lines(const std::string& path) {
   const std::vector<uint8_t> b = read_file(path);
   std::vector<std::string> lines;
