@@ -101,8 +101,6 @@ fi
 echo "setup: pip install . (the sparse24 Python package)"
 cd "$root"
 source scripts/ccache_env.sh
-launcher=()
-if [ ${#ccache_prefix[@]} -gt 0 ]; then launcher=(--config-settings=cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
 "$venv/bin/python" -m pip install --no-build-isolation --no-deps --disable-pip-version-check -q \
-  --config-settings=cmake.define.SPARSE24_WERROR=ON "${launcher[@]}" "$root"
+  --config-settings=cmake.define.SPARSE24_WERROR=ON "$root"
 echo "setup: done"

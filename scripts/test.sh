@@ -19,7 +19,7 @@ if [ "$free_kb" -lt $((10 * 1024 * 1024)) ]; then
   echo "warning: $((free_kb / 1024 / 1024)) GB free on this disk; a clean run needs about 10 GB" >&2
 fi
 stage "release build and tests"
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPARSE24_WERROR=ON "${ccache_cmake[@]}" >/dev/null
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPARSE24_WERROR=ON >/dev/null
 cmake --build build -j"$jobs"
 ctest --test-dir build --output-on-failure -j"$jobs"
 
@@ -49,7 +49,7 @@ stage "sanitizer build (ASan + UBSan) and tests"
 # Without the libtorch training code and its tests (the release build runs them): libtorch itself is not
 # instrumented, and that code is over a third of the compile time (498 of 1,386 CPU-seconds, release).
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSPARSE24_SANITIZE=ON -DSPARSE24_BUILD_BENCH=OFF \
-  -DSPARSE24_BUILD_TRAIN=OFF -DSPARSE24_WERROR=ON "${ccache_cmake[@]}" >/dev/null
+  -DSPARSE24_BUILD_TRAIN=OFF -DSPARSE24_WERROR=ON >/dev/null
 cmake --build build-asan -j"$jobs"
 ctest --test-dir build-asan --output-on-failure -j"$jobs"
 stage "all tests passed"
