@@ -80,6 +80,20 @@ struct RelativeBias {
   std::vector<float> table;               // [buckets, heads]
 };
 
+// A table of rows [rows, cols] left where a checkpoint stores it (a mapped file), in its stored type (kF32,
+// kF16 or kBF16), read and widened a row at a time as it is used: only the rows a text uses become
+// resident, and the file's pages are shared with every process that maps them. `owner` keeps the mapping
+// alive for as long as any copy of the table lives; null `data`: no table.
+struct StoredRows {
+  std::shared_ptr<const void> owner;
+  const uint8_t* data = nullptr;  // row 0; rows follow one another
+  DType type = DType::kF32;
+  int64_t rows = 0, cols = 0;
+  // Row i as fp32 into out[cols] (exact: the stored types widen without rounding).
+  void row(int64_t i, float* out) const;
+  size_t bytes() const;
+};
+
 struct Op {
   OpKind kind = OpKind::kRelu;
   int in = -1, in2 = -1, out = -1;  // tensor ids
@@ -89,8 +103,11 @@ struct Op {
   float eps = 1e-5f;                // kLayerNorm
   std::vector<float> scale, shift;  // kAffine; kLayerNorm gamma, beta
   // kEmbed: word embeddings [vocab, rows] and position embeddings [positions, rows] (token type 0 folded
-  // in); token i of a sequence reads position row i + position_offset.
+  // in); token i of a sequence reads position row i + position_offset. The word embeddings are in `table`,
+  // or (table empty) left in the checkpoint's file, `stored_table` (a loaded directory's, when they need no
+  // change: a vocabulary's table is most of a small encoder's bytes, and a text reads few of its rows).
   std::vector<float> table, positions;
+  StoredRows stored_table;
   int64_t position_offset = 0;
   PoolMode pool = PoolMode::kMean;  // kPool
   RelativeBias bias;                // kAttention (MPNet)
@@ -234,6 +251,9 @@ class Engine {
   // layout, the one its N uses), a dense layer only oneDNN's dense weights. `plan` is required for kPlan.
   // For a token model, `batch` is the most tokens one call may hold (the plan's N).
   Engine(const Model& model, int64_t batch, int threads, Mode mode, const Plan* plan = nullptr);
+  // The same, taking the model: each layer's weights are freed as soon as their packed form is made, so
+  // the model and the engine are never both whole in memory.
+  Engine(Model&& model, int64_t batch, int threads, Mode mode, const Plan* plan = nullptr);
   ~Engine();
   Engine(Engine&&) noexcept;
   Engine& operator=(Engine&&) noexcept;
@@ -261,8 +281,10 @@ class Engine {
   // The same, per op: best of `reps` for each op (in a full run each time); returns one entry per op.
   std::vector<OpTime> profile(const float* input, int reps);
   std::vector<OpTime> profile_tokens(const TokenBatch& input, int reps);
-  // Bytes of all weights the engine holds (packed sparse or dense GEMM weights, biases, norms).
+  // Bytes of all weights the engine holds in memory (packed sparse or dense GEMM weights, biases, norms,
+  // tables), and of the tables it left in checkpoint files (StoredRows: only the rows used are resident).
   size_t weight_bytes() const;
+  size_t stored_bytes() const;
   // Per GEMM: true when it runs sparse.
   std::vector<bool> sparse_layers() const;
 
@@ -293,6 +315,9 @@ class TextEncoder {
   // (empty: a plan is built and not saved).
   static TextEncoder from_model(const Model& m, const TextModelInfo& info, const std::string& tokenizer_dir,
                                 const std::string& plan_dir, const Options& o);
+  // Taking the model (Engine(Model&&): its weights freed as they are packed).
+  static TextEncoder from_model(Model&& m, const TextModelInfo& info, const std::string& tokenizer_dir,
+                                const std::string& plan_dir, const Options& o);
   TextEncoder(TextEncoder&&) noexcept;
   TextEncoder& operator=(TextEncoder&&) noexcept;
   ~TextEncoder();
@@ -311,6 +336,8 @@ class TextEncoder {
  private:
   struct Impl;
   explicit TextEncoder(std::unique_ptr<Impl> impl);
+  static TextEncoder make(const Model& m, Model* consumed, const TextModelInfo& info,
+                          const std::string& tokenizer_dir, const std::string& plan_dir, const Options& o);
   std::unique_ptr<Impl> impl_;
 };
 

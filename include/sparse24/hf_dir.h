@@ -34,7 +34,7 @@ struct MappedHfDir {
   std::string dir;
   std::string config_json;
   std::vector<std::string> shards;
-  std::vector<std::unique_ptr<MappedSafeTensors>> files;  // one per shard
+  std::vector<std::shared_ptr<MappedSafeTensors>> files;  // one per shard (shared: what a model keeps mapped)
   std::map<std::string, std::string> metadata;            // every shard's __metadata__ (layout keys aside)
   std::vector<Tensor> tensors;                            // shard by shard, each in file order
 };

@@ -171,7 +171,13 @@ void register_engine(nb::module_& m) {
       .def_prop_ro("is_text", &PyEngine::is_text)
       .def_prop_ro("dim", &PyEngine::dim)
       .def_prop_ro("sparse_layers", [](PyEngine& e) { return e.engine().sparse_layers(); })
-      .def_prop_ro("weight_bytes", [](PyEngine& e) { return e.engine().weight_bytes(); })
+      .def_prop_ro(
+          "weight_bytes", [](PyEngine& e) { return e.engine().weight_bytes(); },
+          "Bytes of the weights held in memory.")
+      .def_prop_ro(
+          "stored_bytes", [](PyEngine& e) { return e.engine().stored_bytes(); },
+          "Bytes of the tables left in the checkpoint's mapped file (a text encoder's word embeddings: "
+          "only the rows used become resident).")
       .def_prop_ro("plan", [](const PyEngine& e) -> std::optional<std::string> {
         if (const Plan* p = e.plan()) return p->to_json();
         return std::nullopt;

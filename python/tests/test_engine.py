@@ -19,6 +19,8 @@ def test_embed_matches_sentence_transformers(minilm):
     st = pytest.importorskip("sentence_transformers")
     e = sparse24.Engine.load(str(minilm), mode="dense", threads=2)
     assert e.is_text and e.dim == 384 and e.plan is None
+    # the word embeddings (30522 x 384, float32) stay in model.safetensors; the rest is held
+    assert e.stored_bytes == 30522 * 384 * 4 and 0 < e.weight_bytes < e.stored_bytes
     got = e.embed(TEXTS)
     ref = st.SentenceTransformer(str(minilm), device="cpu").encode(TEXTS, convert_to_numpy=True)
     np.testing.assert_allclose(got, ref, atol=2e-5)

@@ -214,10 +214,13 @@ int ModelBuilder::attention(int qkv, int64_t heads, RelativeBias bias) {
   return op(std::move(o));
 }
 
-int ModelBuilder::embed(int ids, int64_t hidden, std::vector<float> word, std::vector<float> positions,
-                        int64_t position_offset) {
+int ModelBuilder::embed(int ids, int64_t hidden, std::vector<float> word, StoredRows stored_word,
+                        std::vector<float> positions, int64_t position_offset) {
   if (!m_.token_input || ids != 0) throw Error("model '" + m_.name + "': embed reads the token input");
-  if (hidden <= 0 || static_cast<int64_t>(word.size()) != m_.vocab * hidden ||
+  const bool stored = stored_word.data != nullptr;
+  if (hidden <= 0 ||
+      (stored ? !word.empty() || stored_word.rows != m_.vocab || stored_word.cols != hidden
+              : static_cast<int64_t>(word.size()) != m_.vocab * hidden) ||
       static_cast<int64_t>(positions.size()) != (m_.max_sequence + position_offset) * hidden ||
       position_offset < 0)
     throw Error("model '" + m_.name + "': embedding table size mismatch");
@@ -225,6 +228,7 @@ int ModelBuilder::embed(int ids, int64_t hidden, std::vector<float> word, std::v
   o.kind = OpKind::kEmbed;
   o.in = ids;
   o.table = std::move(word);
+  o.stored_table = std::move(stored_word);
   o.positions = std::move(positions);
   o.position_offset = position_offset;
   o.out = tensor({hidden, 1, 1, true});

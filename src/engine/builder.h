@@ -40,9 +40,10 @@ class ModelBuilder {
   // qkv: [3 * hidden] rows (Q, K, V); the output has hidden rows.
   int attention(int qkv, int64_t heads, RelativeBias bias = {});
   // Token ids -> word[id] + positions[i + position_offset] for token i of its sequence; tables row-major
-  // [vocab, hidden] and [positions, hidden].
-  int embed(int ids, int64_t hidden, std::vector<float> word, std::vector<float> positions,
-            int64_t position_offset);
+  // [vocab, hidden] and [positions, hidden]; the word table in `word` or (word empty) left where it is
+  // stored, `stored_word`.
+  int embed(int ids, int64_t hidden, std::vector<float> word, StoredRows stored_word,
+            std::vector<float> positions, int64_t position_offset);
   int pool(int x, PoolMode mode);  // one column per sequence
   int l2norm(int x);
 

@@ -134,7 +134,8 @@ void Engine::Impl::run_op(const Op& op) {
       break;
     }
     case OpKind::kEmbed:
-      detail::embed(input->ids.data(), input->offsets.data(), batch, op.table.data(), op.positions.data(),
+      detail::embed(input->ids.data(), input->offsets.data(), batch,
+                    op.table.empty() ? nullptr : op.table.data(), op.stored_table, op.positions.data(),
                     op.position_offset, tensors[op.out].rows, out);
       break;
     case OpKind::kPool:
@@ -187,14 +188,16 @@ void Engine::Impl::store_output(float* result) const {
       std::copy(src + (c * samples + b) * p, src + (c * samples + b + 1) * p, result + (b * t.rows + c) * p);
 }
 
-Engine::Engine(const Model& model, int64_t batch, int threads, Mode mode, const Plan* plan)
-    : impl_(std::make_unique<Impl>()) {
+namespace {
+
+// The constructors' work; `consumed` (the model itself, or null) loses each layer's weights once packed.
+void init_engine(Engine::Impl& s, const Model& model, Model* consumed, int64_t batch, int threads, Mode mode,
+                 const Plan* plan) {
   model.check();
   if (batch < 1 || batch > (1 << 20)) throw Error("batch must be at least 1");
   if (threads < 1 || threads > 1024) throw Error("threads must be at least 1");
   if (mode == Mode::kPlan && (plan == nullptr || plan->layers.size() != model.gemms.size()))
     throw Error("engine: a plan for this model is required");
-  Impl& s = *impl_;
   s.capacity = batch;
   s.threads = threads;
   s.token_input = model.token_input;
@@ -216,6 +219,11 @@ Engine::Engine(const Model& model, int64_t batch, int threads, Mode mode, const 
     const bool sparse =
         g.pruned && (mode == Mode::kSparse || (mode == Mode::kPlan && plan->layers[i].sparse));
     s.execs.push_back(sparse ? detail::GemmExec::sparse(g, n) : detail::GemmExec::dense(g, n));
+    if (consumed != nullptr) {
+      Gemm& c = consumed->gemms[i];
+      c.sparse = Compressed();
+      c.dense = std::vector<float>();
+    }
   }
   // Buffers: each tensor gets a slot that is free when it is written (a slot is released after the last
   // op that reads its tensor), so activations stay few and warm in cache.
@@ -256,6 +264,18 @@ Engine::Engine(const Model& model, int64_t batch, int threads, Mode mode, const 
     }
   }
   s.scratch = std::make_unique<Buffer>(static_cast<size_t>(scratch));
+}
+
+}  // namespace
+
+Engine::Engine(const Model& model, int64_t batch, int threads, Mode mode, const Plan* plan)
+    : impl_(std::make_unique<Impl>()) {
+  init_engine(*impl_, model, nullptr, batch, threads, mode, plan);
+}
+
+Engine::Engine(Model&& model, int64_t batch, int threads, Mode mode, const Plan* plan)
+    : impl_(std::make_unique<Impl>()) {
+  init_engine(*impl_, model, &model, batch, threads, mode, plan);
 }
 
 Engine::~Engine() = default;
@@ -392,6 +412,12 @@ size_t Engine::weight_bytes() const {
   for (const Op& op : impl_->ops)
     b += (op.scale.size() + op.shift.size() + op.table.size() + op.positions.size() + op.bias.table.size()) *
          sizeof(float);
+  return b;
+}
+
+size_t Engine::stored_bytes() const {
+  size_t b = 0;
+  for (const Op& op : impl_->ops) b += op.stored_table.bytes();
   return b;
 }
 

@@ -133,14 +133,15 @@ Model read_hf_encoder(const std::string& dir, const std::string& config_json, We
   ModelBuilder b(c.type + "-l" + std::to_string(c.layers) + "-h" + std::to_string(c.hidden));
   const int ids = b.token_input(c.vocab, max_sequence);
   const std::string e = root + "embeddings.";
-  std::vector<float> word = w.dense(e + "word_embeddings.weight", {c.vocab, c.hidden});
+  Weights::Table word = w.table(e + "word_embeddings.weight", {c.vocab, c.hidden});
   std::vector<float> pos = w.dense(e + "position_embeddings.weight", {c.max_positions, c.hidden});
   if (c.type == "bert") {
     const std::vector<float> type = w.dense(e + "token_type_embeddings.weight", {c.type_vocab, c.hidden});
     for (int64_t p = 0; p < c.max_positions; ++p)
       for (int64_t r = 0; r < c.hidden; ++r) pos[p * c.hidden + r] += type[r];  // every token is type 0
   }
-  int h = b.embed(ids, c.hidden, std::move(word), std::move(pos), c.position_offset);
+  int h = b.embed(ids, c.hidden, std::move(word.values), std::move(word.stored), std::move(pos),
+                  c.position_offset);
   {
     auto [g, beta] = norm(e + "LayerNorm");
     h = b.layer_norm(h, -1, std::move(g), std::move(beta), c.eps);

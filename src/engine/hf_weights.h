@@ -110,6 +110,37 @@ class Weights {
     });
     finite(name, out, n);
   }
+  // A dense table of rows (shape {rows, cols}): left where it is stored when that is a mapped file
+  // (StoredRows; its values checked finite a piece at a time, those pages dropped again), else read into
+  // fp32 as dense() does. What `values` or `stored` holds, the other is empty.
+  struct Table {
+    std::vector<float> values;
+    StoredRows stored;
+  };
+  Table table(const std::string& name, const std::vector<int64_t>& shape) {
+    const auto it = by_name_.find(name);
+    const Entry* e = it == by_name_.end() ? nullptr : &entries_[it->second];
+    if (e == nullptr || e->file == nullptr || e->sparse || shape.size() != 2 || e->dense.shape != shape ||
+        (e->dense.dtype != "F32" && e->dense.dtype != "F16" && e->dense.dtype != "BF16"))
+      return {dense(name, shape), {}};  // its errors, or a table in memory
+    const Entry& t = take(name);
+    Table out;
+    StoredRows& s = out.stored;
+    s.type = dtype_from_st(t.dense.dtype);
+    s.rows = shape[0];
+    s.cols = shape[1];
+    s.data = t.dense.bytes.data();
+    for (const std::shared_ptr<MappedSafeTensors>& f : mapped_.files)
+      if (&f->file == t.file) s.owner = std::shared_ptr<const void>(f, &f->file);
+    if (s.owner == nullptr) throw Error(what_ + ": tensor '" + name + "' is in no mapped file");
+    std::vector<float> piece;
+    in_chunks(t, dtype_size(s.type), s.rows * s.cols, [&](int64_t, int64_t c, const uint8_t* from) {
+      piece.resize(static_cast<size_t>(c));
+      kernels::elements_to_floats(s.type, from, c, piece.data());
+      finite(name, piece.data(), c);
+    });
+    return out;
+  }
   // A dense bfloat16 tensor's values as stored (dense_dtype "BF16"), checked finite.
   std::vector<uint16_t> bf16(const std::string& name, const std::vector<int64_t>& shape) {
     const Entry& t = take(name);

@@ -189,6 +189,12 @@ const char* op_kind_name(OpKind k) {
   return "?";
 }
 
+void StoredRows::row(int64_t i, float* out) const {
+  const size_t size = dtype_size(type);
+  kernels::elements_to_floats(type, data + static_cast<size_t>(i * cols) * size, cols, out);
+}
+size_t StoredRows::bytes() const { return static_cast<size_t>(rows * cols) * dtype_size(type); }
+
 int64_t Model::input_size() const { return tensors.at(0).rows * tensors.at(0).h * tensors.at(0).w; }
 int64_t Model::output_size() const {
   const TensorShape& t = tensors.at(output);

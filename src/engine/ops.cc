@@ -232,11 +232,17 @@ void attention(const float* qkv, int64_t hidden, int64_t heads, int64_t batch, i
 }
 
 void embed(const int32_t* ids, const int64_t* offsets, int64_t sequences, const float* word,
-           const float* positions, int64_t position_offset, int64_t hidden, float* y) {
+           const StoredRows& stored, const float* positions, int64_t position_offset, int64_t hidden,
+           float* y) {
   const int64_t ld = offsets[sequences];
+  std::vector<float> row(word == nullptr ? static_cast<size_t>(hidden) : 0);
   for (int64_t s = 0; s < sequences; ++s)
     for (int64_t t = offsets[s]; t < offsets[s + 1]; ++t) {
-      const float* w = word + static_cast<int64_t>(ids[t]) * hidden;
+      const float* w = row.data();
+      if (word != nullptr)
+        w = word + static_cast<int64_t>(ids[t]) * hidden;
+      else
+        stored.row(ids[t], row.data());
       const float* p = positions + (t - offsets[s] + position_offset) * hidden;
       for (int64_t r = 0; r < hidden; ++r) y[r * ld + t] = w[r] + p[r];
     }

@@ -33,9 +33,10 @@ void attention(const float* qkv, int64_t hidden, int64_t heads, const int64_t* o
 // The bucket of relative position `rel` (key position - query position), as transformers' MPNet computes it.
 int64_t relative_bucket(int64_t rel, int64_t buckets, int64_t max_distance);
 // Token embeddings: y[:, t] = word[ids[t]] + positions[i + position_offset] for the i-th token of its
-// sequence; y is [hidden, tokens].
+// sequence; y is [hidden, tokens]; the word rows from `word`, or when it is null from `stored`.
 void embed(const int32_t* ids, const int64_t* offsets, int64_t sequences, const float* word,
-           const float* positions, int64_t position_offset, int64_t hidden, float* y);
+           const StoredRows& stored, const float* positions, int64_t position_offset, int64_t hidden,
+           float* y);
 // Per sequence, the mean of its columns of x [rows, ld] (or its first column), into column s of y [rows,
 // sequences].
 void pool(const float* x, int64_t rows, int64_t ld, const int64_t* offsets, int64_t sequences, PoolMode mode,

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "../../src/engine/ops.h"
@@ -327,6 +328,87 @@ TEST_F(HfEncoder, HostileDirectoriesGiveOneLineErrors) {
   write_json(d / "modules.json",
              json::array({{{"type", "sentence_transformers.models.Pooling"}, {"path", "../x"}}}));
   expect_error(d.string(), "leaves the directory");
+}
+
+// An engine that takes its model frees each layer's weights once packed (the model and the engine are never
+// both whole in memory) and runs exactly as one built from a copy, dense and 2:4.
+TEST_F(HfEncoder, AnEngineTakingItsModelFreesItsWeights) {
+  auto g = rng();
+  Tiny t;
+  write_model(dir_ / "m", t, weights_of(t, g), false, true);
+  HfDir d = read_hf_dir(path("m"));
+  SparsifyOptions so;
+  so.prune = true;
+  so.targets = R"(encoder\.layer\.[0-9]+\.)";
+  so.rank2_only = true;
+  sparsify(d.weights, so);
+  const Model pruned = load_hf_encoder(std::move(d));
+  const auto seqs = random_sequences(g, t, 3, pruned.max_sequence);
+  const int64_t tokens = 3 * pruned.max_sequence;
+  for (Mode mode : {Mode::kDense, Mode::kSparse}) {
+    Model taken = pruned;
+    Engine copy(pruned, tokens, 1, mode), took(std::move(taken), tokens, 1, mode);
+    for (const Gemm& gm : taken.gemms)
+      EXPECT_TRUE(gm.dense.empty() && gm.sparse.values.empty() && gm.sparse.metadata.empty()) << gm.name;
+    EXPECT_EQ(run(took, seqs), run(copy, seqs));
+    EXPECT_EQ(took.weight_bytes(), copy.weight_bytes());
+  }
+}
+
+// The word embeddings stay in the directory's mapped file in their stored type (f32, f16, bf16), widened a
+// row at a time: the reference's embeddings over the stored values, exactly those of the same model read
+// into memory first, the table counted by stored_bytes() instead of weight_bytes(), still running after the
+// directory is removed (the mapping outlives the name); a non-finite value in it is refused at load.
+TEST_F(HfEncoder, WordEmbeddingsStayInTheMappedFile) {
+  auto g = rng();
+  const std::string word = "embeddings.word_embeddings.weight";
+  auto store = [&](SafeTensors& w, const Tiny& t, DType type, float poison) {
+    std::vector<float> v = get(w, word);
+    v[7] = poison;
+    for (auto& [name, x] : w.tensors)
+      if (name == word) x = to_st(Tensor::from_float(v, {t.vocab, t.hidden}, type));
+  };
+  for (DType type : {DType::kF32, DType::kF16, DType::kBF16}) {
+    const std::string what = "stored as " + std::to_string(static_cast<int>(type));
+    Tiny t;
+    t.type = type == DType::kF16 ? "mpnet" : "bert";
+    SafeTensors w = weights_of(t, g);
+    store(w, t, type, 0.75f);
+    const std::filesystem::path dir = dir_ / std::to_string(static_cast<int>(type));
+    write_model(dir, t, w, false, true);
+    const Model mapped = load_hf_encoder(dir.string()),
+                in_memory = load_hf_encoder(read_hf_dir(dir.string()));
+    std::filesystem::remove_all(dir);
+    const Op &a = mapped.ops.front(), &b = in_memory.ops.front();
+    ASSERT_EQ(a.kind, OpKind::kEmbed);
+    EXPECT_TRUE(a.table.empty() && a.stored_table.data != nullptr) << what;
+    EXPECT_EQ(a.stored_table.type, type) << what;
+    EXPECT_TRUE(b.stored_table.data == nullptr && !b.table.empty()) << what;
+
+    const auto seqs = random_sequences(g, t, 4, mapped.max_sequence);
+    std::vector<float> want;
+    for (const auto& s : seqs) {
+      const std::vector<float> e = reference_embedding(t, w, s, false, true);
+      want.insert(want.end(), e.begin(), e.end());
+    }
+    const int64_t tokens = 4 * mapped.max_sequence;
+    Engine ea(mapped, tokens, 1, Mode::kDense), eb(in_memory, tokens, 1, Mode::kDense);
+    const std::vector<float> got = run(ea, seqs);
+    expect_near_all(got, want, 2e-5f, what);
+    EXPECT_EQ(got, run(eb, seqs)) << what;
+    const auto table = static_cast<size_t>(t.vocab * t.hidden);
+    EXPECT_EQ(ea.stored_bytes(), table * dtype_size(type)) << what;
+    EXPECT_EQ(eb.stored_bytes(), 0u) << what;
+    EXPECT_EQ(ea.weight_bytes() + table * sizeof(float), eb.weight_bytes()) << what;
+  }
+  for (DType type : {DType::kF32, DType::kBF16}) {
+    Tiny t;
+    SafeTensors w = weights_of(t, g);
+    store(w, t, type, std::numeric_limits<float>::infinity());
+    write_model(dir_ / "inf", t, w, false, true);
+    expect_error(path("inf"), "tensor '" + word + "' holds a non-finite value");
+    std::filesystem::remove_all(dir_ / "inf");
+  }
 }
 
 TEST_F(HfEncoder, TokenBatchesAreChecked) {

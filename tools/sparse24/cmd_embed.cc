@@ -117,23 +117,36 @@ void cmd_bench_model(const BenchModelOptions& o) {
   if (o.seq < 2 || o.batch < 1 || o.threads < 1 || o.reps < 1)
     throw Error("bad --seq, --batch, --threads or --reps");
   std::fprintf(stderr, "loading %s (dense) and pruning a 2:4 copy by magnitude\n", o.model.c_str());
-  HfDir d = read_hf_dir(o.model);
-  HfDir pruned = d;
-  SparsifyOptions so;
-  so.prune = true;
-  so.targets = engine::kEncoderLinears;
-  so.rank2_only = true;
-  sparsify(pruned.weights, so);
   engine::TextModelInfo info, pinfo;
   engine::TextEncoder::Options eo;
   eo.threads = o.threads;
   eo.batch = o.batch;
   eo.mode = engine::Mode::kDense;
-  const engine::Model dense_model = engine::load_hf_encoder(std::move(d), &info);
+  const engine::Model dense_model = engine::load_hf_encoder(o.model, &info);
   if (o.seq > dense_model.max_sequence) throw Error("--seq is longer than the model's positions");
   info.max_tokens = dense_model.max_sequence;
   engine::TextEncoder dense = engine::TextEncoder::from_model(dense_model, info, o.model, "", eo);
-  const engine::Model sparse_model = engine::load_hf_encoder(std::move(pruned), &pinfo);
+  // The 2:4 copy written as `sparse24 prune` writes it and loaded from there, as a user runs it (its word
+  // embeddings then stay in the file, as the dense model's do); the directory goes once it is loaded (the
+  // mapping outlives the name).
+  engine::Model sparse_model;
+  {
+    HfDir pruned = read_hf_dir(o.model);
+    SparsifyOptions so;
+    so.prune = true;
+    so.targets = engine::kEncoderLinears;
+    so.rank2_only = true;
+    sparsify(pruned.weights, so);
+    const fs::path tmp = fs::temp_directory_path() / ("sparse24-bench-2to4-" + std::to_string(::getpid()));
+    try {
+      write_hf_dir(pruned, pruned.weights, CheckpointFormat::kSparse24, tmp.string());
+      sparse_model = engine::load_hf_encoder(tmp.string(), &pinfo);
+    } catch (...) {
+      fs::remove_all(tmp);
+      throw;
+    }
+    fs::remove_all(tmp);
+  }
   pinfo.max_tokens = sparse_model.max_sequence;
   eo.mode = engine::Mode::kSparse;
   // The rows: dense, the 2:4 copy as pruned (fp32), and its values bf16 and int8, with fp32 activations and
@@ -192,8 +205,11 @@ void cmd_bench_model(const BenchModelOptions& o) {
     const std::vector<double> c = engine::row_cosines(encs[i].embed_ids(ids), fp32_out, o.batch, dim);
     min_cosine[i] = *std::min_element(c.begin(), c.end());
   }
-  std::vector<size_t> bytes;
-  for (auto& e : encs) bytes.push_back(e.engine().weight_bytes());
+  std::vector<size_t> bytes, stored;
+  for (auto& e : encs) {
+    bytes.push_back(e.engine().weight_bytes());
+    stored.push_back(e.engine().stored_bytes());
+  }
   const size_t dense_bytes = bytes[0];
 
   nlohmann::json peers = nlohmann::json::object();
@@ -255,7 +271,7 @@ void cmd_bench_model(const BenchModelOptions& o) {
 
   nlohmann::json runtimes = nlohmann::json::object();
   for (size_t i = 0; i < rows.size(); ++i) {
-    runtimes[rows[i].key] = {{"ms", ms[i]}, {"weight_bytes", bytes[i]}};
+    runtimes[rows[i].key] = {{"ms", ms[i]}, {"weight_bytes", bytes[i]}, {"stored_bytes", stored[i]}};
     if (i >= 2) runtimes[rows[i].key]["min_cosine_vs_2to4_fp32"] = min_cosine[i];
     if (!best_name.empty()) runtimes[rows[i].key]["vs_best_peer"] = best_peer / ms[i];
   }
@@ -280,6 +296,7 @@ void cmd_bench_model(const BenchModelOptions& o) {
   for (size_t i = 0; i < rows.size(); ++i) {
     std::printf("  %-24s %9.3f ms  (weights %.1f MB", rows[i].label.c_str(), ms[i], bytes[i] / 1e6);
     if (i > 0) std::printf(", %.3f of dense", static_cast<double>(bytes[i]) / dense_bytes);
+    if (stored[i] > 0) std::printf("; %.1f MB of tables left in the file", stored[i] / 1e6);
     if (i >= 2) std::printf("; embeddings' cosine to 2:4 fp32 >= %.6f", min_cosine[i]);
     std::printf(")");
     if (!best_name.empty()) std::printf("  %.2fx the fastest peer", best_peer / ms[i]);
