@@ -86,6 +86,12 @@ class Weights {
   }
   Weights(const Weights&) = delete;
   Weights& operator=(const Weights&) = delete;
+  // A mapping that outlives the loader (a table left in it) keeps none of its pages: reading a tensor next
+  // to one already dropped maps the page cache's whole large folio back (whole folios per fault on recent
+  // kernels), so what the loader dropped piece by piece partly comes back.
+  ~Weights() {
+    for (const std::shared_ptr<MappedSafeTensors>& f : mapped_.files) f->file.release(f->file.bytes());
+  }
 
   bool has(const std::string& name) const { return by_name_.count(name) != 0; }
   std::vector<float> dense(const std::string& name, const std::vector<int64_t>& shape) {
