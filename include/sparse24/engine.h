@@ -81,9 +81,9 @@ struct RelativeBias {
 };
 
 // A table of rows [rows, cols] left where a checkpoint stores it (a mapped file), in its stored type (kF32,
-// kF16 or kBF16), read and widened a row at a time as it is used: only the rows a text uses become
-// resident, and the file's pages are shared with every process that maps them. `owner` keeps the mapping
-// alive for as long as any copy of the table lives; null `data`: no table.
+// kF16 or kBF16), read and widened a row at a time as it is used: not the process's own memory but the
+// page cache's, mapped as rows are read and shared with every process that maps the file. `owner` keeps
+// the mapping alive for as long as any copy of the table lives; null `data`: no table.
 struct StoredRows {
   std::shared_ptr<const void> owner;
   const uint8_t* data = nullptr;  // row 0; rows follow one another
@@ -282,7 +282,7 @@ class Engine {
   std::vector<OpTime> profile(const float* input, int reps);
   std::vector<OpTime> profile_tokens(const TokenBatch& input, int reps);
   // Bytes of all weights the engine holds in memory (packed sparse or dense GEMM weights, biases, norms,
-  // tables), and of the tables it left in checkpoint files (StoredRows: only the rows used are resident).
+  // tables), and of the tables it left in checkpoint files (StoredRows: mapped, read as used).
   size_t weight_bytes() const;
   size_t stored_bytes() const;
   // Per GEMM: true when it runs sparse.

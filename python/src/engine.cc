@@ -176,8 +176,8 @@ void register_engine(nb::module_& m) {
           "Bytes of the weights held in memory.")
       .def_prop_ro(
           "stored_bytes", [](PyEngine& e) { return e.engine().stored_bytes(); },
-          "Bytes of the tables left in the checkpoint's mapped file (a text encoder's word embeddings: "
-          "only the rows used become resident).")
+          "Bytes of the tables left in the checkpoint's mapped file (a text encoder's word embeddings, "
+          "read as texts use their rows).")
       .def_prop_ro("plan", [](const PyEngine& e) -> std::optional<std::string> {
         if (const Plan* p = e.plan()) return p->to_json();
         return std::nullopt;

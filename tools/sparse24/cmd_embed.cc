@@ -126,9 +126,9 @@ void cmd_bench_model(const BenchModelOptions& o) {
   if (o.seq > dense_model.max_sequence) throw Error("--seq is longer than the model's positions");
   info.max_tokens = dense_model.max_sequence;
   engine::TextEncoder dense = engine::TextEncoder::from_model(dense_model, info, o.model, "", eo);
-  // The 2:4 copy written as `sparse24 prune` writes it and loaded from there, as a user runs it (its word
-  // embeddings then stay in the file, as the dense model's do); the directory goes once it is loaded (the
-  // mapping outlives the name).
+  // The 2:4 copy written as `sparse24 prune-model` writes it and loaded from there, as a user runs it (its
+  // word embeddings then stay in the file, as the dense model's do); the directory goes once it is loaded
+  // (the mapping outlives the name).
   engine::Model sparse_model;
   {
     HfDir pruned = read_hf_dir(o.model);
