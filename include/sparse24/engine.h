@@ -312,11 +312,9 @@ class TextEncoder {
   // it (timed at min(batch, 4) x min(128, max_tokens) tokens) and saves it there.
   static TextEncoder load(const std::string& dir, const Options& o);
   // The same for a model already loaded; `tokenizer_dir` holds the tokenizer files, `plan_dir` the plan
-  // (empty: a plan is built and not saved).
-  static TextEncoder from_model(const Model& m, const TextModelInfo& info, const std::string& tokenizer_dir,
-                                const std::string& plan_dir, const Options& o);
-  // Taking the model (Engine(Model&&): its weights freed as they are packed).
-  static TextEncoder from_model(Model&& m, const TextModelInfo& info, const std::string& tokenizer_dir,
+  // (empty: a plan is built and not saved). The engine takes the model (Engine(Model&&): its weights freed
+  // as they are packed); pass a copy to keep one.
+  static TextEncoder from_model(Model m, const TextModelInfo& info, const std::string& tokenizer_dir,
                                 const std::string& plan_dir, const Options& o);
   TextEncoder(TextEncoder&&) noexcept;
   TextEncoder& operator=(TextEncoder&&) noexcept;
@@ -336,8 +334,6 @@ class TextEncoder {
  private:
   struct Impl;
   explicit TextEncoder(std::unique_ptr<Impl> impl);
-  static TextEncoder make(const Model& m, Model* consumed, const TextModelInfo& info,
-                          const std::string& tokenizer_dir, const std::string& plan_dir, const Options& o);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -29,7 +29,7 @@ struct HfDir {
 struct MappedHfDir {
   struct Tensor {
     CheckpointTensorView t;
-    const MappedFile* file;  // the mapping t.dense's bytes are in
+    std::shared_ptr<const MappedFile> file;  // the mapping t.dense's bytes are in (shares its shard)
   };
   std::string dir;
   std::string config_json;

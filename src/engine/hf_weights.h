@@ -136,9 +136,7 @@ class Weights {
     s.rows = shape[0];
     s.cols = shape[1];
     s.data = t.dense.bytes.data();
-    for (const std::shared_ptr<MappedSafeTensors>& f : mapped_.files)
-      if (&f->file == t.file) s.owner = std::shared_ptr<const void>(f, &f->file);
-    if (s.owner == nullptr) throw Error(what_ + ": tensor '" + name + "' is in no mapped file");
+    s.owner = t.file;
     std::vector<float> piece;
     in_chunks(t, dtype_size(s.type), s.rows * s.cols, [&](int64_t, int64_t c, const uint8_t* from) {
       piece.resize(static_cast<size_t>(c));
@@ -216,15 +214,15 @@ class Weights {
  private:
   struct Entry {
     std::string name;
-    StTensorView dense;      // when !sparse
-    Compressed* sparse;      // null when dense; moved out by linear()
-    const MappedFile* file;  // the mapping dense's bytes are in (null: in memory)
+    StTensorView dense;                      // when !sparse
+    Compressed* sparse;                      // null when dense; moved out by linear()
+    std::shared_ptr<const MappedFile> file;  // the mapping dense's bytes are in (null: in memory)
     bool used = false;
   };
   void add(const std::string& name, StTensorView dense, std::optional<Compressed>& sparse,
-           const MappedFile* file) {
+           std::shared_ptr<const MappedFile> file) {
     by_name_[name] = entries_.size();
-    entries_.push_back({name, std::move(dense), sparse ? &*sparse : nullptr, file});
+    entries_.push_back({name, std::move(dense), sparse ? &*sparse : nullptr, std::move(file)});
   }
   // A tensor asked for: marked used and hashed the first time; a 2:4 weight only once (linear moves it).
   Entry& take(const std::string& name) {

@@ -21,20 +21,8 @@ TextEncoder::TextEncoder(TextEncoder&&) noexcept = default;
 TextEncoder& TextEncoder::operator=(TextEncoder&&) noexcept = default;
 TextEncoder::~TextEncoder() = default;
 
-TextEncoder TextEncoder::from_model(const Model& m, const TextModelInfo& info,
-                                    const std::string& tokenizer_dir, const std::string& plan_dir,
-                                    const Options& o) {
-  return make(m, nullptr, info, tokenizer_dir, plan_dir, o);
-}
-
-TextEncoder TextEncoder::from_model(Model&& m, const TextModelInfo& info, const std::string& tokenizer_dir,
+TextEncoder TextEncoder::from_model(Model m, const TextModelInfo& info, const std::string& tokenizer_dir,
                                     const std::string& plan_dir, const Options& o) {
-  return make(m, &m, info, tokenizer_dir, plan_dir, o);
-}
-
-TextEncoder TextEncoder::make(const Model& m, Model* consumed, const TextModelInfo& info,
-                              const std::string& tokenizer_dir, const std::string& plan_dir,
-                              const Options& o) {
   if (!m.token_input) throw Error("model '" + m.name + "' is not a text encoder");
   if (o.batch < 1 || o.batch > 4096) throw Error("batch must be 1 to 4096 texts");
   auto s = std::make_unique<Impl>(Impl{info, text::WordPiece::from_dir(tokenizer_dir), {}, {}, o.batch, 0});
@@ -58,11 +46,7 @@ TextEncoder TextEncoder::make(const Model& m, Model* consumed, const TextModelIn
       std::fprintf(stderr, "%s plan at %lld tokens: whole model %s\n", built ? "built" : "reused",
                    static_cast<long long>(n), s->plan->whole.c_str());
   }
-  const Plan* plan = s->plan ? &*s->plan : nullptr;
-  if (consumed != nullptr)
-    s->engine.emplace(std::move(*consumed), capacity, o.threads, o.mode, plan);
-  else
-    s->engine.emplace(m, capacity, o.threads, o.mode, plan);
+  s->engine.emplace(std::move(m), capacity, o.threads, o.mode, s->plan ? &*s->plan : nullptr);
   s->dim = s->engine->output_rows();
   return TextEncoder(std::move(s));
 }

@@ -112,7 +112,8 @@ MappedHfDir map_hf_dir(const std::string& dir) {
   for (size_t i = 0; i < d.shards.size(); ++i) {
     HfDirReader::Shard s = r.shard(i);
     d.files.push_back(std::move(s.file));
-    for (CheckpointTensorView& t : s.part.tensors) d.tensors.push_back({std::move(t), &d.files.back()->file});
+    const std::shared_ptr<const MappedFile> file(d.files.back(), &d.files.back()->file);
+    for (CheckpointTensorView& t : s.part.tensors) d.tensors.push_back({std::move(t), file});
     d.metadata.insert(s.part.metadata.begin(), s.part.metadata.end());
   }
   return d;

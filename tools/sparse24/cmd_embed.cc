@@ -177,7 +177,7 @@ void cmd_bench_model(const BenchModelOptions& o) {
   for (size_t i = 1; i < rows.size(); ++i) {
     engine::Model m = sparse_model;
     engine::set_sparse_precision(m, rows[i].values, rows[i].act);
-    encs.push_back(engine::TextEncoder::from_model(m, pinfo, o.model, "", eo));
+    encs.push_back(engine::TextEncoder::from_model(std::move(m), pinfo, o.model, "", eo));
   }
   std::vector<engine::TextEncoder*> all;
   for (auto& e : encs) all.push_back(&e);
