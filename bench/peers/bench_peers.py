@@ -111,7 +111,9 @@ def fingerprint(model_dir):
     return h.hexdigest()[:12]
 
 
-def export_onnx(torch, embedder, ids, mask, path):
+def export_onnx(torch, embedder, ids, mask, path, dynamic=False):
+    """The embedder as ONNX at path (kept once written): static shapes, or with `dynamic` any batch and
+    sequence length (the example's mask must then have padding, or the tracer drops it)."""
     if os.path.isfile(path):
         return
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -121,11 +123,45 @@ def export_onnx(torch, embedder, ids, mask, path):
             warnings.simplefilter("ignore")  # the tracer's notes on shape-dependent Python code: shapes are static
             torch.onnx.export(embedder, (torch.from_numpy(ids), torch.from_numpy(mask)), tmp,
                               input_names=["input_ids", "attention_mask"], output_names=["embedding"],
-                              opset_version=17, dynamo=False)
+                              opset_version=17, dynamo=False,
+                              dynamic_axes={"input_ids": {0: "batch", 1: "seq"},
+                                            "attention_mask": {0: "batch", 1: "seq"},
+                                            "embedding": {0: "batch"}} if dynamic else None)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+def onnxruntime_runner(onnx_path, threads):
+    """(run(feeds) -> embeddings, version): an ONNX Runtime session on `threads` threads, all optimizations."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    sess = ort.InferenceSession(onnx_path, so, providers=["CPUExecutionProvider"])
+    return (lambda feeds: sess.run(None, feeds)[0]), ort.__version__
+
+
+def openvino_runner(onnx_path, threads):
+    """(run(feeds) -> embeddings, version): the ONNX file compiled by OpenVINO for the CPU, fp32, latency
+    hint, one stream of `threads` threads. ImportError when OpenVINO is not importable."""
+    import openvino as ov
+
+    core = ov.Core()
+    compiled = core.compile_model(core.read_model(onnx_path), "CPU", {
+        "INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY",
+        "INFERENCE_PRECISION_HINT": "f32", "NUM_STREAMS": 1})
+    req = compiled.create_infer_request()
+
+    def run(feeds):
+        req.infer(feeds)
+        return req.get_output_tensor(0).data.copy()
+
+    return run, (ov.__version__ if hasattr(ov, "__version__") else ov.get_version())
 
 
 def cpu_name():
@@ -214,32 +250,15 @@ def main():
     if "onnxruntime" in peers or "openvino" in peers:
         export_onnx(torch, embedder, ids, mask, onnx_path)
     if "onnxruntime" in peers:
-        import onnxruntime as ort
-
-        so = ort.SessionOptions()
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        so.intra_op_num_threads = a.threads
-        so.inter_op_num_threads = 1
-        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        sess = ort.InferenceSession(onnx_path, so, providers=["CPUExecutionProvider"])
-        runners["onnxruntime"] = (lambda: sess.run(None, feeds)[0], ort.__version__)
+        run, version = onnxruntime_runner(onnx_path, a.threads)
+        runners["onnxruntime"] = (lambda: run(feeds), version)
     if "openvino" in peers:
         try:
-            import openvino as ov
+            run_ov, version = openvino_runner(onnx_path, a.threads)
         except ImportError as e:
             notes["openvino"] = f"not importable: {e}"
         else:
-            core = ov.Core()
-            compiled = core.compile_model(core.read_model(onnx_path), "CPU", {
-                "INFERENCE_NUM_THREADS": a.threads, "PERFORMANCE_HINT": "LATENCY",
-                "INFERENCE_PRECISION_HINT": "f32", "NUM_STREAMS": 1})
-            req = compiled.create_infer_request()
-
-            def run_ov():
-                req.infer(feeds)
-                return req.get_output_tensor(0).data
-
-            runners["openvino"] = (run_ov, ov.__version__ if hasattr(ov, "__version__") else ov.get_version())
+            runners["openvino"] = (lambda: run_ov(feeds), version)
 
     diffs = {}
     for peer, (fn, _) in runners.items():

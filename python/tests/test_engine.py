@@ -1,5 +1,7 @@
 """sparse24.Engine on the real text encoder (models/, made by scripts/setup.sh) against sentence-transformers
 and the C++ tool."""
+import subprocess
+
 import numpy as np
 import pytest
 
@@ -98,3 +100,31 @@ def test_bench_model_rows(minilm, cli, tmp_path):
         assert row["ms"] > 0 and row["weight_bytes"] > 0, key
         if key not in ("sparse24_dense", "sparse24_2to4"):
             assert 0.999 < row["min_cosine_vs_2to4_fp32"] < 1.0, (key, row)
+
+
+def test_bench_embed_against_encode(minilm, cli, tmp_path):
+    """bench-embed embeds a text file end to end in every row and in the peers (sentence-transformers' encode,
+    ONNX Runtime on encode's padded batches): the same tokens, our dense embeddings checked against encode's
+    inside the command, the narrower rows near the fp32 2:4 row."""
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("onnxruntime")
+    import json
+    lines = tmp_path / "lines.txt"
+    long = " ".join(["And it came to pass"] * 80)  # past MiniLM's max_seq_length (256): truncated alike
+    lines.write_text("\n".join([*TEXTS, "", long, "Jesus wept. " * 3]) + "\n")
+    cli("bench-embed", minilm, "--input", lines, "--batch", "2", "--reps", "1", "--threads", "2",
+        "--peers", "sentence-transformers,onnxruntime", "--json", tmp_path / "b.json")
+    r = json.loads((tmp_path / "b.json").read_text())
+    assert r["texts"] == 6 and r["tokens"] == r["peer_tokens"] and r["tokens"] > 256, r
+    assert set(r["peers"]) == {"sentence-transformers", "onnxruntime"}
+    for name, p in r["peers"].items():
+        assert p["s"] > 0 and p["max_abs_diff"] < 1e-3, (name, p)
+    for key, row in r["runtimes"].items():
+        assert row["texts_per_s"] > 0 and row["vs_best_peer"] > 0, key
+        if key not in ("sparse24_dense", "sparse24_2to4"):
+            assert 0.995 < row["min_cosine_vs_2to4_fp32"] < 1.0, (key, row)  # int8 x int8: 0.9986 seen
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"fine\n\xff\xfe not utf-8\n")
+    with pytest.raises(subprocess.CalledProcessError) as e:
+        cli("bench-embed", minilm, "--input", bad, "--no-peers")
+    assert "not UTF-8" in e.value.stderr and e.value.stderr.count("\n") == 1

@@ -1,5 +1,6 @@
 // Small helpers shared by the text-model commands (embed, prune-model, eval-embed, prune-experiment).
 #pragma once
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <system_error>
@@ -101,6 +103,22 @@ inline std::vector<std::string> read_lines(const std::string& path) {
   }
   if (!cur.empty()) lines.push_back(cur);
   return lines;
+}
+
+// s in single quotes for a shell command line.
+inline std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// Runs a shell command (shown on stderr as "what: cmd"); an Error naming it when it fails.
+inline void run_or_throw(const std::string& cmd, const char* what) {
+  std::fprintf(stderr, "%s: %s\n", what, cmd.c_str());
+  std::fflush(nullptr);
+  const int rc = std::system(cmd.c_str());
+  if (rc != 0)
+    throw Error(std::string(what) + " failed (exit " + std::to_string(WEXITSTATUS(rc)) + "): " + cmd);
 }
 
 // At most n lines spread evenly over the file (all of them when n <= 0 or n >= their count), in order.

@@ -1,4 +1,4 @@
-// sparse24 embed, bench-model: real text encoders (Hugging Face / sentence-transformers
+// sparse24 embed, bench-model, bench-embed: real text encoders (Hugging Face / sentence-transformers
 // directories) in the engine (include/sparse24/engine.h, include/sparse24/hf_dir.h).
 #include <sys/wait.h>
 
@@ -9,10 +9,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli_util.h"
@@ -75,7 +77,145 @@ void cmd_embed(const std::string& dir, const std::vector<std::string>& text, con
       texts.size() / (ms / 1000), isa_name(active_isa()), output.empty() ? "" : ": ", output.c_str());
 }
 
-// ---- bench-model ---------------------------------------------------------------------------------------
+// ---- bench-model, bench-embed --------------------------------------------------------------------------
+
+// A temporary directory, removed with what is in it when this goes out of scope (on an error too).
+struct TempDir {
+  explicit TempDir(const std::string& prefix)
+      : path(fs::temp_directory_path() / (prefix + std::to_string(::getpid()))) {
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string operator/(const std::string& name) const { return (path / name).string(); }
+  fs::path path;
+};
+
+// The engines bench-model and bench-embed time: the model dense, and a magnitude-pruned 2:4 copy with its
+// values fp32, bf16 and int8, with fp32 activations and with bf16 or int8 ones where they take effect
+// (bf16_activations_supported(), int8_activations_supported(); engine::set_sparse_precision).
+struct BenchRows {
+  struct Row {
+    std::string key, label;
+    engine::SparseValues values;
+    engine::SparseActivations act;
+  };
+  std::vector<Row> rows;
+  std::vector<engine::TextEncoder> encs;  // one per row
+  std::string name;                       // the model's
+  int64_t vocab = 0, max_sequence = 0;
+};
+
+// `all_positions`: the engines take ids up to the model's positions (bench-model's --seq), not only up to
+// the length its tokenizer truncates texts to (sentence-transformers' max_seq_length).
+BenchRows load_bench_rows(const std::string& model, engine::TextEncoder::Options eo, bool all_positions) {
+  std::fprintf(stderr, "loading %s (dense) and pruning a 2:4 copy by magnitude\n", model.c_str());
+  using engine::SparseActivations, engine::SparseValues;
+  BenchRows b;
+  b.rows = {{"sparse24_dense", "sparse24 dense", SparseValues::kF32, SparseActivations::kF32},
+            {"sparse24_2to4", "sparse24 2:4", SparseValues::kF32, SparseActivations::kF32},
+            {"sparse24_2to4_bf16", "sparse24 2:4 bf16", SparseValues::kBf16, SparseActivations::kF32},
+            {"sparse24_2to4_int8", "sparse24 2:4 int8", SparseValues::kInt8, SparseActivations::kF32}};
+  if (bf16_activations_supported()) {
+    b.rows.push_back({"sparse24_2to4_bf16_xbf16", "sparse24 2:4 bf16 x bf16", SparseValues::kBf16,
+                      SparseActivations::kBf16});
+    b.rows.push_back({"sparse24_2to4_int8_xbf16", "sparse24 2:4 int8 x bf16", SparseValues::kInt8,
+                      SparseActivations::kBf16});
+  }
+  if (int8_activations_supported())
+    b.rows.push_back({"sparse24_2to4_int8_xi8", "sparse24 2:4 int8 x int8", SparseValues::kInt8,
+                      SparseActivations::kInt8});
+  engine::TextModelInfo info, pinfo;
+  engine::Model dense_model = engine::load_hf_encoder(model, &info);
+  b.name = dense_model.name;
+  b.vocab = dense_model.vocab;
+  b.max_sequence = dense_model.max_sequence;
+  if (all_positions) info.max_tokens = dense_model.max_sequence;
+  eo.mode = engine::Mode::kDense;
+  b.encs.push_back(engine::TextEncoder::from_model(std::move(dense_model), info, model, "", eo));
+  // The 2:4 copy written as `sparse24 prune-model` writes it and loaded from there, as a user runs it (its
+  // word embeddings then stay in the file, as the dense model's do); the directory goes once it is loaded
+  // (the mapping outlives the name).
+  engine::Model sparse_model;
+  {
+    HfDir pruned = read_hf_dir(model);
+    SparsifyOptions so;
+    so.prune = true;
+    so.targets = engine::kEncoderLinears;
+    so.rank2_only = true;
+    sparsify(pruned.weights, so);
+    const TempDir tmp("sparse24-bench-2to4-");
+    write_hf_dir(pruned, pruned.weights, CheckpointFormat::kSparse24, tmp / "model");
+    sparse_model = engine::load_hf_encoder(tmp / "model", &pinfo);
+  }
+  if (all_positions) pinfo.max_tokens = sparse_model.max_sequence;
+  eo.mode = engine::Mode::kSparse;
+  for (size_t i = 1; i < b.rows.size(); ++i) {
+    engine::Model m = sparse_model;
+    engine::set_sparse_precision(m, b.rows[i].values, b.rows[i].act);
+    b.encs.push_back(engine::TextEncoder::from_model(std::move(m), pinfo, model, "", eo));
+  }
+  return b;
+}
+
+// The best of `reps` times (ms) of run(i) for each of n engines, interleaved, after one warm-up round.
+std::vector<double> best_times(size_t n, int reps, const std::function<void(size_t)>& run) {
+  std::vector<double> best(n, 1e300);
+  for (size_t i = 0; i < n; ++i) run(i);
+  for (int r = 0; r < reps; ++r)
+    for (size_t i = 0; i < n; ++i) {
+      const auto t0 = Clock::now();
+      run(i);
+      best[i] = std::min(best[i], ms_since(t0));
+    }
+  return best;
+}
+
+// How far each narrower 2:4 row's embeddings (rows 2...) move from the fp32 2:4 row's: the smallest cosine.
+std::vector<double> min_cosines_to_fp32(const std::vector<std::vector<float>>& outs, int64_t n, int64_t dim) {
+  std::vector<double> min_cosine(outs.size(), 1.0);
+  for (size_t i = 2; i < outs.size(); ++i) {
+    const std::vector<double> c = engine::row_cosines(outs[i], outs[1], n, dim);
+    min_cosine[i] = *std::min_element(c.begin(), c.end());
+  }
+  return min_cosine;
+}
+
+// Runs bench/peers/SCRIPT ARGS with the project's Python (or `python`); the JSON it wrote to `json_path`.
+nlohmann::json run_peer_script(const std::string& python, const std::string& script, const std::string& args,
+                               const std::string& json_path) {
+  run_or_throw(quote(python.empty() ? default_python() : python) + " " +
+                   quote(source_dir() + "/bench/peers/" + script) + " " + args,
+               "the peer benchmark");
+  const std::vector<uint8_t> pj = read_file(json_path);
+  return nlohmann::json::parse(pj.begin(), pj.end());
+}
+
+// The largest absolute difference between our dense embeddings and the reference runtime's (`ref_npy`); an
+// Error above 1e-3.
+void check_dense_against(const std::vector<float>& ours, const std::string& ref_npy, const char* ref_name) {
+  const std::vector<float> ref = read_npy(ref_npy).to_float();
+  if (ref.size() != ours.size()) throw Error(std::string(ref_name) + "'s embeddings have another shape");
+  double diff = 0;
+  for (size_t i = 0; i < ref.size(); ++i)
+    diff = std::max(diff, static_cast<double>(std::fabs(ref[i] - ours[i])));
+  std::fprintf(stderr, "sparse24 dense against %s: max abs difference %.2e\n", ref_name, diff);
+  if (diff > 1e-3)
+    throw Error("sparse24 dense disagrees with " + std::string(ref_name) + " (max abs difference " +
+                std::to_string(diff) + ")");
+}
+
+// The peer with the smallest `key` (a time), or {"", inf} when none ran.
+std::pair<std::string, double> fastest_peer(const nlohmann::json& peers, const char* key) {
+  std::pair<std::string, double> best{"", 1e300};
+  for (const auto& [name, v] : peers.items())
+    if (v.contains(key) && v.at(key).get<double>() < best.second) best = {name, v.at(key).get<double>()};
+  return best;
+}
 
 struct BenchModelOptions {
   std::string model, json_out, python, peers = "pytorch,onnxruntime,openvino";
@@ -99,88 +239,16 @@ void print_profile(const char* label, engine::TextEncoder& e, const std::vector<
   std::printf("\n");
 }
 
-// Best-of-reps latency of each engine, interleaved.
-std::vector<double> latencies(std::vector<engine::TextEncoder*> es,
-                              const std::vector<std::vector<int32_t>>& ids, int reps) {
-  std::vector<double> best(es.size(), 1e300);
-  for (auto* e : es) e->embed_ids(ids);  // warm up
-  for (int r = 0; r < reps; ++r)
-    for (size_t i = 0; i < es.size(); ++i) {
-      const auto t0 = Clock::now();
-      es[i]->embed_ids(ids);
-      best[i] = std::min(best[i], ms_since(t0));
-    }
-  return best;
-}
-
 void cmd_bench_model(const BenchModelOptions& o) {
   if (o.seq < 2 || o.batch < 1 || o.threads < 1 || o.reps < 1)
     throw Error("bad --seq, --batch, --threads or --reps");
-  std::fprintf(stderr, "loading %s (dense) and pruning a 2:4 copy by magnitude\n", o.model.c_str());
-  engine::TextModelInfo info, pinfo;
   engine::TextEncoder::Options eo;
   eo.threads = o.threads;
   eo.batch = o.batch;
-  eo.mode = engine::Mode::kDense;
-  const engine::Model dense_model = engine::load_hf_encoder(o.model, &info);
-  if (o.seq > dense_model.max_sequence) throw Error("--seq is longer than the model's positions");
-  info.max_tokens = dense_model.max_sequence;
-  engine::TextEncoder dense = engine::TextEncoder::from_model(dense_model, info, o.model, "", eo);
-  // The 2:4 copy written as `sparse24 prune-model` writes it and loaded from there, as a user runs it (its
-  // word embeddings then stay in the file, as the dense model's do); the directory goes once it is loaded
-  // (the mapping outlives the name).
-  engine::Model sparse_model;
-  {
-    HfDir pruned = read_hf_dir(o.model);
-    SparsifyOptions so;
-    so.prune = true;
-    so.targets = engine::kEncoderLinears;
-    so.rank2_only = true;
-    sparsify(pruned.weights, so);
-    const fs::path tmp = fs::temp_directory_path() / ("sparse24-bench-2to4-" + std::to_string(::getpid()));
-    try {
-      write_hf_dir(pruned, pruned.weights, CheckpointFormat::kSparse24, tmp.string());
-      sparse_model = engine::load_hf_encoder(tmp.string(), &pinfo);
-    } catch (...) {
-      fs::remove_all(tmp);
-      throw;
-    }
-    fs::remove_all(tmp);
-  }
-  pinfo.max_tokens = sparse_model.max_sequence;
-  eo.mode = engine::Mode::kSparse;
-  // The rows: dense, the 2:4 copy as pruned (fp32), and its values bf16 and int8, with fp32 activations and
-  // with bf16 or int8 ones where they take effect (bf16_activations_supported(),
-  // int8_activations_supported(); engine::set_sparse_precision).
-  using engine::SparseActivations, engine::SparseValues;
-  struct Row {
-    std::string key, label;
-    SparseValues values;
-    SparseActivations act;
-  };
-  std::vector<Row> rows = {
-      {"sparse24_dense", "sparse24 dense", SparseValues::kF32, SparseActivations::kF32},
-      {"sparse24_2to4", "sparse24 2:4", SparseValues::kF32, SparseActivations::kF32},
-      {"sparse24_2to4_bf16", "sparse24 2:4 bf16", SparseValues::kBf16, SparseActivations::kF32},
-      {"sparse24_2to4_int8", "sparse24 2:4 int8", SparseValues::kInt8, SparseActivations::kF32}};
-  if (bf16_activations_supported()) {
-    rows.push_back({"sparse24_2to4_bf16_xbf16", "sparse24 2:4 bf16 x bf16", SparseValues::kBf16,
-                    SparseActivations::kBf16});
-    rows.push_back({"sparse24_2to4_int8_xbf16", "sparse24 2:4 int8 x bf16", SparseValues::kInt8,
-                    SparseActivations::kBf16});
-  }
-  if (int8_activations_supported())
-    rows.push_back({"sparse24_2to4_int8_xi8", "sparse24 2:4 int8 x int8", SparseValues::kInt8,
-                    SparseActivations::kInt8});
-  std::vector<engine::TextEncoder> encs;
-  encs.push_back(std::move(dense));
-  for (size_t i = 1; i < rows.size(); ++i) {
-    engine::Model m = sparse_model;
-    engine::set_sparse_precision(m, rows[i].values, rows[i].act);
-    encs.push_back(engine::TextEncoder::from_model(std::move(m), pinfo, o.model, "", eo));
-  }
-  std::vector<engine::TextEncoder*> all;
-  for (auto& e : encs) all.push_back(&e);
+  BenchRows b = load_bench_rows(o.model, eo, true);
+  if (o.seq > b.max_sequence) throw Error("--seq is longer than the model's positions");
+  const std::vector<BenchRows::Row>& rows = b.rows;
+  std::vector<engine::TextEncoder>& encs = b.encs;
 
   // The same ids for every runtime: [CLS]-like first token kept from the tokenizer, the rest random.
   std::vector<std::vector<int32_t>> ids(o.batch, std::vector<int32_t>(o.seq));
@@ -189,22 +257,17 @@ void cmd_bench_model(const BenchModelOptions& o) {
   for (auto& row : ids) {
     for (int32_t& v : row) {
       seed = seed * 1664525u + 1013904223u;
-      v = 1000 + static_cast<int32_t>((seed >> 8) % static_cast<uint32_t>(dense_model.vocab - 1000));
+      v = 1000 + static_cast<int32_t>((seed >> 8) % static_cast<uint32_t>(b.vocab - 1000));
     }
     row.front() = special.front();
     row.back() = special.back();
   }
 
-  std::vector<double> ms = latencies(all, ids, o.reps);
-  const std::vector<float> dense_out = encs[0].embed_ids(ids);
-  // How far each narrower 2:4 row's embeddings move from the fp32 2:4 row's (the smallest cosine).
-  const std::vector<float> fp32_out = encs[1].embed_ids(ids);
-  std::vector<double> min_cosine(rows.size(), 1.0);
-  const int64_t dim = encs[1].dim();
-  for (size_t i = 2; i < rows.size(); ++i) {
-    const std::vector<double> c = engine::row_cosines(encs[i].embed_ids(ids), fp32_out, o.batch, dim);
-    min_cosine[i] = *std::min_element(c.begin(), c.end());
-  }
+  const auto run = [&](size_t i) { encs[i].embed_ids(ids); };
+  std::vector<double> ms = best_times(encs.size(), o.reps, run);
+  std::vector<std::vector<float>> outs;
+  for (auto& e : encs) outs.push_back(e.embed_ids(ids));
+  const std::vector<double> min_cosine = min_cosines_to_fp32(outs, o.batch, encs[1].dim());
   std::vector<size_t> bytes, stored;
   for (auto& e : encs) {
     bytes.push_back(e.engine().weight_bytes());
@@ -213,11 +276,8 @@ void cmd_bench_model(const BenchModelOptions& o) {
   const size_t dense_bytes = bytes[0];
 
   nlohmann::json peers = nlohmann::json::object();
-  double best_peer = 1e300;
-  std::string best_name;
   if (!o.no_peers) {
-    const fs::path tmp = fs::temp_directory_path() / ("sparse24-bench-" + std::to_string(::getpid()));
-    fs::create_directories(tmp);
+    const TempDir tmp("sparse24-bench-");
     std::vector<int64_t> flat;
     for (const auto& row : ids) flat.insert(flat.end(), row.begin(), row.end());
     // ids as int64 .npy (written by hand: the library's npy writer holds float32/16 and int8)
@@ -231,43 +291,22 @@ void cmd_bench_model(const BenchModelOptions& o) {
       file.push_back(static_cast<char>(header.size() >> 8));
       file += header;
       file.append(reinterpret_cast<const char*>(flat.data()), flat.size() * sizeof(int64_t));
-      write_file_atomic((tmp / "ids.npy").string(), file);
+      write_file_atomic(tmp / "ids.npy", file);
     }
-    const std::string python = o.python.empty() ? default_python() : o.python;
-    const std::string cmd = "'" + python + "' '" + source_dir() + "/bench/peers/bench_peers.py' '" + o.model +
-                            "' --seq " + std::to_string(o.seq) + " --batch " + std::to_string(o.batch) +
-                            " --threads " + std::to_string(o.threads) + " --reps " + std::to_string(o.reps) +
-                            " --ids '" + (tmp / "ids.npy").string() + "' --json '" +
-                            (tmp / "peers.json").string() + "' --emit-embeddings '" +
-                            (tmp / "torch.npy").string() + "' --peers " + o.peers;
-    std::fprintf(stderr, "peers: %s\n", cmd.c_str());
-    std::fflush(nullptr);
-    const int rc = std::system(cmd.c_str());
-    if (rc != 0) {
-      fs::remove_all(tmp);
-      throw Error("the peer benchmark failed (exit " + std::to_string(WEXITSTATUS(rc)) + "): " + cmd);
-    }
-    const std::vector<uint8_t> pj = read_file((tmp / "peers.json").string());
-    const nlohmann::json j = nlohmann::json::parse(pj.begin(), pj.end());
-    peers = j.at("peers");
-    const std::vector<float> ref = read_npy((tmp / "torch.npy").string()).to_float();
-    fs::remove_all(tmp);
-    double diff = 0;
-    if (ref.size() != dense_out.size()) throw Error("the peer's embeddings have another shape");
-    for (size_t i = 0; i < ref.size(); ++i)
-      diff = std::max(diff, static_cast<double>(std::fabs(ref[i] - dense_out[i])));
-    std::fprintf(stderr, "sparse24 dense against PyTorch on these ids: max abs difference %.2e\n", diff);
-    if (diff > 1e-3)
-      throw Error("sparse24 dense disagrees with PyTorch (max abs difference " + std::to_string(diff) + ")");
+    peers = run_peer_script(o.python, "bench_peers.py",
+                            quote(o.model) + " --seq " + std::to_string(o.seq) + " --batch " +
+                                std::to_string(o.batch) + " --threads " + std::to_string(o.threads) +
+                                " --reps " + std::to_string(o.reps) + " --ids " + quote(tmp / "ids.npy") +
+                                " --json " + quote(tmp / "peers.json") + " --emit-embeddings " +
+                                quote(tmp / "torch.npy") + " --peers " + quote(o.peers),
+                            tmp / "peers.json")
+                .at("peers");
+    check_dense_against(outs[0], tmp / "torch.npy", "PyTorch on these ids");
     // Our engines once more after the peers ran (the machine may have been busier before): best of both.
-    const std::vector<double> again = latencies(all, ids, o.reps);
+    const std::vector<double> again = best_times(encs.size(), o.reps, run);
     for (size_t i = 0; i < ms.size(); ++i) ms[i] = std::min(ms[i], again[i]);
-    for (const auto& [name, v] : peers.items())
-      if (v.at("ms").get<double>() < best_peer) {
-        best_peer = v.at("ms").get<double>();
-        best_name = name;
-      }
   }
+  const auto [best_name, best_peer] = fastest_peer(peers, "ms");
 
   nlohmann::json runtimes = nlohmann::json::object();
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -275,7 +314,7 @@ void cmd_bench_model(const BenchModelOptions& o) {
     if (i >= 2) runtimes[rows[i].key]["min_cosine_vs_2to4_fp32"] = min_cosine[i];
     if (!best_name.empty()) runtimes[rows[i].key]["vs_best_peer"] = best_peer / ms[i];
   }
-  nlohmann::json out = {{"model", dense_model.name},
+  nlohmann::json out = {{"model", b.name},
                         {"model_dir", o.model},
                         {"seq", o.seq},
                         {"batch", o.batch},
@@ -309,6 +348,110 @@ void cmd_bench_model(const BenchModelOptions& o) {
                 best_peer / ms[1], best_peer / ms[0]);
   if (o.profile)
     for (size_t i = 0; i < rows.size(); ++i) print_profile(rows[i].label.c_str(), encs[i], ids);
+  if (!o.json_out.empty()) write_file_atomic(o.json_out, out.dump(2) + "\n");
+}
+
+struct BenchEmbedOptions {
+  std::string model, input, json_out, python, peers = "sentence-transformers,onnxruntime,openvino";
+  int64_t max_lines = 1000, batch = 32;
+  int threads = 1, reps = 3;
+  bool no_peers = false;
+};
+
+// A corpus embedded end to end (tokenizer, engine, pooling) by each engine and by the peers as a user runs
+// them (bench/peers/bench_embed_peers.py: sentence-transformers' encode, and ONNX Runtime and OpenVINO with
+// its tokenizer and length-sorted padded batches); texts per second.
+void cmd_bench_embed(const BenchEmbedOptions& o) {
+  if (o.batch < 1 || o.threads < 1 || o.reps < 1 || o.max_lines < 0)
+    throw Error("bad --batch, --threads, --reps or --max-lines");
+  const std::vector<std::string> texts = spread_lines(read_lines(o.input), o.max_lines);
+  if (texts.empty()) throw Error(o.input + ": no lines");
+  std::string texts_json;
+  try {
+    texts_json = nlohmann::json(texts).dump();
+  } catch (const nlohmann::json::exception&) {
+    throw Error(o.input + ": a line is not UTF-8");
+  }
+  engine::TextEncoder::Options eo;
+  eo.threads = o.threads;
+  eo.batch = o.batch;
+  BenchRows b = load_bench_rows(o.model, eo, false);
+  std::vector<engine::TextEncoder>& encs = b.encs;
+  int64_t tokens = 0;
+  for (const std::string& t : texts) tokens += static_cast<int64_t>(encs[0].tokenize(t).size());
+  const auto n = static_cast<int64_t>(texts.size());
+
+  const auto run = [&](size_t i) { encs[i].embed(texts); };
+  std::vector<double> ms = best_times(encs.size(), o.reps, run);
+  std::vector<std::vector<float>> outs;
+  for (auto& e : encs) outs.push_back(e.embed(texts));
+  const std::vector<double> min_cosine = min_cosines_to_fp32(outs, n, encs[1].dim());
+
+  nlohmann::json peers = nlohmann::json::object();
+  int64_t peer_tokens = tokens;
+  if (!o.no_peers) {
+    const TempDir tmp("sparse24-bench-embed-");
+    write_file_atomic(tmp / "texts.json", texts_json);
+    const nlohmann::json j =
+        run_peer_script(o.python, "bench_embed_peers.py",
+                        quote(o.model) + " --texts " + quote(tmp / "texts.json") + " --batch " +
+                            std::to_string(o.batch) + " --threads " + std::to_string(o.threads) + " --reps " +
+                            std::to_string(o.reps) + " --json " + quote(tmp / "peers.json") +
+                            " --emit-embeddings " + quote(tmp / "st.npy") + " --peers " + quote(o.peers),
+                        tmp / "peers.json");
+    peers = j.at("peers");
+    peer_tokens = j.at("tokens").get<int64_t>();
+    check_dense_against(outs[0], tmp / "st.npy", "sentence-transformers' encode");
+    const std::vector<double> again = best_times(encs.size(), o.reps, run);
+    for (size_t i = 0; i < ms.size(); ++i) ms[i] = std::min(ms[i], again[i]);
+  }
+  const auto [best_name, best_s] = fastest_peer(peers, "s");
+  const double best_peer = best_s * 1e3;
+
+  nlohmann::json runtimes = nlohmann::json::object();
+  for (size_t i = 0; i < b.rows.size(); ++i) {
+    runtimes[b.rows[i].key] = {{"s", ms[i] / 1e3}, {"texts_per_s", n / (ms[i] / 1e3)}};
+    if (i >= 2) runtimes[b.rows[i].key]["min_cosine_vs_2to4_fp32"] = min_cosine[i];
+    if (!best_name.empty()) runtimes[b.rows[i].key]["vs_best_peer"] = best_peer / ms[i];
+  }
+  nlohmann::json out = {{"model_dir", o.model},
+                        {"input", o.input},
+                        {"texts", n},
+                        {"tokens", tokens},
+                        {"peer_tokens", peer_tokens},
+                        {"batch", o.batch},
+                        {"threads", o.threads},
+                        {"isa", isa_name(active_isa())},
+                        {"runtimes", runtimes},
+                        {"peers", peers}};
+  if (!best_name.empty()) {
+    out["best_peer"] = best_name;
+    out["speedup_vs_best_peer"] = best_peer / ms[1];
+    out["dense_vs_best_peer"] = best_peer / ms[0];
+  }
+  std::printf("%s on %lld texts of %s (%lld tokens), batch %lld, %d thread(s), %s kernels\n", o.model.c_str(),
+              static_cast<long long>(n), o.input.c_str(), static_cast<long long>(tokens),
+              static_cast<long long>(o.batch), o.threads, isa_name(active_isa()));
+  if (peer_tokens != tokens)
+    std::printf("  (the peers' tokenizer made %lld tokens of these texts)\n",
+                static_cast<long long>(peer_tokens));
+  const auto line = [&](const std::string& label, double s) {
+    std::printf("  %-24s %8.3f s  %8.1f texts/s  %8.0f tokens/s", label.c_str(), s, n / s, tokens / s);
+  };
+  for (size_t i = 0; i < b.rows.size(); ++i) {
+    line(b.rows[i].label, ms[i] / 1e3);
+    if (!best_name.empty()) std::printf("  %.2fx the fastest peer", best_peer / ms[i]);
+    if (i >= 2) std::printf("  (cosine to 2:4 fp32 >= %.6f)", min_cosine[i]);
+    std::printf("\n");
+  }
+  for (const auto& [name, v] : peers.items())
+    if (v.contains("s")) {
+      line(name, v.at("s").get<double>());
+      std::printf("\n");
+    }
+  if (!best_name.empty())
+    std::printf("2:4 vs the fastest peer (%s): %.2fx; dense vs it: %.2fx\n", best_name.c_str(),
+                best_peer / ms[1], best_peer / ms[0]);
   if (!o.json_out.empty()) write_file_atomic(o.json_out, out.dump(2) + "\n");
 }
 
@@ -357,6 +500,28 @@ void register_bench_model(CLI::App& app) {
   cmd->add_flag("--no-peers", o->no_peers, "time sparse24 only");
   cmd->add_flag("--profile", o->profile, "also print where sparse24's time goes, per op kind");
   cmd->callback([o] { cmd_bench_model(*o); });
+}
+
+void register_bench_embed(CLI::App& app) {
+  auto o = std::make_shared<BenchEmbedOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "bench-embed",
+      "Texts per second embedding a text file end to end (tokenizer, encoder, pooling) in sparse24 (dense "
+      "and "
+      "a magnitude-pruned 2:4 copy) against sentence-transformers' encode, ONNX Runtime and OpenVINO");
+  cmd->add_option("model", o->model, "model directory")->required();
+  cmd->add_option("--input", o->input, "file with one text per line")->required();
+  cmd->add_option("--max-lines", o->max_lines, "at most this many lines, spread over the file (0: all)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--batch", o->batch, "texts per engine call (and per peer batch)")
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--threads", o->threads, "threads for every runtime")->check(CLI::Range(1, 1024));
+  cmd->add_option("--reps", o->reps, "timed passes over the texts (best of)")->check(CLI::Range(1, 1000));
+  cmd->add_option("--json", o->json_out, "write the results as JSON");
+  cmd->add_option("--python", o->python, "the Python that runs the peers (default: the project's .venv)");
+  cmd->add_option("--peers", o->peers, "comma-separated peers to run (sentence-transformers is required)");
+  cmd->add_flag("--no-peers", o->no_peers, "time sparse24 only");
+  cmd->callback([o] { cmd_bench_embed(*o); });
 }
 
 }  // namespace sparse24::cli

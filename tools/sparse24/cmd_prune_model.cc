@@ -245,20 +245,6 @@ void register_eval_embed(CLI::App& app) {
 
 // ---- prune-experiment ------------------------------------------------------------------------------------
 
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-void run_or_throw(const std::string& cmd, const char* what) {
-  std::fprintf(stderr, "%s: %s\n", what, cmd.c_str());
-  std::fflush(nullptr);
-  const int rc = std::system(cmd.c_str());
-  if (rc != 0)
-    throw Error(std::string(what) + " failed (exit " + std::to_string(WEXITSTATUS(rc)) + "): " + cmd);
-}
-
 std::string self_dir() {
   std::error_code ec;
   const fs::path self = fs::read_symlink("/proc/self/exe", ec);

@@ -50,6 +50,7 @@ void register_bench_bert(CLI::App& app);
 void register_embed(CLI::App& app);        // cmd_embed.cc
 void register_prune_model(CLI::App& app);  // cmd_prune_model.cc: prune-model, eval-embed, prune-experiment
 void register_bench_model(CLI::App& app);  // cmd_embed.cc
+void register_bench_embed(CLI::App& app);  // cmd_embed.cc
 // generate, perplexity, logits, bench-decode (cmd_decode.cc)
 void register_decode_commands(CLI::App& app);
 // The checkout the tool was built from, whose scripts (bench/peers/, scripts/) bench-model, bench-decode and

@@ -55,6 +55,7 @@ int main(int argc, char** argv) {
   sparse24::cli::register_embed(app);
   sparse24::cli::register_prune_model(app);
   sparse24::cli::register_bench_model(app);
+  sparse24::cli::register_bench_embed(app);
   sparse24::cli::register_decode_commands(app);
 #endif
 #ifdef SPARSE24_HAVE_BENCH
