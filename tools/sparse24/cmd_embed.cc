@@ -355,7 +355,7 @@ struct BenchEmbedOptions {
   std::string model, input, json_out, python, peers = "sentence-transformers,onnxruntime,openvino";
   int64_t max_lines = 1000, batch = 32;
   int threads = 1, reps = 3;
-  bool no_peers = false;
+  bool no_peers = false, profile = false;
 };
 
 // A corpus embedded end to end (tokenizer, engine, pooling) by each engine and by the peers as a user runs
@@ -452,6 +452,12 @@ void cmd_bench_embed(const BenchEmbedOptions& o) {
   if (!best_name.empty())
     std::printf("2:4 vs the fastest peer (%s): %.2fx; dense vs it: %.2fx\n", best_name.c_str(),
                 best_peer / ms[1], best_peer / ms[0]);
+  if (o.profile) {  // the first batch of texts, as the engines run it
+    std::vector<std::vector<int32_t>> ids;
+    for (size_t i = 0; i < std::min(texts.size(), static_cast<size_t>(o.batch)); ++i)
+      ids.push_back(encs[0].tokenize(texts[i]));
+    for (size_t i = 0; i < b.rows.size(); ++i) print_profile(b.rows[i].label.c_str(), encs[i], ids);
+  }
   if (!o.json_out.empty()) write_file_atomic(o.json_out, out.dump(2) + "\n");
 }
 
@@ -521,6 +527,8 @@ void register_bench_embed(CLI::App& app) {
   cmd->add_option("--python", o->python, "the Python that runs the peers (default: the project's .venv)");
   cmd->add_option("--peers", o->peers, "comma-separated peers to run (sentence-transformers is required)");
   cmd->add_flag("--no-peers", o->no_peers, "time sparse24 only");
+  cmd->add_flag("--profile", o->profile,
+                "also print where sparse24's time goes on the first batch, per op kind");
   cmd->callback([o] { cmd_bench_embed(*o); });
 }
 
