@@ -101,6 +101,10 @@ struct DecoderModel {
   // 4.2 GB), or int8 when read with DecoderLoadOptions::int8. A Decoder runs them as they are whatever its
   // options ask, except that int8_weights makes int8 tables of bf16 ones.
   WeightTable embed_table, head_table;
+  // An untied model's embeddings read from a directory stay in its mapped checkpoint file, as stored
+  // (f32/f16/bf16; embed and embed_table then empty): a token reads one row, so the 128k-token table of
+  // Llama 3.1 8B (1 GB in bf16) is never held, whatever the Decoder's weights.
+  StoredRows embed_stored;
   std::vector<DecoderLayer> layers;
   std::string fingerprint;
   // Token `id`'s embedding row (hidden floats) into out, from whichever form holds it (int8: dequantized).
@@ -353,6 +357,8 @@ class Decoder {
   const DecoderConfig& config() const;
   // Bytes of the weights one decoded token reads (GEMMs as packed or dense, embeddings/head, norms).
   size_t weight_bytes() const;
+  // Bytes of the embeddings left in the checkpoint's file (DecoderModel::embed_stored), not in weight_bytes.
+  size_t stored_bytes() const;
   size_t cache_bytes() const;  // the KV caches' bytes (allocated for the whole capacity)
   int sparse_linears() const;  // how many Linears run the 2:4 kernel
 

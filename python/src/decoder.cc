@@ -313,6 +313,7 @@ void register_decoder(nb::module_& m) {
       .def_prop_ro("eos_id", [](const PyDecoder& d) { return d.bpe().eos_id(); })
       .def_prop_ro("sparse_linears", [](const PyDecoder& d) { return d.decoder().sparse_linears(); })
       .def_prop_ro("weight_bytes", [](const PyDecoder& d) { return d.decoder().weight_bytes(); })
+      .def_prop_ro("stored_bytes", [](const PyDecoder& d) { return d.decoder().stored_bytes(); })
       .def_prop_ro("cache_bytes", [](const PyDecoder& d) { return d.decoder().cache_bytes(); });
   m.def(
       "render_chat_template",

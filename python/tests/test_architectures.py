@@ -83,6 +83,9 @@ def test_directories_match_transformers(arch_model):
     arch, path, ref = arch_model
     d = sparse24.Decoder.load(str(path), max_context=64)
     assert d.capacity == 64  # a sliding window (Mistral's, Gemma 3's) does not cap the context
+    # an untied model's embeddings stay in model.safetensors (float32 as saved); a tied table is the head
+    table = ref.get_input_embeddings().weight.numel() * 4
+    assert d.stored_bytes == (0 if ref.config.tie_word_embeddings else table), arch
     for text in TEXT:
         ids = d.tokenize(text)[:d.capacity]
         want = logits_of(ref, ids)

@@ -104,6 +104,7 @@ struct Decoder::Impl {
   // 2.1 GB).
   WeightTable head_table, embed_table;
   const WeightTable* embed_rows = nullptr;
+  StoredRows embed_stored;    // or the rows are left in the checkpoint's file (an untied model's)
   std::vector<float> column;  // one token's final-norm output (the bf16 / int8 head's input) or embedding
   std::vector<LayerExec> layers;
   // RoPE tables: the sliding layers' own if they have one; longrope's long-factor table, used while the
@@ -134,7 +135,9 @@ struct Decoder::Impl {
     const int64_t H = c.hidden;
     for (int64_t j = 0; j < n; ++j) {  // embeddings, feature-major
       const float* row = column.data();
-      if (embed_rows != nullptr)
+      if (embed_stored.data != nullptr)
+        embed_stored.row(tokens[j], column.data());
+      else if (embed_rows != nullptr)
         detail::table_row(*embed_rows, tokens[j], H, column.data());
       else
         row = embed->data() + static_cast<int64_t>(tokens[j]) * H;
@@ -225,13 +228,22 @@ void Decoder::build(const DecoderModel& m, const DecoderOptions& o, DecoderModel
   const bool sparse = o.mode != Mode::kDense;
   const int64_t table_size = s.c.vocab * s.c.hidden,
                 scales_size = s.c.vocab * ((s.c.hidden + kernels::kGemvI8Group - 1) / kernels::kGemvI8Group);
-  if (!m.embed_table.empty()) {  // as stored (bf16) or quantized as read (int8): held as they are
+  // Embeddings left in the checkpoint's file (an untied model's): tokens read their rows there.
+  const bool stored = m.embed_stored.data != nullptr;
+  if (stored) {
+    if (s.c.tied || m.embed_stored.rows != s.c.vocab || m.embed_stored.cols != s.c.hidden)
+      throw Error("decoder: the embeddings left in the file are not an untied model's vocab x hidden table");
+    s.embed_stored = m.embed_stored;
+  }
+  if (!m.embed_table.empty() || (stored && !m.head_table.empty())) {
+    // as stored (bf16) or quantized as read (int8): held as they are
     const auto fits = [&](const WeightTable& t) {
       return t.i8.empty() ? static_cast<int64_t>(t.bf16.size()) == table_size && t.scales.empty()
                           : static_cast<int64_t>(t.i8.size()) == table_size && t.bf16.empty() &&
                                 static_cast<int64_t>(t.scales.size()) == scales_size;
     };
-    for (const WeightTable* t : {&m.embed_table, s.c.tied ? &m.embed_table : &m.head_table})
+    for (const WeightTable* t :
+         {stored ? &m.head_table : &m.embed_table, s.c.tied ? &m.embed_table : &m.head_table})
       if (!fits(*t))
         throw Error("decoder: the embedding or head table is not vocab x hidden bf16, or int8 with scales");
     const auto take = [&](const WeightTable& t, WeightTable* own) -> WeightTable {
@@ -243,14 +255,15 @@ void Decoder::build(const DecoderModel& m, const DecoderOptions& o, DecoderModel
       s.head_table = take(m.embed_table, owned != nullptr ? &owned->embed_table : nullptr);
     } else {
       s.head_table = take(m.head_table, owned != nullptr ? &owned->head_table : nullptr);
-      s.embed_table = take(m.embed_table, owned != nullptr ? &owned->embed_table : nullptr);
+      if (!stored) s.embed_table = take(m.embed_table, owned != nullptr ? &owned->embed_table : nullptr);
     }
     if (owned != nullptr) owned->release_tables();
   } else if (o.bf16_weights || o.int8_weights) {
     std::vector<float> expanded;  // a 2:4 head's weights
     if (!s.c.tied && m.head.pruned) expanded = decompress(m.head.sparse).to_float();
     const std::vector<float>& w = s.c.tied ? m.embed : m.head.pruned ? expanded : m.head.dense;
-    if (static_cast<int64_t>(w.size()) != table_size || static_cast<int64_t>(m.embed.size()) != table_size)
+    if (static_cast<int64_t>(w.size()) != table_size ||
+        (!stored && static_cast<int64_t>(m.embed.size()) != table_size))
       throw Error("decoder: the head or the embedding table is not vocab x hidden floats");
     // A [vocab, hidden] table as the head holds it: int8 with a scale per 64 of a row, or bf16.
     const auto convert = [&](const std::vector<float>& t) {
@@ -262,15 +275,15 @@ void Decoder::build(const DecoderModel& m, const DecoderOptions& o, DecoderModel
     };
     s.head_table = convert(w);
     if (owned != nullptr && !s.c.tied) owned->head = Gemm{};
-    if (!s.c.tied) s.embed_table = convert(m.embed);
+    if (!s.c.tied && !stored) s.embed_table = convert(m.embed);
     if (owned != nullptr) std::vector<float>().swap(owned->embed);
   }
   if (!s.head_table.empty()) {
-    s.embed_rows = s.c.tied ? &s.head_table : &s.embed_table;
-    s.column.resize(static_cast<size_t>(s.c.hidden));
+    if (!stored) s.embed_rows = s.c.tied ? &s.head_table : &s.embed_table;
   } else if (!s.c.tied) {
     s.head.emplace(m.head, false, o);
   }
+  s.column.resize(static_cast<size_t>(s.c.hidden));
   // The layers' Linears, packed on the decoder's threads (with the reading, what a load spends its time on);
   // each one's 2:4 values released as soon as packed, so the weights are not held twice.
   std::vector<std::optional<Linear>> linears(4 * m.layers.size());
@@ -374,6 +387,10 @@ int64_t Decoder::position() const { return impl_->pos; }
 int64_t Decoder::capacity() const { return impl_->capacity; }
 const DecoderConfig& Decoder::config() const { return impl_->c; }
 int Decoder::sparse_linears() const { return impl_->sparse; }
+
+size_t Decoder::stored_bytes() const {
+  return impl_->embed_stored.data != nullptr ? impl_->embed_stored.bytes() : 0;
+}
 
 size_t Decoder::cache_bytes() const {
   size_t b = 0;

@@ -187,6 +187,12 @@ RopeConfig rope_from_factors(double theta, int64_t dim, const std::vector<float>
 void DecoderModel::embedding(int32_t id, float* out) const {
   const int64_t H = config.hidden;
   if (id < 0 || id >= config.vocab) throw Error("token id " + std::to_string(id) + " outside the vocabulary");
+  if (embed_stored.data != nullptr) {
+    if (embed_stored.rows != config.vocab || embed_stored.cols != H)
+      throw Error("decoder: the embedding table is not vocab x hidden");
+    embed_stored.row(id, out);
+    return;
+  }
   if (!embed_table.empty()) {
     if (embed_table.bf16.size() + embed_table.i8.size() != static_cast<size_t>(config.vocab * H))
       throw Error("decoder: the embedding table is not vocab x hidden");
@@ -203,6 +209,7 @@ void DecoderModel::release_tables() {
   head = Gemm{};
   embed_table = WeightTable{};
   head_table = WeightTable{};
+  embed_stored = StoredRows{};
 }
 
 void DecoderModel::prune_magnitude(int threads) {

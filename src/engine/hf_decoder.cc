@@ -10,6 +10,7 @@
 #include <optional>
 #include <set>
 #include <system_error>
+#include <type_traits>
 
 #include "builder.h"
 #include "hf_weights.h"
@@ -316,7 +317,13 @@ DecoderModel build_decoder(const DecoderConfig& c, const Biases& b, Src& w, cons
     t = detail::int8_table(fp32, c.vocab, c.hidden);
     std::vector<float>().swap(fp32);
   };
-  if (bf16_tables) {
+  bool stored = false;  // an untied model's embeddings left in the directory's mapped file
+  if constexpr (std::is_same_v<Src, detail::Weights>)
+    stored = !c.tied && w.stays_in_file("model.embed_tokens.weight", {c.vocab, c.hidden});
+  if (stored) {
+    if constexpr (std::is_same_v<Src, detail::Weights>)
+      m.embed_stored = w.stored_rows("model.embed_tokens.weight", {c.vocab, c.hidden});
+  } else if (bf16_tables) {
     m.embed_table.bf16 = w.bf16("model.embed_tokens.weight", {c.vocab, c.hidden});
   } else {
     m.embed = w.dense("model.embed_tokens.weight", {c.vocab, c.hidden});

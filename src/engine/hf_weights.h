@@ -124,14 +124,22 @@ class Weights {
     StoredRows stored;
   };
   Table table(const std::string& name, const std::vector<int64_t>& shape) {
+    if (!stays_in_file(name, shape)) return {dense(name, shape), {}};  // its errors, or a table in memory
+    return {{}, stored_rows(name, shape)};
+  }
+  // Whether table() would leave the tensor in its file: a dense float [rows, cols] in a mapped file.
+  bool stays_in_file(const std::string& name, const std::vector<int64_t>& shape) const {
     const auto it = by_name_.find(name);
     const Entry* e = it == by_name_.end() ? nullptr : &entries_[it->second];
-    if (e == nullptr || e->file == nullptr || e->sparse || shape.size() != 2 || e->dense.shape != shape ||
-        (e->dense.dtype != "F32" && e->dense.dtype != "F16" && e->dense.dtype != "BF16"))
-      return {dense(name, shape), {}};  // its errors, or a table in memory
+    return e != nullptr && e->file != nullptr && !e->sparse && shape.size() == 2 && e->dense.shape == shape &&
+           (e->dense.dtype == "F32" || e->dense.dtype == "F16" || e->dense.dtype == "BF16");
+  }
+  // The rows of a tensor that stays_in_file(), left there (values checked finite a piece at a time, those
+  // pages dropped again).
+  StoredRows stored_rows(const std::string& name, const std::vector<int64_t>& shape) {
+    if (!stays_in_file(name, shape)) throw Error(what_ + ": tensor '" + name + "' cannot stay in its file");
     const Entry& t = take(name);
-    Table out;
-    StoredRows& s = out.stored;
+    StoredRows s;
     s.type = dtype_from_st(t.dense.dtype);
     s.rows = shape[0];
     s.cols = shape[1];
@@ -143,7 +151,7 @@ class Weights {
       kernels::elements_to_floats(s.type, from, c, piece.data());
       finite(name, piece.data(), c);
     });
-    return out;
+    return s;
   }
   // A dense bfloat16 tensor's values as stored (dense_dtype "BF16"), checked finite.
   std::vector<uint16_t> bf16(const std::string& name, const std::vector<int64_t>& shape) {

@@ -211,12 +211,16 @@ void cmd_generate(const GenerateOptions& o) {
   const double gen_ms = ms_since(t1);
   std::printf("\n");
   std::fflush(stdout);
+  const std::string stored = dec.stored_bytes() > 0
+                                 ? "; " + std::to_string(static_cast<int64_t>(dec.stored_bytes() / 1e6)) +
+                                       " MB of embeddings left in the file"
+                                 : "";
   std::fprintf(stderr,
                "prompt: %zu tokens, %.1f tokens/s; generation: %lld tokens, %.1f tokens/s (%d of %zu "
-               "Linears 2:4, %.0f MB of weights, %s kernels)\n",
+               "Linears 2:4, %.0f MB of weights%s, %s kernels)\n",
                prompt.size(), prompt.size() / (prefill_ms / 1000), static_cast<long long>(generated),
                generated / std::max(gen_ms / 1000, 1e-9), dec.sparse_linears(), 4 * dec.config().layers,
-               dec.weight_bytes() / 1e6, isa_name(active_isa()));
+               dec.weight_bytes() / 1e6, stored.c_str(), isa_name(active_isa()));
 }
 
 // ---- chat ----------------------------------------------------------------------------------------------
