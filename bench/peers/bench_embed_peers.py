@@ -139,11 +139,7 @@ def main():
     for peer, note in notes.items():
         result["peers"][peer] = {"skipped": note}
     if a.json:
-        def write(tmp):
-            with open(tmp, "w") as f:
-                json.dump(result, f, indent=1)
-                f.write("\n")
-        common.atomic_write(a.json, write)
+        common.write_json(a.json, result)
 
     print(f"{len(texts)} texts, {tokens} tokens, batch {a.batch}, {a.threads} thread(s), best/median of {a.reps} "
           f"({result['cpu']})")

@@ -10,7 +10,6 @@ Timing: each peer runs --warmup times, then --reps rounds, the peers in turn (ro
 pooling and normalization, static shapes) is exported once per model and shape to build/peers-cache/.
 """
 import hashlib
-import json
 import os
 import statistics
 import sys
@@ -287,11 +286,7 @@ def main():
     for peer, note in notes.items():
         result["peers"][peer] = {"skipped": note}
     if a.json:
-        def write(tmp):
-            with open(tmp, "w") as f:
-                json.dump(result, f, indent=1)
-                f.write("\n")
-        common.atomic_write(a.json, write)
+        common.write_json(a.json, result)
 
     print(f"{name}: batch {batch}, seq {seq}, {a.threads} thread(s), best/median of {a.reps} ({result['cpu']})")
     print(f"{'peer':<12} {'version':<22} {'best ms':>9} {'median ms':>10} {'max |diff|':>11}")

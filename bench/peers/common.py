@@ -111,6 +111,15 @@ def atomic_write(path, write):
             os.remove(tmp)
 
 
+def write_json(path, obj):
+    """obj as indented JSON at path (atomically)."""
+    def write(tmp):
+        with open(tmp, "w") as f:
+            json.dump(obj, f, indent=1)
+            f.write("\n")
+    atomic_write(path, write)
+
+
 def save_npy(path, array):
     import numpy as np
 

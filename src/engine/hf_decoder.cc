@@ -317,17 +317,17 @@ DecoderModel build_decoder(const DecoderConfig& c, const Biases& b, Src& w, cons
     t = detail::int8_table(fp32, c.vocab, c.hidden);
     std::vector<float>().swap(fp32);
   };
-  bool stored = false;  // an untied model's embeddings left in the directory's mapped file
+  // An untied model's embeddings stay in a directory's mapped file (a token reads one row of them).
   if constexpr (std::is_same_v<Src, detail::Weights>)
-    stored = !c.tied && w.stays_in_file("model.embed_tokens.weight", {c.vocab, c.hidden});
-  if (stored) {
-    if constexpr (std::is_same_v<Src, detail::Weights>)
+    if (!c.tied && w.stays_in_file("model.embed_tokens.weight", {c.vocab, c.hidden}))
       m.embed_stored = w.stored_rows("model.embed_tokens.weight", {c.vocab, c.hidden});
-  } else if (bf16_tables) {
-    m.embed_table.bf16 = w.bf16("model.embed_tokens.weight", {c.vocab, c.hidden});
-  } else {
-    m.embed = w.dense("model.embed_tokens.weight", {c.vocab, c.hidden});
-    narrow(m.embed, m.embed_table);
+  if (m.embed_stored.data == nullptr) {
+    if (bf16_tables) {
+      m.embed_table.bf16 = w.bf16("model.embed_tokens.weight", {c.vocab, c.hidden});
+    } else {
+      m.embed = w.dense("model.embed_tokens.weight", {c.vocab, c.hidden});
+      narrow(m.embed, m.embed_table);
+    }
   }
   m.norm = norm("model.norm.weight", c.hidden);
   if (!c.tied) {

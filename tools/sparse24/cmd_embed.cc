@@ -342,7 +342,7 @@ void cmd_bench_model(const BenchModelOptions& o) {
     std::printf("\n");
   }
   for (const auto& [name, v] : peers.items())
-    std::printf("  %-24s %9.3f ms\n", name.c_str(), v.at("ms").get<double>());
+    if (v.contains("ms")) std::printf("  %-24s %9.3f ms\n", name.c_str(), v.at("ms").get<double>());
   if (!best_name.empty())
     std::printf("2:4 vs the fastest peer (%s): %.2fx; dense vs it: %.2fx\n", best_name.c_str(),
                 best_peer / ms[1], best_peer / ms[0]);
@@ -512,9 +512,9 @@ void register_bench_embed(CLI::App& app) {
   auto o = std::make_shared<BenchEmbedOptions>();
   CLI::App* cmd = app.add_subcommand(
       "bench-embed",
-      "Texts per second embedding a text file end to end (tokenizer, encoder, pooling) in sparse24 (dense "
-      "and "
-      "a magnitude-pruned 2:4 copy) against sentence-transformers' encode, ONNX Runtime and OpenVINO");
+      "Texts per second embedding a text file end to end (tokenizer, encoder, pooling) in sparse24 "
+      "(dense and a magnitude-pruned 2:4 copy) against sentence-transformers' encode, ONNX Runtime and "
+      "OpenVINO");
   cmd->add_option("model", o->model, "model directory")->required();
   cmd->add_option("--input", o->input, "file with one text per line")->required();
   cmd->add_option("--max-lines", o->max_lines, "at most this many lines, spread over the file (0: all)")

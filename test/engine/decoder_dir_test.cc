@@ -1,0 +1,281 @@
+// How a decoder holds a Hugging Face directory's tensors (decoder.h): read in place (its shards mapped) or
+// into memory first, a bf16 checkpoint's tables as stored, an untied model's embeddings left in the file.
+// The loaders themselves: decoder_load_test.cc.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "../common/seed.h"
+#include "sparse24/checkpoint.h"
+#include "sparse24/compressed.h"
+#include "sparse24/decoder.h"
+#include "sparse24/dtype.h"
+#include "sparse24/error.h"
+#include "sparse24/hf_dir.h"
+#include "sparse24/io.h"
+#include "tiny_decoder.h"
+
+namespace sparse24::engine {
+namespace {
+
+// A directory read in place (its shards mapped: what load_hf_decoder(dir) does) and read into memory first
+// (read_hf_dir) load the same model: weights, fingerprint, logits; with the weights dense, and with the
+// Linears stored 2:4 in sparse24's layout (moved into the model as read).
+TEST_F(HfDecoderDir, MappedAndInMemoryReadsAgree) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(24);
+  DecoderModel m = tiny_model(g, t_);
+  m.prune_magnitude();
+  write(m, config());
+  const std::vector<int32_t> ids = random_ids(g, 7, t_.vocab);
+  const auto logits = [&](const DecoderModel& model) {
+    Decoder d(model, {});
+    std::vector<float> out(static_cast<size_t>(ids.size() * t_.vocab));
+    d.forward(ids.data(), static_cast<int64_t>(ids.size()), out.data(), true);
+    return out;
+  };
+  for (bool compressed : {false, true}) {
+    SCOPED_TRACE(compressed ? "sparse24 layout" : "dense");
+    const std::string file = (dir_ / "model.safetensors").string();
+    if (compressed) {
+      Checkpoint ck = load_checkpoint(file);
+      sparsify(ck, {});
+      ASSERT_EQ(ck.sparse_count(), 7 * t_.layers);
+      write_safetensors(file, encode_checkpoint(ck, CheckpointFormat::kSparse24));
+    }
+    const DecoderModel mapped = load_hf_decoder(dir_.string()),
+                       held = load_hf_decoder(read_hf_dir(dir_.string()));
+    EXPECT_EQ(mapped.fingerprint, held.fingerprint);
+    EXPECT_EQ(mapped.embed, held.embed);
+    for (size_t l = 0; l < held.layers.size(); ++l)
+      for (auto G : {&DecoderLayer::qkv, &DecoderLayer::o, &DecoderLayer::gate_up, &DecoderLayer::down}) {
+        const Gemm &a = mapped.layers[l].*G, &b = held.layers[l].*G;
+        EXPECT_EQ(a.pruned, compressed);
+        EXPECT_EQ(a.pruned, b.pruned);
+        EXPECT_EQ(a.dense, b.dense);
+        EXPECT_EQ(a.sparse.values, b.sparse.values);
+        EXPECT_EQ(a.sparse.metadata, b.sparse.metadata);
+      }
+    EXPECT_EQ(logits(mapped), logits(held));
+  }
+}
+
+// A bf16 checkpoint (what prune-model writes) runs as it is stored: its 2:4 values as bf16 weights and its
+// embeddings / head read straight into bf16 tables (never widened to fp32), exactly its values. The same
+// logits, bit for bit, and bytes as its float32 copy run with bf16_weights (and with int8_weights, whose
+// tables are then made of the bf16 rows); fewer bytes than that copy run as float32, and the same logits up
+// to the kernels' rounding. Tied and untied.
+TEST_F(HfDecoderDir, Bf16CheckpointRunsAsBf16Weights) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(26);
+  for (bool untied : {false, true}) {
+    SCOPED_TRACE(untied ? "untied" : "tied");
+    DecoderModel m = tiny_model(g, t_);
+    m.prune_magnitude();
+    json cfg = config();
+    cfg["tie_word_embeddings"] = !untied;
+    write(m, cfg);
+    const std::string file = (dir_ / "model.safetensors").string();
+    Checkpoint f32 = load_checkpoint(file);
+    if (untied)
+      f32.tensors.push_back({"lm_head.weight",
+                             to_st(Tensor::from_float(random_floats(g, t_.vocab * t_.hidden, -0.3f, 0.3f),
+                                                      {t_.vocab, t_.hidden})),
+                             std::nullopt});
+    sparsify(f32, {});
+    Checkpoint bf16 = f32;
+    // Every float rounded to bf16 in f32 (a's), stored as bf16 in bf16 (b's).
+    const auto narrow = [](std::vector<uint8_t>& a, std::vector<uint8_t>& b) {
+      b.resize(a.size() / 2);
+      for (size_t j = 0; j < b.size() / 2; ++j) {
+        float v;
+        std::memcpy(&v, &a[4 * j], 4);
+        const uint16_t h = float_to_bf16(v);
+        v = bf16_to_float(h);
+        std::memcpy(&a[4 * j], &v, 4);
+        std::memcpy(&b[2 * j], &h, 2);
+      }
+    };
+    for (size_t i = 0; i < f32.tensors.size(); ++i) {
+      CheckpointTensor &a = f32.tensors[i], &b = bf16.tensors[i];
+      if (a.sparse) {
+        narrow(a.sparse->values, b.sparse->values);
+        b.sparse->dtype = DType::kBF16;
+      } else {
+        ASSERT_EQ(a.dense.dtype, "F32");
+        narrow(a.dense.bytes, b.dense.bytes);
+        b.dense.dtype = "BF16";
+      }
+    }
+    const auto load = [&](const Checkpoint& ck) {
+      write_safetensors(file, encode_checkpoint(ck, CheckpointFormat::kSparse24));
+      return load_hf_decoder(dir_.string());
+    };
+    {  // the tables as stored: bf16, no fp32 beside them (an untied model's embeddings left in the file)
+      const size_t table = static_cast<size_t>(t_.vocab * t_.hidden);
+      const DecoderModel b = load(bf16), a = load(f32);
+      EXPECT_TRUE(b.embed.empty() && b.head.dense.empty());
+      EXPECT_EQ(b.embed_table.bf16.size(), untied ? 0 : table);
+      EXPECT_EQ(b.embed_stored.data != nullptr, untied);
+      EXPECT_EQ(b.head_table.bf16.size(), untied ? table : 0);
+      EXPECT_EQ(a.embed.size(), untied ? 0 : table);
+      EXPECT_EQ(a.embed_stored.data != nullptr, untied);
+      EXPECT_TRUE(a.embed_table.empty() && a.head_table.empty());
+      std::vector<float> x(static_cast<size_t>(t_.hidden)), y(x.size());
+      for (int32_t id : {0, static_cast<int32_t>(t_.vocab - 1)}) {
+        b.embedding(id, x.data());
+        a.embedding(id, y.data());
+        EXPECT_EQ(x, y) << id;
+      }
+    }
+    const std::vector<int32_t> ids = random_ids(g, 7, t_.vocab);
+    struct Run {
+      std::vector<float> logits;
+      size_t bytes;
+    };
+    const auto run = [&](const Checkpoint& ck, const DecoderOptions& o) {
+      const DecoderModel model = load(ck);
+      Decoder d(model, o);
+      Run r{std::vector<float>(static_cast<size_t>(ids.size() * t_.vocab)), d.weight_bytes()};
+      d.forward(ids.data(), static_cast<int64_t>(ids.size()), r.logits.data(), true);
+      return r;
+    };
+    DecoderOptions as_bf16, as_int8;
+    as_bf16.bf16_weights = true;
+    as_int8.int8_weights = true;
+    const Run a = run(bf16, {}), b = run(f32, as_bf16), c = run(f32, {});
+    EXPECT_EQ(a.logits, b.logits);
+    EXPECT_EQ(a.bytes, b.bytes);
+    EXPECT_LT(a.bytes, c.bytes);
+    for (size_t i = 0; i < a.logits.size(); ++i) ASSERT_NEAR(a.logits[i], c.logits[i], 1e-4) << i;
+    const Run i8 = run(bf16, as_int8), f8 = run(f32, as_int8);
+    EXPECT_EQ(i8.logits, f8.logits);
+    EXPECT_EQ(i8.bytes, f8.bytes);
+  }
+}
+
+// An untied model's embeddings read from a directory stay in its mapped file as stored (f32, f16, bf16):
+// nothing of them held, whatever the Decoder's weights (fp32, bf16, int8; given or taken), and the logits bit
+// for bit those of the same directory read into memory first; the mapping outlives the directory's removal.
+// A tied model's table (the head too) is still read; a non-finite embedding is refused at load.
+TEST_F(HfDecoderDir, UntiedEmbeddingsStayInTheMappedFile) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(27);
+  DecoderModel m = tiny_model(g, t_);
+  m.prune_magnitude();
+  const std::string file = (dir_ / "model.safetensors").string(), word = "model.embed_tokens.weight";
+  const std::vector<int32_t> ids = random_ids(g, 7, t_.vocab);
+  const auto table = static_cast<size_t>(t_.vocab * t_.hidden);
+  // The model untied (a head of its own) with its embeddings stored as `type`, one of them `poison`.
+  const auto store = [&](DType type, float poison) {
+    json cfg = config();
+    cfg["tie_word_embeddings"] = false;
+    write(m, cfg);
+    Checkpoint ck = load_checkpoint(file);
+    ck.tensors.push_back({"lm_head.weight",
+                          to_st(Tensor::from_float(random_floats(g, t_.vocab * t_.hidden, -0.3f, 0.3f),
+                                                   {t_.vocab, t_.hidden})),
+                          std::nullopt});
+    for (CheckpointTensor& t : ck.tensors)
+      if (t.name == word) {
+        std::vector<float> v = m.embed;
+        v[5] = poison;
+        t.dense = to_st(Tensor::from_float(v, {t_.vocab, t_.hidden}, type));
+      }
+    write_safetensors(file, encode_checkpoint(ck, CheckpointFormat::kSparse24));
+  };
+  struct Run {
+    std::vector<float> logits;
+    size_t bytes, stored;
+  };
+  const auto run = [&](DecoderModel model, const DecoderOptions& o, bool take) {
+    std::optional<Decoder> d;
+    if (take)
+      d.emplace(std::move(model), o);
+    else
+      d.emplace(model, o);
+    Run r{std::vector<float>(ids.size() * static_cast<size_t>(t_.vocab)), d->weight_bytes(),
+          d->stored_bytes()};
+    d->forward(ids.data(), static_cast<int64_t>(ids.size()), r.logits.data(), true);
+    return r;
+  };
+  for (DType type : {DType::kF32, DType::kF16, DType::kBF16}) {
+    SCOPED_TRACE("stored as " + std::to_string(static_cast<int>(type)));
+    store(type, 0.5f);
+    DecoderModel mapped = load_hf_decoder(dir_.string());
+    const DecoderModel held = load_hf_decoder(read_hf_dir(dir_.string()));
+    ASSERT_NE(mapped.embed_stored.data, nullptr);
+    EXPECT_EQ(mapped.embed_stored.type, type);
+    EXPECT_TRUE(mapped.embed.empty() && mapped.embed_table.empty());
+    EXPECT_EQ(held.embed_stored.data, nullptr);
+    EXPECT_EQ(mapped.fingerprint, held.fingerprint);
+    std::vector<float> x(static_cast<size_t>(t_.hidden)), y(x.size());
+    for (int32_t id : {0, 1, static_cast<int32_t>(t_.vocab - 1)}) {
+      mapped.embedding(id, x.data());
+      held.embedding(id, y.data());
+      EXPECT_EQ(x, y) << id;
+    }
+    std::filesystem::remove(file);  // the mapping outlives the name
+    // The held model with its fp32 table as rows in memory: what every weights option must match bit for bit
+    // (bf16 / int8 weights otherwise round a held untied table's rows; the file's rows are exact).
+    DecoderModel rows = held;
+    auto values = std::make_shared<std::vector<float>>(std::move(rows.embed));
+    rows.embed.clear();
+    rows.embed_stored = {values, reinterpret_cast<const uint8_t*>(values->data()), DType::kF32, t_.vocab,
+                         t_.hidden};
+    DecoderOptions as_bf16, as_int8;
+    as_bf16.bf16_weights = true;
+    as_int8.int8_weights = true;
+    for (const DecoderOptions& o : {DecoderOptions{}, as_bf16, as_int8})
+      for (bool take : {false, true}) {
+        SCOPED_TRACE(std::string(o.bf16_weights   ? "bf16"
+                                 : o.int8_weights ? "int8"
+                                                  : "fp32") +
+                     (take ? ", taken" : ", given"));
+        const Run a = run(mapped, o, take), b = run(rows, o, take), c = run(held, o, take);
+        EXPECT_EQ(a.logits, b.logits);
+        EXPECT_EQ(a.bytes, b.bytes);
+        EXPECT_EQ(a.stored, table * dtype_size(type));
+        EXPECT_EQ(b.stored, table * sizeof(float));
+        EXPECT_EQ(c.stored, 0u);
+        if (!o.bf16_weights && !o.int8_weights) {  // the held table's own path: the same logits, its bytes
+          EXPECT_EQ(a.logits, c.logits);
+          EXPECT_EQ(a.bytes + table * sizeof(float), c.bytes);
+        } else {
+          EXPECT_EQ(a.bytes, c.bytes);  // (a token reads one row: not counted)
+          for (size_t i = 0; i < a.logits.size(); ++i) ASSERT_NEAR(a.logits[i], c.logits[i], 0.05) << i;
+        }
+      }
+  }
+  // As read with the load options too (the Linears pruned and quantized as read; the embeddings left).
+  store(DType::kBF16, 0.5f);
+  DecoderLoadOptions lo;
+  lo.int8 = true;
+  const DecoderModel q = load_hf_decoder(dir_.string(), lo);
+  EXPECT_NE(q.embed_stored.data, nullptr);
+  EXPECT_TRUE(q.embed_table.empty() && !q.head_table.empty());
+  {  // tied: the table is the head, read whole
+    write(m, config());
+    const DecoderModel tied = load_hf_decoder(dir_.string());
+    EXPECT_EQ(tied.embed_stored.data, nullptr);
+    EXPECT_EQ(tied.embed.size(), table);
+  }
+  for (DType type : {DType::kF32, DType::kBF16}) {
+    store(type, std::numeric_limits<float>::infinity());
+    try {
+      load_hf_decoder(dir_.string());
+      ADD_FAILURE() << "a non-finite embedding loaded";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("'" + word + "' holds a non-finite value"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sparse24::engine
