@@ -119,7 +119,7 @@ def export_onnx(torch, embedder, ids, mask, path, dynamic=False):
     tmp = f"{path}.tmp.{os.getpid()}.onnx"
     try:
         with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the tracer's notes on shape-dependent Python code: shapes are static
+            warnings.simplefilter("ignore")  # the tracer's notes on shape-dependent Python code (the outputs are checked)
             torch.onnx.export(embedder, (torch.from_numpy(ids), torch.from_numpy(mask)), tmp,
                               input_names=["input_ids", "attention_mask"], output_names=["embedding"],
                               opset_version=17, dynamo=False,
