@@ -56,12 +56,12 @@ def main():
     texts = read_texts(a.texts)
 
     import numpy as np
+    import sentence_transformers
     import torch
-    from sentence_transformers import SentenceTransformer
 
     torch.set_num_threads(a.threads)
     torch.set_num_interop_threads(1)
-    st = SentenceTransformer(model_dir, device="cpu")
+    st = sentence_transformers.SentenceTransformer(model_dir, device="cpu")
 
     def run_st():
         with torch.inference_mode():
@@ -85,7 +85,6 @@ def main():
             return e[np.argsort(order, kind="stable")]
         return go
 
-    import sentence_transformers
     runners = {"sentence-transformers": (run_st, sentence_transformers.__version__)}
     notes = {}
     if "onnxruntime" in peers or "openvino" in peers:

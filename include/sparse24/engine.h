@@ -91,7 +91,8 @@ struct StoredRows {
   int64_t rows = 0, cols = 0;
   // Row i as fp32 into out[cols] (exact: the stored types widen without rounding).
   void row(int64_t i, float* out) const;
-  size_t bytes() const;
+  size_t bytes() const;  // 0 for no table
+  bool empty() const { return data == nullptr; }
 };
 
 struct Op {

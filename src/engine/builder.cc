@@ -217,7 +217,7 @@ int ModelBuilder::attention(int qkv, int64_t heads, RelativeBias bias) {
 int ModelBuilder::embed(int ids, int64_t hidden, std::vector<float> word, StoredRows stored_word,
                         std::vector<float> positions, int64_t position_offset) {
   if (!m_.token_input || ids != 0) throw Error("model '" + m_.name + "': embed reads the token input");
-  const bool stored = stored_word.data != nullptr;
+  const bool stored = !stored_word.empty();
   if (hidden <= 0 ||
       (stored ? !word.empty() || stored_word.rows != m_.vocab || stored_word.cols != hidden
               : static_cast<int64_t>(word.size()) != m_.vocab * hidden) ||

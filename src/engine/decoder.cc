@@ -135,7 +135,7 @@ struct Decoder::Impl {
     const int64_t H = c.hidden;
     for (int64_t j = 0; j < n; ++j) {  // embeddings, feature-major
       const float* row = column.data();
-      if (embed_stored.data != nullptr)
+      if (!embed_stored.empty())
         embed_stored.row(tokens[j], column.data());
       else if (embed_rows != nullptr)
         detail::table_row(*embed_rows, tokens[j], H, column.data());
@@ -229,7 +229,7 @@ void Decoder::build(const DecoderModel& m, const DecoderOptions& o, DecoderModel
   const int64_t table_size = s.c.vocab * s.c.hidden,
                 scales_size = s.c.vocab * ((s.c.hidden + kernels::kGemvI8Group - 1) / kernels::kGemvI8Group);
   // Embeddings left in the checkpoint's file (an untied model's): tokens read their rows there.
-  const bool stored = m.embed_stored.data != nullptr;
+  const bool stored = !m.embed_stored.empty();
   if (stored) {
     if (s.c.tied || m.embed_stored.rows != s.c.vocab || m.embed_stored.cols != s.c.hidden)
       throw Error("decoder: the embeddings left in the file are not an untied model's vocab x hidden table");
@@ -388,9 +388,7 @@ int64_t Decoder::capacity() const { return impl_->capacity; }
 const DecoderConfig& Decoder::config() const { return impl_->c; }
 int Decoder::sparse_linears() const { return impl_->sparse; }
 
-size_t Decoder::stored_bytes() const {
-  return impl_->embed_stored.data != nullptr ? impl_->embed_stored.bytes() : 0;
-}
+size_t Decoder::stored_bytes() const { return impl_->embed_stored.bytes(); }
 
 size_t Decoder::cache_bytes() const {
   size_t b = 0;

@@ -187,7 +187,7 @@ RopeConfig rope_from_factors(double theta, int64_t dim, const std::vector<float>
 void DecoderModel::embedding(int32_t id, float* out) const {
   const int64_t H = config.hidden;
   if (id < 0 || id >= config.vocab) throw Error("token id " + std::to_string(id) + " outside the vocabulary");
-  if (embed_stored.data != nullptr) {
+  if (!embed_stored.empty()) {
     if (embed_stored.rows != config.vocab || embed_stored.cols != H)
       throw Error("decoder: the embedding table is not vocab x hidden");
     embed_stored.row(id, out);

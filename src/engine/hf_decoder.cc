@@ -321,7 +321,7 @@ DecoderModel build_decoder(const DecoderConfig& c, const Biases& b, Src& w, cons
   if constexpr (std::is_same_v<Src, detail::Weights>)
     if (!c.tied && w.stays_in_file("model.embed_tokens.weight", {c.vocab, c.hidden}))
       m.embed_stored = w.stored_rows("model.embed_tokens.weight", {c.vocab, c.hidden});
-  if (m.embed_stored.data == nullptr) {
+  if (m.embed_stored.empty()) {
     if (bf16_tables) {
       m.embed_table.bf16 = w.bf16("model.embed_tokens.weight", {c.vocab, c.hidden});
     } else {
