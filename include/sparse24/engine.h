@@ -81,16 +81,21 @@ struct RelativeBias {
 };
 
 // A table of rows [rows, cols] left where a checkpoint stores it (a mapped file), in its stored type (kF32,
-// kF16 or kBF16), read and widened a row at a time as it is used: not the process's own memory but the
-// page cache's, mapped as rows are read and shared with every process that maps the file. `owner` keeps
-// the mapping alive for as long as any copy of the table lives; null `data`: no table.
+// kF16 or kBF16; or a GGUF file's ggml type, quantized blocks included), read and widened a row at a time
+// as it is used: not the process's own memory but the page cache's, mapped as rows are read and shared
+// with every process that maps the file. `owner` keeps the mapping alive for as long as any copy of the
+// table lives; null `data`: no table.
 struct StoredRows {
+  static constexpr int64_t kNoGgml = -1;
   std::shared_ptr<const void> owner;
   const uint8_t* data = nullptr;  // row 0; rows follow one another
-  DType type = DType::kF32;
+  DType type = DType::kF32;       // the rows' type where ggml_type is kNoGgml
   int64_t rows = 0, cols = 0;
-  // Row i as fp32 into out[cols] (exact: the stored types widen without rounding).
+  int64_t ggml_type = kNoGgml;  // a GgmlType number (sparse24/gguf.h): rows of its blocks
+  // Row i as fp32 into out[cols]: exact for the float types (they widen without rounding); a ggml type's
+  // as llama.cpp dequantizes it (dequantize_row).
   void row(int64_t i, float* out) const;
+  size_t row_bytes() const;
   size_t bytes() const;  // 0 for no table
   bool empty() const { return data == nullptr; }
 };

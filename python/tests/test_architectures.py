@@ -205,6 +205,9 @@ def test_gguf_files_match_transformers_and_llama_cpp(arch, tokenizer_json, cli, 
     path = tmp_path / "model.gguf"
     write_gguf(ref, arch, tokenizer_json, path)
     d = sparse24.Decoder.load(str(path), max_context=64)
+    # an untied model's token_embd.weight stays in the file (float32 as written); a tied table is the head
+    table = ref.get_input_embeddings().weight.numel() * 4
+    assert d.stored_bytes == (0 if ref.config.tie_word_embeddings else table), arch
     ids = d.tokenize(TEXT[0])
     assert ids == sparse24.Decoder.load(str(tmp_path / "hf"), max_context=64).tokenize(TEXT[0])
     want = logits_of(ref, ids)

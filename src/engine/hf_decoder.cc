@@ -10,7 +10,6 @@
 #include <optional>
 #include <set>
 #include <system_error>
-#include <type_traits>
 
 #include "builder.h"
 #include "hf_weights.h"
@@ -317,10 +316,9 @@ DecoderModel build_decoder(const DecoderConfig& c, const Biases& b, Src& w, cons
     t = detail::int8_table(fp32, c.vocab, c.hidden);
     std::vector<float>().swap(fp32);
   };
-  // An untied model's embeddings stay in a directory's mapped file (a token reads one row of them).
-  if constexpr (std::is_same_v<Src, detail::Weights>)
-    if (!c.tied && w.stays_in_file("model.embed_tokens.weight", {c.vocab, c.hidden}))
-      m.embed_stored = w.stored_rows("model.embed_tokens.weight", {c.vocab, c.hidden});
+  // An untied model's embeddings stay in the mapped file, as stored (a token reads one row of them).
+  if (!c.tied && w.stays_in_file("model.embed_tokens.weight", {c.vocab, c.hidden}))
+    m.embed_stored = w.stored_rows("model.embed_tokens.weight", {c.vocab, c.hidden});
   if (m.embed_stored.empty()) {
     if (bf16_tables) {
       m.embed_table.bf16 = w.bf16("model.embed_tokens.weight", {c.vocab, c.hidden});
@@ -629,16 +627,18 @@ class GgufTensors {
  public:
   // file: the mapping g's bytes are in, if any: each tensor's pages are dropped once it is converted.
   // keep_tables: the tensors outside the layers (embeddings, final norm, head) are kept too.
+  // owner: what keeps that mapping alive (a shared MappedGguf), if a table may stay in it (stored_rows).
   GgufTensors(const Gguf& g, const std::string& path, const DecoderConfig& c, bool rope_rows,
               std::vector<std::pair<std::string, StTensor>>* keep, const MappedFile* file,
-              bool keep_tables = true)
+              bool keep_tables = true, std::shared_ptr<const void> owner = nullptr)
       : g_(g),
         path_(path),
         c_(c),
         rope_rows_(rope_rows),
         keep_(keep),
         file_(file),
-        keep_tables_(keep_tables) {}
+        keep_tables_(keep_tables),
+        owner_(std::move(owner)) {}
   std::vector<float> dense(const std::string& hf, const std::vector<int64_t>& shape) {
     std::vector<float> v(static_cast<size_t>(numel(shape)));
     dense_into(hf, shape, v.data());
@@ -661,8 +661,7 @@ class GgufTensors {
     dequantize_floats_into(*t, v, n);
     if (!kernels::all_finite(v, static_cast<int64_t>(n)))
       throw Error(path_ + ": tensor '" + name + "' holds a non-finite value");
-    take(name, *t);
-    if (file_ != nullptr) file_->release(t->bytes);
+    take(name, *t);  // (and the pages dropped)
     if (permuted)
       unpermute_rope_rows(v, q ? c_.heads : c_.kv_heads, c_.head_dim, shape.size() == 2 ? shape[1] : 1, out);
     if (keep_ != nullptr && (keep_tables_ || hf.rfind("model.layers.", 0) == 0)) {
@@ -676,6 +675,42 @@ class GgufTensors {
     }
   }
   bool is_dense(const std::string&) const { return true; }
+  // Whether stored_rows() can leave the tensor in the mapped file: a [rows, cols] table of a type
+  // dequantize_row reads (quantized ones included), read for running (nothing kept for a conversion).
+  bool stays_in_file(const std::string& hf, const std::vector<int64_t>& shape) const {
+    const GgufTensor* t = g_.find_tensor(gguf_name(hf, c_.sandwich_norms));
+    const GgmlTypeInfo* ti = t == nullptr ? nullptr : ggml_type_info(t->type);
+    return owner_ != nullptr && file_ != nullptr && keep_ == nullptr && ti != nullptr && ti->dequantizable &&
+           t->shape == shape && shape.size() == 2;
+  }
+  // The rows of a tensor that stays_in_file(), left there in their ggml type (values checked finite a row
+  // at a time, those pages dropped again).
+  StoredRows stored_rows(const std::string& hf, const std::vector<int64_t>& shape) {
+    const std::string name = gguf_name(hf, c_.sandwich_norms);
+    if (!stays_in_file(hf, shape)) throw Error(path_ + ": tensor '" + name + "' cannot stay in its file");
+    const GgufTensor& t = *g_.find_tensor(name);
+    StoredRows s;
+    s.owner = owner_;
+    s.data = t.bytes.data();
+    s.rows = shape[0];
+    s.cols = shape[1];
+    s.ggml_type = t.type;
+    std::vector<float> row(static_cast<size_t>(s.cols));
+    const size_t row_bytes = s.row_bytes();
+    constexpr int64_t kPiece = 1024;  // rows checked between two releases of their pages
+    for (int64_t r0 = 0; r0 < s.rows; r0 += kPiece) {
+      const int64_t r1 = std::min(s.rows, r0 + kPiece);
+      for (int64_t r = r0; r < r1; ++r) {
+        s.row(r, row.data());
+        if (!kernels::all_finite(row.data(), s.cols))
+          throw Error(path_ + ": tensor '" + name + "' holds a non-finite value");
+      }
+      file_->release(
+          t.bytes.subspan(static_cast<size_t>(r0) * row_bytes, static_cast<size_t>(r1 - r0) * row_bytes));
+    }
+    take(name, t);
+    return s;
+  }
   // The tensor's type as a safetensors name when it is bfloat16 ("BF16"; "" for any other).
   std::string dense_dtype(const std::string& hf) const {
     const GgufTensor* t = g_.find_tensor(gguf_name(hf, c_.sandwich_norms));
@@ -711,10 +746,20 @@ class GgufTensors {
   std::string fingerprint() const { return hex(h_); }
 
  private:
-  // A tensor read: marked used, its name and bytes hashed into the fingerprint.
+  // A tensor read: marked used, its name and bytes hashed into the fingerprint (fnv1a_tensor's hash), a
+  // piece at a time, the mapped file's pages dropped as it goes (a table left in the file is never
+  // resident whole).
   void take(const std::string& name, const GgufTensor& t) {
     used_.insert(name);
-    h_ = fnv1a_tensor(h_, name, t.bytes.data(), t.bytes.size());
+    FnvWords f(fnv1a(h_, reinterpret_cast<const uint8_t*>(name.data()), name.size()));
+    constexpr size_t kPiece = size_t{16} << 20;  // a multiple of 32 bytes (FnvWords::add)
+    size_t i = 0;
+    for (; t.bytes.size() - i > kPiece; i += kPiece) {
+      f.add(t.bytes.data() + i, kPiece);
+      if (file_ != nullptr) file_->release(t.bytes.subspan(i, kPiece));
+    }
+    h_ = f.finish(t.bytes.data() + i, t.bytes.size() - i);
+    if (file_ != nullptr) file_->release(t.bytes);
   }
   const Gguf& g_;
   std::string path_;
@@ -723,6 +768,7 @@ class GgufTensors {
   std::vector<std::pair<std::string, StTensor>>* keep_;
   const MappedFile* file_;
   bool keep_tables_;
+  std::shared_ptr<const void> owner_;
   std::vector<float> rows_;  // a permuted tensor's rows before they are put back in order
   std::set<std::string> used_;
   uint64_t h_ = kFnvBasis;
@@ -730,7 +776,8 @@ class GgufTensors {
 
 DecoderModel read_gguf_decoder(const Gguf& g, const std::string& path,
                                std::vector<std::pair<std::string, StTensor>>* kept,
-                               const DecoderLoadOptions& o, const MappedFile* file, bool keep_tables = true) {
+                               const DecoderLoadOptions& o, const MappedFile* file, bool keep_tables = true,
+                               std::shared_ptr<const void> owner = nullptr) {
   Biases b;
   const DecoderConfig c = read_decoder_config(gguf_config(g, path), path + " (metadata)", b);
   const Architecture& arch = *find_architecture(c.model_type);
@@ -739,7 +786,7 @@ DecoderModel read_gguf_decoder(const Gguf& g, const std::string& path,
     throw Error(path + ": RoPE over part of a head (" + a + ".rope.dimension_count " +
                 std::to_string(g.get_int(a + ".rope.dimension_count")) + ", head size " +
                 std::to_string(c.head_dim) + ") is not supported");
-  GgufTensors w(g, path, c, arch.gguf_rope_rows, kept, file, keep_tables);
+  GgufTensors w(g, path, c, arch.gguf_rope_rows, kept, file, keep_tables, std::move(owner));
   DecoderModel m = build_decoder(c, b, w, path, true, o);
   w.used_by_config("rope_freqs.weight");
   w.check_all_used();
@@ -750,8 +797,9 @@ DecoderModel read_gguf_decoder(const Gguf& g, const std::string& path,
 }  // namespace
 
 DecoderModel load_gguf_decoder(const std::string& path, const DecoderLoadOptions& o) {
-  const MappedGguf f(path);
-  return read_gguf_decoder(f.gguf, path, nullptr, o, &f.file);
+  // Shared: an untied model's embeddings stay in the mapping (build_decoder), which then outlives the load.
+  const auto f = std::make_shared<const MappedGguf>(path);
+  return read_gguf_decoder(f->gguf, path, nullptr, o, &f->file, true, f);
 }
 
 DecoderModel load_gguf_decoder(const Gguf& g, const std::string& path, const DecoderLoadOptions& o) {

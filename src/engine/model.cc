@@ -13,6 +13,7 @@
 #include "sparse24/decoder.h"
 #include "sparse24/engine.h"
 #include "sparse24/error.h"
+#include "sparse24/gguf.h"
 #include "sparse24/io.h"
 #include "sparse24/pattern.h"
 
@@ -190,10 +191,19 @@ const char* op_kind_name(OpKind k) {
 }
 
 void StoredRows::row(int64_t i, float* out) const {
-  const size_t size = dtype_size(type);
-  kernels::elements_to_floats(type, data + static_cast<size_t>(i * cols) * size, cols, out);
+  const uint8_t* r = data + static_cast<size_t>(i) * row_bytes();
+  if (ggml_type != kNoGgml)
+    dequantize_row(static_cast<uint32_t>(ggml_type), r, out, cols);
+  else
+    kernels::elements_to_floats(type, r, cols, out);
 }
-size_t StoredRows::bytes() const { return static_cast<size_t>(rows * cols) * dtype_size(type); }
+size_t StoredRows::row_bytes() const {
+  if (ggml_type == kNoGgml) return static_cast<size_t>(cols) * dtype_size(type);
+  const GgmlTypeInfo* t = ggml_type_info(static_cast<uint32_t>(ggml_type));
+  if (t == nullptr) throw Error("stored rows: unknown ggml type " + std::to_string(ggml_type));
+  return static_cast<size_t>(cols / t->block * t->block_bytes);
+}
+size_t StoredRows::bytes() const { return static_cast<size_t>(rows) * row_bytes(); }
 
 int64_t Model::input_size() const { return tensors.at(0).rows * tensors.at(0).h * tensors.at(0).w; }
 int64_t Model::output_size() const {

@@ -406,6 +406,111 @@ TEST(GgufDecoder, PrunesAndQuantizesAsItReads) {
   EXPECT_THROW(load_gguf_decoder(parse_gguf(bad.data(), bad.size(), "bad.gguf"), "bad.gguf", o), Error);
 }
 
+// An untied file's embeddings stay in its mapping in their ggml type, quantized ones too (a token reads one
+// row): the rows, fingerprint and logits of the same file read into memory first; the table counted as left
+// in the file, whatever the load and weights options; a non-finite row still fails the load; a tied table
+// (the head) is read.
+TEST_F(HfDecoderDir, GgufUntiedEmbeddingsStayInTheMappedFile) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(23);
+  Tiny t;
+  t.hidden = 32;  // whole Q8_0 blocks per row
+  t.heads = 8;
+  const DecoderModel m = tiny_model(g, t);
+  const std::vector<int32_t> ids = random_ids(g, 7, t.vocab);
+  const std::string path = (dir_ / "tiny.gguf").string();
+  // The file with token_embd.weight stored as `type` (F16, or Q8_0: per 32 values an fp16 scale and int8s),
+  // row 3's first value inf when `poison`; written to path, its bytes returned.
+  const auto file_with = [&](GgmlType type, bool untied, bool poison) {
+    GgufWriter w;
+    Gguf f = tiny_gguf(m, t, w, untied);
+    std::vector<uint8_t> table;
+    const auto half = [&](float v) {
+      const uint16_t h = float_to_half(v);
+      table.insert(table.end(), {static_cast<uint8_t>(h & 0xff), static_cast<uint8_t>(h >> 8)});
+    };
+    for (size_t i = 0; i < m.embed.size(); i += 32) {
+      if (type == GgmlType::kF16) {
+        for (size_t j = i; j < i + 32; ++j) half(m.embed[j]);
+        continue;
+      }
+      float amax = 0.f;
+      for (size_t j = i; j < i + 32; ++j) amax = std::max(amax, std::fabs(m.embed[j]));
+      const float d = amax / 127.f;
+      half(d);
+      for (size_t j = i; j < i + 32; ++j)
+        table.push_back(static_cast<uint8_t>(static_cast<int8_t>(std::lround(m.embed[j] / d))));
+    }
+    if (poison) table[3 * (table.size() / t.vocab) + 1] = 0x7c;  // +inf as the row's first fp16 value
+    f.tensors[0].type = static_cast<uint32_t>(type);
+    f.tensors[0].bytes = table;
+    const std::vector<uint8_t> bytes = encode_gguf(f);
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    return bytes;
+  };
+  const auto logits = [&](const DecoderModel& model, const DecoderOptions& o) {
+    Decoder d(model, o);
+    std::vector<float> out(static_cast<size_t>(ids.size() * t.vocab));
+    d.forward(ids.data(), static_cast<int64_t>(ids.size()), out.data(), true);
+    return std::make_pair(out, d.stored_bytes());
+  };
+  DecoderOptions as_int8;
+  as_int8.int8_weights = true;
+  for (GgmlType type : {GgmlType::kF16, GgmlType::kQ8_0}) {
+    SCOPED_TRACE(ggml_type_name(static_cast<uint32_t>(type)));
+    const std::vector<uint8_t> bytes = file_with(type, true, false);
+    const DecoderModel mapped = load_gguf_decoder(path);
+    const DecoderModel held = load_gguf_decoder(parse_gguf(bytes.data(), bytes.size(), path), path);
+    ASSERT_FALSE(mapped.embed_stored.empty());
+    EXPECT_EQ(mapped.embed_stored.ggml_type, static_cast<int64_t>(type));
+    EXPECT_TRUE(mapped.embed.empty() && mapped.embed_table.empty());
+    EXPECT_TRUE(held.embed_stored.empty());
+    EXPECT_EQ(mapped.fingerprint, held.fingerprint);
+    const size_t table_bytes = static_cast<size_t>(t.vocab * t.hidden) * (type == GgmlType::kF16 ? 2 : 34) /
+                               (type == GgmlType::kF16 ? 1 : 32);
+    EXPECT_EQ(mapped.embed_stored.bytes(), table_bytes);
+    std::vector<float> x(static_cast<size_t>(t.hidden)), y(x.size());
+    for (int32_t id = 0; id < t.vocab; ++id) {
+      mapped.embedding(id, x.data());
+      held.embedding(id, y.data());
+      ASSERT_EQ(x, y) << id;
+    }
+    std::filesystem::remove(path);  // the mapping outlives the name
+    for (const DecoderOptions& o : {DecoderOptions{}, as_int8}) {
+      const auto a = logits(mapped, o), b = logits(held, o);
+      if (!o.int8_weights) {
+        EXPECT_EQ(a.first, b.first);
+      } else {  // int8 weights round the held table's rows; the file's are read as they are
+        float diff = 0.f, scale = 0.f;
+        for (size_t i = 0; i < a.first.size(); ++i) {
+          diff = std::max(diff, std::fabs(a.first[i] - b.first[i]));
+          scale = std::max(scale, std::fabs(b.first[i]));
+        }
+        EXPECT_LE(diff, 0.03f * scale) << diff << " of " << scale;
+      }
+      EXPECT_EQ(a.second, table_bytes);
+      EXPECT_EQ(b.second, 0u);
+    }
+    file_with(type, true, false);
+    DecoderLoadOptions lo;
+    lo.prune = lo.int8 = true;
+    EXPECT_EQ(load_gguf_decoder(path, lo).embed_stored.bytes(), table_bytes);
+    file_with(type, true, true);
+    try {
+      load_gguf_decoder(path);
+      ADD_FAILURE() << "an inf in the stored embeddings loaded";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("'token_embd.weight' holds a non-finite value"), std::string::npos)
+          << e.what();
+    }
+  }
+  file_with(GgmlType::kQ8_0, false, false);  // tied: the table is the head, read whole
+  const DecoderModel tied = load_gguf_decoder(path);
+  EXPECT_TRUE(tied.embed_stored.empty());
+  EXPECT_EQ(tied.embed.size(), static_cast<size_t>(t.vocab * t.hidden));
+}
+
 TEST_F(HfDecoderDir, PrunesAndQuantizesAsItReads) {
   SPARSE24_SEED_TRACE();
   auto g = rng(23);
