@@ -3,7 +3,8 @@
 // refused with sparse24::Error or yields a model whose every tensor has the size its config says. An
 // accepted file is also read as a file through GgufCheckpoint (what prune-model and convert read a GGUF
 // through: config, tokenizer, transformers' names): refused with Error or handing over, layer by layer, only
-// tensors it listed, with the shapes and fp32 sizes it listed.
+// tensors it listed, with the shapes and fp32 sizes it listed. And loaded mapped: the same model, an untied
+// table left in the file with rows that read.
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -29,9 +30,23 @@ const std::string& scratch_file() {
   return path;
 }
 
-void check_as_checkpoint(const uint8_t* data, size_t size) {
+// An accepted input (`m`, loaded from its bytes) as a file: loaded mapped, the same model (fingerprint), an
+// untied table left in the file with readable rows; and read through GgufCheckpoint.
+void check_as_file(const uint8_t* data, size_t size, const sparse24::engine::DecoderModel& m) {
   using namespace sparse24;
   put_file(scratch_file(), data, size);
+  const engine::DecoderModel mapped = engine::load_gguf_decoder(scratch_file());
+  FUZZ_CHECK(mapped.fingerprint == m.fingerprint);
+  const engine::StoredRows& s = mapped.embed_stored;
+  if (!s.empty()) {
+    FUZZ_CHECK(!m.config.tied && s.rows == m.config.vocab && s.cols == m.config.hidden && s.bytes() <= size);
+    std::vector<float> row(static_cast<size_t>(s.cols)), held(row.size());
+    for (int64_t r : {int64_t{0}, s.rows - 1}) {
+      s.row(r, row.data());
+      m.embedding(static_cast<int32_t>(r), held.data());
+      FUZZ_CHECK(row == held);  // the rows the bytes' load holds (dequantized alike)
+    }
+  }
   try {
     const engine::GgufCheckpoint ck(scratch_file());
     FUZZ_CHECK(!ck.config_json().empty() && ck.files().count("tokenizer.json") == 1);
@@ -79,6 +94,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(static_cast<int64_t>(l.gate_up.dense.size()) == 2 * c.ffn * c.hidden);
     FUZZ_CHECK(static_cast<int64_t>(l.down.dense.size()) == c.hidden * c.ffn);
   }
-  check_as_checkpoint(data, size);
+  check_as_file(data, size, m);
   return 0;
 }

@@ -11,6 +11,7 @@
 #include "sparse24/bitmask24.h"
 #include "sparse24/checkpoint.h"
 #include "sparse24/compressed.h"
+#include "sparse24/dtype.h"
 #include "sparse24/gguf.h"
 #include "sparse24/io.h"
 #include "sparse24/pattern.h"
@@ -350,7 +351,8 @@ int main(int argc, char** argv) {
     }
   }
 
-  // gguf_decoder: a tiny llama (hidden 8, 2 heads / 1 KV head of 4, FFN 8, vocab 6, 1 layer), F32 and Q8_0
+  // gguf_decoder: a tiny llama (hidden 8, 2 heads / 1 KV head of 4, FFN 8, vocab 6, 1 layer), F32 (untied
+  // too)
   {
     std::vector<std::vector<uint8_t>> storage;
     Gguf g;
@@ -413,6 +415,21 @@ int main(int argc, char** argv) {
       t.bytes = storage.back();
       scaled.tensors.push_back(t);
       put(out / "gguf_decoder", "tiny_llama3_rope", encode_gguf(scaled));
+    }
+    {  // untied (an output.weight): its embeddings stay in the file when mapped, F32 or as F16
+      Gguf untied = g;
+      add("output.weight", {6, 8});  // (add appends to g)
+      untied.tensors.push_back(g.tensors.back());
+      g.tensors.pop_back();
+      put(out / "gguf_decoder", "tiny_llama_untied", encode_gguf(untied));
+      storage.emplace_back(6 * 8 * 2);
+      for (int64_t i = 0; i < 6 * 8; ++i) {
+        const uint16_t h = float_to_half(0.01f * static_cast<float>(i % 13) - 0.05f);
+        std::memcpy(storage.back().data() + i * 2, &h, 2);
+      }
+      untied.tensors[0].type = static_cast<uint32_t>(GgmlType::kF16);
+      untied.tensors[0].bytes = storage.back();
+      put(out / "gguf_decoder", "tiny_llama_untied_f16", encode_gguf(untied));
     }
     // The same as Qwen2 (Q, K, V biases), Qwen3 (Q/K norms), Gemma 2 and 3: their ARCH.* keys and extra
     // tensors.
