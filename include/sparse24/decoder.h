@@ -126,6 +126,10 @@ struct DecoderLoadOptions {
   // holds (bit for bit the same weights as quantizing at Decoder construction), never the fp32 tables beside
   // them (Llama 3.1 8B's 4.2 GB).
   bool int8 = false;
+  // Hold the 2:4 Linears' fp32 values as bfloat16 (rounded to nearest even) and the embeddings and an untied
+  // head as bf16 tables: what a Decoder with bf16_weights holds (bit for bit), never the fp32 ones beside
+  // them (pruned in fp32 first, Llama 3.1 8B's Linears alone are 16 GB). Not with int8.
+  bool bf16 = false;
   int threads = 1;  // a layer's Linears pruned and quantized this many at a time
   // Called with each layer as soon as it is read (after the steps above), in order, with the model read so
   // far (config, embeddings, norm and head are in it): what it leaves in the layer is what the model keeps
@@ -213,12 +217,14 @@ namespace detail {
 // layout; docs/accuracy.md measured 64 against whole rows and 32).
 constexpr int64_t kInt8ScaleGroup = 64;
 // The loaders' step per layer (DecoderLoadOptions) and prune_magnitude's: each of `linears` pruned (if
-// o.prune and dense) and quantized to int8 (if o.int8, 2:4 and fp32), o.threads of them at a time; the first
-// error is rethrown after all have run.
+// o.prune and dense) and quantized to int8 (if o.int8, 2:4 and not int8) or rounded to bf16 (if o.bf16, 2:4
+// and fp32 or f16), o.threads of them at a time; the first error is rethrown after all have run.
 void prepare_linears(const std::vector<Gemm*>& linears, const DecoderLoadOptions& o);
 // W [rows, cols] as an int8 table (WeightTable::i8 and scales); of a bf16 table, its values widened.
 WeightTable int8_table(const std::vector<float>& w, int64_t rows, int64_t cols);
 WeightTable int8_table(const WeightTable& bf16, int64_t rows, int64_t cols);
+// W as a bf16 table (WeightTable::bf16), each value rounded to nearest even.
+WeightTable bf16_table(const std::vector<float>& w);
 // Row `row` of a [rows, cols] bf16 or int8 table as floats (int8: times its scales) into out.
 void table_row(const WeightTable& t, int64_t row, int64_t cols, float* out);
 

@@ -81,10 +81,11 @@ class PyDecoder {
     } catch (const Error& e) {  // a model without one loads; chat() then says why
       d.template_error_ = e.what();
     }
-    // Pruned (and with int8 weights on the 2:4 kernels, quantized) layer by layer as it is read.
+    // Pruned (and with int8 or bf16 weights on the 2:4 kernels, narrowed) layer by layer as it is read.
     DecoderLoadOptions lo;
     lo.prune = prune;
     lo.int8 = o.int8_weights && o.mode != Mode::kDense;
+    lo.bf16 = o.bf16_weights && o.mode != Mode::kDense;
     lo.threads = threads;
     DecoderModel m = load_decoder(model, lo);
     o.max_context = std::min(max_context, m.config.max_positions);

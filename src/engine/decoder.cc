@@ -267,11 +267,7 @@ void Decoder::build(const DecoderModel& m, const DecoderOptions& o, DecoderModel
       throw Error("decoder: the head or the embedding table is not vocab x hidden floats");
     // A [vocab, hidden] table as the head holds it: int8 with a scale per 64 of a row, or bf16.
     const auto convert = [&](const std::vector<float>& t) {
-      if (o.int8_weights) return detail::int8_table(t, s.c.vocab, s.c.hidden);
-      WeightTable out;
-      out.bf16.resize(t.size());
-      for (size_t i = 0; i < t.size(); ++i) out.bf16[i] = float_to_bf16(t[i]);
-      return out;
+      return o.int8_weights ? detail::int8_table(t, s.c.vocab, s.c.hidden) : detail::bf16_table(t);
     };
     s.head_table = convert(w);
     if (owned != nullptr && !s.c.tied) owned->head = Gemm{};

@@ -10,6 +10,7 @@
 #include "kernels/convert.h"
 #include "sparse24/compressed.h"
 #include "sparse24/decoder.h"
+#include "sparse24/dtype.h"
 #include "sparse24/error.h"
 
 namespace sparse24::engine {
@@ -29,6 +30,8 @@ void prepare_linears(const std::vector<Gemm*>& linears, const DecoderLoadOptions
       }
       if (o.int8 && g.pruned && g.sparse.dtype != DType::kI8)
         g.sparse = quantize_int8(to_f32(std::move(g.sparse)), kInt8ScaleGroup);
+      if (o.bf16 && g.pruned && (g.sparse.dtype == DType::kF32 || g.sparse.dtype == DType::kF16))
+        g.sparse = to_bf16(std::move(g.sparse));
     } catch (...) {
 #pragma omp critical(sparse24_prepare_linears)
       if (!error) error = std::current_exception();
@@ -44,6 +47,13 @@ WeightTable int8_table(const std::vector<float>& w, int64_t rows, int64_t cols) 
   t.i8.resize(w.size());
   t.scales.resize(static_cast<size_t>(rows * ((cols + kernels::kGemvI8Group - 1) / kernels::kGemvI8Group)));
   kernels::quantize_gemv_i8(w.data(), rows, cols, t.i8.data(), t.scales.data());
+  return t;
+}
+
+WeightTable bf16_table(const std::vector<float>& w) {
+  WeightTable t;
+  t.bf16.resize(w.size());
+  for (size_t i = 0; i < w.size(); ++i) t.bf16[i] = float_to_bf16(w[i]);
   return t;
 }
 

@@ -287,7 +287,7 @@ Gemm joined(Src& w, const std::string& name, const std::vector<std::pair<std::st
 
 // What DecoderLoadOptions did, appended to the weights' fingerprint (as prune_magnitude appends its).
 std::string fingerprint_suffix(const DecoderLoadOptions& o) {
-  return std::string(o.prune ? "-magnitude24" : "") + (o.int8 ? "-int8" : "");
+  return std::string(o.prune ? "-magnitude24" : "") + (o.int8 ? "-int8" : "") + (o.bf16 ? "-bf16" : "");
 }
 
 // The forward pass's tensors asked for by transformers' names (Src: detail::Weights for a Hugging Face
@@ -307,13 +307,14 @@ DecoderModel build_decoder(const DecoderConfig& c, const Biases& b, Src& w, cons
       for (float& x : v) x += 1.0f;
     return v;
   };
-  // The embeddings and an untied head: with o.int8, int8 tables as soon as read (never both in fp32); stored
-  // as bfloat16, bf16 tables of exactly those values (never widened); otherwise fp32.
+  if (o.int8 && o.bf16) throw Error(what + ": the int8 and bf16 load options exclude each other");
+  // The embeddings and an untied head: with o.int8 (o.bf16), int8 (bf16) tables as soon as read (never both
+  // in fp32); stored as bfloat16, bf16 tables of exactly those values (never widened); otherwise fp32.
   const bool bf16_tables = !o.int8 && w.dense_dtype("model.embed_tokens.weight") == "BF16" &&
                            (c.tied || w.dense_dtype("lm_head.weight") == "BF16");
   const auto narrow = [&](std::vector<float>& fp32, WeightTable& t) {
-    if (!o.int8) return;
-    t = detail::int8_table(fp32, c.vocab, c.hidden);
+    if (!o.int8 && !o.bf16) return;
+    t = o.int8 ? detail::int8_table(fp32, c.vocab, c.hidden) : detail::bf16_table(fp32);
     std::vector<float>().swap(fp32);
   };
   // An untied model's embeddings stay in the mapped file, as stored (a token reads one row of them).
@@ -368,7 +369,7 @@ DecoderModel build_decoder(const DecoderConfig& c, const Biases& b, Src& w, cons
     }
     L.o = w.linear(p + "self_attn.o_proj", name + "o", c.hidden, q_rows, b.o);
     L.down = w.linear(p + "mlp.down_proj", name + "down", c.hidden, c.ffn, b.mlp);
-    if (o.prune || o.int8) detail::prepare_linears({&L.qkv, &L.o, &L.gate_up, &L.down}, o);
+    if (o.prune || o.int8 || o.bf16) detail::prepare_linears({&L.qkv, &L.o, &L.gate_up, &L.down}, o);
     if (o.on_layer) o.on_layer(m, L, l);
     m.layers.push_back(std::move(L));
   }

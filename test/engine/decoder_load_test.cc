@@ -341,9 +341,11 @@ void expect_load_options_match(const std::function<DecoderModel(const DecoderLoa
                                const std::vector<int32_t>& ids) {
   DecoderModel whole = load({});
   whole.prune_magnitude();
-  const auto logits = [&](const DecoderModel& m, bool int8) {
+  // int8 / bf16: the Decoder's int8_weights / bf16_weights.
+  const auto logits = [&](const DecoderModel& m, bool int8, bool bf16 = false) {
     DecoderOptions o;
     o.int8_weights = int8;
+    o.bf16_weights = bf16;
     Decoder d(m, o);
     std::vector<float> out(static_cast<size_t>(ids.size() * m.config.vocab));
     d.forward(ids.data(), static_cast<int64_t>(ids.size()), out.data(), true);
@@ -384,6 +386,19 @@ void expect_load_options_match(const std::function<DecoderModel(const DecoderLoa
     DecoderOptions bf16;  // int8 values run int8 whatever the options say (the head is bf16 here)
     bf16.bf16_weights = true;
     EXPECT_EQ(Decoder(int8, bf16).sparse_linears(), 4 * static_cast<int>(int8.layers.size()));
+    // bf16 as read: the 2:4 values and the tables rounded as a Decoder with bf16 weights rounds them.
+    o.int8 = false;
+    o.bf16 = true;
+    const DecoderModel b16 = load(o);
+    for (const DecoderLayer& L : b16.layers) EXPECT_EQ(L.down.sparse.dtype, DType::kBF16);
+    EXPECT_TRUE(b16.embed.empty() && !b16.embed_table.bf16.empty());
+    EXPECT_EQ(b16.head_table.bf16.empty(), b16.config.tied);
+    EXPECT_TRUE(b16.head.dense.empty());
+    EXPECT_EQ(b16.fingerprint, whole.fingerprint + "-bf16");
+    EXPECT_EQ(logits(b16, false, true), logits(whole, false, true));
+    EXPECT_EQ(logits(b16, false), logits(whole, false, true));  // bf16 values run bf16 whatever the options
+    o.int8 = true;
+    EXPECT_THROW(load(o), Error);
   }
 }
 

@@ -67,7 +67,10 @@ DecoderModel load(const std::string& dir, const engine::DecoderLoadOptions& lo =
                dir.c_str(), static_cast<long long>(m.config.layers), static_cast<long long>(m.config.hidden),
                static_cast<long long>(m.config.heads), static_cast<long long>(m.config.kv_heads),
                static_cast<long long>(m.config.vocab), ms_since(t0) / 1000,
-               lo.prune ? " (2:4 by magnitude as read)" : "", lo.int8 ? " (int8 as read)" : "");
+               lo.prune ? " (2:4 by magnitude as read)" : "",
+               lo.int8   ? " (int8 as read)"
+               : lo.bf16 ? " (bf16 as read)"
+                         : "");
   return m;
 }
 
@@ -119,11 +122,13 @@ struct WeightFlags {
     d.prefill_layout = prefill_layout;
   }
   const char* name() const { return bf16 ? "bf16" : int8 ? "int8" : "fp32"; }
-  // How the model is read: pruned (--prune), its 2:4 values int8 as read when the 2:4 kernels run them.
+  // How the model is read: pruned (--prune), its 2:4 values int8 or bf16 as read when the 2:4 kernels run
+  // them.
   engine::DecoderLoadOptions load_options(const std::string& mode, int threads) const {
     engine::DecoderLoadOptions lo;
     lo.prune = prune;
     lo.int8 = int8 && engine::parse_mode(mode) != engine::Mode::kDense;
+    lo.bf16 = bf16 && engine::parse_mode(mode) != engine::Mode::kDense;
     lo.threads = threads;
     return lo;
   }
@@ -460,11 +465,17 @@ void cmd_bench_decode(const BenchDecodeOptions& o) {
   if (o.threads < 1 || o.prompt < 1 || o.generate < 1) throw Error("bad --threads, --prompt or --generate");
   const std::set<std::string> rows(o.runs.begin(), o.runs.end());
   if (rows.empty()) throw Error("--runs: no runs");
-  // Without the dense row the model is pruned as it is read, and with int8 alone quantized too: never more
-  // than a layer of it in fp32 (an 8B model's 32 GB).
+  // Without the dense row the model is pruned as it is read, and with int8 (bf16) rows alone quantized
+  // (rounded) too: never more than a layer of it in fp32 (an 8B model's 32 GB).
   engine::DecoderLoadOptions lo;
   lo.prune = !rows.count("dense");
-  lo.int8 = rows.size() == 1 && (rows.count("int8") || rows.count("int8x") || rows.count("int8q"));
+  const auto only = [&](std::initializer_list<const char*> names) {
+    size_t n = 0;
+    for (const char* r : names) n += rows.count(r);
+    return n == rows.size();
+  };
+  lo.int8 = only({"int8", "int8x", "int8q"});
+  lo.bf16 = only({"bf16", "bf16x"});
   lo.threads = o.threads;
   DecoderModel m = load(o.model, lo);
   const bool was_pruned = model_is_pruned(m);
