@@ -335,8 +335,9 @@ TEST(GgufDecoder, LoadsWhatLlamaCppWrites) {
 // A tokenizer in the GGUF metadata: byte-level BPE over single letters with one merge, a CONTROL token that
 // the post-processor puts first.
 // Pruning and quantizing each layer as it is read (DecoderLoadOptions) gives the model that pruning the
-// loaded model gives (prune_magnitude, then a Decoder quantizing at construction): the same 2:4 values and
-// codes, the same fingerprint, bit-identical logits, on one thread or two; a NaN still fails the load.
+// loaded model gives (prune_magnitude, then a Decoder quantizing to int8 or rounding to bf16 at
+// construction): the same 2:4 values and codes, the same fingerprint, bit-identical logits, on one thread or
+// two; a NaN still fails the load.
 void expect_load_options_match(const std::function<DecoderModel(const DecoderLoadOptions&)>& load,
                                const std::vector<int32_t>& ids) {
   DecoderModel whole = load({});
@@ -365,15 +366,24 @@ void expect_load_options_match(const std::function<DecoderModel(const DecoderLoa
         EXPECT_EQ((pruned.layers[l].*G).sparse.metadata, (whole.layers[l].*G).sparse.metadata) << l;
       }
     EXPECT_EQ(logits(pruned, false), logits(whole, false));
+    // Narrowed as read (int8 or bf16): the 2:4 values, the embeddings and an untied head held in that type
+    // only (their fp32 never kept beside them), the weights a Decoder with those weights makes of `whole`.
+    const auto narrowed = [&](bool int8) {
+      DecoderLoadOptions n = o;
+      n.int8 = int8;
+      n.bf16 = !int8;
+      DecoderModel r = load(n);
+      const auto none = [&](const WeightTable& t) { return int8 ? t.i8.empty() : t.bf16.empty(); };
+      for (const DecoderLayer& L : r.layers) EXPECT_EQ(L.down.sparse.dtype, int8 ? DType::kI8 : DType::kBF16);
+      EXPECT_TRUE(r.embed.empty() && !none(r.embed_table));
+      EXPECT_EQ(none(r.head_table), r.config.tied);
+      EXPECT_TRUE(r.head.dense.empty());
+      EXPECT_EQ(r.fingerprint, whole.fingerprint + (int8 ? "-int8" : "-bf16"));
+      EXPECT_EQ(logits(r, int8, !int8), logits(whole, int8, !int8));
+      return r;
+    };
+    const DecoderModel int8 = narrowed(true);
     o.int8 = true;
-    const DecoderModel int8 = load(o);
-    for (const DecoderLayer& L : int8.layers) EXPECT_EQ(L.down.sparse.dtype, DType::kI8);
-    // The embeddings and an untied head held as int8 tables only (their fp32 never kept beside them).
-    EXPECT_TRUE(int8.embed.empty() && !int8.embed_table.i8.empty());
-    EXPECT_EQ(int8.head_table.i8.empty(), int8.config.tied);
-    EXPECT_TRUE(int8.head.dense.empty());
-    EXPECT_EQ(int8.fingerprint, whole.fingerprint + "-int8");
-    EXPECT_EQ(logits(int8, true), logits(whole, true));
     {  // a Decoder that takes the model (its 2:4 values and head released once packed) runs the same
       DecoderOptions i8;
       i8.int8_weights = true;
@@ -386,18 +396,9 @@ void expect_load_options_match(const std::function<DecoderModel(const DecoderLoa
     DecoderOptions bf16;  // int8 values run int8 whatever the options say (the head is bf16 here)
     bf16.bf16_weights = true;
     EXPECT_EQ(Decoder(int8, bf16).sparse_linears(), 4 * static_cast<int>(int8.layers.size()));
-    // bf16 as read: the 2:4 values and the tables rounded as a Decoder with bf16 weights rounds them.
-    o.int8 = false;
-    o.bf16 = true;
-    const DecoderModel b16 = load(o);
-    for (const DecoderLayer& L : b16.layers) EXPECT_EQ(L.down.sparse.dtype, DType::kBF16);
-    EXPECT_TRUE(b16.embed.empty() && !b16.embed_table.bf16.empty());
-    EXPECT_EQ(b16.head_table.bf16.empty(), b16.config.tied);
-    EXPECT_TRUE(b16.head.dense.empty());
-    EXPECT_EQ(b16.fingerprint, whole.fingerprint + "-bf16");
-    EXPECT_EQ(logits(b16, false, true), logits(whole, false, true));
-    EXPECT_EQ(logits(b16, false), logits(whole, false, true));  // bf16 values run bf16 whatever the options
-    o.int8 = true;
+    // bf16 values (and tables) run bf16 whatever the options say.
+    EXPECT_EQ(logits(narrowed(false), false), logits(whole, false, true));
+    o.bf16 = true;  // with o.int8
     EXPECT_THROW(load(o), Error);
   }
 }
