@@ -12,6 +12,7 @@
 #include <system_error>
 
 #include "builder.h"
+#include "gguf_names.h"
 #include "hf_weights.h"
 #include "sparse24/decoder.h"
 #include "sparse24/error.h"
@@ -552,75 +553,6 @@ json gguf_config(const Gguf& g, const std::string& what) {
   return j;
 }
 
-// llama.cpp's converter reorders Q's and K's rows within each head for its RoPE, which rotates adjacent
-// pairs: file row 2i + s of a head is row s * d/2 + i of transformers' rotate_half layout. Undone here.
-void unpermute_rope_rows(const float* w, int64_t heads, int64_t d, int64_t cols, float* out) {
-  for (int64_t h = 0; h < heads; ++h)
-    for (int64_t i = 0; i < d / 2; ++i)
-      for (int64_t s = 0; s < 2; ++s) {
-        const float* src = w + (h * d + 2 * i + s) * cols;
-        std::copy(src, src + cols, out + (h * d + s * d / 2 + i) * cols);
-      }
-}
-
-// transformers' names and llama.cpp's: the tables, the layers' parts (after "model.layers.N." / "blk.N.")
-// and Gemma's norms (which take precedence for Gemma).
-constexpr std::pair<const char*, const char*> kGgufTop[] = {
-    {"model.embed_tokens.weight", "token_embd.weight"},
-    {"model.norm.weight", "output_norm.weight"},
-    {"lm_head.weight", "output.weight"}};
-constexpr std::pair<const char*, const char*> kGgufLayer[] = {
-    {"input_layernorm", "attn_norm"},    {"post_attention_layernorm", "ffn_norm"},
-    {"self_attn.q_proj", "attn_q"},      {"self_attn.k_proj", "attn_k"},
-    {"self_attn.v_proj", "attn_v"},      {"self_attn.o_proj", "attn_output"},
-    {"self_attn.q_norm", "attn_q_norm"}, {"self_attn.k_norm", "attn_k_norm"},
-    {"mlp.gate_proj", "ffn_gate"},       {"mlp.up_proj", "ffn_up"},
-    {"mlp.down_proj", "ffn_down"}};
-constexpr std::pair<const char*, const char*> kGgufGemma[] = {
-    {"input_layernorm", "attn_norm"},
-    {"post_attention_layernorm", "post_attention_norm"},
-    {"pre_feedforward_layernorm", "ffn_norm"},
-    {"post_feedforward_layernorm", "post_ffw_norm"}};
-
-// transformers' name of a decoder tensor -> llama.cpp's ("" when it has none). Gemma's four layer norms
-// have names of their own (its post_attention_layernorm is attention's output norm).
-std::string gguf_name(const std::string& hf, bool gemma) {
-  for (const auto& [h, g] : kGgufTop)
-    if (hf == h) return g;
-  static const std::string kLayers = "model.layers.";
-  if (hf.compare(0, kLayers.size(), kLayers) != 0) return "";
-  const size_t dot = hf.find('.', kLayers.size());
-  if (dot == std::string::npos) return "";
-  const std::string layer = hf.substr(kLayers.size(), dot - kLayers.size()), rest = hf.substr(dot + 1);
-  for (const auto& [h, g] : kGgufGemma)
-    if (gemma && rest == std::string(h) + ".weight") return "blk." + layer + "." + g + ".weight";
-  for (const auto& [h, g] : kGgufLayer) {
-    const std::string hs = h;
-    if (rest.compare(0, hs.size(), hs) == 0 && (rest == hs + ".weight" || rest == hs + ".bias"))
-      return "blk." + layer + "." + g + rest.substr(hs.size());
-  }
-  return "";
-}
-
-// transformers' name of a llama.cpp tensor (the transformers name gguf_name maps to it), or "" for one it
-// has none for (rope_freqs.weight: the config carries it).
-std::string hf_name_of_gguf(const std::string& name, bool gemma) {
-  for (const auto& [h, g] : kGgufTop)
-    if (name == g) return h;
-  if (name.compare(0, 4, "blk.") != 0) return "";
-  const size_t dot = name.find('.', 4), kind = name.rfind('.');
-  if (dot == std::string::npos || kind <= dot) return "";
-  const std::string prefix = "model.layers." + name.substr(4, dot - 4) + ".", suffix = name.substr(kind);
-  std::string found;
-  auto search = [&](const auto& table) {
-    for (const auto& [h, g] : table)
-      if (found.empty() && gguf_name(prefix + h + suffix, gemma) == name) found = prefix + h + suffix;
-  };
-  search(kGgufGemma);
-  search(kGgufLayer);
-  return found;
-}
-
 // A GGUF file's tensors asked for by transformers' names (build_decoder), dequantized to fp32, Q's and K's
 // rows (and biases) in transformers' RoPE order; with `keep`, every tensor read is appended to it under its
 // transformers name, as a checkpoint holds it (what gguf_to_hf_dir writes, draining it as layers are read).
@@ -647,7 +579,7 @@ class GgufTensors {
   }
   // The same into out (numel(shape) floats): a joined GEMM's rows are filled in place.
   void dense_into(const std::string& hf, const std::vector<int64_t>& shape, float* out) {
-    const std::string name = gguf_name(hf, c_.sandwich_norms);
+    const std::string name = detail::gguf_name(hf, c_.sandwich_norms);
     const GgufTensor* t = g_.find_tensor(name);
     if (t == nullptr) throw Error(path_ + ": missing tensor '" + name + "'");
     if (t->shape != shape)
@@ -664,7 +596,8 @@ class GgufTensors {
       throw Error(path_ + ": tensor '" + name + "' holds a non-finite value");
     take(name, *t);  // (and the pages dropped)
     if (permuted)
-      unpermute_rope_rows(v, q ? c_.heads : c_.kv_heads, c_.head_dim, shape.size() == 2 ? shape[1] : 1, out);
+      detail::unpermute_rope_rows(v, q ? c_.heads : c_.kv_heads, c_.head_dim,
+                                  shape.size() == 2 ? shape[1] : 1, out);
     if (keep_ != nullptr && (keep_tables_ || hf.rfind("model.layers.", 0) == 0)) {
       // As a Hugging Face checkpoint holds it (fp32): Gemma's norms as w - 1.
       StTensor k{"F32", shape, std::vector<uint8_t>(n * sizeof(float))};
@@ -679,7 +612,7 @@ class GgufTensors {
   // Whether stored_rows() can leave the tensor in the mapped file: a [rows, cols] table of a type
   // dequantize_row reads (quantized ones included), read for running (nothing kept for a conversion).
   bool stays_in_file(const std::string& hf, const std::vector<int64_t>& shape) const {
-    const GgufTensor* t = g_.find_tensor(gguf_name(hf, c_.sandwich_norms));
+    const GgufTensor* t = g_.find_tensor(detail::gguf_name(hf, c_.sandwich_norms));
     const GgmlTypeInfo* ti = t == nullptr ? nullptr : ggml_type_info(t->type);
     return owner_ != nullptr && file_ != nullptr && keep_ == nullptr && ti != nullptr && ti->dequantizable &&
            t->shape == shape && shape.size() == 2;
@@ -687,7 +620,7 @@ class GgufTensors {
   // The rows of a tensor that stays_in_file(), left there in their ggml type (values checked finite a row
   // at a time, those pages dropped again).
   StoredRows stored_rows(const std::string& hf, const std::vector<int64_t>& shape) {
-    const std::string name = gguf_name(hf, c_.sandwich_norms);
+    const std::string name = detail::gguf_name(hf, c_.sandwich_norms);
     if (!stays_in_file(hf, shape)) throw Error(path_ + ": tensor '" + name + "' cannot stay in its file");
     const GgufTensor& t = *g_.find_tensor(name);
     StoredRows s;
@@ -714,7 +647,7 @@ class GgufTensors {
   }
   // The tensor's type as a safetensors name when it is bfloat16 ("BF16"; "" for any other).
   std::string dense_dtype(const std::string& hf) const {
-    const GgufTensor* t = g_.find_tensor(gguf_name(hf, c_.sandwich_norms));
+    const GgufTensor* t = g_.find_tensor(detail::gguf_name(hf, c_.sandwich_norms));
     return t != nullptr && t->type == static_cast<uint32_t>(GgmlType::kBF16) ? "BF16" : "";
   }
   // A bfloat16 tensor's values (dense_dtype "BF16"): read as every tensor is, then narrowed (exactly).
@@ -835,7 +768,7 @@ GgufCheckpoint::GgufCheckpoint(const std::string& path) : impl_(std::make_unique
   if (chat != nullptr && !chat->is_array() && chat->type == GgufType::kString)
     files_["chat_template.jinja"] = chat->strings[0];
   for (const GgufTensor& t : g.tensors) {
-    const std::string hf = hf_name_of_gguf(t.name, c.sandwich_norms);
+    const std::string hf = detail::hf_name_of_gguf(t.name, c.sandwich_norms);
     if (!hf.empty()) tensors_[hf] = {t.type, t.shape};
   }
 }

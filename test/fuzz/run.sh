@@ -17,7 +17,7 @@ lib_sources=(src/core/dtype.cc src/core/tensor.cc src/core/pattern.cc src/core/m
              src/kernels/convert.cc src/kernels/convert_avx2.cc
              src/io/file.cc src/io/npy.cc src/io/safetensors.cc src/io/gguf.cc src/io/compressed_file.cc src/io/bitmask24.cc
              src/io/checkpoint.cc src/io/model_dir.cc src/io/net_spec.cc src/io/hf_dir.cc
-             src/engine/model.cc src/engine/builder.cc src/engine/hf_encoder.cc src/engine/hf_decoder.cc
+             src/engine/model.cc src/engine/builder.cc src/engine/hf_encoder.cc src/engine/hf_decoder.cc src/engine/gguf_names.cc
              src/engine/decoder_model.cc
              src/text/wordpiece.cc src/text/bpe.cc src/text/bpe_load.cc src/text/bpe_split.cc src/text/unicode.cc src/text/jinja.cc src/text/jinja_parse.cc
              src/text/jinja_values.cc)
