@@ -105,6 +105,11 @@ struct DecoderModel {
   // (f32/f16/bf16; embed and embed_table then empty): a token reads one row, so the 128k-token table of
   // Llama 3.1 8B (1 GB in bf16) is never held, whatever the Decoder's weights.
   StoredRows embed_stored;
+  // The head left in the mapped file too, run as stored (kernels::gemv_ggml; head and head_table then
+  // empty): a GGUF file's quantized head (Q8_0, Q6_K), or an F16 one unless int8 was asked for. Never
+  // widened to fp32 (Llama 3's Q6_K head: 430 MB, 2.1 GB in fp32). An untied model's: here, with its
+  // embeddings in embed_stored; a tied model's is embed_stored itself (this one empty).
+  StoredRows head_stored;
   std::vector<DecoderLayer> layers;
   std::string fingerprint;
   // Token `id`'s embedding row (hidden floats) into out, from whichever form holds it (int8: dequantized).
@@ -225,6 +230,8 @@ WeightTable int8_table(const std::vector<float>& w, int64_t rows, int64_t cols);
 WeightTable int8_table(const WeightTable& bf16, int64_t rows, int64_t cols);
 // W as a bf16 table (WeightTable::bf16), each value rounded to nearest even.
 WeightTable bf16_table(const std::vector<float>& w);
+// A table left in a file as an int8 (int8_table's) or bf16 table, widened a block of rows at a time.
+WeightTable narrowed_table(const StoredRows& t, bool int8);
 // Row `row` of a [rows, cols] bf16 or int8 table as floats (int8: times its scales) into out.
 void table_row(const WeightTable& t, int64_t row, int64_t cols, float* out);
 
@@ -363,7 +370,9 @@ class Decoder {
   const DecoderConfig& config() const;
   // Bytes of the weights one decoded token reads (GEMMs as packed or dense, embeddings/head, norms).
   size_t weight_bytes() const;
-  // Bytes of the embeddings left in the checkpoint's file (DecoderModel::embed_stored), not in weight_bytes.
+  // Bytes of the tables left in the checkpoint's file (DecoderModel::embed_stored, head_stored; a tied table
+  // once). A head among them is in weight_bytes too (a decoded token reads all of it), embeddings are not
+  // (it reads one row).
   size_t stored_bytes() const;
   size_t cache_bytes() const;  // the KV caches' bytes (allocated for the whole capacity)
   int sparse_linears() const;  // how many Linears run the 2:4 kernel

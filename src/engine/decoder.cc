@@ -13,10 +13,26 @@
 #include "sparse24/compressed.h"
 #include "sparse24/dtype.h"
 #include "sparse24/error.h"
+#include "sparse24/gguf.h"
 #include "sparse24/spmm.h"
 
 namespace sparse24::engine {
 namespace {
+
+// The ggml type number of a table left in a file (its DType's, for a safetensors file's).
+uint32_t stored_ggml_type(const StoredRows& t) {
+  if (t.ggml_type != StoredRows::kNoGgml) return static_cast<uint32_t>(t.ggml_type);
+  switch (t.type) {
+    case DType::kF32:
+      return static_cast<uint32_t>(GgmlType::kF32);
+    case DType::kF16:
+      return static_cast<uint32_t>(GgmlType::kF16);
+    case DType::kBF16:
+      return static_cast<uint32_t>(GgmlType::kBF16);
+    default:
+      return UINT32_MAX;  // (no such ggml type)
+  }
+}
 
 // A call's tokens run in pieces of at most this many when a sliding layer's cache is a ring (and when
 // longrope's switch runs the held tokens again).
@@ -104,7 +120,8 @@ struct Decoder::Impl {
   // 2.1 GB).
   WeightTable head_table, embed_table;
   const WeightTable* embed_rows = nullptr;
-  StoredRows embed_stored;    // or the rows are left in the checkpoint's file (an untied model's)
+  StoredRows embed_stored;    // or the rows are left in the checkpoint's file
+  StoredRows head_stored;     // the head run there, as stored (a tied model's: embed_stored)
   std::vector<float> column;  // one token's final-norm output (the bf16 / int8 head's input) or embedding
   std::vector<LayerExec> layers;
   // RoPE tables: the sliding layers' own if they have one; longrope's long-factor table, used while the
@@ -228,14 +245,36 @@ void Decoder::build(const DecoderModel& m, const DecoderOptions& o, DecoderModel
   const bool sparse = o.mode != Mode::kDense;
   const int64_t table_size = s.c.vocab * s.c.hidden,
                 scales_size = s.c.vocab * ((s.c.hidden + kernels::kGemvI8Group - 1) / kernels::kGemvI8Group);
-  // Embeddings left in the checkpoint's file (an untied model's): tokens read their rows there.
+  // Embeddings left in the checkpoint's file: tokens read their rows there.
   const bool stored = !m.embed_stored.empty();
   if (stored) {
-    if (s.c.tied || m.embed_stored.rows != s.c.vocab || m.embed_stored.cols != s.c.hidden)
-      throw Error("decoder: the embeddings left in the file are not an untied model's vocab x hidden table");
+    if (m.embed_stored.rows != s.c.vocab || m.embed_stored.cols != s.c.hidden)
+      throw Error("decoder: the embeddings left in the file are not a vocab x hidden table");
     s.embed_stored = m.embed_stored;
   }
-  if (!m.embed_table.empty() || (stored && !m.head_table.empty())) {
+  // A head left there (a tied model's: the embeddings) runs there as stored, unless the options ask for
+  // narrower weights than it has: then it becomes their table (a tied model's embedding rows too).
+  const StoredRows& head_stored = s.c.tied ? m.embed_stored : m.head_stored;
+  if (!head_stored.empty()) {
+    const uint32_t type = stored_ggml_type(head_stored);
+    if (!stored || head_stored.rows != s.c.vocab || head_stored.cols != s.c.hidden ||
+        kernels::ggml_row_bytes(type, s.c.hidden) != static_cast<int64_t>(head_stored.row_bytes()))
+      throw Error("decoder: the head left in the file is not a vocab x hidden table of a type it runs (" +
+                  ggml_type_name(type) + "), with the embeddings left there too");
+    const double row_bytes = static_cast<double>(head_stored.row_bytes()),
+                 asked = o.int8_weights   ? 1.0 + 4.0 / kernels::kGemvI8Group
+                         : o.bf16_weights ? 2.0
+                                          : 4.0;
+    if (row_bytes <= asked * static_cast<double>(s.c.hidden)) {
+      s.head_stored = head_stored;
+    } else {
+      s.head_table = detail::narrowed_table(head_stored, o.int8_weights);
+      if (s.c.tied) {
+        s.embed_stored = StoredRows{};
+        s.embed_rows = &s.head_table;
+      }
+    }
+  } else if (!m.embed_table.empty() || (stored && !m.head_table.empty())) {
     // as stored (bf16) or quantized as read (int8): held as they are
     const auto fits = [&](const WeightTable& t) {
       return t.i8.empty() ? static_cast<int64_t>(t.bf16.size()) == table_size && t.scales.empty()
@@ -276,7 +315,7 @@ void Decoder::build(const DecoderModel& m, const DecoderOptions& o, DecoderModel
   }
   if (!s.head_table.empty()) {
     if (!stored) s.embed_rows = s.c.tied ? &s.head_table : &s.embed_table;
-  } else if (!s.c.tied) {
+  } else if (!s.c.tied && head_stored.empty()) {
     s.head.emplace(m.head, false, o);
   }
   s.column.resize(static_cast<size_t>(s.c.hidden));
@@ -384,7 +423,10 @@ int64_t Decoder::capacity() const { return impl_->capacity; }
 const DecoderConfig& Decoder::config() const { return impl_->c; }
 int Decoder::sparse_linears() const { return impl_->sparse; }
 
-size_t Decoder::stored_bytes() const { return impl_->embed_stored.bytes(); }
+size_t Decoder::stored_bytes() const {
+  const Impl& s = *impl_;
+  return s.embed_stored.bytes() + (s.c.tied ? 0 : s.head_stored.bytes());
+}
 
 size_t Decoder::cache_bytes() const {
   size_t b = 0;
@@ -395,7 +437,9 @@ size_t Decoder::cache_bytes() const {
 size_t Decoder::weight_bytes() const {
   const Impl& s = *impl_;
   size_t b = s.norm.size() * sizeof(float);
-  if (!s.head_table.empty())  // (a decoded token reads one row of the embeddings)
+  if (!s.head_stored.empty())  // (a decoded token reads one row of the embeddings)
+    b += s.head_stored.bytes();
+  else if (!s.head_table.empty())
     b += s.head_table.bytes();
   else
     b += s.embed->size() * sizeof(float) + (s.head ? s.head->bytes() : 0);
@@ -446,6 +490,14 @@ void Decoder::Impl::head_logits(int64_t n, bool all, float* logits) {
   }
   detail::rms_norm(in, H, m, norm.data(), c.eps, x.data());
   auto run_head = [&] {
+    if (!head_stored.empty()) {
+      for (int64_t j = 0; j < m; ++j) {
+        for (int64_t r = 0; r < H; ++r) column[r] = x[r * m + j];
+        kernels::gemv_ggml(stored_ggml_type(head_stored), head_stored.data, c.vocab, H, column.data(),
+                           logits + j * c.vocab, threads);
+      }
+      return;
+    }
     if (!head_table.empty()) {
       for (int64_t j = 0; j < m; ++j) {
         for (int64_t r = 0; r < H; ++r) column[r] = x[r * m + j];

@@ -74,6 +74,30 @@ WeightTable int8_table(const WeightTable& bf16, int64_t rows, int64_t cols) {
   return t;
 }
 
+WeightTable narrowed_table(const StoredRows& t, bool int8) {
+  WeightTable out;
+  const int64_t groups = (t.cols + kernels::kGemvI8Group - 1) / kernels::kGemvI8Group;
+  const auto size = static_cast<size_t>(t.rows * t.cols);
+  if (int8) {
+    out.i8.resize(size);
+    out.scales.resize(static_cast<size_t>(t.rows * groups));
+  } else {
+    out.bf16.resize(size);
+  }
+  constexpr int64_t kRows = 64;  // widened a block of rows at a time (not the whole table in fp32)
+  std::vector<float> block(static_cast<size_t>(std::min(t.rows, kRows) * t.cols));
+  for (int64_t r = 0; r < t.rows; r += kRows) {
+    const int64_t n = std::min(kRows, t.rows - r);
+    for (int64_t i = 0; i < n; ++i) t.row(r + i, block.data() + i * t.cols);
+    if (int8)
+      kernels::quantize_gemv_i8(block.data(), n, t.cols, out.i8.data() + r * t.cols,
+                                out.scales.data() + r * groups);
+    else
+      for (int64_t i = 0; i < n * t.cols; ++i) out.bf16[r * t.cols + i] = float_to_bf16(block[i]);
+  }
+  return out;
+}
+
 void table_row(const WeightTable& t, int64_t row, int64_t cols, float* out) {
   if (!t.i8.empty()) {
     const float* scale = t.scales.data() + row * ((cols + kernels::kGemvI8Group - 1) / kernels::kGemvI8Group);
@@ -220,6 +244,7 @@ void DecoderModel::release_tables() {
   embed_table = WeightTable{};
   head_table = WeightTable{};
   embed_stored = StoredRows{};
+  head_stored = StoredRows{};
 }
 
 void DecoderModel::prune_magnitude(int threads) {

@@ -318,9 +318,17 @@ DecoderModel build_decoder(const DecoderConfig& c, const Biases& b, Src& w, cons
     t = o.int8 ? detail::int8_table(fp32, c.vocab, c.hidden) : detail::bf16_table(fp32);
     std::vector<float>().swap(fp32);
   };
-  // An untied model's embeddings stay in the mapped file, as stored (a token reads one row of them).
-  if (!c.tied && w.stays_in_file("model.embed_tokens.weight", {c.vocab, c.hidden}))
-    m.embed_stored = w.stored_rows("model.embed_tokens.weight", {c.vocab, c.hidden});
+  // An untied model's embeddings stay in the mapped file, as stored (a token reads one row of them). So does
+  // the head, run there as stored (DecoderModel::head_stored), where that is no wider than the options ask:
+  // a quantized one (Q8_0, Q6_K: never widened, never quantized twice), an F16 one unless int8 is asked
+  // (bf16 heads keep their bf16 tables, fp32 ones are read). A tied model's table stays when its head does.
+  const std::vector<int64_t> table{c.vocab, c.hidden};
+  const std::string embeddings = "model.embed_tokens.weight", head = c.tied ? embeddings : "lm_head.weight";
+  const std::string head_type = w.dense_dtype(head);
+  const bool head_in_file = (head_type == "Q8_0" || head_type == "Q6_K" || (head_type == "F16" && !o.int8)) &&
+                            w.stays_in_file(head, table) && w.stays_in_file(embeddings, table);
+  if ((!c.tied || head_in_file) && w.stays_in_file(embeddings, table))
+    m.embed_stored = w.stored_rows(embeddings, table);
   if (m.embed_stored.empty()) {
     if (bf16_tables) {
       m.embed_table.bf16 = w.bf16("model.embed_tokens.weight", {c.vocab, c.hidden});
@@ -332,7 +340,9 @@ DecoderModel build_decoder(const DecoderConfig& c, const Biases& b, Src& w, cons
   m.norm = norm("model.norm.weight", c.hidden);
   if (!c.tied) {
     if (!w.is_dense("lm_head.weight")) throw Error(what + ": the output head 'lm_head.weight' must be dense");
-    if (bf16_tables) {
+    if (head_in_file) {
+      m.head_stored = w.stored_rows("lm_head.weight", table);
+    } else if (bf16_tables) {
       m.head_table.bf16 = w.bf16("lm_head.weight", {c.vocab, c.hidden});
     } else {
       m.head = w.linear("lm_head", "lm_head", c.vocab, c.hidden, false);
@@ -645,10 +655,11 @@ class GgufTensors {
     take(name, t);
     return s;
   }
-  // The tensor's type as a safetensors name when it is bfloat16 ("BF16"; "" for any other).
+  // The tensor's ggml type by name ("BF16", "F16", "Q8_0", ...: the float types' as safetensors names them),
+  // "" for a missing one.
   std::string dense_dtype(const std::string& hf) const {
     const GgufTensor* t = g_.find_tensor(detail::gguf_name(hf, c_.sandwich_norms));
-    return t != nullptr && t->type == static_cast<uint32_t>(GgmlType::kBF16) ? "BF16" : "";
+    return t != nullptr ? ggml_type_name(t->type) : "";
   }
   // A bfloat16 tensor's values (dense_dtype "BF16"): read as every tensor is, then narrowed (exactly).
   std::vector<uint16_t> bf16(const std::string& hf, const std::vector<int64_t>& shape) {

@@ -5,9 +5,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "sparse24/dtype.h"
 #include "sparse24/error.h"
+#include "sparse24/gguf.h"
 
 namespace sparse24::kernels {
 
@@ -83,6 +86,52 @@ void gemv_i8(const int8_t* w, const float* scales, int64_t rows, int64_t cols, c
              int threads) {
   if (!has_avx2()) return gemv_i8_reference(w, scales, rows, cols, x, y);
   split_rows(rows, threads, [&](int64_t r0, int64_t r1) { gemv_i8_avx2(w, scales, r0, r1, cols, x, y); });
+}
+
+bool gemv_ggml_supported(uint32_t ggml_type) {
+  switch (static_cast<GgmlType>(ggml_type)) {
+    case GgmlType::kF32:
+    case GgmlType::kF16:
+    case GgmlType::kBF16:
+    case GgmlType::kQ8_0:
+    case GgmlType::kQ6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+int64_t ggml_row_bytes(uint32_t ggml_type, int64_t cols) {
+  const GgmlTypeInfo* ti = ggml_type_info(ggml_type);
+  if (!gemv_ggml_supported(ggml_type) || ti == nullptr || cols % ti->block != 0) return 0;
+  return cols / ti->block * ti->block_bytes;
+}
+
+void gemv_ggml_reference(uint32_t ggml_type, const uint8_t* w, int64_t rows, int64_t cols, const float* x,
+                         float* y) {
+  const int64_t row_bytes = ggml_row_bytes(ggml_type, cols);
+  if (row_bytes == 0)
+    throw Error("gemv_ggml: " + ggml_type_name(ggml_type) + " rows of " + std::to_string(cols) +
+                " are not supported");
+  std::vector<float> row(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    dequantize_row(ggml_type, w + r * row_bytes, row.data(), cols);
+    float s = 0;
+    for (int64_t c = 0; c < cols; ++c) s += row[c] * x[c];
+    y[r] = s;
+  }
+}
+
+void gemv_ggml(uint32_t ggml_type, const uint8_t* w, int64_t rows, int64_t cols, const float* x, float* y,
+               int threads) {
+  const int64_t row_bytes = ggml_row_bytes(ggml_type, cols);
+  if (row_bytes == 0)
+    throw Error("gemv_ggml: " + ggml_type_name(ggml_type) + " rows of " + std::to_string(cols) +
+                " are not supported");
+  // (Every AVX2 CPU has F16C, as convert.cc assumes.)
+  if (!has_avx2()) return gemv_ggml_reference(ggml_type, w, rows, cols, x, y);
+  split_rows(rows, threads,
+             [&](int64_t r0, int64_t r1) { gemv_ggml_avx2(ggml_type, w, r0, r1, cols, x, y); });
 }
 
 void gemm_small(const float* w, int64_t m, int64_t k, const float* x, int64_t n, float* y, const float* bias,

@@ -36,6 +36,23 @@ void gemv_i8_reference(const int8_t* w, const float* scales, int64_t rows, int64
 void gemv_i8_avx2(const int8_t* w, const float* scales, int64_t r0, int64_t r1, int64_t cols, const float* x,
                   float* y);
 
+// Rows of ggml blocks as a GGUF file stores them, the decoder's output head left in its mapped file: F32,
+// F16, BF16, and the quantized Q8_0 and Q6_K (the heads llama.cpp writes: a Q8_0 file's Q8_0, every other
+// quantized file's Q6_K).
+// Each block is dequantized in registers, its sums over x scaled as the block's scales say: never widened to
+// an fp32 table (Llama 3's 128k x 4096 Q6_K head: 430 MB as stored, 2.1 GB in fp32). w: `rows` rows of
+// ggml_row_bytes(type, cols) bytes, cols a whole number of the type's blocks.
+bool gemv_ggml_supported(uint32_t ggml_type);
+int64_t ggml_row_bytes(uint32_t ggml_type, int64_t cols);  // (0 for an unsupported type)
+void gemv_ggml(uint32_t ggml_type, const uint8_t* w, int64_t rows, int64_t cols, const float* x, float* y,
+               int threads);
+// Each row dequantized (sparse24::dequantize_row, gguf.h) and summed in column order: the fast path's check.
+void gemv_ggml_reference(uint32_t ggml_type, const uint8_t* w, int64_t rows, int64_t cols, const float* x,
+                         float* y);
+// The AVX2 path on rows [r0, r1) (call only where AVX2, FMA and F16C exist).
+void gemv_ggml_avx2(uint32_t ggml_type, const uint8_t* w, int64_t r0, int64_t r1, int64_t cols,
+                    const float* x, float* y);
+
 // A dense product at small N, the engine's dense layers on short inputs: Y = epilogue(W X + bias), W [m, k]
 // row-major fp32, X [k, n] and Y [m, n] row-major (ld n), bias [m] or null, 1 <= n <= kGemmSmallMaxN. The
 // AVX2 path (gemv_avx2.cc) streams W in place, eight rows at a time from eight regions of the rows (six

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "gemv.h"
+#include "sparse24/gguf.h"
 #include "spmm_traits_avx2.h"
 
 namespace sparse24::kernels {
@@ -25,7 +26,14 @@ inline float widen(uint16_t b) {
   return f;
 }
 inline float widen(float v) { return v; }
+struct Half {  // an IEEE half, as a GGUF file's F16 rows hold it
+  uint16_t bits;
+};
+inline float widen(Half h) { return _cvtsh_ss(h.bits); }
 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const Half* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
 inline __m256 load8(const uint16_t* p) {
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
@@ -146,6 +154,111 @@ void gemv_bf16_avx2(const uint16_t* w, int64_t r0, int64_t r1, int64_t cols, con
 }
 void gemv_f32_avx2(const float* w, int64_t r0, int64_t r1, int64_t cols, const float* x, float* y) {
   gemv_regions(w, r0, r1, cols, x, y);
+}
+
+namespace {
+
+inline float half_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+inline __m256 widen8(__m128i bytes) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)); }
+
+// Q8_0 (34 bytes per 32 columns: an fp16 scale d, 32 int8 q; w = d q): per block and row the sum of q x,
+// then times d into the row's total.
+constexpr int64_t kQ8Bytes = 34, kQ6Bytes = 210;
+template <int R>
+void q8_0_rows(const uint8_t* w, int64_t r, int64_t stride, int64_t cols, const float* x, float* y) {
+  const int64_t blocks = cols / 32, row_bytes = blocks * kQ8Bytes;
+  __m256 a[R];
+  for (int i = 0; i < R; ++i) a[i] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float* xb = x + 32 * b;
+    const __m256 x0 = _mm256_loadu_ps(xb), x1 = _mm256_loadu_ps(xb + 8), x2 = _mm256_loadu_ps(xb + 16),
+                 x3 = _mm256_loadu_ps(xb + 24);
+    for (int i = 0; i < R; ++i) {
+      const uint8_t* p = w + (r + i * stride) * row_bytes + b * kQ8Bytes;
+      const auto* q = reinterpret_cast<const int8_t*>(p + 2);
+      __m256 s = _mm256_mul_ps(widen8(q), x0);
+      s = _mm256_fmadd_ps(widen8(q + 8), x1, s);
+      s = _mm256_fmadd_ps(widen8(q + 16), x2, s);
+      s = _mm256_fmadd_ps(widen8(q + 24), x3, s);
+      a[i] = _mm256_fmadd_ps(s, _mm256_set1_ps(half_at(p)), a[i]);
+    }
+  }
+  for (int i = 0; i < R; ++i) y[r + i * stride] = hsum(a[i]);
+}
+
+// Q6_K (210 bytes per 256 columns): two halves of 128, each from 64 bytes of low nibbles ql, 32 bytes of
+// 2-bit highs qh; q = (low | high << 4) - 32 as int8, 32 columns per vector; sixteen int8 scales (one per 16
+// columns) times the fp16 d. Per 16 columns the sum of q x, times d * scale into the row's total (the
+// reference's (d * scale) * q summed).
+inline __m256 q6_k_block(const uint8_t* b, const float* x, __m256 acc) {
+  const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
+  const float d = half_at(b + 208);
+  const __m256i low4 = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30), k32 = _mm256_set1_epi8(32);
+  for (int half = 0; half < 2; ++half) {
+    const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * half)),
+                  l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * half + 32)),
+                  h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * half));
+    // (16-bit shifts: the bits a byte takes from its neighbour are masked away.)
+    const __m256i q[4] = {
+        _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_and_si256(_mm256_slli_epi16(h, 4), bits45)),
+        _mm256_or_si256(_mm256_and_si256(l1, low4), _mm256_and_si256(_mm256_slli_epi16(h, 2), bits45)),
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4), _mm256_and_si256(h, bits45)),
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+                        _mm256_and_si256(_mm256_srli_epi16(h, 2), bits45))};
+    for (int k = 0; k < 4; ++k) {
+      const __m256i v = _mm256_sub_epi8(q[k], k32);
+      const __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
+      const float* xk = x + 128 * half + 32 * k;
+      __m256 s0 = _mm256_mul_ps(widen8(lo), _mm256_loadu_ps(xk));
+      s0 = _mm256_fmadd_ps(widen8(_mm_srli_si128(lo, 8)), _mm256_loadu_ps(xk + 8), s0);
+      __m256 s1 = _mm256_mul_ps(widen8(hi), _mm256_loadu_ps(xk + 16));
+      s1 = _mm256_fmadd_ps(widen8(_mm_srli_si128(hi, 8)), _mm256_loadu_ps(xk + 24), s1);
+      const int8_t* s = sc + 8 * half + 2 * k;
+      acc = _mm256_fmadd_ps(s0, _mm256_set1_ps(d * static_cast<float>(s[0])), acc);
+      acc = _mm256_fmadd_ps(s1, _mm256_set1_ps(d * static_cast<float>(s[1])), acc);
+    }
+  }
+  return acc;
+}
+
+template <int R>
+void q6_k_rows(const uint8_t* w, int64_t r, int64_t stride, int64_t cols, const float* x, float* y) {
+  const int64_t blocks = cols / 256, row_bytes = blocks * kQ6Bytes;
+  __m256 a[R];
+  for (int i = 0; i < R; ++i) a[i] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int i = 0; i < R; ++i)
+      a[i] = q6_k_block(w + (r + i * stride) * row_bytes + b * kQ6Bytes, x + 256 * b, a[i]);
+  for (int i = 0; i < R; ++i) y[r + i * stride] = hsum(a[i]);
+}
+
+}  // namespace
+
+// The float types through gemv_regions; the quantized ones from 4 row regions, as the int8 rows.
+void gemv_ggml_avx2(uint32_t ggml_type, const uint8_t* w, int64_t r0, int64_t r1, int64_t cols,
+                    const float* x, float* y) {
+  switch (static_cast<GgmlType>(ggml_type)) {
+    case GgmlType::kF32:
+      return gemv_regions(reinterpret_cast<const float*>(w), r0, r1, cols, x, y);
+    case GgmlType::kF16:
+      return gemv_regions(reinterpret_cast<const Half*>(w), r0, r1, cols, x, y);
+    case GgmlType::kBF16:
+      return gemv_regions(reinterpret_cast<const uint16_t*>(w), r0, r1, cols, x, y);
+    case GgmlType::kQ8_0:
+      return over_regions<kI8Regions>(r0, r1, cols / 32 * kQ8Bytes, [&]<int R>(int64_t r, int64_t stride) {
+        q8_0_rows<R>(w, r, stride, cols, x, y);
+      });
+    case GgmlType::kQ6_K:
+      return over_regions<kI8Regions>(r0, r1, cols / 256 * kQ6Bytes, [&]<int R>(int64_t r, int64_t stride) {
+        q6_k_rows<R>(w, r, stride, cols, x, y);
+      });
+    default:  // (gemv_ggml lets only the types above through)
+      break;
+  }
 }
 
 namespace {

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "../common/same_tensors.h"
 #include "../common/seed.h"
@@ -422,70 +423,116 @@ TEST(GgufDecoder, PrunesAndQuantizesAsItReads) {
   EXPECT_THROW(load_gguf_decoder(parse_gguf(bad.data(), bad.size(), "bad.gguf"), "bad.gguf", o), Error);
 }
 
-// An untied file's embeddings stay in its mapping in their ggml type, quantized ones too (a token reads one
-// row): the rows, fingerprint and logits of the same file read into memory first; the table counted as left
-// in the file, whatever the load and weights options; a non-finite row still fails the load; a tied table
-// (the head) is read.
-TEST_F(HfDecoderDir, GgufUntiedEmbeddingsStayInTheMappedFile) {
+// A file's tables stay in its mapping in their ggml type: an untied model's embeddings whatever their type
+// (a token reads one row), and a head that runs as stored (Q8_0, Q6_K; F16 unless int8 is asked; a tied
+// model's table with it). Against the same file read into memory first: the rows and fingerprint; the
+// logits (the head's sums in another order: within 1e-5 of the largest); with int8 weights, a quantized
+// head's logits unchanged, an F16 or fp32 one converted as the held one is (the same logits where the
+// embeddings are not rounded too); the bytes left in the file, whatever the load and weights options; a
+// non-finite value still fails the load.
+TEST_F(HfDecoderDir, GgufTablesStayInTheMappedFile) {
   SPARSE24_SEED_TRACE();
   auto g = rng(23);
   Tiny t;
-  t.hidden = 32;  // whole Q8_0 blocks per row
+  t.hidden = 256;  // a whole Q6_K block per row
   t.heads = 8;
+  t.d = 32;
   const DecoderModel m = tiny_model(g, t);
   const std::vector<int32_t> ids = random_ids(g, 7, t.vocab);
   const std::string path = (dir_ / "tiny.gguf").string();
-  // The file with token_embd.weight stored as `type` (F16, or Q8_0: per 32 values an fp16 scale and int8s),
-  // row 3's first value inf when `poison`; written to path, its bytes returned.
-  const auto file_with = [&](GgmlType type, bool untied, bool poison) {
-    GgufWriter w;
-    Gguf f = tiny_gguf(m, t, w, untied);
-    std::vector<uint8_t> table;
+  // m.embed in `type`: F32, F16, Q8_0 (per 32 values an fp16 scale and int8s), or random Q6_K blocks.
+  const auto encode = [&](GgmlType type) {
+    std::vector<uint8_t> out;
     const auto half = [&](float v) {
       const uint16_t h = float_to_half(v);
-      table.insert(table.end(), {static_cast<uint8_t>(h & 0xff), static_cast<uint8_t>(h >> 8)});
+      out.insert(out.end(), {static_cast<uint8_t>(h & 0xff), static_cast<uint8_t>(h >> 8)});
     };
     for (size_t i = 0; i < m.embed.size(); i += 32) {
-      if (type == GgmlType::kF16) {
+      if (type == GgmlType::kF32) {
+        out.resize(out.size() + 32 * sizeof(float));
+        std::memcpy(out.data() + out.size() - 32 * sizeof(float), &m.embed[i], 32 * sizeof(float));
+      } else if (type == GgmlType::kF16) {
         for (size_t j = i; j < i + 32; ++j) half(m.embed[j]);
-        continue;
+      } else if (type == GgmlType::kQ8_0) {
+        float amax = 0.f;
+        for (size_t j = i; j < i + 32; ++j) amax = std::max(amax, std::fabs(m.embed[j]));
+        const float d = amax / 127.f;
+        half(d);
+        for (size_t j = i; j < i + 32; ++j)
+          out.push_back(static_cast<uint8_t>(static_cast<int8_t>(std::lround(m.embed[j] / d))));
+      } else if (i % 256 == 0) {  // Q6_K: ql, qh, int8 scales, fp16 d
+        for (int j = 0; j < 208; ++j) out.push_back(static_cast<uint8_t>(g()));
+        half(std::uniform_real_distribution<float>(-1e-3f, 1e-3f)(g));
       }
-      float amax = 0.f;
-      for (size_t j = i; j < i + 32; ++j) amax = std::max(amax, std::fabs(m.embed[j]));
-      const float d = amax / 127.f;
-      half(d);
-      for (size_t j = i; j < i + 32; ++j)
-        table.push_back(static_cast<uint8_t>(static_cast<int8_t>(std::lround(m.embed[j] / d))));
     }
-    if (poison) table[3 * (table.size() / t.vocab) + 1] = 0x7c;  // +inf as the row's first fp16 value
-    f.tensors[0].type = static_cast<uint32_t>(type);
-    f.tensors[0].bytes = table;
+    return out;
+  };
+  // The file with token_embd.weight as `embed_type` and output.weight as `head_type` (none: tied), row 3's
+  // first fp16 value (Q6_K: its scale) of the `poison`ed tensor inf; written to path, its bytes returned.
+  const auto file_with = [&](GgmlType embed_type, std::optional<GgmlType> head_type,
+                             const std::string& poison = "") {
+    GgufWriter w;
+    Gguf f = tiny_gguf(m, t, w, head_type.has_value());
+    std::vector<std::vector<uint8_t>> tables;
+    for (size_t i = 0; i < (head_type ? 3u : 1u); i += 2) {  // token_embd.weight, output.weight
+      const GgmlType type = i == 0 ? embed_type : *head_type;
+      tables.push_back(encode(type));
+      if (f.tensors[i].name == poison)
+        tables.back()[3 * (tables.back().size() / t.vocab) + (type == GgmlType::kQ6_K ? 209 : 1)] = 0x7c;
+      f.tensors[i].type = static_cast<uint32_t>(type);
+      f.tensors[i].bytes = tables.back();
+    }
     const std::vector<uint8_t> bytes = encode_gguf(f);
     std::ofstream(path, std::ios::binary)
         .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
     return bytes;
   };
-  const auto logits = [&](const DecoderModel& model, const DecoderOptions& o) {
+  struct Run {
+    std::vector<float> logits;
+    size_t stored, weights;
+  };
+  const auto run = [&](const DecoderModel& model, const DecoderOptions& o) {
     Decoder d(model, o);
-    std::vector<float> out(static_cast<size_t>(ids.size() * t.vocab));
-    d.forward(ids.data(), static_cast<int64_t>(ids.size()), out.data(), true);
-    return std::make_pair(out, d.stored_bytes());
+    Run r{std::vector<float>(static_cast<size_t>(ids.size() * t.vocab)), d.stored_bytes(), d.weight_bytes()};
+    d.forward(ids.data(), static_cast<int64_t>(ids.size()), r.logits.data(), true);
+    return r;
+  };
+  const auto expect_near = [](const std::vector<float>& a, const std::vector<float>& b, float rel) {
+    float diff = 0.f, scale = 0.f;
+    for (size_t i = 0; i < a.size(); ++i) {
+      diff = std::max(diff, std::fabs(a[i] - b[i]));
+      scale = std::max(scale, std::fabs(b[i]));
+    }
+    EXPECT_LE(diff, rel * scale) << diff << " of " << scale;
+  };
+  const auto table_bytes = [&](GgmlType type) {
+    const GgmlTypeInfo& ti = *ggml_type_info(static_cast<uint32_t>(type));
+    return static_cast<size_t>(t.vocab * t.hidden / ti.block * ti.block_bytes);
   };
   DecoderOptions as_int8;
   as_int8.int8_weights = true;
-  for (GgmlType type : {GgmlType::kF16, GgmlType::kQ8_0}) {
-    SCOPED_TRACE(ggml_type_name(static_cast<uint32_t>(type)));
-    const std::vector<uint8_t> bytes = file_with(type, true, false);
+  using Case = std::pair<GgmlType, std::optional<GgmlType>>;  // embeddings, head (none: tied)
+  for (const auto& [embed_type, head_type] :
+       {Case{GgmlType::kF16, GgmlType::kQ6_K}, Case{GgmlType::kQ8_0, GgmlType::kQ8_0},
+        Case{GgmlType::kQ8_0, GgmlType::kF32}, Case{GgmlType::kQ8_0, GgmlType::kF16},
+        Case{GgmlType::kQ6_K, std::nullopt}, Case{GgmlType::kQ8_0, std::nullopt},
+        Case{GgmlType::kF16, std::nullopt}, Case{GgmlType::kF32, std::nullopt}}) {
+    const GgmlType table = head_type.value_or(embed_type);
+    const bool tied = !head_type, head_stays = table != GgmlType::kF32;
+    SCOPED_TRACE(ggml_type_name(static_cast<uint32_t>(embed_type)) + " embeddings, " +
+                 (tied ? "tied" : ggml_type_name(static_cast<uint32_t>(table)) + " head"));
+    const std::vector<uint8_t> bytes = file_with(embed_type, head_type);
     const DecoderModel mapped = load_gguf_decoder(path);
     const DecoderModel held = load_gguf_decoder(parse_gguf(bytes.data(), bytes.size(), path), path);
-    ASSERT_FALSE(mapped.embed_stored.empty());
-    EXPECT_EQ(mapped.embed_stored.ggml_type, static_cast<int64_t>(type));
-    EXPECT_TRUE(mapped.embed.empty() && mapped.embed_table.empty());
-    EXPECT_TRUE(held.embed_stored.empty());
     EXPECT_EQ(mapped.fingerprint, held.fingerprint);
-    const size_t table_bytes = static_cast<size_t>(t.vocab * t.hidden) * (type == GgmlType::kF16 ? 2 : 34) /
-                               (type == GgmlType::kF16 ? 1 : 32);
-    EXPECT_EQ(mapped.embed_stored.bytes(), table_bytes);
+    EXPECT_TRUE(held.embed_stored.empty() && held.head_stored.empty());
+    const size_t in_file =
+        (!tied || head_stays ? table_bytes(embed_type) : 0) + (!tied && head_stays ? table_bytes(table) : 0);
+    EXPECT_EQ(mapped.embed_stored.bytes() + mapped.head_stored.bytes(), in_file);
+    if (head_stays) {
+      EXPECT_EQ((tied ? mapped.embed_stored : mapped.head_stored).ggml_type, int64_t(table));
+    }
+    EXPECT_EQ(mapped.embed.empty(), !tied || head_stays);
     std::vector<float> x(static_cast<size_t>(t.hidden)), y(x.size());
     for (int32_t id = 0; id < t.vocab; ++id) {
       mapped.embedding(id, x.data());
@@ -493,38 +540,50 @@ TEST_F(HfDecoderDir, GgufUntiedEmbeddingsStayInTheMappedFile) {
       ASSERT_EQ(x, y) << id;
     }
     std::filesystem::remove(path);  // the mapping outlives the name
+    std::vector<float> as_stored;   // the mapped model's logits with fp32 weights
     for (const DecoderOptions& o : {DecoderOptions{}, as_int8}) {
-      const auto a = logits(mapped, o), b = logits(held, o);
+      const Run a = run(mapped, o), b = run(held, o);
+      const bool runs_stored = head_stays && (!o.int8_weights || table != GgmlType::kF16);
       if (!o.int8_weights) {
-        EXPECT_EQ(a.first, b.first);
-      } else {  // int8 weights round the held table's rows; the file's are read as they are
-        float diff = 0.f, scale = 0.f;
-        for (size_t i = 0; i < a.first.size(); ++i) {
-          diff = std::max(diff, std::fabs(a.first[i] - b.first[i]));
-          scale = std::max(scale, std::fabs(b.first[i]));
-        }
-        EXPECT_LE(diff, 0.03f * scale) << diff << " of " << scale;
+        expect_near(a.logits, b.logits, 1e-5f);
+        as_stored = a.logits;
+      } else if (runs_stored) {  // a quantized head read as it is, whatever the weights
+        EXPECT_EQ(a.logits, as_stored);
+      } else if (tied) {  // both tables rounded to the same int8 rows
+        EXPECT_EQ(a.logits, b.logits);
+      } else {  // the held model's embeddings rounded to int8 too
+        expect_near(a.logits, b.logits, 0.03f);
       }
-      EXPECT_EQ(a.second, table_bytes);
-      EXPECT_EQ(b.second, 0u);
+      const size_t stored = (!tied ? table_bytes(embed_type) : 0) + (runs_stored ? table_bytes(table) : 0);
+      EXPECT_EQ(a.stored, stored);
+      EXPECT_EQ(b.stored, 0u);
+      if (runs_stored && !o.int8_weights) {  // the stored head counted in place of the held fp32 tables
+        EXPECT_EQ(a.weights + (tied ? 1 : 2) * table_bytes(GgmlType::kF32), b.weights + table_bytes(table));
+      }
     }
-    file_with(type, true, false);
+    file_with(embed_type, head_type);
     DecoderLoadOptions lo;
     lo.prune = lo.int8 = true;
-    EXPECT_EQ(load_gguf_decoder(path, lo).embed_stored.bytes(), table_bytes);
-    file_with(type, true, true);
-    try {
-      load_gguf_decoder(path);
-      ADD_FAILURE() << "an inf in the stored embeddings loaded";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("'token_embd.weight' holds a non-finite value"), std::string::npos)
-          << e.what();
+    const DecoderModel narrow = load_gguf_decoder(path, lo);
+    const bool stays_int8 = table == GgmlType::kQ8_0 || table == GgmlType::kQ6_K;
+    EXPECT_EQ(
+        narrow.embed_stored.bytes() + narrow.head_stored.bytes(),
+        (!tied || stays_int8 ? table_bytes(embed_type) : 0) + (!tied && stays_int8 ? table_bytes(table) : 0));
+    EXPECT_EQ(narrow.head_table.empty() && narrow.embed_table.empty(), stays_int8);
+    if (table == GgmlType::kF32) continue;
+    for (const std::string poisoned : {"token_embd.weight", "output.weight"}) {
+      if (tied && poisoned == "output.weight") continue;
+      file_with(embed_type, head_type, poisoned);
+      try {
+        load_gguf_decoder(path);
+        ADD_FAILURE() << "an inf in the stored " << poisoned << " loaded";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("'" + poisoned + "' holds a non-finite value"),
+                  std::string::npos)
+            << e.what();
+      }
     }
   }
-  file_with(GgmlType::kQ8_0, false, false);  // tied: the table is the head, read whole
-  const DecoderModel tied = load_gguf_decoder(path);
-  EXPECT_TRUE(tied.embed_stored.empty());
-  EXPECT_EQ(tied.embed.size(), static_cast<size_t>(t.vocab * t.hidden));
 }
 
 TEST_F(HfDecoderDir, PrunesAndQuantizesAsItReads) {

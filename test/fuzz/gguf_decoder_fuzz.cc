@@ -30,20 +30,27 @@ const std::string& scratch_file() {
   return path;
 }
 
-// An accepted input (`m`, loaded from its bytes) as a file: loaded mapped, the same model (fingerprint), an
-// untied table left in the file with readable rows; and read through GgufCheckpoint.
+// An accepted input (`m`, loaded from its bytes) as a file: loaded mapped, the same model (fingerprint), the
+// tables left in the file (embeddings, a head that runs there) with readable rows, those the bytes' load
+// holds; and read through GgufCheckpoint.
 void check_as_file(const uint8_t* data, size_t size, const sparse24::engine::DecoderModel& m) {
   using namespace sparse24;
   put_file(scratch_file(), data, size);
   const engine::DecoderModel mapped = engine::load_gguf_decoder(scratch_file());
   FUZZ_CHECK(mapped.fingerprint == m.fingerprint);
-  const engine::StoredRows& s = mapped.embed_stored;
-  if (!s.empty()) {
-    FUZZ_CHECK(!m.config.tied && s.rows == m.config.vocab && s.cols == m.config.hidden && s.bytes() <= size);
-    std::vector<float> row(static_cast<size_t>(s.cols)), held(row.size());
-    for (int64_t r : {int64_t{0}, s.rows - 1}) {
-      s.row(r, row.data());
-      m.embedding(static_cast<int32_t>(r), held.data());
+  const engine::StoredRows &e = mapped.embed_stored, &h = mapped.head_stored;
+  FUZZ_CHECK(h.empty() || (!m.config.tied && !e.empty()));
+  FUZZ_CHECK(!m.config.tied || e.empty() || mapped.embed.empty());  // a tied table left there is the head
+  for (const engine::StoredRows* s : {&e, &h}) {
+    if (s->empty()) continue;
+    FUZZ_CHECK(s->rows == m.config.vocab && s->cols == m.config.hidden && s->bytes() <= size);
+    std::vector<float> row(static_cast<size_t>(s->cols)), held(row.size());
+    for (int64_t r : {int64_t{0}, s->rows - 1}) {
+      s->row(r, row.data());
+      if (s == &e)
+        m.embedding(static_cast<int32_t>(r), held.data());
+      else
+        held.assign(m.head.dense.begin() + r * s->cols, m.head.dense.begin() + (r + 1) * s->cols);
       FUZZ_CHECK(row == held);  // the rows the bytes' load holds (dequantized alike)
     }
   }

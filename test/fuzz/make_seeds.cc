@@ -430,6 +430,13 @@ int main(int argc, char** argv) {
       untied.tensors[0].type = static_cast<uint32_t>(GgmlType::kF16);
       untied.tensors[0].bytes = storage.back();
       put(out / "gguf_decoder", "tiny_llama_untied_f16", encode_gguf(untied));
+      untied.tensors.back().type = static_cast<uint32_t>(GgmlType::kF16);  // an F16 head: run in the file
+      untied.tensors.back().bytes = storage.back();
+      put(out / "gguf_decoder", "tiny_llama_untied_f16_head", encode_gguf(untied));
+      Gguf tied = g;  // a tied F16 table: embeddings and head in the file
+      tied.tensors[0].type = static_cast<uint32_t>(GgmlType::kF16);
+      tied.tensors[0].bytes = storage.back();
+      put(out / "gguf_decoder", "tiny_llama_tied_f16", encode_gguf(tied));
     }
     // The same as Qwen2 (Q, K, V biases), Qwen3 (Q/K norms), Gemma 2 and 3: their ARCH.* keys and extra
     // tensors.

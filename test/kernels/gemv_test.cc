@@ -6,11 +6,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <random>
 
 #include "../common/seed.h"
 #include "kernels/kernel_list.h"
 #include "sparse24/dtype.h"
 #include "sparse24/error.h"
+#include "sparse24/gguf.h"
 
 namespace sparse24::kernels {
 namespace {
@@ -147,6 +150,104 @@ TEST(Gemv, Int8MatchesReferenceAcrossEdgeSizes) {
         }
       }
     }
+}
+
+// Random rows of a ggml type: finite scales and halves (fp16 scales in [-0.05, 0.05], some zero), any bits
+// for the quantized values and Q6_K's int8 scales.
+std::vector<uint8_t> random_ggml_rows(std::mt19937_64& g, GgmlType type, int64_t rows, int64_t cols) {
+  const auto t = static_cast<uint32_t>(type);
+  std::vector<uint8_t> w(static_cast<size_t>(rows * ggml_row_bytes(t, cols)));
+  for (uint8_t& b : w) b = static_cast<uint8_t>(g());
+  const auto put_half = [&](size_t at, float lo, float hi) {
+    const uint16_t h = float_to_half(std::uniform_real_distribution<float>(lo, hi)(g));
+    std::memcpy(w.data() + at, &h, 2);
+  };
+  const std::vector<float> f = random_floats(g, rows * cols, -2, 2);
+  switch (type) {
+    case GgmlType::kF32:
+      std::memcpy(w.data(), f.data(), w.size());
+      break;
+    case GgmlType::kF16:
+    case GgmlType::kBF16:
+      for (size_t i = 0; i < f.size(); ++i) {
+        const uint16_t h = type == GgmlType::kF16 ? float_to_half(f[i]) : float_to_bf16(f[i]);
+        std::memcpy(w.data() + 2 * i, &h, 2);
+      }
+      break;
+    case GgmlType::kQ8_0:
+      for (size_t at = 0; at < w.size(); at += 34) put_half(at, -0.05f, 0.05f);
+      break;
+    case GgmlType::kQ6_K:
+      for (size_t at = 0; at < w.size(); at += 210) put_half(at + 208, -0.05f, 0.05f);
+      break;
+    default:
+      ADD_FAILURE() << "no random rows of " << ggml_type_name(t);
+  }
+  if (rows > 2 && type != GgmlType::kF32)
+    std::fill(w.begin() + ggml_row_bytes(t, cols), w.begin() + 2 * ggml_row_bytes(t, cols),
+              0);  // an all-zero row
+  return w;
+}
+
+// Rows of ggml blocks (F32, F16, BF16, Q8_0, Q6_K): the reference against double sums of the dequantized
+// rows (sparse24::dequantize_row, itself checked against the gguf package in gguf_test); the AVX2 rows and
+// the threaded dispatch against the reference across row counts around the 4 and 8 row regions and column
+// counts of 1 to 11 blocks (Q6_K: 1, 2, 3, 8, 11 blocks of 256); unsupported types and shapes refused.
+TEST(GemvGgml, MatchesReferenceAcrossEdgeSizes) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(5);
+  for (GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ6_K}) {
+    const auto t = static_cast<uint32_t>(type);
+    ASSERT_TRUE(gemv_ggml_supported(t));
+    const int64_t block = ggml_type_info(t)->block;
+    for (int64_t rows : {1, 3, 4, 5, 8, 9, 17, 129, 1000})
+      for (int64_t blocks : {1, 2, 3, 8, 11}) {
+        const int64_t cols = block == 1 ? blocks * 7 : blocks * block;
+        const std::vector<float> x = random_floats(g, cols, -3, 3);
+        const std::vector<uint8_t> w = random_ggml_rows(g, type, rows, cols);
+        const int64_t row_bytes = ggml_row_bytes(t, cols);
+        std::vector<float> ref(rows), got(rows), deq(static_cast<size_t>(cols));
+        std::vector<double> mag(rows, 0.0);
+        gemv_ggml_reference(t, w.data(), rows, cols, x.data(), ref.data());
+        const std::string what = ggml_type_name(t) + " " + std::to_string(rows) + "x" + std::to_string(cols);
+        for (int64_t r = 0; r < rows; ++r) {
+          dequantize_row(t, w.data() + r * row_bytes, deq.data(), cols);
+          double s = 0;
+          for (int64_t c = 0; c < cols; ++c) {
+            s += static_cast<double>(deq[c]) * x[c];
+            mag[r] += std::fabs(static_cast<double>(deq[c]) * x[c]);
+          }
+          ASSERT_NEAR(ref[r], s, 1e-6 * mag[r] + 1e-30) << what << " row " << r;
+        }
+        for (int threads : {1, 2}) {
+          std::fill(got.begin(), got.end(), NAN);
+          gemv_ggml(t, w.data(), rows, cols, x.data(), got.data(), threads);
+          for (int64_t r = 0; r < rows; ++r)
+            ASSERT_NEAR(got[r], ref[r], 1e-6 * mag[r] + 1e-30)
+                << what << " row " << r << " threads " << threads;
+        }
+        if (has_avx2()) {  // a row range inside the matrix: the rows outside it untouched
+          std::fill(got.begin(), got.end(), -7.0f);
+          const int64_t r0 = rows / 3, r1 = rows - rows / 4;
+          gemv_ggml_avx2(t, w.data(), r0, r1, cols, x.data(), got.data());
+          for (int64_t r = 0; r < rows; ++r) {
+            if (r < r0 || r >= r1) {
+              ASSERT_EQ(got[r], -7.0f) << what << " row " << r;
+            } else {
+              ASSERT_NEAR(got[r], ref[r], 1e-6 * mag[r] + 1e-30) << what << " row " << r;
+            }
+          }
+        }
+      }
+  }
+  std::vector<float> y(1);
+  std::vector<uint8_t> w(256);
+  for (uint32_t t : {2u, 12u, 13u, 99u}) {  // Q4_0, Q4_K, Q5_K, not a type
+    EXPECT_FALSE(gemv_ggml_supported(t)) << t;
+    EXPECT_THROW(gemv_ggml(t, w.data(), 1, 32, y.data(), y.data(), 1), Error) << t;
+  }
+  EXPECT_THROW(gemv_ggml(8, w.data(), 1, 31, y.data(), y.data(), 1), Error);  // not whole Q8_0 blocks
+  EXPECT_THROW(gemv_ggml_reference(14, w.data(), 1, 128, y.data(), y.data()), Error);
 }
 
 // The dense small-N GEMM: every N = 1..16 (one and two column vectors, masked tails), row counts around its

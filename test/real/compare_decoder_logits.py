@@ -25,6 +25,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 import numpy as np  # noqa: E402
 
 HALF_KV_TOLERANCE = 5e-2
+GGUF_TOLERANCE = 2e-4  # the head's sums in another order (see main)
 PROMPTS = [
     "In the beginning God created the heaven and the earth.",
     "The capital of France is",
@@ -106,12 +107,14 @@ def main():
     check_half_cache(a, ids_path, ref)
     if a.gguf:
         # The same weights read from llama.cpp's file (dequantized, Q/K rows back in transformers' order):
-        # the very same floats, so the very same logits.
+        # the very same floats, so the very same logits but for the head's sums: the file's Q8_0 head runs as
+        # stored, its blocks' sums scaled (kernels::gemv_ggml), the directory's as fp32 rows (measured
+        # 4.2e-05 of logits up to 41, Intel Xeon model 207; exactly 0 when both ran fp32 rows).
         out = os.path.join(a.work, "logits_gguf.npy")
         run([a.sparse24, "logits", a.gguf, "--ids", ids_path, "-o", out, "--threads", "1"])
         d = np.abs(np.load(out) - results["one pass"]).max()
         print(f"GGUF file against the model directory: max abs difference {d:.2e}")
-        if d != 0:
+        if d > GGUF_TOLERANCE:
             sys.exit(f"compare_decoder_logits: the GGUF file's logits differ from the directory's by {d:.2e}")
         check_gguf_conversion(a, tok, ids, ref)
     print("ok")

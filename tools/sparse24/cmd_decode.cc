@@ -218,7 +218,7 @@ void cmd_generate(const GenerateOptions& o) {
   std::fflush(stdout);
   const std::string stored = dec.stored_bytes() > 0
                                  ? "; " + std::to_string(static_cast<int64_t>(dec.stored_bytes() / 1e6)) +
-                                       " MB of embeddings left in the file"
+                                       " MB of tables left in the file"
                                  : "";
   std::fprintf(stderr,
                "prompt: %zu tokens, %.1f tokens/s; generation: %lld tokens, %.1f tokens/s (%d of %zu "
