@@ -106,9 +106,10 @@ struct DecoderModel {
   // Llama 3.1 8B (1 GB in bf16) is never held, whatever the Decoder's weights.
   StoredRows embed_stored;
   // The head left in the mapped file too, run as stored (kernels::gemv_ggml; head and head_table then
-  // empty): a GGUF file's quantized head (Q8_0, Q6_K), or an F16 one unless int8 was asked for. Never
-  // widened to fp32 (Llama 3's Q6_K head: 430 MB, 2.1 GB in fp32). An untied model's: here, with its
-  // embeddings in embed_stored; a tied model's is embed_stored itself (this one empty).
+  // empty): a GGUF file's quantized or F16 head where detail::head_runs_stored says so for the load's options
+  // (Q8_0 always; Q6_K with fp32 weights; F16 unless int8). Never widened to fp32 (Llama 3's Q6_K head:
+  // 430 MB, 2.1 GB in fp32). An untied model's: here, with its embeddings in embed_stored; a tied model's is
+  // embed_stored itself (this one empty).
   StoredRows head_stored;
   std::vector<DecoderLayer> layers;
   std::string fingerprint;
@@ -232,6 +233,11 @@ WeightTable int8_table(const WeightTable& bf16, int64_t rows, int64_t cols);
 WeightTable bf16_table(const std::vector<float>& w);
 // A table left in a file as an int8 (int8_table's) or bf16 table, widened a block of rows at a time.
 WeightTable narrowed_table(const StoredRows& t, bool int8);
+// Whether a head of this ggml type runs as stored (kernels::gemv_ggml) under int8 or bf16 weights: unless
+// they ask for a table it is wider than (F32, F16, BF16) or slower than (Q6_K: its AVX2 kernel streamed
+// 6 GB/s where the bf16 and int8 tables' 20 and 14.6, Intel Xeon model 207). Q8_0 always (13.6 GB/s: as
+// narrow as int8, and not rounded a second time).
+bool head_runs_stored(uint32_t ggml_type, bool int8, bool bf16);
 // Row `row` of a [rows, cols] bf16 or int8 table as floats (int8: times its scales) into out.
 void table_row(const WeightTable& t, int64_t row, int64_t cols, float* out);
 

@@ -252,8 +252,9 @@ void Decoder::build(const DecoderModel& m, const DecoderOptions& o, DecoderModel
       throw Error("decoder: the embeddings left in the file are not a vocab x hidden table");
     s.embed_stored = m.embed_stored;
   }
-  // A head left there (a tied model's: the embeddings) runs there as stored, unless the options ask for
-  // narrower weights than it has: then it becomes their table (a tied model's embedding rows too).
+  // A head left there (a tied model's: the embeddings) runs there as stored, unless the options ask for a
+  // table it is wider or slower than (detail::head_runs_stored): then it becomes that table (a tied model's
+  // embedding rows too).
   const StoredRows& head_stored = s.c.tied ? m.embed_stored : m.head_stored;
   if (!head_stored.empty()) {
     const uint32_t type = stored_ggml_type(head_stored);
@@ -261,11 +262,7 @@ void Decoder::build(const DecoderModel& m, const DecoderOptions& o, DecoderModel
         kernels::ggml_row_bytes(type, s.c.hidden) != static_cast<int64_t>(head_stored.row_bytes()))
       throw Error("decoder: the head left in the file is not a vocab x hidden table of a type it runs (" +
                   ggml_type_name(type) + "), with the embeddings left there too");
-    const double row_bytes = static_cast<double>(head_stored.row_bytes()),
-                 asked = o.int8_weights   ? 1.0 + 4.0 / kernels::kGemvI8Group
-                         : o.bf16_weights ? 2.0
-                                          : 4.0;
-    if (row_bytes <= asked * static_cast<double>(s.c.hidden)) {
+    if (detail::head_runs_stored(type, o.int8_weights, o.bf16_weights)) {
       s.head_stored = head_stored;
     } else {
       s.head_table = detail::narrowed_table(head_stored, o.int8_weights);

@@ -12,6 +12,7 @@
 #include "sparse24/decoder.h"
 #include "sparse24/dtype.h"
 #include "sparse24/error.h"
+#include "sparse24/gguf.h"
 
 namespace sparse24::engine {
 namespace detail {
@@ -96,6 +97,21 @@ WeightTable narrowed_table(const StoredRows& t, bool int8) {
       for (int64_t i = 0; i < n * t.cols; ++i) out.bf16[r * t.cols + i] = float_to_bf16(block[i]);
   }
   return out;
+}
+
+bool head_runs_stored(uint32_t ggml_type, bool int8, bool bf16) {
+  switch (static_cast<GgmlType>(ggml_type)) {
+    case GgmlType::kQ8_0:
+      return true;
+    case GgmlType::kF16:
+    case GgmlType::kBF16:
+      return !int8;
+    case GgmlType::kF32:
+    case GgmlType::kQ6_K:
+      return !int8 && !bf16;
+    default:
+      return false;
+  }
 }
 
 void table_row(const WeightTable& t, int64_t row, int64_t cols, float* out) {

@@ -319,14 +319,19 @@ DecoderModel build_decoder(const DecoderConfig& c, const Biases& b, Src& w, cons
     std::vector<float>().swap(fp32);
   };
   // An untied model's embeddings stay in the mapped file, as stored (a token reads one row of them). So does
-  // the head, run there as stored (DecoderModel::head_stored), where that is no wider than the options ask:
-  // a quantized one (Q8_0, Q6_K: never widened, never quantized twice), an F16 one unless int8 is asked
-  // (bf16 heads keep their bf16 tables, fp32 ones are read). A tied model's table stays when its head does.
+  // a head that would otherwise be widened or quantized a second time (Q8_0, Q6_K, F16), run there as stored
+  // (DecoderModel::head_stored) where detail::head_runs_stored says so for the options (bf16 heads keep
+  // their bf16 tables, fp32 ones are read). A tied model's table stays when its head does.
   const std::vector<int64_t> table{c.vocab, c.hidden};
   const std::string embeddings = "model.embed_tokens.weight", head = c.tied ? embeddings : "lm_head.weight";
   const std::string head_type = w.dense_dtype(head);
-  const bool head_in_file = (head_type == "Q8_0" || head_type == "Q6_K" || (head_type == "F16" && !o.int8)) &&
-                            w.stays_in_file(head, table) && w.stays_in_file(embeddings, table);
+  const auto runs_stored = [&](GgmlType t) {
+    return head_type == ggml_type_name(static_cast<uint32_t>(t)) &&
+           detail::head_runs_stored(static_cast<uint32_t>(t), o.int8, o.bf16);
+  };
+  const bool head_in_file =
+      (runs_stored(GgmlType::kQ8_0) || runs_stored(GgmlType::kQ6_K) || runs_stored(GgmlType::kF16)) &&
+      w.stays_in_file(head, table) && w.stays_in_file(embeddings, table);
   if ((!c.tied || head_in_file) && w.stays_in_file(embeddings, table))
     m.embed_stored = w.stored_rows(embeddings, table);
   if (m.embed_stored.empty()) {

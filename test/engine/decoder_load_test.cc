@@ -424,12 +424,12 @@ TEST(GgufDecoder, PrunesAndQuantizesAsItReads) {
 }
 
 // A file's tables stay in its mapping in their ggml type: an untied model's embeddings whatever their type
-// (a token reads one row), and a head that runs as stored (Q8_0, Q6_K; F16 unless int8 is asked; a tied
-// model's table with it). Against the same file read into memory first: the rows and fingerprint; the
-// logits (the head's sums in another order: within 1e-5 of the largest); with int8 weights, a quantized
-// head's logits unchanged, an F16 or fp32 one converted as the held one is (the same logits where the
-// embeddings are not rounded too); the bytes left in the file, whatever the load and weights options; a
-// non-finite value still fails the load.
+// (a token reads one row), and a head that runs as stored (detail::head_runs_stored: Q8_0; Q6_K with fp32
+// weights; F16 unless int8; a tied model's table with it). Against the same file read into memory first:
+// the rows and fingerprint; the logits (the head's sums in another order: within 1e-5 of the largest); with
+// int8 weights, a Q8_0 head's logits unchanged, any other converted as the held one is (the same logits
+// where the embeddings are not rounded too); the bytes left in the file, whatever the load and weights
+// options; a non-finite value still fails the load.
 TEST_F(HfDecoderDir, GgufTablesStayInTheMappedFile) {
   SPARSE24_SEED_TRACE();
   auto g = rng(23);
@@ -543,16 +543,17 @@ TEST_F(HfDecoderDir, GgufTablesStayInTheMappedFile) {
     std::vector<float> as_stored;   // the mapped model's logits with fp32 weights
     for (const DecoderOptions& o : {DecoderOptions{}, as_int8}) {
       const Run a = run(mapped, o), b = run(held, o);
-      const bool runs_stored = head_stays && (!o.int8_weights || table != GgmlType::kF16);
+      const bool runs_stored = head_stays && (!o.int8_weights || table == GgmlType::kQ8_0);
       if (!o.int8_weights) {
         expect_near(a.logits, b.logits, 1e-5f);
         as_stored = a.logits;
-      } else if (runs_stored) {  // a quantized head read as it is, whatever the weights
+      } else if (runs_stored) {  // a Q8_0 head read as it is, whatever the weights
         EXPECT_EQ(a.logits, as_stored);
       } else if (tied) {  // both tables rounded to the same int8 rows
         EXPECT_EQ(a.logits, b.logits);
-      } else {  // the held model's embeddings rounded to int8 too
-        expect_near(a.logits, b.logits, 0.03f);
+      } else {  // the held model's embeddings rounded to int8 too (through random layers and a random Q6_K
+                // head's cancelling sums: up to 8% of the largest logit seen)
+        expect_near(a.logits, b.logits, 0.15f);
       }
       const size_t stored = (!tied ? table_bytes(embed_type) : 0) + (runs_stored ? table_bytes(table) : 0);
       EXPECT_EQ(a.stored, stored);
@@ -565,7 +566,7 @@ TEST_F(HfDecoderDir, GgufTablesStayInTheMappedFile) {
     DecoderLoadOptions lo;
     lo.prune = lo.int8 = true;
     const DecoderModel narrow = load_gguf_decoder(path, lo);
-    const bool stays_int8 = table == GgmlType::kQ8_0 || table == GgmlType::kQ6_K;
+    const bool stays_int8 = table == GgmlType::kQ8_0;
     EXPECT_EQ(
         narrow.embed_stored.bytes() + narrow.head_stored.bytes(),
         (!tied || stays_int8 ? table_bytes(embed_type) : 0) + (!tied && stays_int8 ? table_bytes(table) : 0));
