@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import sparse24
-from conftest import model_dir
+from conftest import ROOT, model_dir
 
 PROMPTS = ["In the beginning God created the heaven and the earth.", "The capital of France is"]
 
@@ -149,6 +149,27 @@ def test_pruned_as_read_equals_cli(smol, cli, tmp_path):
     d.reset()
     want = sparse24.Decoder.load(str(tmp_path / "24"), weights="int8", max_context=64).forward(ids, all=True)
     np.testing.assert_array_equal(d.forward(ids, all=True), want)
+
+
+def test_a_gguf_head_runs_in_its_file(smol):
+    """The SmolLM2 GGUF's tied Q8_0 table (its embeddings and its head) stays in the file and the head runs
+    there as stored, whatever the weights: stored_bytes is the table as stored (49,152 x 576 in blocks of 32
+    values in 34 bytes) and weight_bytes counts it; the logits are the directory's (the same weights,
+    dequantized) but for the head's summation order."""
+    gguf_file = ROOT / "models" / "SmolLM2-135M-Instruct" / "model.gguf"
+    if not gguf_file.is_file():
+        pytest.skip(f"{gguf_file} not present (scripts/setup.sh puts it there)")
+    table = 49152 * 576 // 32 * 34
+    ids = None
+    for weights in ("fp32", "bf16", "int8"):
+        g = sparse24.Decoder.load(str(gguf_file), weights=weights, max_context=64)
+        assert g.stored_bytes == table, weights
+        assert g.weight_bytes > table, weights
+        if weights == "fp32":
+            ids = g.tokenize(PROMPTS[1])
+            got = g.forward(ids, all=True)
+    want = sparse24.Decoder.load(str(smol), max_context=64).forward(ids, all=True)
+    assert np.abs(got - want).max() < 2e-4 * np.abs(want).max()
 
 
 def peak_rss_kb(*args):
