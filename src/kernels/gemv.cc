@@ -134,6 +134,16 @@ void gemv_ggml(uint32_t ggml_type, const uint8_t* w, int64_t rows, int64_t cols,
              [&](int64_t r0, int64_t r1) { gemv_ggml_avx2(ggml_type, w, r0, r1, cols, x, y); });
 }
 
+void ggml_rows_to_floats(uint32_t ggml_type, const uint8_t* w, int64_t rows, int64_t cols, float* out) {
+  const int64_t row_bytes = ggml_row_bytes(ggml_type, cols);
+  if (row_bytes == 0)
+    throw Error("ggml_rows_to_floats: " + ggml_type_name(ggml_type) + " rows of " + std::to_string(cols) +
+                " are not supported");
+  if (ggml_type == static_cast<uint32_t>(GgmlType::kQ6_K) && has_avx2())
+    return q6_k_to_floats_avx2(w, rows * cols / 256, out);
+  for (int64_t r = 0; r < rows; ++r) dequantize_row(ggml_type, w + r * row_bytes, out + r * cols, cols);
+}
+
 void gemm_small(const float* w, int64_t m, int64_t k, const float* x, int64_t n, float* y, const float* bias,
                 Epilogue ep, int threads) {
   if (n < 1 || n > kGemmSmallMaxN) throw Error("gemm_small: n must be 1.." + std::to_string(kGemmSmallMaxN));

@@ -209,19 +209,16 @@ void q8_0_rows(const uint8_t* w, int64_t r, int64_t stride, int64_t cols, const 
 
 // Q6_K (210 bytes per 256 columns): two halves of 128, each from 64 bytes of low nibbles ql, 32 bytes of
 // 2-bit highs qh; q = (low | high << 4) - 32 as int8, 32 columns per vector; sixteen int8 scales (one per 16
-// columns) times the fp16 d. The block's q and d * scales are put on the stack first, so that each 8 of q
-// widen straight from memory and each scale is a broadcast load (from registers, the extracts, byte shifts
-// and broadcasts held the shuffle port: 6.1 GB/s on an Intel Xeon model 207). Per 16 columns the sum of
-// q x, times d * scale into the row's total (the reference's (d * scale) * q summed).
-inline __m256 q6_k_block(const uint8_t* b, const float* x, __m256 acc) {
-  alignas(32) int8_t q[256];
-  alignas(32) float scale[16];
+// columns) times the fp16 d. A block is staged first: its 256 q in order and its 16 d * scale as fp32 (the
+// reference's (d * scale) * q then one multiply), so that each 8 of q widen straight from memory and each
+// scale is a broadcast load (from registers, the extracts, byte shifts and broadcasts also held the shuffle
+// port; either way 6 GB/s on an Intel Xeon model 207: the vector ports' work per value, not the memory).
+inline void q6_k_stage(const uint8_t* b, int8_t* q, float* scale) {
   const __m256 d = _mm256_set1_ps(half_at(b + 208));
-  const auto* sc = reinterpret_cast<const __m128i*>(b + 192);
-  const __m128i s16 = _mm_loadu_si128(sc);
-  _mm256_store_ps(scale, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s16))));
-  _mm256_store_ps(scale + 8,
-                  _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(s16, 8)))));
+  const __m128i s16 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192));
+  _mm256_storeu_ps(scale, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s16))));
+  _mm256_storeu_ps(scale + 8,
+                   _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(s16, 8)))));
   const __m256i low4 = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30), k32 = _mm256_set1_epi8(32);
   for (int half = 0; half < 2; ++half) {
     const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * half)),
@@ -235,16 +232,21 @@ inline __m256 q6_k_block(const uint8_t* b, const float* x, __m256 acc) {
         _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
                         _mm256_and_si256(_mm256_srli_epi16(h, 2), bits45))};
     for (int k = 0; k < 4; ++k)
-      _mm256_store_si256(reinterpret_cast<__m256i*>(q + 128 * half + 32 * k), _mm256_sub_epi8(v[k], k32));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 128 * half + 32 * k), _mm256_sub_epi8(v[k], k32));
   }
-  // Four sums (one chain of 16 dependent FMAs per block ran at 5.9 GB/s, latency-bound).
-  __m256 part[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+}
+
+// Per 16 columns the sum of q x, times d * scale into the row's total.
+inline __m256 q6_k_block(const uint8_t* b, const float* x, __m256 acc) {
+  alignas(32) int8_t q[256];
+  alignas(32) float scale[16];
+  q6_k_stage(b, q, scale);
   for (int g = 0; g < 16; ++g) {
     __m256 s = _mm256_mul_ps(widen8(q + 16 * g), _mm256_loadu_ps(x + 16 * g));
     s = _mm256_fmadd_ps(widen8(q + 16 * g + 8), _mm256_loadu_ps(x + 16 * g + 8), s);
-    part[g % 4] = _mm256_fmadd_ps(s, _mm256_broadcast_ss(scale + g), part[g % 4]);
+    acc = _mm256_fmadd_ps(s, _mm256_broadcast_ss(scale + g), acc);
   }
-  return _mm256_add_ps(acc, _mm256_add_ps(_mm256_add_ps(part[0], part[1]), _mm256_add_ps(part[2], part[3])));
+  return acc;
 }
 
 template <int R>
@@ -280,6 +282,19 @@ void gemv_ggml_avx2(uint32_t ggml_type, const uint8_t* w, int64_t r0, int64_t r1
       });
     default:  // (gemv_ggml lets only the types above through)
       break;
+  }
+}
+
+void q6_k_to_floats_avx2(const uint8_t* w, int64_t blocks, float* out) {
+  alignas(32) int8_t q[256];
+  alignas(32) float scale[16];
+  for (int64_t b = 0; b < blocks; ++b, out += 256) {
+    q6_k_stage(w + b * kQ6Bytes, q, scale);
+    for (int g = 0; g < 16; ++g) {
+      const __m256 sc = _mm256_broadcast_ss(scale + g);
+      _mm256_storeu_ps(out + 16 * g, _mm256_mul_ps(sc, widen8(q + 16 * g)));
+      _mm256_storeu_ps(out + 16 * g + 8, _mm256_mul_ps(sc, widen8(q + 16 * g + 8)));
+    }
   }
 }
 

@@ -190,9 +190,10 @@ std::vector<uint8_t> random_ggml_rows(std::mt19937_64& g, GgmlType type, int64_t
 }
 
 // Rows of ggml blocks (F32, F16, BF16, Q8_0, Q6_K): the reference against double sums of the dequantized
-// rows (sparse24::dequantize_row, itself checked against the gguf package in gguf_test); the AVX2 rows and
-// the threaded dispatch against the reference across row counts around the 4 and 8 row regions and column
-// counts of 1 to 11 blocks (Q6_K: 1, 2, 3, 8, 11 blocks of 256); unsupported types and shapes refused.
+// rows (sparse24::dequantize_row, itself checked against the gguf package in gguf_test), ggml_rows_to_floats
+// bit for bit equal to those rows; the AVX2 rows and the threaded dispatch against the reference across row
+// counts around the 4 and 8 row regions and column counts of 1 to 11 blocks (Q6_K: 1, 2, 3, 8, 11 blocks of
+// 256); unsupported types and shapes refused.
 TEST(GemvGgml, MatchesReferenceAcrossEdgeSizes) {
   SPARSE24_SEED_TRACE();
   auto g = rng(5);
@@ -210,8 +211,13 @@ TEST(GemvGgml, MatchesReferenceAcrossEdgeSizes) {
         std::vector<double> mag(rows, 0.0);
         gemv_ggml_reference(t, w.data(), rows, cols, x.data(), ref.data());
         const std::string what = ggml_type_name(t) + " " + std::to_string(rows) + "x" + std::to_string(cols);
+        std::vector<float> widened(static_cast<size_t>(rows * cols));
+        ggml_rows_to_floats(t, w.data(), rows, cols, widened.data());
         for (int64_t r = 0; r < rows; ++r) {
           dequantize_row(t, w.data() + r * row_bytes, deq.data(), cols);
+          for (int64_t c = 0; c < cols; ++c)  // the same floats, bit for bit
+            ASSERT_EQ(std::memcmp(&widened[r * cols + c], &deq[c], sizeof(float)), 0)
+                << what << " at " << r << "," << c;
           double s = 0;
           for (int64_t c = 0; c < cols; ++c) {
             s += static_cast<double>(deq[c]) * x[c];
@@ -248,6 +254,7 @@ TEST(GemvGgml, MatchesReferenceAcrossEdgeSizes) {
   }
   EXPECT_THROW(gemv_ggml(8, w.data(), 1, 31, y.data(), y.data(), 1), Error);  // not whole Q8_0 blocks
   EXPECT_THROW(gemv_ggml_reference(14, w.data(), 1, 128, y.data(), y.data()), Error);
+  EXPECT_THROW(ggml_rows_to_floats(12, w.data(), 1, 256, y.data()), Error);
 }
 
 // The dense small-N GEMM: every N = 1..16 (one and two column vectors, masked tails), row counts around its
