@@ -438,7 +438,7 @@ TEST_F(HfDecoderDir, GgufTablesStayInTheMappedFile) {
   t.heads = 8;
   t.d = 32;
   const DecoderModel m = tiny_model(g, t);
-  const std::vector<int32_t> ids = random_ids(g, 7, t.vocab);
+  const std::vector<int32_t> ids = random_ids(g, 9, t.vocab);  // (from 8 tokens on the head is widened)
   const std::string path = (dir_ / "tiny.gguf").string();
   // m.embed in `type`: F32, F16, Q8_0 (per 32 values an fp16 scale and int8s), or random Q6_K blocks.
   const auto encode = [&](GgmlType type) {
@@ -491,10 +491,21 @@ TEST_F(HfDecoderDir, GgufTablesStayInTheMappedFile) {
     std::vector<float> logits;
     size_t stored, weights;
   };
+  // Every token's logits (the head's rows widened into one sgemm), and the last token's alone again (a GEMV
+  // over the head as the Decoder holds it): the same within the sums' order.
   const auto run = [&](const DecoderModel& model, const DecoderOptions& o) {
     Decoder d(model, o);
     Run r{std::vector<float>(static_cast<size_t>(ids.size() * t.vocab)), d.stored_bytes(), d.weight_bytes()};
     d.forward(ids.data(), static_cast<int64_t>(ids.size()), r.logits.data(), true);
+    std::vector<float> last(static_cast<size_t>(t.vocab));
+    d.reset();
+    d.forward(ids.data(), static_cast<int64_t>(ids.size()), last.data());
+    float diff = 0.f, scale = 0.f;
+    for (int64_t v = 0; v < t.vocab; ++v) {
+      diff = std::max(diff, std::fabs(last[v] - r.logits[(ids.size() - 1) * t.vocab + v]));
+      scale = std::max(scale, std::fabs(last[v]));
+    }
+    EXPECT_LE(diff, 1e-5f * scale) << "the last token's logits alone";
     return r;
   };
   const auto expect_near = [](const std::vector<float>& a, const std::vector<float>& b, float rel) {
