@@ -277,5 +277,67 @@ TEST_F(HfDecoderDir, UntiedEmbeddingsStayInTheMappedFile) {
   }
 }
 
+// A directory's F16 head (an untied model's, or a tied model's table) stays in the mapped file and runs
+// there as stored, as a GGUF file's does (detail::head_runs_stored): the logits of the same directory read
+// into memory first within the head's summation order (9 tokens: the head widened; and the last token alone:
+// its GEMV), its bytes left in the file; with int8 weights it becomes the int8 table the held head becomes
+// (the same logits where the embeddings are not rounded too); loaded with int8 it is read, not left.
+TEST_F(HfDecoderDir, F16HeadRunsInTheMappedFile) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(28);
+  const DecoderModel m = tiny_model(g, t_);
+  const std::string file = (dir_ / "model.safetensors").string();
+  const std::vector<int32_t> ids = random_ids(g, 9, t_.vocab);
+  const auto table = static_cast<size_t>(t_.vocab * t_.hidden);
+  for (bool tied : {true, false}) {
+    SCOPED_TRACE(tied ? "tied" : "untied");
+    json cfg = config();
+    cfg["tie_word_embeddings"] = tied;
+    write(m, cfg);
+    Checkpoint ck = load_checkpoint(file);
+    const auto f16 = [&](const std::vector<float>& v) {
+      return to_st(Tensor::from_float(v, {t_.vocab, t_.hidden}, DType::kF16));
+    };
+    for (CheckpointTensor& t : ck.tensors)
+      if (t.name == "model.embed_tokens.weight") t.dense = f16(m.embed);
+    if (!tied)
+      ck.tensors.push_back(
+          {"lm_head.weight", f16(random_floats(g, t_.vocab * t_.hidden, -0.3f, 0.3f)), std::nullopt});
+    write_safetensors(file, encode_checkpoint(ck, CheckpointFormat::kSparse24));
+    const DecoderModel mapped = load_hf_decoder(dir_.string()),
+                       held = load_hf_decoder(read_hf_dir(dir_.string()));
+    const StoredRows& head = tied ? mapped.embed_stored : mapped.head_stored;
+    ASSERT_FALSE(head.empty());
+    EXPECT_EQ(head.type, DType::kF16);
+    EXPECT_TRUE(mapped.embed.empty() && mapped.head.dense.empty());
+    EXPECT_TRUE(held.embed_stored.empty() && held.head_stored.empty());
+    DecoderOptions as_int8;
+    as_int8.int8_weights = true;
+    for (const DecoderOptions& o : {DecoderOptions{}, as_int8}) {
+      std::vector<std::vector<float>> logits;
+      for (const DecoderModel* model : {&mapped, &held}) {
+        Decoder d(*model, o);
+        // (F16: 2 bytes a value; int8 weights make the head a table in memory, a tied model's rows with it)
+        const size_t in_file = tied ? (o.int8_weights ? 0 : 2 * table) : (o.int8_weights ? 2 : 4) * table;
+        EXPECT_EQ(d.stored_bytes(), model == &held ? 0 : in_file);
+        logits.emplace_back(ids.size() * static_cast<size_t>(t_.vocab));
+        d.forward(ids.data(), static_cast<int64_t>(ids.size()), logits.back().data(), true);
+        std::vector<float> last(static_cast<size_t>(t_.vocab));
+        d.reset();
+        d.forward(ids.data(), static_cast<int64_t>(ids.size()), last.data());
+        for (int64_t v = 0; v < t_.vocab; ++v)
+          ASSERT_NEAR(last[v], logits.back()[(ids.size() - 1) * t_.vocab + v], 1e-4) << v;
+      }
+      const float tol = o.int8_weights && !tied ? 0.05f : 1e-4f;  // (the held untied embeddings rounded)
+      for (size_t i = 0; i < logits[0].size(); ++i) ASSERT_NEAR(logits[0][i], logits[1][i], tol) << i;
+    }
+    DecoderLoadOptions lo;
+    lo.int8 = true;
+    const DecoderModel q = load_hf_decoder(dir_.string(), lo);
+    EXPECT_TRUE(q.head_stored.empty() && !(tied ? q.embed_table : q.head_table).empty());
+    EXPECT_EQ(q.embed_stored.empty(), tied);
+  }
+}
+
 }  // namespace
 }  // namespace sparse24::engine
