@@ -235,8 +235,8 @@ WeightTable bf16_table(const std::vector<float>& w);
 WeightTable narrowed_table(const StoredRows& t, bool int8);
 // Whether a head of this ggml type runs as stored (kernels::gemv_ggml) under int8 or bf16 weights: unless
 // they ask for a table it is wider than (F32, F16, BF16) or slower than (Q6_K: its AVX2 kernel streamed
-// 6 GB/s where the bf16 and int8 tables' 20 and 14.6, Intel Xeon model 207). Q8_0 always (13.6 GB/s: as
-// narrow as int8, and not rounded a second time).
+// 6 GB/s where the bf16 table's 20 and the int8 table's 14-22, Intel Xeon model 207). Q8_0 always
+// (12.4-13.6 GB/s: as narrow as int8, and not rounded a second time).
 bool head_runs_stored(uint32_t ggml_type, bool int8, bool bf16);
 // Row `row` of a [rows, cols] bf16 or int8 table as floats (int8: times its scales) into out.
 void table_row(const WeightTable& t, int64_t row, int64_t cols, float* out);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "kernel_list.h"
 #include "sparse24/dtype.h"
 #include "sparse24/error.h"
 #include "sparse24/gguf.h"
@@ -85,7 +86,10 @@ void gemv_i8_reference(const int8_t* w, const float* scales, int64_t rows, int64
 void gemv_i8(const int8_t* w, const float* scales, int64_t rows, int64_t cols, const float* x, float* y,
              int threads) {
   if (!has_avx2()) return gemv_i8_reference(w, scales, rows, cols, x, y);
-  split_rows(rows, threads, [&](int64_t r0, int64_t r1) { gemv_i8_avx2(w, scales, r0, r1, cols, x, y); });
+  static const bool avx512 = cpu_has_avx512() && __builtin_cpu_is("intel");
+  split_rows(rows, threads, [&](int64_t r0, int64_t r1) {
+    (avx512 ? gemv_i8_avx512 : gemv_i8_avx2)(w, scales, r0, r1, cols, x, y);
+  });
 }
 
 bool gemv_ggml_supported(uint32_t ggml_type) {

@@ -35,6 +35,10 @@ void gemv_i8_reference(const int8_t* w, const float* scales, int64_t rows, int64
                        float* y);
 void gemv_i8_avx2(const int8_t* w, const float* scales, int64_t r0, int64_t r1, int64_t cols, const float* x,
                   float* y);
+// The same with AVX-512 (gemv_avx512.cc; call only where AVX-512 F/BW/VL exist). gemv_i8 takes it on Intel's
+// cores; AMD's keep the AVX2 rows (not measured there).
+void gemv_i8_avx512(const int8_t* w, const float* scales, int64_t r0, int64_t r1, int64_t cols,
+                    const float* x, float* y);
 
 // Rows of ggml blocks as a GGUF file stores them, the decoder's output head left in its mapped file: F32,
 // F16, BF16, and the quantized Q8_0 and Q6_K (the heads llama.cpp writes: a Q8_0 file's Q8_0, every other

@@ -97,13 +97,14 @@ TEST(Gemv, F32MatchesReferenceAcrossEdgeSizes) {
 }
 
 // int8 weights with a scale per 64 columns: the quantizer within half a step of each weight, the plain loop
-// against double sums of the dequantized weights, the AVX2 rows and the threaded dispatch against the plain
-// loop, across column counts around the 8-column step and the 64-column groups.
+// against double sums of the dequantized weights, the AVX2 and AVX-512 rows (where the CPU has them) and the
+// threaded dispatch against the plain loop, across column counts around the 8- and 16-column steps and the
+// 64-column groups.
 TEST(Gemv, Int8MatchesReferenceAcrossEdgeSizes) {
   SPARSE24_SEED_TRACE();
   auto g = rng(3);
   for (int64_t rows : {1, 7, 8, 9, 17, 129, 1000})
-    for (int64_t cols : {1, 7, 8, 9, 63, 64, 65, 136, 576, 896}) {
+    for (int64_t cols : {1, 7, 8, 9, 15, 16, 17, 63, 64, 65, 80, 136, 576, 896}) {
       const int64_t groups = (cols + kGemvI8Group - 1) / kGemvI8Group;
       const std::vector<float> x = random_floats(g, cols, -3, 3);
       std::vector<float> wf = random_floats(g, rows * cols, -2, 2);
@@ -137,15 +138,17 @@ TEST(Gemv, Int8MatchesReferenceAcrossEdgeSizes) {
           ASSERT_NEAR(got[r], ref[r], 1e-6 * mag[r] + 1e-30)
               << rows << "x" << cols << " row " << r << " threads " << threads;
       }
-      if (has_avx2()) {
+      for (auto* rows_fn : {gemv_i8_avx2, gemv_i8_avx512}) {  // a row range: the rows outside it untouched
+        if (rows_fn == gemv_i8_avx2 ? !has_avx2() : !cpu_has_avx512()) continue;
         std::fill(got.begin(), got.end(), -7.0f);
         const int64_t r0 = rows / 3, r1 = rows - rows / 4;
-        gemv_i8_avx2(q.data(), scales.data(), r0, r1, cols, x.data(), got.data());
+        rows_fn(q.data(), scales.data(), r0, r1, cols, x.data(), got.data());
         for (int64_t r = 0; r < rows; ++r) {
           if (r < r0 || r >= r1) {
             ASSERT_EQ(got[r], -7.0f) << r;
           } else {
-            ASSERT_NEAR(got[r], ref[r], 1e-6 * mag[r] + 1e-30) << r;
+            ASSERT_NEAR(got[r], ref[r], 1e-6 * mag[r] + 1e-30)
+                << r << (rows_fn == gemv_i8_avx2 ? " avx2" : " avx512");
           }
         }
       }
