@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "gemv.h"
-#include "gemv_regions.h"
+#include "gemv_rows.h"
 #include "sparse24/gguf.h"
 #include "spmm_traits_avx2.h"
 
@@ -77,63 +77,23 @@ inline __m256 widen8(const int8_t* p) {
   return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
 
-// int8 rows r, r + stride, ...: per group of kGemvI8Group columns a partial sum per row, scaled into the
-// row's total (the reference's order of operations per group; its sums within a group differ by lanes).
-// Whole groups run a fixed-length inner loop with nothing else in it; a last, partial group (cols not a
-// multiple of the group) runs 8 columns at a time and then one by one. (The first form, one loop for every
-// group with its bounds and its one-by-one tail computed per group, streamed the SmolLM2 head at 13.8 GB/s
-// against the bf16 GEMV's 20.6 on a Zen 4: the group's bookkeeping, not the memory, was its bound.)
-template <int R>
-void gemv_i8_rows(const int8_t* w, const float* scales, int64_t r, int64_t stride, int64_t cols,
-                  const float* x, float* y) {
-  const int64_t groups = (cols + kGemvI8Group - 1) / kGemvI8Group, whole = cols / kGemvI8Group;
-  const int8_t* row[R];
-  const float* scale[R];
-  for (int i = 0; i < R; ++i) {
-    row[i] = w + (r + i * stride) * cols;
-    scale[i] = scales + (r + i * stride) * groups;
-  }
-  __m256 a[R];
-  for (int i = 0; i < R; ++i) a[i] = _mm256_setzero_ps();
-  for (int64_t g = 0; g < whole; ++g) {
-    const int64_t c0 = g * kGemvI8Group;
-    __m256 p[R];
-    for (int i = 0; i < R; ++i) p[i] = _mm256_setzero_ps();
-    for (int64_t c = c0; c < c0 + kGemvI8Group; c += 8) {
-      const __m256 xv = _mm256_loadu_ps(x + c);
-      for (int i = 0; i < R; ++i) p[i] = _mm256_fmadd_ps(widen8(row[i] + c), xv, p[i]);
-    }
-    for (int i = 0; i < R; ++i) a[i] = _mm256_fmadd_ps(p[i], _mm256_broadcast_ss(scale[i] + g), a[i]);
-  }
-  float s[R];
-  for (int i = 0; i < R; ++i) s[i] = hsum(a[i]);
-  if (whole < groups) {
-    const int64_t c0 = whole * kGemvI8Group, c8 = c0 + ((cols - c0) & ~int64_t{7});
-    for (int i = 0; i < R; ++i) {
-      __m256 p = _mm256_setzero_ps();
-      for (int64_t c = c0; c < c8; c += 8) p = _mm256_fmadd_ps(widen8(row[i] + c), _mm256_loadu_ps(x + c), p);
-      float t = hsum(p);
-      for (int64_t c = c8; c < cols; ++c) t += static_cast<float>(row[i][c]) * x[c];
-      s[i] += scale[i][whole] * t;
-    }
-  }
-  for (int i = 0; i < R; ++i) y[r + i * stride] = s[i];
-}
-
-// int8 rows come from 4 regions: each region is two streams, its weights and its scales, so 4 regions are the
-// 8 streams the bf16 GEMV reads. The SmolLM2 head (49,152 x 576, 30 MB with its scales), one thread, AMD EPYC
-// Zen 4 (family 25 model 17), scratch program, best of 40 over 4 copies (GB/s): 8 regions 14.9-15.8, 6
-// 16.7, 5 20.0-20.2, 4 18.9-20.1, 3 19.5-21.2, 2 16.5; the bf16 GEMV beside it 20-21. (With the first form of
-// gemv_i8_rows above, 4 regions read 16.6-17.1.)
-constexpr int kI8Regions = 4;
+// The int8 rows' vector (gemv_rows.h).
+struct I8Avx2 {
+  using T = __m256;
+  static constexpr int kLanes = 8;
+  static T zero() { return _mm256_setzero_ps(); }
+  static T load(const float* p) { return _mm256_loadu_ps(p); }
+  static T widen(const int8_t* p) { return widen8(p); }
+  static T fma(T a, T b, T c) { return _mm256_fmadd_ps(a, b, c); }
+  static T splat(const float* p) { return _mm256_broadcast_ss(p); }
+  static float sum(T v) { return hsum(v); }
+};
 
 }  // namespace
 
 void gemv_i8_avx2(const int8_t* w, const float* scales, int64_t r0, int64_t r1, int64_t cols, const float* x,
                   float* y) {
-  over_regions<kI8Regions>(r0, r1, cols, [&]<int R>(int64_t r, int64_t stride) {
-    gemv_i8_rows<R>(w, scales, r, stride, cols, x, y);
-  });
+  gemv_i8_regions<I8Avx2>(w, scales, r0, r1, cols, x, y);
 }
 
 void gemv_bf16_avx2(const uint16_t* w, int64_t r0, int64_t r1, int64_t cols, const float* x, float* y) {

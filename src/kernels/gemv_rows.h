@@ -1,0 +1,89 @@
+// What the GEMV files (gemv_avx2.cc, gemv_avx512.cc) share: the row regions they read at once and the int8
+// rows, written once over a vector type. Plain C++ (no intrinsics), in an unnamed namespace: each ISA file
+// instantiates its own copies with its own vector struct, so no ISA's code can leak into another's.
+#pragma once
+#include <cstdint>
+
+#include "gemv.h"
+#include "kernel_list.h"
+
+namespace sparse24::kernels {
+namespace {
+
+// Rows [r0, r1) as R long sequential streams: stream i holds rows r0 + i per + t (t < per), and rows(r,
+// stride) runs rows r, r + stride, ..., r + (R - 1) stride (its template argument the count: R, or 1); the
+// rows past R regions go R adjacent rows at a time, then one by one. `per` is staggered
+// (staggered_rows_per_region, kernel_list.h): gemm_small, 8 regions, N = 8, cold, one thread, AMD EPYC Zen 4,
+// scratch program: 768x768 16.4 -> 18.1-18.4 GB/s, 3072x768 16.0 -> 18.1, 1536x384 16.6 -> 18.8-18.9.
+template <int R, class Rows>
+void over_regions(int64_t r0, int64_t r1, int64_t row_bytes, const Rows& rows) {
+  const int64_t per = staggered_rows_per_region(r1 - r0, R, row_bytes);
+  for (int64_t t = 0; t < per; ++t) rows.template operator()<R>(r0 + t, per);
+  int64_t r = r0 + R * per;
+  for (; r + R <= r1; r += R) rows.template operator()<R>(r, 1);
+  for (; r < r1; ++r) rows.template operator()<1>(r, 0);
+}
+
+// int8 rows r, r + stride, ...: per group of kGemvI8Group columns a partial sum per row, scaled into the
+// row's total (the reference's order of operations per group; its sums within a group differ by lanes).
+// Whole groups run a fixed-length inner loop with nothing else in it; a last, partial group (cols not a
+// multiple of the group) runs V::kLanes columns at a time and then one by one. (The first form, one loop for
+// every group with its bounds and its one-by-one tail computed per group, streamed the SmolLM2 head at 13.8
+// GB/s against the bf16 GEMV's 20.6 on a Zen 4: the group's bookkeeping, not the memory, was its bound.)
+// V: the vector (V::T) of kLanes floats, zero(), load(const float*), widen(const int8_t*: kLanes int8 as
+// floats), fma(a, b, c), splat(const float*), sum(v).
+template <class V, int R>
+void gemv_i8_rows(const int8_t* w, const float* scales, int64_t r, int64_t stride, int64_t cols,
+                  const float* x, float* y) {
+  static_assert(kGemvI8Group % V::kLanes == 0);
+  const int64_t groups = (cols + kGemvI8Group - 1) / kGemvI8Group, whole = cols / kGemvI8Group;
+  const int8_t* row[R];
+  const float* scale[R];
+  for (int i = 0; i < R; ++i) {
+    row[i] = w + (r + i * stride) * cols;
+    scale[i] = scales + (r + i * stride) * groups;
+  }
+  typename V::T a[R];
+  for (int i = 0; i < R; ++i) a[i] = V::zero();
+  for (int64_t g = 0; g < whole; ++g) {
+    const int64_t c0 = g * kGemvI8Group;
+    typename V::T p[R];
+    for (int i = 0; i < R; ++i) p[i] = V::zero();
+    for (int64_t c = c0; c < c0 + kGemvI8Group; c += V::kLanes) {
+      const typename V::T xv = V::load(x + c);
+      for (int i = 0; i < R; ++i) p[i] = V::fma(V::widen(row[i] + c), xv, p[i]);
+    }
+    for (int i = 0; i < R; ++i) a[i] = V::fma(p[i], V::splat(scale[i] + g), a[i]);
+  }
+  float s[R];
+  for (int i = 0; i < R; ++i) s[i] = V::sum(a[i]);
+  if (whole < groups) {
+    const int64_t c0 = whole * kGemvI8Group, cv = c0 + (cols - c0) / V::kLanes * V::kLanes;
+    for (int i = 0; i < R; ++i) {
+      typename V::T p = V::zero();
+      for (int64_t c = c0; c < cv; c += V::kLanes) p = V::fma(V::widen(row[i] + c), V::load(x + c), p);
+      float t = V::sum(p);
+      for (int64_t c = cv; c < cols; ++c) t += static_cast<float>(row[i][c]) * x[c];
+      s[i] += scale[i][whole] * t;
+    }
+  }
+  for (int i = 0; i < R; ++i) y[r + i * stride] = s[i];
+}
+
+// int8 rows come from 4 regions: each region is two streams, its weights and its scales, so 4 regions are the
+// 8 streams the bf16 GEMV reads. The SmolLM2 head (49,152 x 576, 30 MB with its scales), one thread, AMD EPYC
+// Zen 4 (family 25 model 17), scratch program, best of 40 over 4 copies (GB/s): 8 regions 14.9-15.8, 6
+// 16.7, 5 20.0-20.2, 4 18.9-20.1, 3 19.5-21.2, 2 16.5; the bf16 GEMV beside it 20-21. (With the first form of
+// gemv_i8_rows above, 4 regions read 16.6-17.1.)
+constexpr int kI8Regions = 4;
+
+template <class V>
+void gemv_i8_regions(const int8_t* w, const float* scales, int64_t r0, int64_t r1, int64_t cols,
+                     const float* x, float* y) {
+  over_regions<kI8Regions>(r0, r1, cols, [&]<int R>(int64_t r, int64_t stride) {
+    gemv_i8_rows<V, R>(w, scales, r, stride, cols, x, y);
+  });
+}
+
+}  // namespace
+}  // namespace sparse24::kernels
