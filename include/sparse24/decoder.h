@@ -106,10 +106,10 @@ struct DecoderModel {
   // Llama 3.1 8B (1 GB in bf16) is never held, whatever the Decoder's weights.
   StoredRows embed_stored;
   // The head left in the mapped file too, run as stored (kernels::gemv_ggml; head and head_table then
-  // empty): a GGUF file's quantized or F16 head where detail::head_runs_stored says so for the load's options
-  // (Q8_0 always; Q6_K with fp32 weights; F16 unless int8). Never widened to fp32 (Llama 3's Q6_K head:
-  // 430 MB, 2.1 GB in fp32). An untied model's: here, with its embeddings in embed_stored; a tied model's is
-  // embed_stored itself (this one empty).
+  // empty): a GGUF file's quantized head, or an F16 one (a directory's too), where detail::head_runs_stored
+  // says so for the load's options (Q8_0 always; Q6_K with fp32 weights; F16 unless int8). Never widened to
+  // fp32 (Llama 3's Q6_K head: 430 MB, 2.1 GB in fp32). An untied model's: here, with its embeddings in
+  // embed_stored; a tied model's is embed_stored itself (this one empty).
   StoredRows head_stored;
   std::vector<DecoderLayer> layers;
   std::string fingerprint;
