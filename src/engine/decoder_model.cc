@@ -61,18 +61,12 @@ WeightTable bf16_table(const std::vector<float>& w) {
 WeightTable int8_table(const WeightTable& bf16, int64_t rows, int64_t cols) {
   if (!bf16.i8.empty() || static_cast<int64_t>(bf16.bf16.size()) != rows * cols)
     throw Error("int8_table: the bf16 weights are not rows x cols");
-  WeightTable t;
-  t.i8.resize(bf16.bf16.size());
-  const int64_t groups = (cols + kernels::kGemvI8Group - 1) / kernels::kGemvI8Group;
-  t.scales.resize(static_cast<size_t>(rows * groups));
-  constexpr int64_t kRows = 64;  // widened a block of rows at a time (not the whole table in fp32)
-  std::vector<float> block(static_cast<size_t>(std::min(rows, kRows) * cols));
-  for (int64_t r = 0; r < rows; r += kRows) {
-    const int64_t n = std::min(kRows, rows - r);
-    for (int64_t i = 0; i < n * cols; ++i) block[i] = bf16_to_float(bf16.bf16[r * cols + i]);
-    kernels::quantize_gemv_i8(block.data(), n, cols, t.i8.data() + r * cols, t.scales.data() + r * groups);
-  }
-  return t;
+  StoredRows t;  // the bf16 rows as a table of rows, widened a block at a time (not the whole table in fp32)
+  t.data = reinterpret_cast<const uint8_t*>(bf16.bf16.data());
+  t.type = DType::kBF16;
+  t.rows = rows;
+  t.cols = cols;
+  return narrowed_table(t, true);
 }
 
 WeightTable narrowed_table(const StoredRows& t, bool int8) {

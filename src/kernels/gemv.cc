@@ -111,12 +111,22 @@ int64_t ggml_row_bytes(uint32_t ggml_type, int64_t cols) {
   return cols / ti->block * ti->block_bytes;
 }
 
-void gemv_ggml_reference(uint32_t ggml_type, const uint8_t* w, int64_t rows, int64_t cols, const float* x,
-                         float* y) {
+namespace {
+
+// ggml_row_bytes, or an Error naming `who` for a type or width the GEMV does not run.
+int64_t checked_row_bytes(uint32_t ggml_type, int64_t cols, const char* who) {
   const int64_t row_bytes = ggml_row_bytes(ggml_type, cols);
   if (row_bytes == 0)
-    throw Error("gemv_ggml: " + ggml_type_name(ggml_type) + " rows of " + std::to_string(cols) +
+    throw Error(std::string(who) + ": " + ggml_type_name(ggml_type) + " rows of " + std::to_string(cols) +
                 " are not supported");
+  return row_bytes;
+}
+
+}  // namespace
+
+void gemv_ggml_reference(uint32_t ggml_type, const uint8_t* w, int64_t rows, int64_t cols, const float* x,
+                         float* y) {
+  const int64_t row_bytes = checked_row_bytes(ggml_type, cols, "gemv_ggml");
   std::vector<float> row(static_cast<size_t>(cols));
   for (int64_t r = 0; r < rows; ++r) {
     dequantize_row(ggml_type, w + r * row_bytes, row.data(), cols);
@@ -128,10 +138,7 @@ void gemv_ggml_reference(uint32_t ggml_type, const uint8_t* w, int64_t rows, int
 
 void gemv_ggml(uint32_t ggml_type, const uint8_t* w, int64_t rows, int64_t cols, const float* x, float* y,
                int threads) {
-  const int64_t row_bytes = ggml_row_bytes(ggml_type, cols);
-  if (row_bytes == 0)
-    throw Error("gemv_ggml: " + ggml_type_name(ggml_type) + " rows of " + std::to_string(cols) +
-                " are not supported");
+  checked_row_bytes(ggml_type, cols, "gemv_ggml");
   // (Every AVX2 CPU has F16C, as convert.cc assumes.)
   if (!has_avx2()) return gemv_ggml_reference(ggml_type, w, rows, cols, x, y);
   split_rows(rows, threads,
@@ -139,10 +146,7 @@ void gemv_ggml(uint32_t ggml_type, const uint8_t* w, int64_t rows, int64_t cols,
 }
 
 void ggml_rows_to_floats(uint32_t ggml_type, const uint8_t* w, int64_t rows, int64_t cols, float* out) {
-  const int64_t row_bytes = ggml_row_bytes(ggml_type, cols);
-  if (row_bytes == 0)
-    throw Error("ggml_rows_to_floats: " + ggml_type_name(ggml_type) + " rows of " + std::to_string(cols) +
-                " are not supported");
+  const int64_t row_bytes = checked_row_bytes(ggml_type, cols, "ggml_rows_to_floats");
   if (ggml_type == static_cast<uint32_t>(GgmlType::kQ6_K) && has_avx2())
     return q6_k_to_floats_avx2(w, rows * cols / 256, out);
   for (int64_t r = 0; r < rows; ++r) dequantize_row(ggml_type, w + r * row_bytes, out + r * cols, cols);
