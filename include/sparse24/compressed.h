@@ -68,6 +68,9 @@ Compressed compress(const Tensor& dense, bool prune = false);
 // compress(Tensor::from_float(w, {rows, cols}), true) without copying w: magnitude 2:4 pruning and
 // compression of an fp32 matrix in one pass (what loading a model with --prune spends its time on).
 Compressed compress_pruned_f32(const float* w, int64_t rows, int64_t cols);
+// quantize_int8(compress_pruned_f32(w, rows, cols), scale_group) a row at a time, without the fp32 values
+// in between: the same weights (what loading a model with --prune --int8 runs).
+Compressed compress_pruned_int8(const float* w, int64_t rows, int64_t cols, int64_t scale_group);
 // Expands back to the dense tensor (bit for bit what compress() was given, after pruning). Throws Error
 // on an invalid metadata code or inconsistent sizes.
 Tensor decompress(const Compressed& c);

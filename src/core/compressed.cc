@@ -62,6 +62,14 @@ IndexMap index_map(const std::vector<int64_t>& shape, const MatrixView& v) {
   return m;
 }
 
+// Row r of w [rows, cols] pruned and compressed (kernels::prune24_row); a NaN is magnitude_mask's error.
+void prune_row(const float* w, int64_t r, int64_t cols, float* values, uint8_t* meta) {
+  const float* row = w + r * cols;
+  if (kernels::prune24_row(row, cols, values, meta)) return;
+  for (int64_t i = 0; i < cols; ++i)
+    if (std::isnan(row[i])) throw Error("NaN at row " + std::to_string(r) + ", column " + std::to_string(i));
+}
+
 }  // namespace
 
 bool valid_code(uint8_t code) {
@@ -84,49 +92,63 @@ double Compressed::bytes_per_weight() const {
              : 0.0;
 }
 
-Compressed quantize_int8(const Compressed& f, int64_t scale_group) {
-  if (f.dtype != DType::kF32)
-    throw Error(std::string("int8 quantisation needs float32 values, got ") + dtype_name(f.dtype));
+namespace {
+
+// An empty int8 matrix like `shape` (rows x cols as a matrix), the scale group checked and clamped to a row:
+// its values, scales and metadata sized, to be filled.
+Compressed int8_layout(const std::vector<int64_t>& shape, int64_t rows, int64_t cols, int64_t scale_group) {
   if (scale_group <= 0 || scale_group % 4 != 0)
     throw Error("int8 scale group must be a positive multiple of 4 positions, got " +
                 std::to_string(scale_group));
-  validate(f);
-  scale_group = std::min(scale_group, 4 * f.groups_per_row());  // one scale per row at most
   Compressed q;
   q.dtype = DType::kI8;
-  q.shape = f.shape;
-  q.rows = f.rows;
-  q.cols = f.cols;
+  q.shape = shape;
+  q.rows = rows;
+  q.cols = cols;
+  q.scale_group = std::min(scale_group, 4 * q.groups_per_row());  // one scale per row at most
+  q.scales.resize(static_cast<size_t>(rows * q.scales_per_row()));
+  q.values.resize(static_cast<size_t>(rows * q.values_per_row()));
+  q.metadata.resize(static_cast<size_t>(rows * q.meta_bytes_per_row()));
+  return q;
+}
+
+// Row r's kept values (fp32) into q's int8 values and scales, kernels::quantize_i8 per scale group.
+void quantize_row(const float* values, Compressed& q, int64_t r) {
+  const int64_t ns = q.scales_per_row(), vpr = q.values_per_row(),
+                per = q.scale_group / 2;  // values per scale
+  auto* out = reinterpret_cast<int8_t*>(q.values.data()) + r * vpr;
+  for (int64_t s = 0; s < ns; ++s)
+    q.scales[static_cast<size_t>(r * ns + s)] =
+        kernels::quantize_i8(values + s * per, std::min(vpr, (s + 1) * per) - s * per, out + s * per);
+}
+
+void check_matrix(int64_t rows, int64_t cols) {
+  if (rows < 0 || cols <= 0)
+    throw Error("invalid matrix [" + std::to_string(rows) + ", " + std::to_string(cols) +
+                "] (K must be positive)");
+}
+
+}  // namespace
+
+Compressed quantize_int8(const Compressed& f, int64_t scale_group) {
+  if (f.dtype != DType::kF32)
+    throw Error(std::string("int8 quantisation needs float32 values, got ") + dtype_name(f.dtype));
+  Compressed q = int8_layout(f.shape, f.rows, f.cols, scale_group);
+  validate(f);
   q.metadata = f.metadata;
-  q.scale_group = scale_group;
-  const int64_t ns = q.scales_per_row(), vpr = f.values_per_row();
-  const int64_t per = scale_group / 2;  // kept values per scale
-  q.scales.assign(static_cast<size_t>(q.rows * ns), 0.f);
-  q.values.assign(static_cast<size_t>(q.rows * vpr), 0);
-  for (int64_t r = 0; r < f.rows; ++r)
-    for (int64_t s = 0; s < ns; ++s) {
-      const int64_t j0 = s * per, j1 = std::min(vpr, j0 + per);
-      // Row r's values as floats (f32 and unscaled: checked above and by validate).
-      const uint8_t* bytes = f.values.data() + static_cast<size_t>(r * vpr) * sizeof(float);
-      auto row = [bytes](int64_t j) {
-        float x;
-        std::memcpy(&x, bytes + static_cast<size_t>(j) * sizeof(float), sizeof(float));
-        return x;
-      };
-      float amax = 0.f;
-      for (int64_t j = j0; j < j1; ++j) amax = std::max(amax, std::fabs(row(j)));
-      const float scale = amax / 127.f;
-      q.scales[static_cast<size_t>(r * ns + s)] = scale;
-      if (scale == 0.f) continue;  // all zero (q stays 0)
-      for (int64_t j = j0; j < j1; ++j) {
-        // Round to nearest even as std::nearbyint in the default rounding mode (|v| <= 127 here, far below
-        // 2^22), without a library call per value.
-        constexpr float kRound = 12582912.0f;  // 1.5 * 2^23
-        const float v = (row(j) / scale + kRound) - kRound;
-        q.values[static_cast<size_t>(r * vpr + j)] =
-            static_cast<uint8_t>(static_cast<int8_t>(std::clamp(v, -127.f, 127.f)));
-      }
-    }
+  const auto* in = reinterpret_cast<const float*>(f.values.data());  // (f32 and unscaled: checked above)
+  for (int64_t r = 0; r < f.rows; ++r) quantize_row(in + r * f.values_per_row(), q, r);
+  return q;
+}
+
+Compressed compress_pruned_int8(const float* w, int64_t rows, int64_t cols, int64_t scale_group) {
+  check_matrix(rows, cols);
+  Compressed q = int8_layout({rows, cols}, rows, cols, scale_group);
+  std::vector<float> values(static_cast<size_t>(q.values_per_row()));  // a row's, before rounding
+  for (int64_t r = 0; r < rows; ++r) {
+    prune_row(w, r, cols, values.data(), q.metadata.data() + r * q.meta_bytes_per_row());
+    quantize_row(values.data(), q, r);
+  }
   return q;
 }
 
@@ -140,50 +162,17 @@ double compression_ratio(int64_t rows, int64_t cols, DType t) {
 double Compressed::compression_ratio() const { return sparse24::compression_ratio(rows, cols, dtype); }
 
 Compressed compress_pruned_f32(const float* w, int64_t rows, int64_t cols) {
-  if (rows < 0 || cols <= 0)
-    throw Error("invalid matrix [" + std::to_string(rows) + ", " + std::to_string(cols) +
-                "] (K must be positive)");
+  check_matrix(rows, cols);
   Compressed c;
   c.dtype = DType::kF32;
   c.shape = {rows, cols};
   c.rows = rows;
   c.cols = cols;
-  const int64_t G = c.groups_per_row(), vpr = c.values_per_row(), mpr = c.meta_bytes_per_row();
+  const int64_t vpr = c.values_per_row(), mpr = c.meta_bytes_per_row();
   c.values.resize(static_cast<size_t>(rows * vpr) * sizeof(float));
   c.metadata.resize(static_cast<size_t>(rows * mpr));
-  const std::array<Slots, 16>& slots = slots24();
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = w + r * cols;
-    uint32_t nan = 0;  // (as bits, so that the loop vectorizes)
-    for (int64_t i = 0; i < cols; ++i) {
-      uint32_t b;
-      std::memcpy(&b, row + i, sizeof(b));
-      nan |= static_cast<uint32_t>((b & 0x7fffffffu) > 0x7f800000u);
-    }
-    for (int64_t i = 0; nan && i < cols; ++i)  // (magnitude_mask's error, for the first NaN)
-      if (std::isnan(row[i]))
-        throw Error("NaN at row " + std::to_string(r) + ", column " + std::to_string(i));
-    uint8_t* values = c.values.data() + static_cast<size_t>(r * vpr) * sizeof(float);
-    uint8_t* meta = c.metadata.data() + r * mpr;
-    for (int64_t g = 0; g < G; ++g) {
-      const int len = static_cast<int>(std::min<int64_t>(4, cols - 4 * g));
-      float x[4] = {0.f, 0.f, 0.f, 0.f};
-      for (int i = 0; i < len; ++i) x[i] = row[4 * g + i];
-      const float a0 = std::fabs(x[0]), a1 = std::fabs(x[1]), a2 = std::fabs(x[2]), a3 = std::fabs(x[3]);
-      // Kept: the two of rank < 2 (ahead of i: larger, or as large at a lower index), as magnitude_mask; a
-      // padded tail group's zeros rank behind every real element, so they never displace one. Stored when
-      // nonzero.
-      const int g10 = a1 > a0, g20 = a2 > a0, g30 = a3 > a0, g21 = a2 > a1, g31 = a3 > a1, g32 = a3 > a2;
-      const int rank[4] = {g10 + g20 + g30, 1 - g10 + g21 + g31, 2 - g20 - g21 + g32, 3 - g30 - g31 - g32};
-      int m = 0;
-      for (int i = 0; i < 4; ++i) m |= static_cast<int>(rank[i] < 2 && x[i] != 0.f) << i;
-      const Slots& sl = slots[static_cast<size_t>(m)];
-      const float kept[2] = {sl.real[0] ? x[sl.pos[0]] : 0.f, sl.real[1] ? x[sl.pos[1]] : 0.f};
-      std::memcpy(values + static_cast<size_t>(2 * g) * sizeof(float), kept, sizeof(kept));
-      const uint8_t code = static_cast<uint8_t>(sl.pos[0] | sl.pos[1] << 2);
-      meta[g / 2] |= static_cast<uint8_t>((g & 1) ? code << 4 : code);
-    }
-  }
+  for (int64_t r = 0; r < rows; ++r)
+    prune_row(w, r, cols, reinterpret_cast<float*>(c.values.data()) + r * vpr, c.metadata.data() + r * mpr);
   return c;
 }
 

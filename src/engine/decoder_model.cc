@@ -24,7 +24,8 @@ void prepare_linears(const std::vector<Gemm*>& linears, const DecoderLoadOptions
     try {
       Gemm& g = *linears[i];
       if (o.prune && !g.pruned) {
-        g.sparse = compress_pruned_f32(g.dense.data(), g.m, g.k);
+        g.sparse = o.int8 ? compress_pruned_int8(g.dense.data(), g.m, g.k, kInt8ScaleGroup)
+                          : compress_pruned_f32(g.dense.data(), g.m, g.k);
         g.pruned = true;
         g.dense.clear();
         g.dense.shrink_to_fit();

@@ -87,14 +87,87 @@ void quantize_gemv_i8(const float* w, int64_t rows, int64_t cols, int8_t* q, flo
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t g = 0; g < groups; ++g) {
       const int64_t c0 = g * kGemvI8Group, c1 = std::min(cols, c0 + kGemvI8Group);
-      float mx = 0;
-      for (int64_t c = c0; c < c1; ++c) mx = std::max(mx, std::fabs(w[r * cols + c]));
-      const float scale = mx > 0 ? mx / 127.0f : 1.0f;
-      scales[r * groups + g] = scale;
-      for (int64_t c = c0; c < c1; ++c)
-        q[r * cols + c] =
-            static_cast<int8_t>(std::clamp(std::nearbyint(w[r * cols + c] / scale), -127.0f, 127.0f));
+      const float scale = quantize_i8(w + r * cols + c0, c1 - c0, q + r * cols + c0);
+      scales[r * groups + g] = scale > 0 ? scale : 1.0f;  // (an all-zero group: q is zero either way)
     }
+}
+
+float quantize_i8(const float* x, int64_t n, int8_t* q) {
+  if (f16c_supported()) return quantize_i8_avx2(x, n, q);
+  float amax = 0.f;
+  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float scale = amax / 127.f;
+  for (int64_t i = 0; i < n; ++i) q[i] = scale == 0.f ? 0 : round_i8(x[i] / scale);
+  return scale;
+}
+
+const Prune24Tables& prune24_tables() {
+  static const Prune24Tables tables = [] {
+    // A group's stored positions for its kept ones (bits of m): those, completed with the lowest others.
+    int pos[16][2];
+    for (int m = 0; m < 16; ++m) {
+      int n = 0;
+      for (int i = 0; i < 4 && n < 2; ++i)
+        if ((m >> i) & 1) pos[m][n++] = i;
+      for (int i = 0; i < 4 && n < 2; ++i)
+        if (!((m >> i) & 1)) pos[m][n++] = i;
+      if (pos[m][0] > pos[m][1]) std::swap(pos[m][0], pos[m][1]);
+    }
+    Prune24Tables t{};
+    for (int b = 0; b < 256; ++b) {
+      const int* lo = pos[b & 15];
+      const int* hi = pos[b >> 4];
+      t.positions[b] = static_cast<uint32_t>(lo[0] | lo[1] << 8 | (4 + hi[0]) << 16 | (4 + hi[1]) << 24);
+      t.meta[b] = static_cast<uint8_t>(lo[0] | lo[1] << 2 | (hi[0] | hi[1] << 2) << 4);
+    }
+    return t;
+  }();
+  return tables;
+}
+
+bool prune24_row(const float* x, int64_t cols, float* values, uint8_t* meta) {
+  if (!f16c_supported() || cols < 16) return prune24_row_plain(x, cols, values, meta);
+  const int64_t blocks = cols / 16;  // (4 groups, 2 metadata bytes each)
+  const bool finite = prune24_blocks_avx2(x, blocks, values, meta);
+  return prune24_row_plain(x + 16 * blocks, cols - 16 * blocks, values + 8 * blocks, meta + 2 * blocks) &&
+         finite;
+}
+
+bool prune24_row_plain(const float* x, int64_t cols, float* values, uint8_t* meta) {
+  const int64_t G = (cols + 3) / 4;
+  bool finite = true;  // (no NaN)
+  const Prune24Tables& t = prune24_tables();
+  for (int64_t g = 0; g < G; g += 2) {  // two groups (a metadata byte) at a time
+    float y[8] = {};                    // their kept values (+0 for the others and past the row's end)
+    int m = 0;
+    for (int h = 0; h < 2 && g + h < G; ++h) {
+      const int64_t c0 = 4 * (g + h);
+      float v[4] = {0.f, 0.f, 0.f, 0.f};
+      for (int64_t i = 0; i < std::min<int64_t>(4, cols - c0); ++i) {
+        v[i] = x[c0 + i];
+        finite &= !std::isnan(v[i]);
+      }
+      const float a0 = std::fabs(v[0]), a1 = std::fabs(v[1]), a2 = std::fabs(v[2]), a3 = std::fabs(v[3]);
+      // Kept: the two of rank < 2 (ahead of i: larger, or as large at a lower index), as magnitude_mask; a
+      // padded tail group's zeros rank behind every real element, so they never displace one.
+      const int g10 = a1 > a0, g20 = a2 > a0, g30 = a3 > a0, g21 = a2 > a1, g31 = a3 > a1, g32 = a3 > a2;
+      const int rank[4] = {g10 + g20 + g30, 1 - g10 + g21 + g31, 2 - g20 - g21 + g32, 3 - g30 - g31 - g32};
+      for (int i = 0; i < 4; ++i) {
+        const bool kept = rank[i] < 2 && v[i] != 0.f;
+        m |= static_cast<int>(kept) << (4 * h + i);
+        y[4 * h + i] = kept ? v[i] : 0.f;
+      }
+    }
+    const uint32_t p = t.positions[m];
+    values[2 * g] = y[p & 0xFF];
+    values[2 * g + 1] = y[(p >> 8) & 0xFF];
+    if (g + 1 < G) {
+      values[2 * g + 2] = y[(p >> 16) & 0xFF];
+      values[2 * g + 3] = y[p >> 24];
+    }
+    meta[g / 2] = static_cast<uint8_t>(g + 1 < G ? t.meta[m] : t.meta[m] & 0x0F);  // (no odd group: nibble 0)
+  }
+  return finite;
 }
 
 }  // namespace sparse24::kernels

@@ -20,6 +20,26 @@ void elements_to_floats(DType t, const uint8_t* p, int64_t n, float* y);
 // because the loaders (which the fuzz harnesses link without the kernels) quantize tables as they read.
 constexpr int64_t kGemvI8Group = 64;
 void quantize_gemv_i8(const float* w, int64_t rows, int64_t cols, int8_t* q, float* scales);
+// The int8 rounding both int8 weight forms share (quantize_gemv_i8 above, and sparse24::quantize_int8's
+// 2:4 values): n values as q = round(x / scale) to nearest even, clamped to -127..127, with scale = max |x|
+// / 127; returns that scale (0, and q all zero, for an all-zero group). x finite.
+float quantize_i8(const float* x, int64_t n, int8_t* q);
+// One value of it: v (x / scale) clamped and rounded to nearest even (as the vector conversion rounds).
+inline int8_t round_i8(float v) {
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding and taking it off rounds |v| <= 2^22
+  const float c = v < -127.f ? -127.f : v > 127.f ? 127.f : v;
+  return static_cast<int8_t>((c + kRound) - kRound);
+}
+// Magnitude 2:4 pruning and compression of one fp32 row of `cols` values, as
+// sparse24::compress(..., prune = true) stores it: of each group of 4 the two largest magnitudes are kept
+// (the lower position first among equal ones; a zero is never kept), their values at values[2g], [2g+1] in
+// position order and the group's code (position 0 | position 1 << 2, completed by the lowest other
+// positions, whose values are +0) in meta[g / 2]'s low (g even) or high nibble. A tail group is padded with
+// zeros. values: 2 * ceil(cols / 4) floats; meta: ceil(cols / 8) bytes, both written whole. Returns false
+// (and leaves them unspecified) if the row holds a NaN.
+bool prune24_row(const float* x, int64_t cols, float* values, uint8_t* meta);
+// Its plain loop (the whole row where there is no AVX2, a row's last cols % 16 where there is).
+bool prune24_row_plain(const float* x, int64_t cols, float* values, uint8_t* meta);
 // Whether no x[i] is an infinity or a NaN.
 bool all_finite(const float* x, int64_t n);
 // The same for n bfloat16 values (their bits) at x.
@@ -29,5 +49,17 @@ bool all_finite_bf16(const uint16_t* x, int64_t n);
 bool f16c_supported();
 void floats_to_half_f16c(const float* x, int64_t n, uint16_t* y);
 void half_to_floats_f16c(const uint16_t* x, int64_t n, float* y);
+// AVX2 paths, taken where f16c_supported(): quantize_i8 whole; prune24_row on whole blocks of 16 values
+// (the values of 4 groups, 2 metadata bytes), returning false if any is a NaN.
+float quantize_i8_avx2(const float* x, int64_t n, int8_t* q);
+bool prune24_blocks_avx2(const float* x, int64_t blocks, float* values, uint8_t* meta);
+// The byte tables both paths of prune24_row read: for the kept positions of two groups (bits 0-3 the even
+// group's, 4-7 the odd one's, at most two per group), the stored positions of each group (4 bytes: the
+// even group's two, then 4 + the odd group's two) and their codes as a metadata byte.
+struct Prune24Tables {
+  uint32_t positions[256];
+  uint8_t meta[256];
+};
+const Prune24Tables& prune24_tables();
 
 }  // namespace sparse24::kernels

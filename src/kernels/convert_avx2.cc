@@ -1,5 +1,11 @@
-// The F16C conversions (convert.h): eight values per instruction, the tail through dtype.h's scalar ones.
+// The AVX2 paths of convert.h: the F16C conversions (eight values per instruction, the tail through
+// dtype.h's scalar ones), the int8 rounding and the 2:4 pruning of a row (four groups of 4 per step: the
+// ranks from three rotations within each group, the kept values gathered by one permute from a table).
 #include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
 
 #include "convert.h"
 
@@ -18,6 +24,80 @@ void half_to_floats_f16c(const uint16_t* x, int64_t n, float* y) {
   for (; i + 8 <= n; i += 8)
     _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i))));
   for (; i < n; ++i) y[i] = half_to_float(x[i]);
+}
+
+float quantize_i8_avx2(const float* x, int64_t n, int8_t* q) {
+  const __m256 sign = _mm256_set1_ps(-0.f);
+  __m256 mx = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)));
+  float lanes[8];
+  _mm256_storeu_ps(lanes, mx);
+  float amax = 0.f;
+  for (float l : lanes) amax = std::max(amax, l);
+  for (; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float scale = amax / 127.f;
+  if (scale == 0.f) {
+    if (n > 0) std::memset(q, 0, static_cast<size_t>(n));
+    return scale;
+  }
+  // x / scale (divided, as the plain loop: the same quotients), clamped, converted to nearest even.
+  const __m256 s = _mm256_set1_ps(scale), lo = _mm256_set1_ps(-127.f), hi = _mm256_set1_ps(127.f);
+  const auto ints = [&](const float* p) {
+    return _mm256_cvtps_epi32(_mm256_min_ps(hi, _mm256_max_ps(lo, _mm256_div_ps(_mm256_loadu_ps(p), s))));
+  };
+  i = 0;
+  for (; i + 32 <= n; i += 32) {
+    // Packing works within 128-bit lanes: the eight 4-byte pieces come out in the order 0 2 4 6 1 3 5 7.
+    const __m256i w0 = _mm256_packs_epi32(ints(x + i), ints(x + i + 8));
+    const __m256i w1 = _mm256_packs_epi32(ints(x + i + 16), ints(x + i + 24));
+    const __m256i b =
+        _mm256_permutevar8x32_epi32(_mm256_packs_epi16(w0, w1), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + i), b);
+  }
+  for (; i < n; ++i) q[i] = round_i8(x[i] / scale);
+  return scale;
+}
+
+bool prune24_blocks_avx2(const float* x, int64_t blocks, float* values, uint8_t* meta) {
+  const Prune24Tables& t = prune24_tables();
+  const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  // Element i + s (mod 4) of a group is ahead of element i on a tie when it comes first: i >= 4 - s.
+  const __m256 tie1 = _mm256_castsi256_ps(_mm256_setr_epi32(0, 0, 0, -1, 0, 0, 0, -1));
+  const __m256 tie2 = _mm256_castsi256_ps(_mm256_setr_epi32(0, 0, -1, -1, 0, 0, -1, -1));
+  const __m256 tie3 = _mm256_castsi256_ps(_mm256_setr_epi32(0, -1, -1, -1, 0, -1, -1, -1));
+  // Two groups' kept values (others +0) and their kept bits (movemask: bit i for element i).
+  const auto kept = [&](__m256 v, int* m) {
+    const __m256 a = _mm256_and_ps(v, magnitude);
+    const auto ahead = [&](__m256 r, __m256 tie) {
+      return _mm256_or_ps(_mm256_cmp_ps(r, a, _CMP_GT_OQ),
+                          _mm256_and_ps(_mm256_cmp_ps(r, a, _CMP_EQ_OQ), tie));
+    };
+    const __m256 c1 = ahead(_mm256_permute_ps(a, _MM_SHUFFLE(0, 3, 2, 1)), tie1);
+    const __m256 c2 = ahead(_mm256_permute_ps(a, _MM_SHUFFLE(1, 0, 3, 2)), tie2);
+    const __m256 c3 = ahead(_mm256_permute_ps(a, _MM_SHUFFLE(2, 1, 0, 3)), tie3);
+    // Rank >= 2 (two or three of the others ahead) is the majority of c1, c2, c3; a zero is never kept.
+    const __m256 behind = _mm256_or_ps(_mm256_and_ps(c1, _mm256_or_ps(c2, c3)), _mm256_and_ps(c2, c3));
+    const __m256 keep = _mm256_andnot_ps(behind, _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_NEQ_OQ));
+    *m = _mm256_movemask_ps(keep);
+    return _mm256_and_ps(v, keep);
+  };
+  __m256 nan = _mm256_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    int ma, mb;
+    const __m256 xa = _mm256_loadu_ps(x + 16 * b), xb = _mm256_loadu_ps(x + 16 * b + 8);
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(xa, xb, _CMP_UNORD_Q));
+    const __m256 ya = kept(xa, &ma);
+    const __m256 yb = kept(xb, &mb);
+    // Elements 0-3 gathered from ya's groups, 4-7 from yb's (its table entry indexes past 4 already).
+    const __m256i idx = _mm256_cvtepu8_epi32(
+        _mm_setr_epi32(static_cast<int>(t.positions[ma]), static_cast<int>(t.positions[mb]), 0, 0));
+    _mm256_storeu_ps(values + 8 * b, _mm256_blend_ps(_mm256_permutevar8x32_ps(ya, idx),
+                                                     _mm256_permutevar8x32_ps(yb, idx), 0xF0));
+    meta[2 * b] = t.meta[ma];
+    meta[2 * b + 1] = t.meta[mb];
+  }
+  return _mm256_movemask_ps(nan) == 0;
 }
 
 }  // namespace sparse24::kernels

@@ -1,11 +1,12 @@
 // Row conversions and the finiteness check (src/kernels/convert.h) against dtype.h's per-element values:
 // every half bit pattern through the F16C path and the plain loop, rows of every length around the
 // 8-element step and the 1,024-element blocks, odd source addresses, and a non-finite value at every
-// place of a row.
+// place of a row. The int8 rounding and the 2:4 pruning of a row: the AVX2 paths against the plain ones.
 #include "kernels/convert.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -102,6 +103,68 @@ TEST(Convert, AllFiniteFindsEveryNonFiniteValue) {
     ASSERT_FALSE(all_finite(y.data(), n)) << "last of " << n;
   }
   EXPECT_TRUE(all_finite(nullptr, 0));
+}
+
+// The int8 rounding on both paths against its rule written out (nearbyint, clamped), over lengths around the
+// 8- and 32-value steps: exact halves round to even, an all-zero group gives scale 0 and zeros.
+TEST(Convert, QuantizeI8RoundsAsItsRule) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(6);
+  for (int64_t n : {1, 7, 8, 9, 31, 32, 33, 64, 100})
+    for (int kind = 0; kind < 3; ++kind) {
+      std::vector<float> x = random_floats(g, n, -3, 3);
+      if (kind == 1) {  // scale 1: halves exactly
+        for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(static_cast<int>(i % 9) - 4) + 0.5f;
+        x[0] = -127.f;
+      }
+      if (kind == 2) x.assign(static_cast<size_t>(n), 0.f);
+      float amax = 0.f;
+      for (float v : x) amax = std::max(amax, std::fabs(v));
+      const float scale = amax / 127.f;
+      std::vector<int8_t> q(static_cast<size_t>(n) + 1, 99), qa = q;
+      ASSERT_EQ(quantize_i8(x.data(), n, q.data()), scale) << n;
+      for (int64_t i = 0; i < n; ++i) {
+        const float want = scale == 0.f ? 0.f : std::clamp(std::nearbyint(x[i] / scale), -127.f, 127.f);
+        ASSERT_EQ(q[i], static_cast<int8_t>(want)) << "n " << n << " kind " << kind << " at " << i;
+      }
+      ASSERT_EQ(q[n], 99) << "wrote past n " << n;
+      if (!f16c_supported()) continue;
+      ASSERT_EQ(quantize_i8_avx2(x.data(), n, qa.data()), scale);
+      ASSERT_EQ(qa, q) << "n " << n << " kind " << kind;
+    }
+}
+
+// prune24_row's AVX2 blocks against its plain loop (which test/unit/compressed_test.cc checks against the
+// general pruning path, magnitude_mask), bit for bit: rows around the 16-value block with ties of magnitude
+// (+-x), zeros (-0 too), tails; a NaN anywhere is reported by both.
+TEST(Convert, Prune24RowPathsAgree) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(7);
+  for (int64_t cols : {1, 2, 3, 4, 5, 8, 15, 16, 17, 31, 32, 33, 47, 64, 65, 100, 2048}) {
+    std::vector<float> x = random_floats(g, cols, -2, 2);
+    for (int64_t i = 0; i < cols; ++i) {
+      if (i % 5 == 1) x[i] = -x[i - 1];
+      if (i % 7 == 3) x[i] = (i % 2) ? 0.f : -0.f;
+      if (i % 13 == 6) x[i] = x[i - 2];
+      if (i % 11 == 7) x[i] = -x[i - 3];                                   // ties three apart
+      if (i % 17 == 9) x[i - 1] = x[i - 2] = x[i - 3] = 0.f;               // a group of one or no nonzero
+      if (i % 19 == 12) x[i] = x[i - 1] = x[i - 3], x[i - 2] = -x[i - 3];  // four alike
+    }
+    const int64_t G = (cols + 3) / 4;
+    std::vector<float> v(static_cast<size_t>(2 * G), 7.f), vp = v;
+    std::vector<uint8_t> m(static_cast<size_t>((G + 1) / 2), 0xAA), mp = m;
+    ASSERT_TRUE(prune24_row_plain(x.data(), cols, vp.data(), mp.data()));
+    ASSERT_TRUE(prune24_row(x.data(), cols, v.data(), m.data()));
+    for (int64_t j = 0; j < 2 * G; ++j)
+      ASSERT_EQ(bits(v[j]), bits(vp[j])) << "cols " << cols << " value " << j;
+    ASSERT_EQ(m, mp) << "cols " << cols;
+    for (int64_t at = 0; at < cols; at += (cols > 100 ? 97 : 1)) {
+      std::vector<float> y = x;
+      y[at] = std::numeric_limits<float>::quiet_NaN();
+      ASSERT_FALSE(prune24_row(y.data(), cols, v.data(), m.data())) << "cols " << cols << " NaN at " << at;
+      ASSERT_FALSE(prune24_row_plain(y.data(), cols, v.data(), m.data())) << "cols " << cols << " at " << at;
+    }
+  }
 }
 
 }  // namespace

@@ -122,7 +122,7 @@ TEST(Compress, RefusesDenseUnlessPruning) {
 // The one-pass fp32 pruning (compress_pruned_f32, what the loaders and compress(F32, prune) run) against the
 // general path: magnitude_mask and the per-dtype copy, run on the same values as bf16 (exact in fp32). Ties
 // (equal magnitudes, +-x), zeros (-0 too) and tail groups at the edge sizes; a NaN is refused with the same
-// error.
+// error. The one-pass int8 pruning (compress_pruned_int8) against quantize_int8 of the fp32 result.
 TEST(Compress, PrunedF32MatchesTheGeneralPath) {
   SPARSE24_SEED_TRACE();
   auto g = rng(14);
@@ -135,6 +135,8 @@ TEST(Compress, PrunedF32MatchesTheGeneralPath) {
         if (i % 5 == 1) w[i] = -w[i - 1];  // ties of magnitude
         if (i % 11 == 3) w[i] = (i % 2) ? 0.f : -0.f;
         if (i % 13 == 6) w[i] = w[i - 2];
+        if (i % 11 == 7) w[i] = -w[i - 3];
+        if (i % 19 == 12) w[i] = w[i - 1] = w[i - 3], w[i - 2] = -w[i - 3];
       }
       const Compressed fast = compress_pruned_f32(w.data(), rows, k);
       const Compressed general = compress(Tensor::from_float(w, {rows, k}, DType::kBF16), true);
@@ -145,6 +147,15 @@ TEST(Compress, PrunedF32MatchesTheGeneralPath) {
       const Compressed via = compress(Tensor::from_float(w, {rows, k}), true);  // compress's F32 route
       EXPECT_EQ(via.values, fast.values);
       EXPECT_EQ(via.metadata, fast.metadata);
+      for (int64_t group : {4, 64}) {  // pruned to int8 in one pass: as quantizing the fp32 values
+        const Compressed q = compress_pruned_int8(w.data(), rows, k, group),
+                         want = quantize_int8(fast, group);
+        EXPECT_EQ(q.values, want.values) << group;
+        EXPECT_EQ(q.scales, want.scales) << group;
+        EXPECT_EQ(q.metadata, want.metadata) << group;
+        EXPECT_EQ(q.scale_group, want.scale_group) << group;
+        validate(q);
+      }
       w[w.size() / 2] = NAN;
       std::string fast_error, general_error;
       try {
@@ -152,6 +163,7 @@ TEST(Compress, PrunedF32MatchesTheGeneralPath) {
       } catch (const Error& e) {
         fast_error = e.what();
       }
+      EXPECT_THROW(compress_pruned_int8(w.data(), rows, k, 64), Error);
       try {
         magnitude_mask(w.data(), rows, k, kPattern24);
       } catch (const Error& e) {
