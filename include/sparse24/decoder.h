@@ -226,6 +226,19 @@ constexpr int64_t kInt8ScaleGroup = 64;
 // o.prune and dense) and quantized to int8 (if o.int8, 2:4 and not int8) or rounded to bf16 (if o.bf16, 2:4
 // and fp32 or f16), o.threads of them at a time; the first error is rethrown after all have run.
 void prepare_linears(const std::vector<Gemm*>& linears, const DecoderLoadOptions& o);
+// Rows of a dense weight where they are stored (a mapped file's, a checkpoint's in memory), read as fp32 a
+// block at a time from any thread; a GGUF file's Q and K rows are in llama.cpp's RoPE order (rope_heads heads
+// of rope_dim rows), put back in transformers' order as they are read.
+struct RowSource {
+  StoredRows stored;
+  std::string what;  // "file: tensor 'name'", for errors
+  int64_t rope_heads = 0, rope_dim = 0;
+  void read(int64_t r0, int64_t r1, float* out) const;  // rows [r0, r1), checked finite
+};
+// A dense Linear, its parts' rows stacked, pruned 2:4 as it is read (int8 if o.int8, else bf16 if o.bf16): a
+// block of rows at a time on o.threads, never the fp32 matrix whole. The weights prepare_linears makes of
+// it read dense; the first failing block's error.
+Compressed prune_as_read(const std::vector<RowSource>& parts, int64_t cols, const DecoderLoadOptions& o);
 // W [rows, cols] as an int8 table (WeightTable::i8 and scales); of a bf16 table, its values widened.
 WeightTable int8_table(const std::vector<float>& w, int64_t rows, int64_t cols);
 WeightTable int8_table(const WeightTable& bf16, int64_t rows, int64_t cols);

@@ -62,9 +62,8 @@ IndexMap index_map(const std::vector<int64_t>& shape, const MatrixView& v) {
   return m;
 }
 
-// Row r of w [rows, cols] pruned and compressed (kernels::prune24_row); a NaN is magnitude_mask's error.
-void prune_row(const float* w, int64_t r, int64_t cols, float* values, uint8_t* meta) {
-  const float* row = w + r * cols;
+// Row r of a matrix, at `row`, pruned and compressed (kernels::prune24_row); a NaN is magnitude_mask's error.
+void prune_row(const float* row, int64_t r, int64_t cols, float* values, uint8_t* meta) {
   if (kernels::prune24_row(row, cols, values, meta)) return;
   for (int64_t i = 0; i < cols; ++i)
     if (std::isnan(row[i])) throw Error("NaN at row " + std::to_string(r) + ", column " + std::to_string(i));
@@ -141,15 +140,36 @@ Compressed quantize_int8(const Compressed& f, int64_t scale_group) {
   return q;
 }
 
-Compressed compress_pruned_int8(const float* w, int64_t rows, int64_t cols, int64_t scale_group) {
+Compressed pruned_layout(int64_t rows, int64_t cols, DType dtype, int64_t scale_group) {
   check_matrix(rows, cols);
-  Compressed q = int8_layout({rows, cols}, rows, cols, scale_group);
-  std::vector<float> values(static_cast<size_t>(q.values_per_row()));  // a row's, before rounding
-  for (int64_t r = 0; r < rows; ++r) {
-    prune_row(w, r, cols, values.data(), q.metadata.data() + r * q.meta_bytes_per_row());
-    quantize_row(values.data(), q, r);
+  if (dtype == DType::kI8) return int8_layout({rows, cols}, rows, cols, scale_group);
+  if (dtype != DType::kF32 && dtype != DType::kBF16)
+    throw Error(std::string("pruned values are float32, bfloat16 or int8, not ") + dtype_name(dtype));
+  Compressed c;
+  c.dtype = dtype;
+  c.shape = {rows, cols};
+  c.rows = rows;
+  c.cols = cols;
+  c.values.resize(static_cast<size_t>(rows * c.values_per_row()) * dtype_size(dtype));
+  c.metadata.resize(static_cast<size_t>(rows * c.meta_bytes_per_row()));
+  return c;
+}
+
+void prune_rows(Compressed& c, int64_t r0, const float* w, int64_t n) {
+  if (r0 < 0 || n < 0 || r0 + n > c.rows) throw Error("prune_rows: rows out of range");
+  const int64_t vpr = c.values_per_row(), mpr = c.meta_bytes_per_row();
+  std::vector<float> values(c.dtype == DType::kF32 ? 0
+                                                   : static_cast<size_t>(vpr));  // a row's, before rounding
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t r = r0 + i;
+    float* f = c.dtype == DType::kF32 ? reinterpret_cast<float*>(c.values.data()) + r * vpr : values.data();
+    prune_row(w + i * c.cols, r, c.cols, f, c.metadata.data() + r * mpr);
+    if (c.dtype == DType::kI8) quantize_row(f, c, r);
+    if (c.dtype == DType::kBF16) {
+      auto* out = reinterpret_cast<uint16_t*>(c.values.data()) + r * vpr;
+      for (int64_t j = 0; j < vpr; ++j) out[j] = float_to_bf16(f[j]);  // as to_bf16 rounds them
+    }
   }
-  return q;
 }
 
 double compression_ratio(int64_t rows, int64_t cols, DType t) {
@@ -162,17 +182,14 @@ double compression_ratio(int64_t rows, int64_t cols, DType t) {
 double Compressed::compression_ratio() const { return sparse24::compression_ratio(rows, cols, dtype); }
 
 Compressed compress_pruned_f32(const float* w, int64_t rows, int64_t cols) {
-  check_matrix(rows, cols);
-  Compressed c;
-  c.dtype = DType::kF32;
-  c.shape = {rows, cols};
-  c.rows = rows;
-  c.cols = cols;
-  const int64_t vpr = c.values_per_row(), mpr = c.meta_bytes_per_row();
-  c.values.resize(static_cast<size_t>(rows * vpr) * sizeof(float));
-  c.metadata.resize(static_cast<size_t>(rows * mpr));
-  for (int64_t r = 0; r < rows; ++r)
-    prune_row(w, r, cols, reinterpret_cast<float*>(c.values.data()) + r * vpr, c.metadata.data() + r * mpr);
+  Compressed c = pruned_layout(rows, cols, DType::kF32);
+  prune_rows(c, 0, w, rows);
+  return c;
+}
+
+Compressed compress_pruned_int8(const float* w, int64_t rows, int64_t cols, int64_t scale_group) {
+  Compressed c = pruned_layout(rows, cols, DType::kI8, scale_group);
+  prune_rows(c, 0, w, rows);
   return c;
 }
 

@@ -42,6 +42,58 @@ void prepare_linears(const std::vector<Gemm*>& linears, const DecoderLoadOptions
   if (error) std::rethrow_exception(error);
 }
 
+void RowSource::read(int64_t r0, int64_t r1, float* out) const {
+  for (int64_t r = r0; r < r1; ++r) {
+    int64_t from = r;
+    if (rope_heads > 0) {  // row h d + s d/2 + i of the head is llama.cpp's row h d + 2 i + s
+      const int64_t half = rope_dim / 2, in_head = r % rope_dim;
+      from = r - in_head + 2 * (in_head % half) + in_head / half;
+    }
+    stored.row(from, out + (r - r0) * stored.cols);
+  }
+  if (!kernels::all_finite(out, (r1 - r0) * stored.cols)) throw Error(what + " holds a non-finite value");
+}
+
+Compressed prune_as_read(const std::vector<RowSource>& parts, int64_t cols, const DecoderLoadOptions& o) {
+  const int64_t block = std::max<int64_t>(1, (int64_t{1} << 16) / cols);  // rows of 256 KB in fp32
+  struct Block {
+    const RowSource* part;
+    int64_t first, rows, at;  // its rows in the part, and where the first goes in the Linear
+  };
+  std::vector<Block> blocks;
+  int64_t rows = 0;
+  for (const RowSource& p : parts) {
+    if (p.stored.cols != cols)
+      throw Error(p.what + " has " + std::to_string(p.stored.cols) + " columns, not " + std::to_string(cols));
+    for (int64_t r = 0; r < p.stored.rows; r += block)
+      blocks.push_back({&p, r, std::min(block, p.stored.rows - r), rows + r});
+    rows += p.stored.rows;
+  }
+  Compressed c = pruned_layout(rows, cols,
+                               o.int8   ? DType::kI8
+                               : o.bf16 ? DType::kBF16
+                                        : DType::kF32,
+                               kInt8ScaleGroup);
+  std::vector<std::exception_ptr> errors(blocks.size());
+#pragma omp parallel num_threads(o.threads) if (o.threads > 1)
+  {
+    std::vector<float> w(static_cast<size_t>(block * cols));
+#pragma omp for schedule(dynamic, 1)
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      const Block& b = blocks[i];
+      try {
+        b.part->read(b.first, b.first + b.rows, w.data());
+        prune_rows(c, b.at, w.data(), b.rows);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+  }
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+  return c;
+}
+
 WeightTable int8_table(const std::vector<float>& w, int64_t rows, int64_t cols) {
   if (static_cast<int64_t>(w.size()) != rows * cols)
     throw Error("int8_table: the weights are not rows x cols");

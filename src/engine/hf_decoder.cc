@@ -286,6 +286,36 @@ Gemm joined(Src& w, const std::string& name, const std::vector<std::pair<std::st
   return g;
 }
 
+// A Linear of stacked parts (prefix, rows) as build_decoder reads it: with o.prune, dense weights pruned as
+// their rows are read (prune_as_read; the weights and fingerprint of reading them dense, then pruning);
+// otherwise joined, or the one part as Src reads a Linear.
+template <class Src>
+Gemm read_linear(Src& w, const std::string& name, const std::vector<std::pair<std::string, int64_t>>& parts,
+                 int64_t in, bool bias, const DecoderLoadOptions& o) {
+  bool by_rows = o.prune;
+  for (const auto& [prefix, rows] : parts) by_rows = by_rows && w.reads_rows(prefix + ".weight", {rows, in});
+  if (!by_rows)
+    return parts.size() == 1 ? w.linear(parts[0].first, name, parts[0].second, in, bias)
+                             : joined(w, name, parts, in, bias);
+  std::vector<detail::RowSource> sources;
+  for (const auto& [prefix, rows] : parts) sources.push_back(w.rows(prefix + ".weight", {rows, in}));
+  Gemm g;
+  g.name = name;
+  g.k = in;
+  g.sparse = detail::prune_as_read(sources, in, o);
+  g.pruned = true;
+  g.m = g.sparse.rows;
+  if (bias) g.bias.resize(static_cast<size_t>(g.m));
+  int64_t at = 0;
+  for (const auto& [prefix, rows] : parts) {  // taken in joined's order: the same fingerprint
+    w.rows_read(prefix + ".weight");
+    if (bias) w.dense_into(prefix + ".bias", {rows}, g.bias.data() + at);
+    g.sources.push_back(prefix + ".weight");
+    at += rows;
+  }
+  return g;
+}
+
 // What DecoderLoadOptions did, appended to the weights' fingerprint (as prune_magnitude appends its).
 std::string fingerprint_suffix(const DecoderLoadOptions& o) {
   return std::string(o.prune ? "-magnitude24" : "") + (o.int8 ? "-int8" : "") + (o.bf16 ? "-bf16" : "");
@@ -372,19 +402,20 @@ DecoderModel build_decoder(const DecoderConfig& c, const Biases& b, Src& w, cons
       L.k_norm = norm(p + "self_attn.k_norm.weight", c.head_dim);
     }
     if (arch.fused) {  // Phi-3: the joined GEMMs as they are stored
-      L.qkv = w.linear(p + "self_attn.qkv_proj", name + "qkv", q_rows + 2 * kv_rows, c.hidden, b.qkv);
-      L.gate_up = w.linear(p + "mlp.gate_up_proj", name + "gate_up", 2 * c.ffn, c.hidden, b.mlp);
+      L.qkv = read_linear(w, name + "qkv", {{p + "self_attn.qkv_proj", q_rows + 2 * kv_rows}}, c.hidden,
+                          b.qkv, o);
+      L.gate_up = read_linear(w, name + "gate_up", {{p + "mlp.gate_up_proj", 2 * c.ffn}}, c.hidden, b.mlp, o);
     } else {
-      L.qkv = joined(w, name + "qkv",
-                     {{p + "self_attn.q_proj", q_rows},
-                      {p + "self_attn.k_proj", kv_rows},
-                      {p + "self_attn.v_proj", kv_rows}},
-                     c.hidden, b.qkv);
-      L.gate_up = joined(w, name + "gate_up", {{p + "mlp.gate_proj", c.ffn}, {p + "mlp.up_proj", c.ffn}},
-                         c.hidden, b.mlp);
+      L.qkv = read_linear(w, name + "qkv",
+                          {{p + "self_attn.q_proj", q_rows},
+                           {p + "self_attn.k_proj", kv_rows},
+                           {p + "self_attn.v_proj", kv_rows}},
+                          c.hidden, b.qkv, o);
+      L.gate_up = read_linear(w, name + "gate_up", {{p + "mlp.gate_proj", c.ffn}, {p + "mlp.up_proj", c.ffn}},
+                              c.hidden, b.mlp, o);
     }
-    L.o = w.linear(p + "self_attn.o_proj", name + "o", c.hidden, q_rows, b.o);
-    L.down = w.linear(p + "mlp.down_proj", name + "down", c.hidden, c.ffn, b.mlp);
+    L.o = read_linear(w, name + "o", {{p + "self_attn.o_proj", c.hidden}}, q_rows, b.o, o);
+    L.down = read_linear(w, name + "down", {{p + "mlp.down_proj", c.hidden}}, c.ffn, b.mlp, o);
     if (o.prune || o.int8 || o.bf16) detail::prepare_linears({&L.qkv, &L.o, &L.gate_up, &L.down}, o);
     if (o.on_layer) o.on_layer(m, L, l);
     m.layers.push_back(std::move(L));
@@ -624,13 +655,39 @@ class GgufTensors {
     }
   }
   bool is_dense(const std::string&) const { return true; }
-  // Whether stored_rows() can leave the tensor in the mapped file: a [rows, cols] table of a type
+  // Whether rows() can read the tensor a block of rows at a time: a [rows, cols] weight of a type
   // dequantize_row reads (quantized ones included), read for running (nothing kept for a conversion).
-  bool stays_in_file(const std::string& hf, const std::vector<int64_t>& shape) const {
+  bool reads_rows(const std::string& hf, const std::vector<int64_t>& shape) const {
     const GgufTensor* t = g_.find_tensor(detail::gguf_name(hf, c_.sandwich_norms));
     const GgmlTypeInfo* ti = t == nullptr ? nullptr : ggml_type_info(t->type);
-    return owner_ != nullptr && file_ != nullptr && keep_ == nullptr && ti != nullptr && ti->dequantizable &&
-           t->shape == shape && shape.size() == 2;
+    return keep_ == nullptr && ti != nullptr && ti->dequantizable && t->shape == shape && shape.size() == 2;
+  }
+  // Its rows where the file holds them (Q's and K's put back in transformers' order as they are read);
+  // rows_read() takes the tensor once they have been.
+  detail::RowSource rows(const std::string& hf, const std::vector<int64_t>& shape) const {
+    const std::string name = detail::gguf_name(hf, c_.sandwich_norms);
+    if (!reads_rows(hf, shape)) throw Error(path_ + ": tensor '" + name + "' cannot be read by rows");
+    const GgufTensor& t = *g_.find_tensor(name);
+    detail::RowSource s;
+    s.stored.data = t.bytes.data();
+    s.stored.rows = shape[0];
+    s.stored.cols = shape[1];
+    s.stored.ggml_type = t.type;
+    s.what = path_ + ": tensor '" + name + "'";
+    const bool q = hf.find("self_attn.q_proj.") != std::string::npos;
+    if (rope_rows_ && (q || hf.find("self_attn.k_proj.") != std::string::npos)) {
+      s.rope_heads = q ? c_.heads : c_.kv_heads;
+      s.rope_dim = c_.head_dim;
+    }
+    return s;
+  }
+  void rows_read(const std::string& hf) {
+    const std::string name = detail::gguf_name(hf, c_.sandwich_norms);
+    take(name, *g_.find_tensor(name));
+  }
+  // Whether stored_rows() can leave the tensor in the mapped file (rows() could read it).
+  bool stays_in_file(const std::string& hf, const std::vector<int64_t>& shape) const {
+    return owner_ != nullptr && file_ != nullptr && reads_rows(hf, shape);
   }
   // The rows of a tensor that stays_in_file(), left there in their ggml type (values checked finite a row
   // at a time, those pages dropped again).

@@ -14,6 +14,7 @@
 #include "fingerprint.h"
 #include "kernels/convert.h"
 #include "sparse24/checkpoint.h"
+#include "sparse24/decoder.h"
 #include "sparse24/engine.h"
 #include "sparse24/error.h"
 #include "sparse24/hf_dir.h"
@@ -127,12 +128,30 @@ class Weights {
     if (!stays_in_file(name, shape)) return {dense(name, shape), {}};  // its errors, or a table in memory
     return {{}, stored_rows(name, shape)};
   }
-  // Whether table() would leave the tensor in its file: a dense float [rows, cols] in a mapped file.
-  bool stays_in_file(const std::string& name, const std::vector<int64_t>& shape) const {
+  // Whether rows() can read the tensor a block of rows at a time: a dense float [rows, cols].
+  bool reads_rows(const std::string& name, const std::vector<int64_t>& shape) const {
     const auto it = by_name_.find(name);
     const Entry* e = it == by_name_.end() ? nullptr : &entries_[it->second];
-    return e != nullptr && e->file != nullptr && !e->sparse && shape.size() == 2 && e->dense.shape == shape &&
+    return e != nullptr && !e->sparse && shape.size() == 2 && e->dense.shape == shape &&
            (e->dense.dtype == "F32" || e->dense.dtype == "F16" || e->dense.dtype == "BF16");
+  }
+  // Its rows where they are stored; rows_read() takes the tensor once they have been.
+  RowSource rows(const std::string& name, const std::vector<int64_t>& shape) const {
+    if (!reads_rows(name, shape)) throw Error(what_ + ": tensor '" + name + "' cannot be read by rows");
+    const Entry& t = entries_[by_name_.at(name)];
+    RowSource s;
+    s.stored.type = dtype_from_st(t.dense.dtype);
+    s.stored.rows = shape[0];
+    s.stored.cols = shape[1];
+    s.stored.data = t.dense.bytes.data();
+    s.what = what_ + ": tensor '" + name + "'";
+    return s;
+  }
+  void rows_read(const std::string& name) { take(name); }
+  // Whether table() would leave the tensor in its file: one rows() could read, in a mapped file.
+  bool stays_in_file(const std::string& name, const std::vector<int64_t>& shape) const {
+    const auto it = by_name_.find(name);
+    return it != by_name_.end() && entries_[it->second].file != nullptr && reads_rows(name, shape);
   }
   // The rows of a tensor that stays_in_file(), left there (values checked finite a piece at a time, those
   // pages dropped again).

@@ -12,6 +12,7 @@
 #include <cstdio>
 
 #include "../common/seed.h"
+#include "engine/gguf_names.h"
 #include "kernels/gemv.h"
 #include "sparse24/compressed.h"
 #include "sparse24/dtype.h"
@@ -272,6 +273,67 @@ TEST(Decoder, ForwardMatchesReference) {
         dec.forward(ids.data(), static_cast<int64_t>(ids.size()), all.data(), /*all=*/true);
         for (size_t i = 0; i < all.size(); ++i) ASSERT_NEAR(all[i], ref[i], 2e-4) << "logit " << i;
       }
+  }
+}
+
+// A Linear pruned as its rows are read (detail::prune_as_read, what the loaders run with --prune) holds the
+// weights compress_pruned_f32 (then quantize_int8 or to_bf16) makes of the whole fp32 matrix: its parts
+// stacked (fp32 and bf16 rows), a part's rows put back from llama.cpp's RoPE order as unpermute_rope_rows
+// does; one block per part or blocks of 8 rows, on one thread or two; a non-finite value names its tensor.
+TEST(DecoderModel, PruneAsReadMatchesPruningTheMatrix) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(31);
+  for (int64_t cols : {12, 8192}) {
+    SCOPED_TRACE("cols " + std::to_string(cols));
+    const int64_t heads = 2, d = 10, rows_a = heads * d, rows_b = 13;
+    const std::vector<float> a = random_floats(g, static_cast<size_t>(rows_a * cols), -1.f, 1.f);
+    std::vector<float> b = random_floats(g, static_cast<size_t>(rows_b * cols), -1.f, 1.f);
+    std::vector<uint16_t> b16(b.size());
+    for (size_t i = 0; i < b.size(); ++i) b[i] = bf16_to_float(b16[i] = float_to_bf16(b[i]));
+    std::vector<float> whole(static_cast<size_t>((rows_a + rows_b) * cols));
+    detail::unpermute_rope_rows(a.data(), heads, d, cols, whole.data());
+    std::copy(b.begin(), b.end(), whole.begin() + rows_a * cols);
+    detail::RowSource pa, pb;
+    pa.stored.data = reinterpret_cast<const uint8_t*>(a.data());
+    pa.stored.rows = rows_a;
+    pa.stored.cols = pb.stored.cols = cols;
+    pa.rope_heads = heads;
+    pa.rope_dim = d;
+    pa.what = "a";
+    pb.stored.data = reinterpret_cast<const uint8_t*>(b16.data());
+    pb.stored.type = DType::kBF16;
+    pb.stored.rows = rows_b;
+    pb.what = "b";
+    const Compressed f32 = compress_pruned_f32(whole.data(), rows_a + rows_b, cols);
+    for (int threads : {1, 2})
+      for (int kind = 0; kind < 3; ++kind) {
+        DecoderLoadOptions o;
+        o.prune = true;
+        o.threads = threads;
+        o.int8 = kind == 1;
+        o.bf16 = kind == 2;
+        const Compressed c = detail::prune_as_read({pa, pb}, cols, o);
+        const Compressed want = kind == 1   ? quantize_int8(f32, detail::kInt8ScaleGroup)
+                                : kind == 2 ? to_bf16(f32)
+                                            : f32;
+        EXPECT_EQ(c.dtype, want.dtype);
+        EXPECT_EQ(c.shape, want.shape);
+        EXPECT_EQ(c.values, want.values) << "threads " << threads << " kind " << kind;
+        EXPECT_EQ(c.metadata, want.metadata) << "threads " << threads << " kind " << kind;
+        EXPECT_EQ(c.scales, want.scales) << "threads " << threads << " kind " << kind;
+      }
+    b16[static_cast<size_t>(rows_b * cols - 2)] = 0x7F80;  // +inf in the last block
+    for (int threads : {1, 2}) {
+      DecoderLoadOptions o;
+      o.prune = true;
+      o.threads = threads;
+      try {
+        detail::prune_as_read({pa, pb}, cols, o);
+        ADD_FAILURE() << "an infinity was pruned";
+      } catch (const Error& e) {
+        EXPECT_STREQ(e.what(), "b holds a non-finite value");
+      }
+    }
   }
 }
 
