@@ -145,8 +145,10 @@ struct MappedGguf {
 // fp32 values of `n` elements of type `type` starting at `src` (n a multiple of the type's block). Error
 // "cannot dequantize ggml type IQ2_XXS (supported: F32, F16, ...)" for the rest.
 // The arithmetic is the reference's (ggml's dequantize_row_*, which the gguf Python package reproduces):
-// the results are bit-identical to gguf.quants.dequantize.
+// the results are bit-identical to gguf.quants.dequantize. Q8_0, Q4_K and Q6_K run AVX2 paths where the CPU
+// has AVX2 (the same values); `fast` false runs the plain loops (what the tests compare those with).
 void dequantize_row(uint32_t type, const uint8_t* src, float* dst, int64_t n);
+void dequantize_row(uint32_t type, const uint8_t* src, float* dst, int64_t n, bool fast);
 // The whole tensor as an F32 Tensor of its shape; errors name the tensor.
 Tensor dequantize(const GgufTensor& t);
 std::vector<float> dequantize_floats(const GgufTensor& t);  // the same values, as floats

@@ -316,22 +316,26 @@ void deq_q3_k(const uint8_t* b, float* y) {
 // Q4_K and Q5_K: eight sub-blocks of 32, each with a 6-bit scale and a 6-bit min packed into 12 bytes.
 // Sub-block j: the low nibbles (even j) or high nibbles (odd j) of 32 bytes qs[32 * (j / 2) ...]; Q5_K adds
 // a fifth bit, bit j of qh[l] for element l (qh null: Q4_K).
-void deq_q45_k(const uint8_t* b, const uint8_t* qh, const uint8_t* qs, float* y) {
+void deq_q45_k(const uint8_t* b, const uint8_t* qh, const uint8_t* qs, float* y, bool fast) {
   const float d = f16(b), dmin = f16(b + 2);
+  float dl[8], ml[8];
   for (int j = 0; j < 8; ++j) {
     uint8_t sc, m;
     k_scale_min(b + 4, j, sc, m);
-    const float dl = d * static_cast<float>(sc), ml = dmin * static_cast<float>(m);
+    dl[j] = d * static_cast<float>(sc);
+    ml[j] = dmin * static_cast<float>(m);
+  }
+  if (fast && qh == nullptr) return kernels::q4_k_values_avx2(qs, dl, ml, y);
+  for (int j = 0; j < 8; ++j) {
     const uint8_t* q = qs + 32 * (j / 2);
     const int shift = (j % 2) * 4;
     for (int l = 0; l < 32; ++l) {
       const int v = ((q[l] >> shift) & 0x0F) | (qh ? ((qh[l] >> j) & 1) << 4 : 0);
-      y[32 * j + l] = dl * static_cast<float>(v) - ml;
+      y[32 * j + l] = dl[j] * static_cast<float>(v) - ml[j];
     }
   }
 }
-void deq_q4_k(const uint8_t* b, float* y) { deq_q45_k(b, nullptr, b + 16, y); }
-void deq_q5_k(const uint8_t* b, float* y) { deq_q45_k(b, b + 16, b + 16 + kQK_K / 8, y); }
+void deq_q5_k(const uint8_t* b, float* y) { deq_q45_k(b, b + 16, b + 16 + kQK_K / 8, y, false); }
 // IQ4_NL / IQ4_XS: 4-bit indices into one fixed non-linear table of 16 int8 levels (ggml's kvalues_iq4nl).
 constexpr int8_t kIq4Levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 // 32 elements from 16 bytes: element l < 16 the low nibble of byte l, element l + 16 its high nibble.
@@ -707,6 +711,11 @@ Gguf parse_gguf(const uint8_t* data, size_t size, const std::string& what) {
 }
 
 void dequantize_row(uint32_t type, const uint8_t* src, float* y, int64_t n) {
+  dequantize_row(type, src, y, n, true);
+}
+
+void dequantize_row(uint32_t type, const uint8_t* src, float* y, int64_t n, bool fast) {
+  fast = fast && kernels::f16c_supported();
   const GgmlTypeInfo* ti = ggml_type_info(type);
   if (!ti || !ti->dequantizable)
     throw Error("cannot dequantize ggml type " + ggml_type_name(type) +
@@ -732,12 +741,15 @@ void dequantize_row(uint32_t type, const uint8_t* src, float* y, int64_t n) {
       for (int64_t i = 0; i < blocks; ++i) deq_q4_1(src + i * bb, y + i * kQK);
       return;
     case GgmlType::kQ8_0:
+      if (fast) return kernels::q8_0_to_floats_avx2(src, blocks, y);
       for (int64_t i = 0; i < blocks; ++i) deq_q8_0(src + i * bb, y + i * kQK);
       return;
     case GgmlType::kQ4_K:
-      for (int64_t i = 0; i < blocks; ++i) deq_q4_k(src + i * bb, y + i * kQK_K);
+      for (int64_t i = 0; i < blocks; ++i)
+        deq_q45_k(src + i * bb, nullptr, src + i * bb + 16, y + i * kQK_K, fast);
       return;
     case GgmlType::kQ6_K:
+      if (fast) return kernels::q6_k_to_floats_avx2(src, blocks, y);
       for (int64_t i = 0; i < blocks; ++i) deq_q6_k(src + i * bb, y + i * kQK_K);
       return;
     case GgmlType::kQ5_0:

@@ -53,6 +53,12 @@ void half_to_floats_f16c(const uint16_t* x, int64_t n, float* y);
 // (the values of 4 groups, 2 metadata bytes), returning false if any is a NaN.
 float quantize_i8_avx2(const float* x, int64_t n, int8_t* q);
 bool prune24_blocks_avx2(const float* x, int64_t blocks, float* values, uint8_t* meta);
+// ggml blocks to fp32, exactly as dequantize_row's plain loops (sparse24/gguf.h), which take them where
+// f16c_supported(): whole Q8_0 and Q6_K blocks, and of a Q4_K block its 128 bytes of nibbles, sub-block j
+// (32 values) as dl[j] * q - ml[j] (its scale and min unpacked by the caller).
+void q8_0_to_floats_avx2(const uint8_t* w, int64_t blocks, float* y);
+void q4_k_values_avx2(const uint8_t* qs, const float* dl, const float* ml, float* y);
+void q6_k_to_floats_avx2(const uint8_t* w, int64_t blocks, float* y);
 // The byte tables both paths of prune24_row read: for the kept positions of two groups (bits 0-3 the even
 // group's, 4-7 the odd one's, at most two per group), the stored positions of each group (4 bytes: the
 // even group's two, then 4 + the odd group's two) and their codes as a metadata byte.

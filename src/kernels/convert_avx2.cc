@@ -1,6 +1,7 @@
 // The AVX2 paths of convert.h: the F16C conversions (eight values per instruction, the tail through
-// dtype.h's scalar ones), the int8 rounding and the 2:4 pruning of a row (four groups of 4 per step: the
-// ranks from three rotations within each group, the kept values gathered by one permute from a table).
+// dtype.h's scalar ones), ggml blocks to fp32, the int8 rounding and the 2:4 pruning of a row (four groups
+// of 4 per step: the ranks from three rotations within each group, the kept values gathered by one permute
+// from a table). No FMA: each product rounds before a difference, as in the plain loops.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <cstring>
 
 #include "convert.h"
+#include "ggml_avx2.h"
 
 namespace sparse24::kernels {
 
@@ -98,6 +100,45 @@ bool prune24_blocks_avx2(const float* x, int64_t blocks, float* values, uint8_t*
     meta[2 * b + 1] = t.meta[mb];
   }
   return _mm256_movemask_ps(nan) == 0;
+}
+
+void q8_0_to_floats_avx2(const uint8_t* w, int64_t blocks, float* y) {
+  for (int64_t b = 0; b < blocks; ++b, w += kQ8Bytes, y += 32) {
+    const __m256 d = _mm256_set1_ps(half_at(w));
+    const auto* q = reinterpret_cast<const int8_t*>(w + 2);
+    for (int i = 0; i < 32; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(d, widen8(q + i)));
+  }
+}
+
+void q4_k_values_avx2(const uint8_t* qs, const float* dl, const float* ml, float* y) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  for (int p = 0; p < 4; ++p) {  // 32 bytes: sub-block 2p in their low nibbles, 2p + 1 in their high ones
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * p));
+    const __m256i nib[2] = {_mm256_and_si256(q, low4), _mm256_and_si256(_mm256_srli_epi16(q, 4), low4)};
+    for (int h = 0; h < 2; ++h) {
+      const int j = 2 * p + h;
+      const __m256 d = _mm256_set1_ps(dl[j]), m = _mm256_set1_ps(ml[j]);
+      const __m128i lo = _mm256_castsi256_si128(nib[h]), hi = _mm256_extracti128_si256(nib[h], 1);
+      const __m128i part[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+      for (int k = 0; k < 4; ++k)
+        _mm256_storeu_ps(
+            y + 32 * j + 8 * k,
+            _mm256_sub_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(part[k]))), m));
+    }
+  }
+}
+
+void q6_k_to_floats_avx2(const uint8_t* w, int64_t blocks, float* y) {
+  alignas(32) int8_t q[256];
+  alignas(32) float scale[16];
+  for (int64_t b = 0; b < blocks; ++b, y += 256) {
+    q6_k_stage(w + b * kQ6Bytes, q, scale);
+    for (int g = 0; g < 16; ++g) {
+      const __m256 sc = _mm256_broadcast_ss(scale + g);
+      _mm256_storeu_ps(y + 16 * g, _mm256_mul_ps(sc, widen8(q + 16 * g)));
+      _mm256_storeu_ps(y + 16 * g + 8, _mm256_mul_ps(sc, widen8(q + 16 * g + 8)));
+    }
+  }
 }
 
 }  // namespace sparse24::kernels

@@ -146,10 +146,8 @@ void gemv_ggml(uint32_t ggml_type, const uint8_t* w, int64_t rows, int64_t cols,
 }
 
 void ggml_rows_to_floats(uint32_t ggml_type, const uint8_t* w, int64_t rows, int64_t cols, float* out) {
-  const int64_t row_bytes = checked_row_bytes(ggml_type, cols, "ggml_rows_to_floats");
-  if (ggml_type == static_cast<uint32_t>(GgmlType::kQ6_K) && has_avx2())
-    return q6_k_to_floats_avx2(w, rows * cols / 256, out);
-  for (int64_t r = 0; r < rows; ++r) dequantize_row(ggml_type, w + r * row_bytes, out + r * cols, cols);
+  checked_row_bytes(ggml_type, cols, "ggml_rows_to_floats");
+  dequantize_row(ggml_type, w, out, rows * cols);  // (rows of whole blocks, one after another)
 }
 
 void gemm_small(const float* w, int64_t m, int64_t k, const float* x, int64_t n, float* y, const float* bias,

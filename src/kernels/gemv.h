@@ -53,11 +53,10 @@ void gemv_ggml(uint32_t ggml_type, const uint8_t* w, int64_t rows, int64_t cols,
 // Each row dequantized (sparse24::dequantize_row, gguf.h) and summed in column order: the fast path's check.
 void gemv_ggml_reference(uint32_t ggml_type, const uint8_t* w, int64_t rows, int64_t cols, const float* x,
                          float* y);
-// The rows as fp32 into out[rows * cols] (a head widened a block at a time for many tokens), each value
-// exactly dequantize_row's: Q6_K's on AVX2 (0.5 ns a value into a 64 MB buffer where dequantize_row took
-// 1.4-2.3, Intel Xeon model 207), the others through dequantize_row.
+// The rows as fp32 into out[rows * cols] (a head widened a block at a time for many tokens): dequantize_row
+// (its AVX2 paths: Q6_K 0.5 ns a value into a 64 MB buffer where the plain loop took 1.4-2.3, Intel Xeon
+// model 207).
 void ggml_rows_to_floats(uint32_t ggml_type, const uint8_t* w, int64_t rows, int64_t cols, float* out);
-void q6_k_to_floats_avx2(const uint8_t* w, int64_t blocks, float* out);  // (AVX2, FMA and F16C only)
 // The AVX2 path on rows [r0, r1) (call only where AVX2, FMA and F16C exist).
 void gemv_ggml_avx2(uint32_t ggml_type, const uint8_t* w, int64_t r0, int64_t r1, int64_t cols,
                     const float* x, float* y);

@@ -13,6 +13,7 @@
 
 #include "gemv.h"
 #include "gemv_rows.h"
+#include "ggml_avx2.h"
 #include "sparse24/gguf.h"
 #include "spmm_traits_avx2.h"
 
@@ -73,10 +74,6 @@ void gemv_regions(const T* w, int64_t r0, int64_t r1, int64_t cols, const float*
                          [&]<int R>(int64_t r, int64_t stride) { gemv_rows<R>(w, r, stride, cols, x, y); });
 }
 
-inline __m256 widen8(const int8_t* p) {
-  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
-}
-
 // The int8 rows' vector (gemv_rows.h).
 struct I8Avx2 {
   using T = __m256;
@@ -105,11 +102,6 @@ void gemv_f32_avx2(const float* w, int64_t r0, int64_t r1, int64_t cols, const f
 
 namespace {
 
-inline float half_at(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
 // Every fp16 value as fp32 (256 KB, of which a head's scales touch a few lines): a Q8_0 block's scale is
 // then one broadcast load, no shuffle-port work (_cvtsh_ss and a register broadcast: two of the six
 // shuffle-port uops per block that bound the kernel at 12.5 GB/s on an Intel Xeon model 207).
@@ -129,7 +121,6 @@ inline const float* scale_at(const float* table, const uint8_t* p) {
 
 // Q8_0 (34 bytes per 32 columns: an fp16 scale d, 32 int8 q; w = d q): per block and row the sum of q x,
 // then times d into the row's total.
-constexpr int64_t kQ8Bytes = 34, kQ6Bytes = 210;
 template <int R>
 void q8_0_rows(const uint8_t* w, int64_t r, int64_t stride, int64_t cols, const float* x, float* y) {
   const int64_t blocks = cols / 32, row_bytes = blocks * kQ8Bytes;
@@ -153,36 +144,8 @@ void q8_0_rows(const uint8_t* w, int64_t r, int64_t stride, int64_t cols, const 
   for (int i = 0; i < R; ++i) y[r + i * stride] = hsum(a[i]);
 }
 
-// Q6_K (210 bytes per 256 columns): two halves of 128, each from 64 bytes of low nibbles ql, 32 bytes of
-// 2-bit highs qh; q = (low | high << 4) - 32 as int8, 32 columns per vector; sixteen int8 scales (one per 16
-// columns) times the fp16 d. A block is staged first: its 256 q in order and its 16 d * scale as fp32 (the
-// reference's (d * scale) * q then one multiply), so that each 8 of q widen straight from memory and each
-// scale is a broadcast load (from registers, the extracts, byte shifts and broadcasts also held the shuffle
-// port; either way 6 GB/s on an Intel Xeon model 207: the vector ports' work per value, not the memory).
-inline void q6_k_stage(const uint8_t* b, int8_t* q, float* scale) {
-  const __m256 d = _mm256_set1_ps(half_at(b + 208));
-  const __m128i s16 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192));
-  _mm256_storeu_ps(scale, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s16))));
-  _mm256_storeu_ps(scale + 8,
-                   _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(s16, 8)))));
-  const __m256i low4 = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30), k32 = _mm256_set1_epi8(32);
-  for (int half = 0; half < 2; ++half) {
-    const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * half)),
-                  l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * half + 32)),
-                  h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * half));
-    // (16-bit shifts: the bits a byte takes from its neighbour are masked away.)
-    const __m256i v[4] = {
-        _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_and_si256(_mm256_slli_epi16(h, 4), bits45)),
-        _mm256_or_si256(_mm256_and_si256(l1, low4), _mm256_and_si256(_mm256_slli_epi16(h, 2), bits45)),
-        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4), _mm256_and_si256(h, bits45)),
-        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
-                        _mm256_and_si256(_mm256_srli_epi16(h, 2), bits45))};
-    for (int k = 0; k < 4; ++k)
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 128 * half + 32 * k), _mm256_sub_epi8(v[k], k32));
-  }
-}
-
-// Per 16 columns the sum of q x, times d * scale into the row's total.
+// Q6_K: a block staged (q6_k_stage, ggml_avx2.h), then per 16 columns the sum of q x, times d * scale into
+// the row's total.
 inline __m256 q6_k_block(const uint8_t* b, const float* x, __m256 acc) {
   alignas(32) int8_t q[256];
   alignas(32) float scale[16];
@@ -228,19 +191,6 @@ void gemv_ggml_avx2(uint32_t ggml_type, const uint8_t* w, int64_t r0, int64_t r1
       });
     default:  // (gemv_ggml lets only the types above through)
       break;
-  }
-}
-
-void q6_k_to_floats_avx2(const uint8_t* w, int64_t blocks, float* out) {
-  alignas(32) int8_t q[256];
-  alignas(32) float scale[16];
-  for (int64_t b = 0; b < blocks; ++b, out += 256) {
-    q6_k_stage(w + b * kQ6Bytes, q, scale);
-    for (int g = 0; g < 16; ++g) {
-      const __m256 sc = _mm256_broadcast_ss(scale + g);
-      _mm256_storeu_ps(out + 16 * g, _mm256_mul_ps(sc, widen8(q + 16 * g)));
-      _mm256_storeu_ps(out + 16 * g + 8, _mm256_mul_ps(sc, widen8(q + 16 * g + 8)));
-    }
   }
 }
 

@@ -363,6 +363,36 @@ TEST(Gguf, DequantizesEachBlockLayout) {
   EXPECT_ERROR(dequantize_row(99, nullptr, y.data(), 256), "cannot dequantize ggml type type 99");
 }
 
+// The AVX2 paths of dequantize_row (Q8_0, Q4_K, Q6_K) against its plain loops, bit for bit: runs of 1 to 9
+// random blocks (finite fp16 scales at each layout's offsets), from odd addresses too.
+TEST(Gguf, DequantizeFastPathsMatchThePlainLoops) {
+  SPARSE24_SEED_TRACE();
+  auto rng = testing::rng(9);
+  struct Layout {
+    uint32_t type;
+    size_t bytes;
+    int values;
+    std::vector<size_t> scales;  // where its fp16 scales are
+  };
+  for (const Layout& l : {Layout{8, 34, 32, {0}}, Layout{12, 144, 256, {0, 2}}, Layout{14, 210, 256, {208}}})
+    for (size_t blocks : {1, 2, 3, 9})
+      for (size_t offset : {0, 1}) {
+        std::vector<uint8_t> b = random_bytes(rng, offset + blocks * l.bytes);
+        for (size_t k = 0; k < blocks; ++k)
+          for (size_t at : l.scales) {
+            const uint16_t v =
+                h(std::ldexp(static_cast<float>(rng() % 2001) / 1000.f - 1.f, -static_cast<int>(rng() % 9)));
+            std::memcpy(b.data() + offset + k * l.bytes + at, &v, 2);
+          }
+        const auto n = static_cast<int64_t>(blocks) * l.values;
+        std::vector<float> fast(static_cast<size_t>(n)), plain(fast.size());
+        dequantize_row(l.type, b.data() + offset, fast.data(), n);
+        dequantize_row(l.type, b.data() + offset, plain.data(), n, false);
+        ASSERT_EQ(std::memcmp(fast.data(), plain.data(), fast.size() * sizeof(float)), 0)
+            << "type " << l.type << ", " << blocks << " blocks, offset " << offset;
+      }
+}
+
 TEST(Gguf, MappedFileAndNoTensors) {
   testing::TempDir dir;
   Gguf g;

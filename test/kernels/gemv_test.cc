@@ -193,10 +193,10 @@ std::vector<uint8_t> random_ggml_rows(std::mt19937_64& g, GgmlType type, int64_t
 }
 
 // Rows of ggml blocks (F32, F16, BF16, Q8_0, Q6_K): the reference against double sums of the dequantized
-// rows (sparse24::dequantize_row, itself checked against the gguf package in gguf_test), ggml_rows_to_floats
-// bit for bit equal to those rows; the AVX2 rows and the threaded dispatch against the reference across row
-// counts around the 4 and 8 row regions and column counts of 1 to 11 blocks (Q6_K: 1, 2, 3, 8, 11 blocks of
-// 256); unsupported types and shapes refused.
+// rows (sparse24::dequantize_row's plain loops, checked against the gguf package in gguf_test),
+// ggml_rows_to_floats bit for bit equal to those rows; the AVX2 rows and the threaded dispatch against the
+// reference across row counts around the 4 and 8 row regions and column counts of 1 to 11 blocks (Q6_K: 1, 2,
+// 3, 8, 11 blocks of 256); unsupported types and shapes refused.
 TEST(GemvGgml, MatchesReferenceAcrossEdgeSizes) {
   SPARSE24_SEED_TRACE();
   auto g = rng(5);
@@ -217,7 +217,7 @@ TEST(GemvGgml, MatchesReferenceAcrossEdgeSizes) {
         std::vector<float> widened(static_cast<size_t>(rows * cols));
         ggml_rows_to_floats(t, w.data(), rows, cols, widened.data());
         for (int64_t r = 0; r < rows; ++r) {
-          dequantize_row(t, w.data() + r * row_bytes, deq.data(), cols);
+          dequantize_row(t, w.data() + r * row_bytes, deq.data(), cols, /*fast=*/false);
           for (int64_t c = 0; c < cols; ++c)  // the same floats, bit for bit
             ASSERT_EQ(std::memcmp(&widened[r * cols + c], &deq[c], sizeof(float)), 0)
                 << what << " at " << r << "," << c;
