@@ -32,6 +32,12 @@ inline json read_json(const std::string& path) {
   return j;
 }
 
+inline int64_t shape_numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
 // Typed, bounded fields of a config; every problem names the file and the key.
 struct Fields {
   const json& j;
@@ -295,11 +301,6 @@ class Weights {
   }
   void finite(const std::string& name, const float* v, int64_t n) const {
     if (!kernels::all_finite(v, n)) throw Error(what_ + ": tensor '" + name + "' holds a non-finite value");
-  }
-  static int64_t shape_numel(const std::vector<int64_t>& shape) {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    return n;
   }
   Checkpoint owned_;    // the tensors, when held in memory
   MappedHfDir mapped_;  // or the mapped directory they are in
