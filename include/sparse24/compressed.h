@@ -68,13 +68,11 @@ Compressed compress(const Tensor& dense, bool prune = false);
 // compress(Tensor::from_float(w, {rows, cols}), true) without copying w: magnitude 2:4 pruning and
 // compression of an fp32 matrix in one pass (what loading a model with --prune spends its time on).
 Compressed compress_pruned_f32(const float* w, int64_t rows, int64_t cols);
-// quantize_int8(compress_pruned_f32(w, rows, cols), scale_group) a row at a time, without the fp32 values
-// in between: the same weights.
-Compressed compress_pruned_int8(const float* w, int64_t rows, int64_t cols, int64_t scale_group);
-// The two above a block of rows at a time (what loading a model with --prune runs as it reads): an empty
-// pruned [rows, cols] matrix of dtype float32, bfloat16 or int8 (with scale_group), and rows [r0, r0 + n) of
-// it from the fp32 rows w [n, cols], as compress_pruned_f32, then to_bf16 or quantize_int8, give them. Calls
-// on disjoint rows may run at once. A NaN is compress_pruned_f32's error (the row counted from 0 of c).
+// The same a block of rows at a time, and straight to bfloat16 or int8 values (what loading a model with
+// --prune runs as it reads): an empty pruned [rows, cols] matrix of dtype float32, bfloat16 or int8 (with
+// scale_group), and rows [r0, r0 + n) of it from the fp32 rows w [n, cols], as compress_pruned_f32, then
+// to_bf16 or quantize_int8, give them (never the fp32 values of the whole matrix). Calls on disjoint rows
+// may run at once. A NaN is compress_pruned_f32's error (the row counted from 0 of c).
 Compressed pruned_layout(int64_t rows, int64_t cols, DType dtype, int64_t scale_group = 0);
 void prune_rows(Compressed& c, int64_t r0, const float* w, int64_t n);
 // Expands back to the dense tensor (bit for bit what compress() was given, after pruning). Throws Error

@@ -187,12 +187,6 @@ Compressed compress_pruned_f32(const float* w, int64_t rows, int64_t cols) {
   return c;
 }
 
-Compressed compress_pruned_int8(const float* w, int64_t rows, int64_t cols, int64_t scale_group) {
-  Compressed c = pruned_layout(rows, cols, DType::kI8, scale_group);
-  prune_rows(c, 0, w, rows);
-  return c;
-}
-
 Compressed compress(const Tensor& dense, bool prune) {
   const MatrixView v = matrix_view(dense.shape);
   const size_t es = dtype_size(dense.dtype);

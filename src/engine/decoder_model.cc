@@ -16,6 +16,14 @@
 
 namespace sparse24::engine {
 namespace detail {
+namespace {
+
+// The values a Linear pruned with these options holds: int8 if asked (bf16 too), else bf16 if asked.
+DType pruned_dtype(const DecoderLoadOptions& o) {
+  return o.int8 ? DType::kI8 : o.bf16 ? DType::kBF16 : DType::kF32;
+}
+
+}  // namespace
 
 void prepare_linears(const std::vector<Gemm*>& linears, const DecoderLoadOptions& o) {
   std::exception_ptr error;
@@ -23,9 +31,9 @@ void prepare_linears(const std::vector<Gemm*>& linears, const DecoderLoadOptions
   for (size_t i = 0; i < linears.size(); ++i) {
     try {
       Gemm& g = *linears[i];
-      if (o.prune && !g.pruned) {
-        g.sparse = o.int8 ? compress_pruned_int8(g.dense.data(), g.m, g.k, kInt8ScaleGroup)
-                          : compress_pruned_f32(g.dense.data(), g.m, g.k);
+      if (o.prune && !g.pruned) {  // (int8 or bf16 values straight from each pruned row)
+        g.sparse = pruned_layout(g.m, g.k, pruned_dtype(o), kInt8ScaleGroup);
+        prune_rows(g.sparse, 0, g.dense.data(), g.m);
         g.pruned = true;
         g.dense.clear();
         g.dense.shrink_to_fit();
@@ -69,11 +77,7 @@ Compressed prune_as_read(const std::vector<RowSource>& parts, int64_t cols, cons
       blocks.push_back({&p, r, std::min(block, p.stored.rows - r), rows + r});
     rows += p.stored.rows;
   }
-  Compressed c = pruned_layout(rows, cols,
-                               o.int8   ? DType::kI8
-                               : o.bf16 ? DType::kBF16
-                                        : DType::kF32,
-                               kInt8ScaleGroup);
+  Compressed c = pruned_layout(rows, cols, pruned_dtype(o), kInt8ScaleGroup);
   std::vector<std::exception_ptr> errors(blocks.size());
 #pragma omp parallel num_threads(o.threads) if (o.threads > 1)
   {

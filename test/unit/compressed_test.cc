@@ -122,7 +122,8 @@ TEST(Compress, RefusesDenseUnlessPruning) {
 // The one-pass fp32 pruning (compress_pruned_f32, what the loaders and compress(F32, prune) run) against the
 // general path: magnitude_mask and the per-dtype copy, run on the same values as bf16 (exact in fp32). Ties
 // (equal magnitudes, +-x), zeros (-0 too) and tail groups at the edge sizes; a NaN is refused with the same
-// error. The one-pass int8 pruning (compress_pruned_int8) against quantize_int8 of the fp32 result.
+// error. Blocks of rows at a time into int8 or bf16 values (pruned_layout, prune_rows) against quantize_int8
+// and to_bf16 of the fp32 result.
 TEST(Compress, PrunedF32MatchesTheGeneralPath) {
   SPARSE24_SEED_TRACE();
   auto g = rng(14);
@@ -147,9 +148,13 @@ TEST(Compress, PrunedF32MatchesTheGeneralPath) {
       const Compressed via = compress(Tensor::from_float(w, {rows, k}), true);  // compress's F32 route
       EXPECT_EQ(via.values, fast.values);
       EXPECT_EQ(via.metadata, fast.metadata);
-      for (int64_t group : {4, 64}) {  // pruned to int8 in one pass: as quantizing the fp32 values
-        const Compressed q = compress_pruned_int8(w.data(), rows, k, group),
-                         want = quantize_int8(fast, group);
+      for (int64_t group : {0, 4, 64}) {  // a block of rows at a time, bf16 (0) or int8 from each row
+        const DType dt = group ? DType::kI8 : DType::kBF16;
+        Compressed q = pruned_layout(rows, k, dt, group);
+        for (int64_t r0 = 0; r0 < rows; r0 += 2)
+          prune_rows(q, r0, w.data() + r0 * k, std::min<int64_t>(2, rows - r0));
+        const Compressed want = group ? quantize_int8(fast, group) : to_bf16(fast);
+        EXPECT_EQ(q.dtype, dt);
         EXPECT_EQ(q.values, want.values) << group;
         EXPECT_EQ(q.scales, want.scales) << group;
         EXPECT_EQ(q.metadata, want.metadata) << group;
@@ -163,7 +168,9 @@ TEST(Compress, PrunedF32MatchesTheGeneralPath) {
       } catch (const Error& e) {
         fast_error = e.what();
       }
-      EXPECT_THROW(compress_pruned_int8(w.data(), rows, k, 64), Error);
+      Compressed q = pruned_layout(rows, k, DType::kI8, 64);
+      EXPECT_THROW(prune_rows(q, 0, w.data(), rows), Error);
+      EXPECT_THROW(prune_rows(q, 1, w.data(), rows), Error);  // (past the last row)
       try {
         magnitude_mask(w.data(), rows, k, kPattern24);
       } catch (const Error& e) {
