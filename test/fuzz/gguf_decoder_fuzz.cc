@@ -4,7 +4,7 @@
 // accepted file is also read as a file through GgufCheckpoint (what prune-model and convert read a GGUF
 // through: config, tokenizer, transformers' names): refused with Error or handing over, layer by layer, only
 // tensors it listed, with the shapes and fp32 sizes it listed. And loaded mapped: the same model, an untied
-// table left in the file with rows that read.
+// table left in the file with rows that read. And loaded pruned as read: the dense load's Linears pruned.
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "fuzz_common.h"
+#include "sparse24/compressed.h"
 #include "sparse24/decoder.h"
 #include "sparse24/error.h"
 #include "sparse24/gguf.h"
@@ -28,6 +29,30 @@ const std::string& scratch_file() {
     return std::string(tmpl) + "/m.gguf";
   }();
   return path;
+}
+
+// An accepted input (`m`, loaded from its bytes) loaded with --prune: accepted too, each Linear pruned as its
+// rows are read into the 2:4 weights compress_pruned_f32 makes of the dense load's, the fingerprint the dense
+// one's with the pruning's suffix.
+void check_pruned(const uint8_t* data, size_t size, const sparse24::engine::DecoderModel& m) {
+  using namespace sparse24;
+  engine::DecoderLoadOptions o;
+  o.prune = true;
+  engine::DecoderModel p;
+  try {
+    p = engine::load_gguf_decoder(parse_gguf(data, size, "fuzz"), "fuzz", o);
+  } catch (const Error&) {
+    FUZZ_CHECK(false);  // (the dense load took it)
+  }
+  FUZZ_CHECK(p.fingerprint == m.fingerprint + "-magnitude24");
+  for (size_t l = 0; l < m.layers.size(); ++l)
+    for (auto G : {&engine::DecoderLayer::qkv, &engine::DecoderLayer::o, &engine::DecoderLayer::gate_up,
+                   &engine::DecoderLayer::down}) {
+      const engine::Gemm &dense = m.layers[l].*G, &pruned = p.layers[l].*G;
+      FUZZ_CHECK(pruned.pruned && pruned.dense.empty() && pruned.bias == dense.bias);
+      const Compressed want = compress_pruned_f32(dense.dense.data(), dense.m, dense.k);
+      FUZZ_CHECK(pruned.sparse.values == want.values && pruned.sparse.metadata == want.metadata);
+    }
 }
 
 // An accepted input (`m`, loaded from its bytes) as a file: loaded mapped, the same model (fingerprint), the
@@ -101,6 +126,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(static_cast<int64_t>(l.gate_up.dense.size()) == 2 * c.ffn * c.hidden);
     FUZZ_CHECK(static_cast<int64_t>(l.down.dense.size()) == c.hidden * c.ffn);
   }
+  check_pruned(data, size, m);
   check_as_file(data, size, m);
   return 0;
 }
