@@ -25,7 +25,8 @@ void quantize_gemv_i8(const float* w, int64_t rows, int64_t cols, int8_t* q, flo
 // / 127; returns that scale (0, and q all zero, for an all-zero group). x finite.
 float quantize_i8(const float* x, int64_t n, int8_t* q);
 // One value of it: v (x / scale) clamped and rounded to nearest even (as the vector conversion rounds).
-inline int8_t round_i8(float v) {
+// Static: the AVX2 file's copy (built with its flags) is never the one a plain loop calls.
+static inline int8_t round_i8(float v) {
   constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding and taking it off rounds |v| <= 2^22
   const float c = v < -127.f ? -127.f : v > 127.f ? 127.f : v;
   return static_cast<int8_t>((c + kRound) - kRound);
