@@ -250,15 +250,21 @@ DecoderConfig read_decoder_config(const json& j, const std::string& what, Biases
   return c;
 }
 
-// Linears whose rows the forward pass runs as one GEMM (Q, K, V; gate, up), given as (prefix, rows): dense
-// ones read straight into the joined weights (no copy of each, nor its pages), 2:4 ones (a pruned
-// checkpoint) joined by concat_rows.
+// A Linear as build_decoder reads it, from the stored weights whose rows the forward pass runs as one GEMM
+// (Q, K, V; gate, up; or one), given as (prefix, rows). Dense ones: with o.prune pruned as their rows are
+// read (prune_as_read: the weights and fingerprint of reading them dense, then pruning), otherwise read
+// straight into the joined weights (no copy of each, nor its pages); 2:4 ones (a pruned checkpoint) as Src
+// reads a Linear, several joined by concat_rows.
 template <class Src>
-Gemm joined(Src& w, const std::string& name, const std::vector<std::pair<std::string, int64_t>>& parts,
-            int64_t in, bool bias) {
-  bool dense = true;
-  for (const auto& [prefix, rows] : parts) dense = dense && w.is_dense(prefix + ".weight");
+Gemm read_linear(Src& w, const std::string& name, const std::vector<std::pair<std::string, int64_t>>& parts,
+                 int64_t in, bool bias, const DecoderLoadOptions& o) {
+  bool dense = true, by_rows = o.prune;
+  for (const auto& [prefix, rows] : parts) {
+    dense = dense && w.is_dense(prefix + ".weight");
+    by_rows = by_rows && w.reads_rows(prefix + ".weight", {rows, in});
+  }
   if (!dense) {
+    if (parts.size() == 1) return w.linear(parts[0].first, name, parts[0].second, in, bias);
     std::vector<Gemm> gs;
     for (const auto& [prefix, rows] : parts) gs.push_back(w.linear(prefix, name, rows, in, bias));
     std::vector<const Gemm*> ptrs;
@@ -269,41 +275,21 @@ Gemm joined(Src& w, const std::string& name, const std::vector<std::pair<std::st
   g.name = name;
   g.k = in;
   for (const auto& [prefix, rows] : parts) g.m += rows;
-  g.dense.resize(static_cast<size_t>(g.m * in));
-  if (bias) g.bias.resize(static_cast<size_t>(g.m));
-  int64_t at = 0;
-  for (const auto& [prefix, rows] : parts) {
-    w.dense_into(prefix + ".weight", {rows, in}, g.dense.data() + at * in);
-    if (bias) w.dense_into(prefix + ".bias", {rows}, g.bias.data() + at);
-    g.sources.push_back(prefix + ".weight");
-    at += rows;
+  if (by_rows) {
+    std::vector<detail::RowSource> sources;
+    for (const auto& [prefix, rows] : parts) sources.push_back(w.rows(prefix + ".weight", {rows, in}));
+    g.sparse = detail::prune_as_read(sources, in, o);
+    g.pruned = true;
+  } else {
+    g.dense.resize(static_cast<size_t>(g.m * in));
   }
-  return g;
-}
-
-// A Linear of stacked parts (prefix, rows) as build_decoder reads it: with o.prune, dense weights pruned as
-// their rows are read (prune_as_read; the weights and fingerprint of reading them dense, then pruning);
-// otherwise joined, or the one part as Src reads a Linear.
-template <class Src>
-Gemm read_linear(Src& w, const std::string& name, const std::vector<std::pair<std::string, int64_t>>& parts,
-                 int64_t in, bool bias, const DecoderLoadOptions& o) {
-  bool by_rows = o.prune;
-  for (const auto& [prefix, rows] : parts) by_rows = by_rows && w.reads_rows(prefix + ".weight", {rows, in});
-  if (!by_rows)
-    return parts.size() == 1 ? w.linear(parts[0].first, name, parts[0].second, in, bias)
-                             : joined(w, name, parts, in, bias);
-  std::vector<detail::RowSource> sources;
-  for (const auto& [prefix, rows] : parts) sources.push_back(w.rows(prefix + ".weight", {rows, in}));
-  Gemm g;
-  g.name = name;
-  g.k = in;
-  g.sparse = detail::prune_as_read(sources, in, o);
-  g.pruned = true;
-  g.m = g.sparse.rows;
   if (bias) g.bias.resize(static_cast<size_t>(g.m));
   int64_t at = 0;
-  for (const auto& [prefix, rows] : parts) {  // taken in joined's order: the same fingerprint
-    w.rows_read(prefix + ".weight");
+  for (const auto& [prefix, rows] : parts) {  // (tensors taken in this order either way: one fingerprint)
+    if (by_rows)
+      w.rows_read(prefix + ".weight");
+    else
+      w.dense_into(prefix + ".weight", {rows, in}, g.dense.data() + at * in);
     if (bias) w.dense_into(prefix + ".bias", {rows}, g.bias.data() + at);
     g.sources.push_back(prefix + ".weight");
     at += rows;
