@@ -34,6 +34,13 @@ bool has_avx2() {
   return avx2;
 }
 
+// Where the int8 and quantized ggml rows run on AVX-512: Intel's cores (measured there, docs/kernels.md,
+// sessions 46 and 48); AMD's keep the AVX2 rows (not measured there).
+bool gemv_avx512() {
+  static const bool avx512 = cpu_has_avx512() && __builtin_cpu_is("intel");
+  return avx512;
+}
+
 // avx2_rows(r0, r1) on `threads` OpenMP threads, each a contiguous share of the rows (in multiples of 8).
 template <typename RowsFn>
 void split_rows(int64_t rows, int threads, const RowsFn& avx2_rows) {
@@ -86,10 +93,18 @@ void gemv_i8_reference(const int8_t* w, const float* scales, int64_t rows, int64
 void gemv_i8(const int8_t* w, const float* scales, int64_t rows, int64_t cols, const float* x, float* y,
              int threads) {
   if (!has_avx2()) return gemv_i8_reference(w, scales, rows, cols, x, y);
-  static const bool avx512 = cpu_has_avx512() && __builtin_cpu_is("intel");
   split_rows(rows, threads, [&](int64_t r0, int64_t r1) {
-    (avx512 ? gemv_i8_avx512 : gemv_i8_avx2)(w, scales, r0, r1, cols, x, y);
+    (gemv_avx512() ? gemv_i8_avx512 : gemv_i8_avx2)(w, scales, r0, r1, cols, x, y);
   });
+}
+
+const float* half_floats() {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(65536);
+    for (uint32_t h = 0; h < 65536; ++h) t[h] = half_to_float(static_cast<uint16_t>(h));
+    return t;
+  }();
+  return table.data();
 }
 
 bool gemv_ggml_supported(uint32_t ggml_type) {
@@ -141,8 +156,11 @@ void gemv_ggml(uint32_t ggml_type, const uint8_t* w, int64_t rows, int64_t cols,
   checked_row_bytes(ggml_type, cols, "gemv_ggml");
   // (Every AVX2 CPU has F16C, as convert.cc assumes.)
   if (!has_avx2()) return gemv_ggml_reference(ggml_type, w, rows, cols, x, y);
-  split_rows(rows, threads,
-             [&](int64_t r0, int64_t r1) { gemv_ggml_avx2(ggml_type, w, r0, r1, cols, x, y); });
+  const auto type = static_cast<GgmlType>(ggml_type);
+  const bool avx512 = gemv_avx512() && (type == GgmlType::kQ8_0 || type == GgmlType::kQ6_K);
+  split_rows(rows, threads, [&](int64_t r0, int64_t r1) {
+    (avx512 ? gemv_ggml_avx512 : gemv_ggml_avx2)(ggml_type, w, r0, r1, cols, x, y);
+  });
 }
 
 void ggml_rows_to_floats(uint32_t ggml_type, const uint8_t* w, int64_t rows, int64_t cols, float* out) {

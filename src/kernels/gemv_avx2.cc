@@ -81,9 +81,13 @@ struct I8Avx2 {
   static T zero() { return _mm256_setzero_ps(); }
   static T load(const float* p) { return _mm256_loadu_ps(p); }
   static T widen(const int8_t* p) { return widen8(p); }
+  static T mul(T a, T b) { return _mm256_mul_ps(a, b); }
   static T fma(T a, T b, T c) { return _mm256_fmadd_ps(a, b, c); }
   static T splat(const float* p) { return _mm256_broadcast_ss(p); }
   static float sum(T v) { return hsum(v); }
+  static void stage_q6_k(const uint8_t* b, int8_t* q, float* scale, const float* /*halves*/) {
+    q6_k_stage(b, q, scale);
+  }
 };
 
 }  // namespace
@@ -100,78 +104,8 @@ void gemv_f32_avx2(const float* w, int64_t r0, int64_t r1, int64_t cols, const f
   gemv_regions(w, r0, r1, cols, x, y);
 }
 
-namespace {
-
-// Every fp16 value as fp32 (256 KB, of which a head's scales touch a few lines): a Q8_0 block's scale is
-// then one broadcast load, no shuffle-port work (_cvtsh_ss and a register broadcast: two of the six
-// shuffle-port uops per block that bound the kernel at 12.5 GB/s on an Intel Xeon model 207).
-const float* half_table() {
-  static const std::vector<float> table = [] {
-    std::vector<float> t(65536);
-    for (uint32_t h = 0; h < 65536; ++h) t[h] = _cvtsh_ss(static_cast<uint16_t>(h));
-    return t;
-  }();
-  return table.data();
-}
-inline const float* scale_at(const float* table, const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return table + h;
-}
-
-// Q8_0 (34 bytes per 32 columns: an fp16 scale d, 32 int8 q; w = d q): per block and row the sum of q x,
-// then times d into the row's total.
-template <int R>
-void q8_0_rows(const uint8_t* w, int64_t r, int64_t stride, int64_t cols, const float* x, float* y) {
-  const int64_t blocks = cols / 32, row_bytes = blocks * kQ8Bytes;
-  const float* table = half_table();
-  __m256 a[R];
-  for (int i = 0; i < R; ++i) a[i] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < blocks; ++b) {
-    const float* xb = x + 32 * b;
-    const __m256 x0 = _mm256_loadu_ps(xb), x1 = _mm256_loadu_ps(xb + 8), x2 = _mm256_loadu_ps(xb + 16),
-                 x3 = _mm256_loadu_ps(xb + 24);
-    for (int i = 0; i < R; ++i) {
-      const uint8_t* p = w + (r + i * stride) * row_bytes + b * kQ8Bytes;
-      const auto* q = reinterpret_cast<const int8_t*>(p + 2);
-      __m256 s = _mm256_mul_ps(widen8(q), x0);
-      s = _mm256_fmadd_ps(widen8(q + 8), x1, s);
-      s = _mm256_fmadd_ps(widen8(q + 16), x2, s);
-      s = _mm256_fmadd_ps(widen8(q + 24), x3, s);
-      a[i] = _mm256_fmadd_ps(s, _mm256_broadcast_ss(scale_at(table, p)), a[i]);
-    }
-  }
-  for (int i = 0; i < R; ++i) y[r + i * stride] = hsum(a[i]);
-}
-
-// Q6_K: a block staged (q6_k_stage, ggml_avx2.h), then per 16 columns the sum of q x, times d * scale into
-// the row's total.
-inline __m256 q6_k_block(const uint8_t* b, const float* x, __m256 acc) {
-  alignas(32) int8_t q[256];
-  alignas(32) float scale[16];
-  q6_k_stage(b, q, scale);
-  for (int g = 0; g < 16; ++g) {
-    __m256 s = _mm256_mul_ps(widen8(q + 16 * g), _mm256_loadu_ps(x + 16 * g));
-    s = _mm256_fmadd_ps(widen8(q + 16 * g + 8), _mm256_loadu_ps(x + 16 * g + 8), s);
-    acc = _mm256_fmadd_ps(s, _mm256_broadcast_ss(scale + g), acc);
-  }
-  return acc;
-}
-
-template <int R>
-void q6_k_rows(const uint8_t* w, int64_t r, int64_t stride, int64_t cols, const float* x, float* y) {
-  const int64_t blocks = cols / 256, row_bytes = blocks * kQ6Bytes;
-  __m256 a[R];
-  for (int i = 0; i < R; ++i) a[i] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < blocks; ++b)
-    for (int i = 0; i < R; ++i)
-      a[i] = q6_k_block(w + (r + i * stride) * row_bytes + b * kQ6Bytes, x + 256 * b, a[i]);
-  for (int i = 0; i < R; ++i) y[r + i * stride] = hsum(a[i]);
-}
-
-}  // namespace
-
-// The float types through gemv_regions; the quantized ones from 4 row regions, as the int8 rows.
+// The float types through gemv_regions; the quantized ones from 4 row regions, as the int8 rows
+// (gemv_rows.h).
 void gemv_ggml_avx2(uint32_t ggml_type, const uint8_t* w, int64_t r0, int64_t r1, int64_t cols,
                     const float* x, float* y) {
   switch (static_cast<GgmlType>(ggml_type)) {
@@ -182,13 +116,8 @@ void gemv_ggml_avx2(uint32_t ggml_type, const uint8_t* w, int64_t r0, int64_t r1
     case GgmlType::kBF16:
       return gemv_regions(reinterpret_cast<const uint16_t*>(w), r0, r1, cols, x, y);
     case GgmlType::kQ8_0:
-      return over_regions<kI8Regions>(r0, r1, cols / 32 * kQ8Bytes, [&]<int R>(int64_t r, int64_t stride) {
-        q8_0_rows<R>(w, r, stride, cols, x, y);
-      });
     case GgmlType::kQ6_K:
-      return over_regions<kI8Regions>(r0, r1, cols / 256 * kQ6Bytes, [&]<int R>(int64_t r, int64_t stride) {
-        q6_k_rows<R>(w, r, stride, cols, x, y);
-      });
+      return ggml_quantized_regions<I8Avx2>(static_cast<GgmlType>(ggml_type), w, r0, r1, cols, x, y);
     default:  // (gemv_ggml lets only the types above through)
       break;
   }

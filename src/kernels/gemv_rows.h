@@ -1,11 +1,15 @@
-// What the GEMV files (gemv_avx2.cc, gemv_avx512.cc) share: the row regions they read at once and the int8
-// rows, written once over a vector type. Plain C++ (no intrinsics), in an unnamed namespace: each ISA file
-// instantiates its own copies with its own vector struct, so no ISA's code can leak into another's.
+// What the GEMV files (gemv_avx2.cc, gemv_avx512.cc) share: the row regions they read at once, the int8
+// rows and the rows of ggml blocks (Q8_0, Q6_K), written once over a vector type. Plain C++ (no intrinsics),
+// in an unnamed namespace: each ISA file instantiates its own copies with its own vector struct, so no ISA's
+// code can leak into another's.
 #pragma once
 #include <cstdint>
+#include <cstring>
 
 #include "gemv.h"
+#include "ggml_blocks.h"
 #include "kernel_list.h"
+#include "sparse24/gguf.h"
 
 namespace sparse24::kernels {
 namespace {
@@ -83,6 +87,89 @@ void gemv_i8_regions(const int8_t* w, const float* scales, int64_t r0, int64_t r
   over_regions<kI8Regions>(r0, r1, cols, [&]<int R>(int64_t r, int64_t stride) {
     gemv_i8_rows<V, R>(w, scales, r, stride, cols, x, y);
   });
+}
+
+// The rows of ggml blocks as a GGUF file stores them (gemv_ggml), from kI8Regions regions as the int8 rows.
+// V as above, with mul(a, b) and, for Q6_K, stage_q6_k(block, q, scale): the block's 256 q as int8 in order
+// into q and its 16 d * scale (one per 16 columns) as fp32 into scale, the reference's (d * scale) * q then
+// one multiply.
+
+// Q8_0 (34 bytes per 32 columns: an fp16 scale d, 32 int8 q; w = d q): per block and row the sum of q x,
+// then times d into the row's total; d read from `halves` (half_floats(): a load, no conversion).
+template <class V, int R>
+void q8_0_rows(const uint8_t* w, int64_t r, int64_t stride, int64_t cols, const float* x, float* y,
+               const float* halves) {
+  constexpr int kSteps = 32 / V::kLanes;
+  const int64_t row_bytes = cols / 32 * kQ8Bytes;
+  const uint8_t* row[R];
+  typename V::T a[R];
+  for (int i = 0; i < R; ++i) {
+    row[i] = w + (r + i * stride) * row_bytes;
+    a[i] = V::zero();
+  }
+  for (int64_t c = 0, at = 0; c < cols; c += 32, at += kQ8Bytes) {
+    typename V::T xv[kSteps];
+    for (int k = 0; k < kSteps; ++k) xv[k] = V::load(x + c + k * V::kLanes);
+    for (int i = 0; i < R; ++i) {
+      const auto* q = reinterpret_cast<const int8_t*>(row[i] + at + 2);
+      typename V::T s = V::mul(V::widen(q), xv[0]);
+      for (int k = 1; k < kSteps; ++k) s = V::fma(V::widen(q + k * V::kLanes), xv[k], s);
+      uint16_t d;
+      std::memcpy(&d, row[i] + at, 2);
+      a[i] = V::fma(s, V::splat(halves + d), a[i]);
+    }
+  }
+  for (int i = 0; i < R; ++i) y[r + i * stride] = V::sum(a[i]);
+}
+
+// Q6_K (210 bytes per 256 columns): each row's block staged (V::stage_q6_k), then per 16 columns the sum of
+// q x, times d * scale into the row's total; x read once per 16 columns for the R rows.
+template <class V, int R>
+void q6_k_rows(const uint8_t* w, int64_t r, int64_t stride, int64_t cols, const float* x, float* y,
+               const float* halves) {
+  constexpr int kSteps = 16 / V::kLanes;
+  constexpr int64_t kAhead = 1680;
+  const int64_t row_bytes = cols / 256 * kQ6Bytes;
+  const uint8_t* row[R];
+  typename V::T a[R];
+  for (int i = 0; i < R; ++i) {
+    row[i] = w + (r + i * stride) * row_bytes;
+    a[i] = V::zero();
+  }
+  alignas(64) int8_t q[R][256];
+  alignas(64) float scale[R][16];
+  for (int64_t c = 0, at = 0; c < cols; c += 256, at += kQ6Bytes) {
+    for (int i = 0; i < R; ++i) {
+      for (int64_t l = 0; l < kQ6Bytes; l += 64) __builtin_prefetch(row[i] + at + kAhead + l);
+      V::stage_q6_k(row[i] + at, q[i], scale[i], halves);
+    }
+    for (int g = 0; g < 16; ++g) {
+      typename V::T xv[kSteps];
+      for (int k = 0; k < kSteps; ++k) xv[k] = V::load(x + c + 16 * g + k * V::kLanes);
+      for (int i = 0; i < R; ++i) {
+        typename V::T s = V::mul(V::widen(q[i] + 16 * g), xv[0]);
+        for (int k = 1; k < kSteps; ++k) s = V::fma(V::widen(q[i] + 16 * g + k * V::kLanes), xv[k], s);
+        a[i] = V::fma(s, V::splat(scale[i] + g), a[i]);
+      }
+    }
+  }
+  for (int i = 0; i < R; ++i) y[r + i * stride] = V::sum(a[i]);
+}
+
+// Q8_0 and Q6_K rows [r0, r1) (the types gemv_ggml's quantized rows hold).
+template <class V>
+void ggml_quantized_regions(GgmlType type, const uint8_t* w, int64_t r0, int64_t r1, int64_t cols,
+                            const float* x, float* y) {
+  const float* halves = half_floats();
+  if (type == GgmlType::kQ8_0) {
+    over_regions<kI8Regions>(r0, r1, cols / 32 * kQ8Bytes, [&]<int R>(int64_t r, int64_t stride) {
+      q8_0_rows<V, R>(w, r, stride, cols, x, y, halves);
+    });
+  } else {
+    over_regions<kI8Regions>(r0, r1, cols / 256 * kQ6Bytes, [&]<int R>(int64_t r, int64_t stride) {
+      q6_k_rows<V, R>(w, r, stride, cols, x, y, halves);
+    });
+  }
 }
 
 }  // namespace

@@ -7,10 +7,10 @@
 #include <cstdint>
 #include <cstring>
 
+#include "ggml_blocks.h"
+
 namespace sparse24::kernels {
 namespace {
-
-constexpr int64_t kQ8Bytes = 34, kQ4KBytes = 144, kQ6Bytes = 210;  // per block of 32, 256, 256 values
 
 inline float half_at(const uint8_t* p) {
   uint16_t h;
