@@ -247,9 +247,11 @@ WeightTable bf16_table(const std::vector<float>& w);
 // A table left in a file as an int8 (int8_table's) or bf16 table, widened a block of rows at a time.
 WeightTable narrowed_table(const StoredRows& t, bool int8);
 // Whether a head of this ggml type runs as stored (kernels::gemv_ggml) under int8 or bf16 weights: unless
-// they ask for a table it is wider than (F32, F16, BF16) or slower than (Q6_K: its AVX2 kernel streamed
-// 6 GB/s where the bf16 table's 20 and the int8 table's 14-22, Intel Xeon model 207). Q8_0 always
-// (12.4-13.6 GB/s: as narrow as int8, and not rounded a second time).
+// they ask for a table it is wider than (F32 under bf16; F32, F16, BF16 under int8) or slower than (Q6_K
+// under int8: 0.82 bytes a value, but its rows compute-bound, 5-10% slower than the int8 table's on an
+// Intel Xeon model 207 with AVX-512, 1.6x on AVX2; under bf16 it is 1.4x faster than the bf16 table there
+// with AVX-512, at 0.41 of its bytes, docs/performance.md session 48). Q8_0 always (as narrow as int8, and
+// not rounded a second time).
 bool head_runs_stored(uint32_t ggml_type, bool int8, bool bf16);
 // Row `row` of a [rows, cols] bf16 or int8 table as floats (int8: times its scales) into out.
 void table_row(const WeightTable& t, int64_t row, int64_t cols, float* out);

@@ -156,9 +156,9 @@ bool head_runs_stored(uint32_t ggml_type, bool int8, bool bf16) {
       return true;
     case GgmlType::kF16:
     case GgmlType::kBF16:
+    case GgmlType::kQ6_K:
       return !int8;
     case GgmlType::kF32:
-    case GgmlType::kQ6_K:
       return !int8 && !bf16;
     default:
       return false;

@@ -424,12 +424,12 @@ TEST(GgufDecoder, PrunesAndQuantizesAsItReads) {
 }
 
 // A file's tables stay in its mapping in their ggml type: an untied model's embeddings whatever their type
-// (a token reads one row), and a head that runs as stored (detail::head_runs_stored: Q8_0; Q6_K with fp32
-// weights; F16 unless int8; a tied model's table with it). Against the same file read into memory first:
+// (a token reads one row), and a head that runs as stored (detail::head_runs_stored: Q8_0; Q6_K and F16
+// unless int8; a tied model's table with it). Against the same file read into memory first:
 // the rows and fingerprint; the logits (the head's sums in another order: within 1e-5 of the largest); with
-// int8 weights, a Q8_0 head's logits unchanged, any other converted as the held one is (the same logits
-// where the embeddings are not rounded too); the bytes left in the file, whatever the load and weights
-// options; a non-finite value still fails the load.
+// int8 (bf16) weights, the logits of a head that stays unchanged, any other converted as the held one is (the
+// same logits where the embeddings are not rounded too); the bytes left in the file, whatever the load and
+// weights options; a non-finite value still fails the load.
 TEST_F(HfDecoderDir, GgufTablesStayInTheMappedFile) {
   SPARSE24_SEED_TRACE();
   auto g = rng(23);
@@ -520,8 +520,9 @@ TEST_F(HfDecoderDir, GgufTablesStayInTheMappedFile) {
     const GgmlTypeInfo& ti = *ggml_type_info(static_cast<uint32_t>(type));
     return static_cast<size_t>(t.vocab * t.hidden / ti.block * ti.block_bytes);
   };
-  DecoderOptions as_int8;
+  DecoderOptions as_int8, as_bf16;
   as_int8.int8_weights = true;
+  as_bf16.bf16_weights = true;
   using Case = std::pair<GgmlType, std::optional<GgmlType>>;  // embeddings, head (none: tied)
   for (const auto& [embed_type, head_type] :
        {Case{GgmlType::kF16, GgmlType::kQ6_K}, Case{GgmlType::kQ8_0, GgmlType::kQ8_0},
@@ -552,13 +553,15 @@ TEST_F(HfDecoderDir, GgufTablesStayInTheMappedFile) {
     }
     std::filesystem::remove(path);  // the mapping outlives the name
     std::vector<float> as_stored;   // the mapped model's logits with fp32 weights
-    for (const DecoderOptions& o : {DecoderOptions{}, as_int8}) {
+    for (const DecoderOptions& o : {DecoderOptions{}, as_int8, as_bf16}) {
+      SCOPED_TRACE(o.int8_weights ? "int8" : o.bf16_weights ? "bf16" : "fp32");
+      const bool narrowed = o.int8_weights || o.bf16_weights;
       const Run a = run(mapped, o), b = run(held, o);
       const bool runs_stored = head_stays && (!o.int8_weights || table == GgmlType::kQ8_0);
-      if (!o.int8_weights) {
+      if (!narrowed) {
         expect_near(a.logits, b.logits, 1e-5f);
         as_stored = a.logits;
-      } else if (runs_stored) {  // a Q8_0 head read as it is, whatever the weights
+      } else if (runs_stored) {  // a head read as it is (Q8_0 whatever the weights; not int8: every type)
         EXPECT_EQ(a.logits, as_stored);
       } else if (tied) {  // both tables rounded to the same int8 rows
         EXPECT_EQ(a.logits, b.logits);
@@ -569,19 +572,22 @@ TEST_F(HfDecoderDir, GgufTablesStayInTheMappedFile) {
       const size_t stored = (!tied ? table_bytes(embed_type) : 0) + (runs_stored ? table_bytes(table) : 0);
       EXPECT_EQ(a.stored, stored);
       EXPECT_EQ(b.stored, 0u);
-      if (runs_stored && !o.int8_weights) {  // the stored head counted in place of the held fp32 tables
+      if (runs_stored && !narrowed) {  // the stored head counted in place of the held fp32 tables
         EXPECT_EQ(a.weights + (tied ? 1 : 2) * table_bytes(GgmlType::kF32), b.weights + table_bytes(table));
       }
     }
     file_with(embed_type, head_type);
-    DecoderLoadOptions lo;
-    lo.prune = lo.int8 = true;
-    const DecoderModel narrow = load_gguf_decoder(path, lo);
-    const bool stays_int8 = table == GgmlType::kQ8_0;
-    EXPECT_EQ(
-        narrow.embed_stored.bytes() + narrow.head_stored.bytes(),
-        (!tied || stays_int8 ? table_bytes(embed_type) : 0) + (!tied && stays_int8 ? table_bytes(table) : 0));
-    EXPECT_EQ(narrow.head_table.empty() && narrow.embed_table.empty(), stays_int8);
+    for (const bool int8 : {true, false}) {  // pruned as read, into int8 or bf16 values
+      DecoderLoadOptions lo;
+      lo.prune = true;
+      (int8 ? lo.int8 : lo.bf16) = true;
+      const DecoderModel narrow = load_gguf_decoder(path, lo);
+      const bool stays = head_stays && (!int8 || table == GgmlType::kQ8_0);
+      EXPECT_EQ(narrow.embed_stored.bytes() + narrow.head_stored.bytes(),
+                (!tied || stays ? table_bytes(embed_type) : 0) + (!tied && stays ? table_bytes(table) : 0))
+          << (int8 ? "int8" : "bf16");
+      EXPECT_EQ(narrow.head_table.empty() && narrow.embed_table.empty(), stays) << (int8 ? "int8" : "bf16");
+    }
     if (table == GgmlType::kF32) continue;
     for (const std::string poisoned : {"token_embd.weight", "output.weight"}) {
       if (tied && poisoned == "output.weight") continue;
