@@ -325,7 +325,7 @@ void deq_q45_k(const uint8_t* b, const uint8_t* qh, const uint8_t* qs, float* y,
     dl[j] = d * static_cast<float>(sc);
     ml[j] = dmin * static_cast<float>(m);
   }
-  if (fast && qh == nullptr) return kernels::q4_k_values_avx2(qs, dl, ml, y);
+  if (fast) return kernels::q45_k_values_avx2(qs, qh, dl, ml, y);
   for (int j = 0; j < 8; ++j) {
     const uint8_t* q = qs + 32 * (j / 2);
     const int shift = (j % 2) * 4;
@@ -335,7 +335,7 @@ void deq_q45_k(const uint8_t* b, const uint8_t* qh, const uint8_t* qs, float* y,
     }
   }
 }
-void deq_q5_k(const uint8_t* b, float* y) { deq_q45_k(b, b + 16, b + 16 + kQK_K / 8, y, false); }
+void deq_q5_k(const uint8_t* b, float* y, bool fast) { deq_q45_k(b, b + 16, b + 16 + kQK_K / 8, y, fast); }
 // IQ4_NL / IQ4_XS: 4-bit indices into one fixed non-linear table of 16 int8 levels (ggml's kvalues_iq4nl).
 constexpr int8_t kIq4Levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 // 32 elements from 16 bytes: element l < 16 the low nibble of byte l, element l + 16 its high nibble.
@@ -765,7 +765,7 @@ void dequantize_row(uint32_t type, const uint8_t* src, float* y, int64_t n, bool
       for (int64_t i = 0; i < blocks; ++i) deq_q3_k(src + i * bb, y + i * kQK_K);
       return;
     case GgmlType::kQ5_K:
-      for (int64_t i = 0; i < blocks; ++i) deq_q5_k(src + i * bb, y + i * kQK_K);
+      for (int64_t i = 0; i < blocks; ++i) deq_q5_k(src + i * bb, y + i * kQK_K, fast);
       return;
     case GgmlType::kIQ4_NL:
       for (int64_t i = 0; i < blocks; ++i) deq_iq4_nl(src + i * bb, y + i * kQK);

@@ -55,10 +55,11 @@ void half_to_floats_f16c(const uint16_t* x, int64_t n, float* y);
 float quantize_i8_avx2(const float* x, int64_t n, int8_t* q);
 bool prune24_blocks_avx2(const float* x, int64_t blocks, float* values, uint8_t* meta);
 // ggml blocks to fp32, exactly as dequantize_row's plain loops (sparse24/gguf.h), which take them where
-// f16c_supported(): whole Q8_0 and Q6_K blocks, and of a Q4_K block its 128 bytes of nibbles, sub-block j
+// f16c_supported(): whole Q8_0 and Q6_K blocks, and of a Q4_K or Q5_K block its 128 bytes of nibbles (and
+// Q5_K's 32 bytes of fifth bits qh, bit j of qh[l] for element l of sub-block j; null for Q4_K), sub-block j
 // (32 values) as dl[j] * q - ml[j] (its scale and min unpacked by the caller).
 void q8_0_to_floats_avx2(const uint8_t* w, int64_t blocks, float* y);
-void q4_k_values_avx2(const uint8_t* qs, const float* dl, const float* ml, float* y);
+void q45_k_values_avx2(const uint8_t* qs, const uint8_t* qh, const float* dl, const float* ml, float* y);
 void q6_k_to_floats_avx2(const uint8_t* w, int64_t blocks, float* y);
 // The byte tables both paths of prune24_row read: for the kept positions of two groups (bits 0-3 the even
 // group's, 4-7 the odd one's, at most two per group), the stored positions of each group (4 bytes: the

@@ -110,13 +110,20 @@ void q8_0_to_floats_avx2(const uint8_t* w, int64_t blocks, float* y) {
   }
 }
 
-void q4_k_values_avx2(const uint8_t* qs, const float* dl, const float* ml, float* y) {
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
+void q45_k_values_avx2(const uint8_t* qs, const uint8_t* qh, const float* dl, const float* ml, float* y) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F), bit4 = _mm256_set1_epi8(0x10);
+  const __m256i highs =
+      qh ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh)) : _mm256_setzero_si256();
   for (int p = 0; p < 4; ++p) {  // 32 bytes: sub-block 2p in their low nibbles, 2p + 1 in their high ones
     const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * p));
-    const __m256i nib[2] = {_mm256_and_si256(q, low4), _mm256_and_si256(_mm256_srli_epi16(q, 4), low4)};
+    __m256i nib[2] = {_mm256_and_si256(q, low4), _mm256_and_si256(_mm256_srli_epi16(q, 4), low4)};
     for (int h = 0; h < 2; ++h) {
       const int j = 2 * p + h;
+      if (qh) {  // Q5_K: bit j of qh[l] as bit 4 of element l
+        const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << j));
+        const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(highs, bit), bit);
+        nib[h] = _mm256_or_si256(nib[h], _mm256_and_si256(set, bit4));
+      }
       const __m256 d = _mm256_set1_ps(dl[j]), m = _mm256_set1_ps(ml[j]);
       const __m128i lo = _mm256_castsi256_si128(nib[h]), hi = _mm256_extracti128_si256(nib[h], 1);
       const __m128i part[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
