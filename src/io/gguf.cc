@@ -346,18 +346,22 @@ void iq4_32(const uint8_t* qs, float dl, float* y) {
   }
 }
 void deq_iq4_nl(const uint8_t* b, float* y) { iq4_32(b + 2, f16(b), y); }
+// Q4_0's nibbles as levels of the same lookup (q - 8), for the AVX2 path shared with IQ4_NL.
+constexpr int8_t kQ4Levels[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
 // IQ4_XS: eight sub-blocks of 32 with a signed 6-bit scale each (low 4 bits in scales_l, high 2 in the u16
 // scales_h).
-void deq_iq4_xs(const uint8_t* b, float* y) {
+void deq_iq4_xs(const uint8_t* b, float* y, bool fast) {
   const float d = f16(b);
   uint16_t sh;
   std::memcpy(&sh, b + 2, 2);
   const uint8_t* sl = b + 4;
   const uint8_t* qs = b + 4 + kQK_K / 64;
-  for (int j = 0; j < 8; ++j) {
-    const int ls = (((sl[j / 2] >> (4 * (j % 2))) & 0x0F) | (((sh >> (2 * j)) & 3) << 4)) - 32;
-    iq4_32(qs + 16 * j, d * static_cast<float>(ls), y + 32 * j);
-  }
+  float dl[8];
+  for (int j = 0; j < 8; ++j)
+    dl[j] =
+        d * static_cast<float>((((sl[j / 2] >> (4 * (j % 2))) & 0x0F) | (((sh >> (2 * j)) & 3) << 4)) - 32);
+  if (fast) return kernels::nibble_subblocks_to_floats_avx2(qs, kIq4Levels, dl, y);
+  for (int j = 0; j < 8; ++j) iq4_32(qs + 16 * j, dl[j], y + 32 * j);
 }
 // Q6_K: 6-bit values (4 low bits in ql, 2 high bits in qh), sixteen int8 scales of 16 values each.
 void deq_q6_k(const uint8_t* b, float* y) {
@@ -735,6 +739,7 @@ void dequantize_row(uint32_t type, const uint8_t* src, float* y, int64_t n, bool
       kernels::elements_to_floats(DType::kBF16, src, n, y);
       return;
     case GgmlType::kQ4_0:
+      if (fast) return kernels::nibble_blocks_to_floats_avx2(src, blocks, kQ4Levels, y);
       for (int64_t i = 0; i < blocks; ++i) deq_q4_0(src + i * bb, y + i * kQK);
       return;
     case GgmlType::kQ4_1:
@@ -768,10 +773,11 @@ void dequantize_row(uint32_t type, const uint8_t* src, float* y, int64_t n, bool
       for (int64_t i = 0; i < blocks; ++i) deq_q5_k(src + i * bb, y + i * kQK_K, fast);
       return;
     case GgmlType::kIQ4_NL:
+      if (fast) return kernels::nibble_blocks_to_floats_avx2(src, blocks, kIq4Levels, y);
       for (int64_t i = 0; i < blocks; ++i) deq_iq4_nl(src + i * bb, y + i * kQK);
       return;
     case GgmlType::kIQ4_XS:
-      for (int64_t i = 0; i < blocks; ++i) deq_iq4_xs(src + i * bb, y + i * kQK_K);
+      for (int64_t i = 0; i < blocks; ++i) deq_iq4_xs(src + i * bb, y + i * kQK_K, fast);
       return;
     default:
       break;

@@ -60,6 +60,12 @@ bool prune24_blocks_avx2(const float* x, int64_t blocks, float* values, uint8_t*
 // (32 values) as dl[j] * q - ml[j] (its scale and min unpacked by the caller).
 void q8_0_to_floats_avx2(const uint8_t* w, int64_t blocks, float* y);
 void q45_k_values_avx2(const uint8_t* qs, const uint8_t* qh, const float* dl, const float* ml, float* y);
+// Blocks of 18 bytes, an fp16 d then 16 bytes of nibbles (element l < 16 the low nibble of byte l, l + 16
+// its high one), each nibble mapped through `levels` (16 int8) times d: Q4_0 (levels q - 8) and IQ4_NL (its
+// non-linear table). And 128 bytes of such nibbles as eight sub-blocks of 32, sub-block j times dl[j]
+// (IQ4_XS, its scales unpacked by the caller).
+void nibble_blocks_to_floats_avx2(const uint8_t* w, int64_t blocks, const int8_t* levels, float* y);
+void nibble_subblocks_to_floats_avx2(const uint8_t* qs, const int8_t* levels, const float* dl, float* y);
 void q6_k_to_floats_avx2(const uint8_t* w, int64_t blocks, float* y);
 // The byte tables both paths of prune24_row read: for the kept positions of two groups (bits 0-3 the even
 // group's, 4-7 the odd one's, at most two per group), the stored positions of each group (4 bytes: the

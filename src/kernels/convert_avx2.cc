@@ -135,6 +135,32 @@ void q45_k_values_avx2(const uint8_t* qs, const uint8_t* qh, const float* dl, co
   }
 }
 
+namespace {
+
+// 32 values from 16 bytes of nibbles (element l < 16 the low nibble of qs[l], l + 16 its high one), each
+// mapped through the 16 int8 levels, times d.
+inline void nibbles32(const uint8_t* qs, __m128i levels, __m256 d, float* y) {
+  const __m128i low4 = _mm_set1_epi8(0x0F), b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i lo = _mm_shuffle_epi8(levels, _mm_and_si128(b, low4)),
+                hi = _mm_shuffle_epi8(levels, _mm_and_si128(_mm_srli_epi16(b, 4), low4));
+  const __m128i part[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+  for (int k = 0; k < 4; ++k)
+    _mm256_storeu_ps(y + 8 * k, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[k]))));
+}
+
+}  // namespace
+
+void nibble_blocks_to_floats_avx2(const uint8_t* w, int64_t blocks, const int8_t* levels, float* y) {
+  const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(levels));
+  for (int64_t b = 0; b < blocks; ++b, w += 18, y += 32)
+    nibbles32(w + 2, table, _mm256_set1_ps(half_at(w)), y);
+}
+
+void nibble_subblocks_to_floats_avx2(const uint8_t* qs, const int8_t* levels, const float* dl, float* y) {
+  const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(levels));
+  for (int j = 0; j < 8; ++j) nibbles32(qs + 16 * j, table, _mm256_set1_ps(dl[j]), y + 32 * j);
+}
+
 void q6_k_to_floats_avx2(const uint8_t* w, int64_t blocks, float* y) {
   alignas(32) int8_t q[256];
   alignas(32) float scale[16];
