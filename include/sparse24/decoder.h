@@ -107,7 +107,7 @@ struct DecoderModel {
   StoredRows embed_stored;
   // The head left in the mapped file too, run as stored (kernels::gemv_ggml; head and head_table then
   // empty): a GGUF file's quantized head, or an F16 one (a directory's too), where detail::head_runs_stored
-  // says so for the load's options (Q8_0 always; Q6_K with fp32 weights; F16 unless int8). Never widened to
+  // says so for the load's options (Q8_0 always; Q6_K and F16 unless int8). Never widened to
   // fp32 (Llama 3's Q6_K head: 430 MB, 2.1 GB in fp32). An untied model's: here, with its embeddings in
   // embed_stored; a tied model's is embed_stored itself (this one empty).
   StoredRows head_stored;
@@ -248,9 +248,9 @@ WeightTable bf16_table(const std::vector<float>& w);
 WeightTable narrowed_table(const StoredRows& t, bool int8);
 // Whether a head of this ggml type runs as stored (kernels::gemv_ggml) under int8 or bf16 weights: unless
 // they ask for a table it is wider than (F32 under bf16; F32, F16, BF16 under int8) or slower than (Q6_K
-// under int8: 0.82 bytes a value, but its rows compute-bound, 5-10% slower than the int8 table's on an
-// Intel Xeon model 207 with AVX-512, 1.6x on AVX2; under bf16 it is 1.4x faster than the bf16 table there
-// with AVX-512, at 0.41 of its bytes, docs/performance.md session 48). Q8_0 always (as narrow as int8, and
+// under int8: 0.82 bytes a value, but its rows bound by their vector work, as fast as the int8 table's or
+// up to 15% slower on an Intel Xeon model 207 with AVX-512; under bf16 1.4-1.6x faster than the bf16 table
+// there, about as fast on AVX2, at 0.41 of its bytes: docs/design.md). Q8_0 always (as narrow as int8, and
 // not rounded a second time).
 bool head_runs_stored(uint32_t ggml_type, bool int8, bool bf16);
 // Row `row` of a [rows, cols] bf16 or int8 table as floats (int8: times its scales) into out.
