@@ -258,14 +258,16 @@ void q5_values(const uint8_t* qh, const uint8_t* qs, int* q) {
   for (int j = 0; j < kQK; ++j)
     q[j] = (j < kQK / 2 ? (qs[j] & 0x0F) : (qs[j - kQK / 2] >> 4)) | static_cast<int>(((h >> j) & 1) << 4);
 }
-void deq_q5_0(const uint8_t* b, float* y) {
+void deq_q5_0(const uint8_t* b, float* y, bool fast) {
   const float d = f16(b);
+  if (fast) return kernels::q5_values_avx2(b + 2, b + 6, d, 0.0f, true, y);
   int q[kQK];
   q5_values(b + 2, b + 6, q);
   for (int j = 0; j < kQK; ++j) y[j] = d * static_cast<float>(q[j] - 16);
 }
-void deq_q5_1(const uint8_t* b, float* y) {
+void deq_q5_1(const uint8_t* b, float* y, bool fast) {
   const float d = f16(b), m = f16(b + 2);
+  if (fast) return kernels::q5_values_avx2(b + 4, b + 8, d, m, false, y);
   int q[kQK];
   q5_values(b + 4, b + 8, q);
   for (int j = 0; j < kQK; ++j) y[j] = d * static_cast<float>(q[j]) + m;
@@ -282,21 +284,24 @@ void k_scale_min(const uint8_t* s, int j, uint8_t& sc, uint8_t& m) {
 }
 // Q2_K: sixteen sub-blocks of 16 with a 4-bit scale and a 4-bit min each; element e = 128 half + 32 k + l is
 // bits 2k..2k+1 of qs[32 half + l].
-void deq_q2_k(const uint8_t* b, float* y) {
+void deq_q2_k(const uint8_t* b, float* y, bool fast) {
   const uint8_t* sc = b;
   const uint8_t* qs = b + kQK_K / 16;
   const float d = f16(b + kQK_K / 16 + kQK_K / 4), dmin = f16(b + kQK_K / 16 + kQK_K / 4 + 2);
-  for (int s = 0; s < 16; ++s) {  // sub-block s: elements 16 s .. 16 s + 15
-    const float dl = d * static_cast<float>(sc[s] & 0x0F), ml = dmin * static_cast<float>(sc[s] >> 4);
-    for (int e = 16 * s; e < 16 * s + 16; ++e) {
-      const int half = e / 128, k = (e % 128) / 32, l = e % 32;
-      y[e] = dl * static_cast<float>((qs[32 * half + l] >> (2 * k)) & 3) - ml;
-    }
+  float dl[16], ml[16];
+  for (int s = 0; s < 16; ++s) {
+    dl[s] = d * static_cast<float>(sc[s] & 0x0F);
+    ml[s] = dmin * static_cast<float>(sc[s] >> 4);
+  }
+  if (fast) return kernels::k2_values_avx2(qs, nullptr, dl, ml, y);
+  for (int e = 0; e < kQK_K; ++e) {  // sub-block e / 16
+    const int half = e / 128, k = (e % 128) / 32, l = e % 32;
+    y[e] = dl[e / 16] * static_cast<float>((qs[32 * half + l] >> (2 * k)) & 3) - ml[e / 16];
   }
 }
 // Q3_K: Q2_K's 2-bit layout, minus 4 where bit e / 32 of hmask[e % 32] is clear; sixteen signed 6-bit scales
 // (low 4 bits from bytes 0..7, high 2 from bytes 8..11), no mins.
-void deq_q3_k(const uint8_t* b, float* y) {
+void deq_q3_k(const uint8_t* b, float* y, bool fast) {
   const uint8_t* hmask = b;
   const uint8_t* qs = b + kQK_K / 8;
   const uint8_t* s = b + kQK_K / 8 + kQK_K / 4;
@@ -307,6 +312,7 @@ void deq_q3_k(const uint8_t* b, float* y) {
     const int hi = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
     dl[i] = d * static_cast<float>((lo | hi << 4) - 32);
   }
+  if (fast) return kernels::k2_values_avx2(qs, hmask, dl, nullptr, y);
   for (int e = 0; e < kQK_K; ++e) {
     const int half = e / 128, k = (e % 128) / 32, l = e % 32;
     const int q = ((qs[32 * half + l] >> (2 * k)) & 3) - (((hmask[l] >> (e / 32)) & 1) ? 0 : 4);
@@ -758,16 +764,16 @@ void dequantize_row(uint32_t type, const uint8_t* src, float* y, int64_t n, bool
       for (int64_t i = 0; i < blocks; ++i) deq_q6_k(src + i * bb, y + i * kQK_K);
       return;
     case GgmlType::kQ5_0:
-      for (int64_t i = 0; i < blocks; ++i) deq_q5_0(src + i * bb, y + i * kQK);
+      for (int64_t i = 0; i < blocks; ++i) deq_q5_0(src + i * bb, y + i * kQK, fast);
       return;
     case GgmlType::kQ5_1:
-      for (int64_t i = 0; i < blocks; ++i) deq_q5_1(src + i * bb, y + i * kQK);
+      for (int64_t i = 0; i < blocks; ++i) deq_q5_1(src + i * bb, y + i * kQK, fast);
       return;
     case GgmlType::kQ2_K:
-      for (int64_t i = 0; i < blocks; ++i) deq_q2_k(src + i * bb, y + i * kQK_K);
+      for (int64_t i = 0; i < blocks; ++i) deq_q2_k(src + i * bb, y + i * kQK_K, fast);
       return;
     case GgmlType::kQ3_K:
-      for (int64_t i = 0; i < blocks; ++i) deq_q3_k(src + i * bb, y + i * kQK_K);
+      for (int64_t i = 0; i < blocks; ++i) deq_q3_k(src + i * bb, y + i * kQK_K, fast);
       return;
     case GgmlType::kQ5_K:
       for (int64_t i = 0; i < blocks; ++i) deq_q5_k(src + i * bb, y + i * kQK_K, fast);

@@ -66,6 +66,13 @@ void q45_k_values_avx2(const uint8_t* qs, const uint8_t* qh, const float* dl, co
 // (IQ4_XS, its scales unpacked by the caller).
 void nibble_blocks_to_floats_avx2(const uint8_t* w, int64_t blocks, const int8_t* levels, float* y);
 void nibble_subblocks_to_floats_avx2(const uint8_t* qs, const int8_t* levels, const float* dl, float* y);
+// The 256 values of a Q2_K or Q3_K block from its 64 bytes of 2-bit values qs (element 128 half + 32 k + l
+// is bits 2k..2k+1 of qs[32 half + l]), Q3_K minus 4 where bit 4 half + k of hmask[l] is clear (hmask null:
+// Q2_K): sub-block s (16 values) as dl[s] * q - ml[s] (ml null: Q3_K, dl[s] * q).
+void k2_values_avx2(const uint8_t* qs, const uint8_t* hmask, const float* dl, const float* ml, float* y);
+// The 32 values of a Q5_0 (minus16: d * (q - 16)) or Q5_1 (d * q + m) block: its nibbles qs (element j < 16
+// the low nibble of qs[j], j + 16 its high one) with bit j of the little-endian u32 at qh as bit 4.
+void q5_values_avx2(const uint8_t* qh, const uint8_t* qs, float d, float m, bool minus16, float* y);
 void q6_k_to_floats_avx2(const uint8_t* w, int64_t blocks, float* y);
 // The byte tables both paths of prune24_row read: for the kept positions of two groups (bits 0-3 the even
 // group's, 4-7 the odd one's, at most two per group), the stored positions of each group (4 bytes: the

@@ -161,6 +161,58 @@ void nibble_subblocks_to_floats_avx2(const uint8_t* qs, const int8_t* levels, co
   for (int j = 0; j < 8; ++j) nibbles32(qs + 16 * j, table, _mm256_set1_ps(dl[j]), y + 32 * j);
 }
 
+void k2_values_avx2(const uint8_t* qs, const uint8_t* hmask, const float* dl, const float* ml, float* y) {
+  const __m256i three = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
+  const __m256i hm =
+      hmask ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(hmask)) : _mm256_setzero_si256();
+  for (int half = 0; half < 2; ++half) {
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * half));
+    for (int k = 0; k < 4; ++k) {  // elements 128 half + 32 k + l: sub-blocks 8 half + 2 k and the next
+      __m256i v = _mm256_and_si256(_mm256_srli_epi16(q, 2 * k), three);
+      if (hmask) {  // Q3_K: minus 4 where bit 4 half + k of hmask[l] is clear
+        const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << (4 * half + k)));
+        const __m256i clear = _mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), _mm256_setzero_si256());
+        v = _mm256_sub_epi8(v, _mm256_and_si256(clear, four));
+      }
+      const __m128i part[4] = {_mm256_castsi256_si128(v), _mm_srli_si128(_mm256_castsi256_si128(v), 8),
+                               _mm256_extracti128_si256(v, 1),
+                               _mm_srli_si128(_mm256_extracti128_si256(v, 1), 8)};
+      float* out = y + 128 * half + 32 * k;
+      for (int p = 0; p < 4; ++p) {
+        const int s = 8 * half + 2 * k + p / 2;
+        const __m256 w =
+            _mm256_mul_ps(_mm256_set1_ps(dl[s]), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[p])));
+        _mm256_storeu_ps(out + 8 * p, ml ? _mm256_sub_ps(w, _mm256_set1_ps(ml[s])) : w);
+      }
+    }
+  }
+}
+
+void q5_values_avx2(const uint8_t* qh, const uint8_t* qs, float d, float m, bool minus16, float* y) {
+  uint32_t h;
+  std::memcpy(&h, qh, 4);
+  // bit j of h to byte j: byte j of the vector takes byte j / 8 of h, then its bit j % 8 is tested
+  const __m256i spread =
+      _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(h)),
+                          _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2,
+                                           2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+  const __m256i bits = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ULL));
+  const __m256i fifth =
+      _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bits), bits), _mm256_set1_epi8(0x10));
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)), low4 = _mm_set1_epi8(0x0F);
+  __m256i v = _mm256_or_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(b, low4)),
+                                                      _mm_and_si128(_mm_srli_epi16(b, 4), low4), 1),
+                              fifth);
+  if (minus16) v = _mm256_sub_epi8(v, _mm256_set1_epi8(16));
+  const __m128i part[4] = {_mm256_castsi256_si128(v), _mm_srli_si128(_mm256_castsi256_si128(v), 8),
+                           _mm256_extracti128_si256(v, 1), _mm_srli_si128(_mm256_extracti128_si256(v, 1), 8)};
+  const __m256 dv = _mm256_set1_ps(d), mv = _mm256_set1_ps(m);
+  for (int p = 0; p < 4; ++p) {
+    const __m256 w = _mm256_mul_ps(dv, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[p])));
+    _mm256_storeu_ps(y + 8 * p, minus16 ? w : _mm256_add_ps(w, mv));
+  }
+}
+
 void q6_k_to_floats_avx2(const uint8_t* w, int64_t blocks, float* y) {
   alignas(32) int8_t q[256];
   alignas(32) float scale[16];

@@ -123,7 +123,10 @@ void q8_0_rows(const uint8_t* w, int64_t r, int64_t stride, int64_t cols, const 
 }
 
 // Q6_K (210 bytes per 256 columns): each row's block staged (V::stage_q6_k), then per 16 columns the sum of
-// q x, times d * scale into the row's total; x read once per 16 columns for the R rows.
+// q x, times d * scale into the row's total; x read once per 16 columns for the R rows. Each row's lines
+// kAhead bytes on are prefetched (the next row's block, for 2048 columns): Llama 3.2 1B's head, cold, one
+// thread, AVX-512, Intel Xeon model 207, four alternating pairs of a scratch program, 0.084-0.100 ns a value
+// without, 0.073-0.092 with.
 template <class V, int R>
 void q6_k_rows(const uint8_t* w, int64_t r, int64_t stride, int64_t cols, const float* x, float* y,
                const float* halves) {

@@ -363,9 +363,9 @@ TEST(Gguf, DequantizesEachBlockLayout) {
   EXPECT_ERROR(dequantize_row(99, nullptr, y.data(), 256), "cannot dequantize ggml type type 99");
 }
 
-// The AVX2 paths of dequantize_row (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS) against its plain loops,
-// bit for bit: runs of 1 to 9 random blocks (finite fp16 scales at each layout's offsets), from odd addresses
-// too.
+// The AVX2 paths of dequantize_row (Q4_0, Q5_0, Q5_1, Q8_0, Q2_K to Q6_K, IQ4_NL, IQ4_XS) against its plain
+// loops, bit for bit: runs of 1 to 9 random blocks (finite fp16 scales at each layout's offsets), from odd
+// addresses too.
 TEST(Gguf, DequantizeFastPathsMatchThePlainLoops) {
   SPARSE24_SEED_TRACE();
   auto rng = testing::rng(9);
@@ -375,9 +375,10 @@ TEST(Gguf, DequantizeFastPathsMatchThePlainLoops) {
     int values;
     std::vector<size_t> scales;  // where its fp16 scales are
   };
-  for (const Layout& l : {Layout{2, 18, 32, {0}}, Layout{8, 34, 32, {0}}, Layout{12, 144, 256, {0, 2}},
-                          Layout{13, 176, 256, {0, 2}}, Layout{14, 210, 256, {208}}, Layout{20, 18, 32, {0}},
-                          Layout{23, 136, 256, {0}}})
+  for (const Layout& l : {Layout{2, 18, 32, {0}}, Layout{6, 22, 32, {0}}, Layout{7, 24, 32, {0, 2}},
+                          Layout{8, 34, 32, {0}}, Layout{10, 84, 256, {80, 82}}, Layout{11, 110, 256, {108}},
+                          Layout{12, 144, 256, {0, 2}}, Layout{13, 176, 256, {0, 2}},
+                          Layout{14, 210, 256, {208}}, Layout{20, 18, 32, {0}}, Layout{23, 136, 256, {0}}})
     for (size_t blocks : {1, 2, 3, 9})
       for (size_t offset : {0, 1}) {
         std::vector<uint8_t> b = random_bytes(rng, offset + blocks * l.bytes);
