@@ -110,6 +110,30 @@ void q8_0_to_floats_avx2(const uint8_t* w, int64_t blocks, float* y) {
   }
 }
 
+namespace {
+
+// The four 8-byte quarters of v, each in the low half of its own vector (8 values to widen).
+inline void quarters(__m256i v, __m128i* part) {
+  const __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
+  part[0] = lo;
+  part[1] = _mm_srli_si128(lo, 8);
+  part[2] = hi;
+  part[3] = _mm_srli_si128(hi, 8);
+}
+
+// 32 values from 16 bytes of nibbles (element l < 16 the low nibble of qs[l], l + 16 its high one), each
+// mapped through the 16 int8 levels, times d.
+inline void nibbles32(const uint8_t* qs, __m128i levels, __m256 d, float* y) {
+  const __m128i low4 = _mm_set1_epi8(0x0F), b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i lo = _mm_shuffle_epi8(levels, _mm_and_si128(b, low4)),
+                hi = _mm_shuffle_epi8(levels, _mm_and_si128(_mm_srli_epi16(b, 4), low4));
+  const __m128i part[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+  for (int k = 0; k < 4; ++k)
+    _mm256_storeu_ps(y + 8 * k, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[k]))));
+}
+
+}  // namespace
+
 void q45_k_values_avx2(const uint8_t* qs, const uint8_t* qh, const float* dl, const float* ml, float* y) {
   const __m256i low4 = _mm256_set1_epi8(0x0F), bit4 = _mm256_set1_epi8(0x10);
   const __m256i highs =
@@ -125,8 +149,8 @@ void q45_k_values_avx2(const uint8_t* qs, const uint8_t* qh, const float* dl, co
         nib[h] = _mm256_or_si256(nib[h], _mm256_and_si256(set, bit4));
       }
       const __m256 d = _mm256_set1_ps(dl[j]), m = _mm256_set1_ps(ml[j]);
-      const __m128i lo = _mm256_castsi256_si128(nib[h]), hi = _mm256_extracti128_si256(nib[h], 1);
-      const __m128i part[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+      __m128i part[4];
+      quarters(nib[h], part);
       for (int k = 0; k < 4; ++k)
         _mm256_storeu_ps(
             y + 32 * j + 8 * k,
@@ -135,24 +159,9 @@ void q45_k_values_avx2(const uint8_t* qs, const uint8_t* qh, const float* dl, co
   }
 }
 
-namespace {
-
-// 32 values from 16 bytes of nibbles (element l < 16 the low nibble of qs[l], l + 16 its high one), each
-// mapped through the 16 int8 levels, times d.
-inline void nibbles32(const uint8_t* qs, __m128i levels, __m256 d, float* y) {
-  const __m128i low4 = _mm_set1_epi8(0x0F), b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m128i lo = _mm_shuffle_epi8(levels, _mm_and_si128(b, low4)),
-                hi = _mm_shuffle_epi8(levels, _mm_and_si128(_mm_srli_epi16(b, 4), low4));
-  const __m128i part[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
-  for (int k = 0; k < 4; ++k)
-    _mm256_storeu_ps(y + 8 * k, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[k]))));
-}
-
-}  // namespace
-
 void nibble_blocks_to_floats_avx2(const uint8_t* w, int64_t blocks, const int8_t* levels, float* y) {
   const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(levels));
-  for (int64_t b = 0; b < blocks; ++b, w += 18, y += 32)
+  for (int64_t b = 0; b < blocks; ++b, w += kQ4_0Bytes, y += 32)
     nibbles32(w + 2, table, _mm256_set1_ps(half_at(w)), y);
 }
 
@@ -174,9 +183,8 @@ void k2_values_avx2(const uint8_t* qs, const uint8_t* hmask, const float* dl, co
         const __m256i clear = _mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), _mm256_setzero_si256());
         v = _mm256_sub_epi8(v, _mm256_and_si256(clear, four));
       }
-      const __m128i part[4] = {_mm256_castsi256_si128(v), _mm_srli_si128(_mm256_castsi256_si128(v), 8),
-                               _mm256_extracti128_si256(v, 1),
-                               _mm_srli_si128(_mm256_extracti128_si256(v, 1), 8)};
+      __m128i part[4];
+      quarters(v, part);
       float* out = y + 128 * half + 32 * k;
       for (int p = 0; p < 4; ++p) {
         const int s = 8 * half + 2 * k + p / 2;
@@ -204,8 +212,8 @@ void q5_values_avx2(const uint8_t* qh, const uint8_t* qs, float d, float m, bool
                                                       _mm_and_si128(_mm_srli_epi16(b, 4), low4), 1),
                               fifth);
   if (minus16) v = _mm256_sub_epi8(v, _mm256_set1_epi8(16));
-  const __m128i part[4] = {_mm256_castsi256_si128(v), _mm_srli_si128(_mm256_castsi256_si128(v), 8),
-                           _mm256_extracti128_si256(v, 1), _mm_srli_si128(_mm256_extracti128_si256(v, 1), 8)};
+  __m128i part[4];
+  quarters(v, part);
   const __m256 dv = _mm256_set1_ps(d), mv = _mm256_set1_ps(m);
   for (int p = 0; p < 4; ++p) {
     const __m256 w = _mm256_mul_ps(dv, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[p])));

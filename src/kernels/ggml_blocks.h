@@ -6,5 +6,6 @@
 namespace sparse24::kernels {
 
 constexpr int64_t kQ8Bytes = 34, kQ4KBytes = 144, kQ6Bytes = 210;  // per block of 32, 256, 256 values
+constexpr int64_t kQ4_0Bytes = 18;                                 // per block of 32 (IQ4_NL's too)
 
 }  // namespace sparse24::kernels
