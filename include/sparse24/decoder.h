@@ -249,7 +249,7 @@ WeightTable narrowed_table(const StoredRows& t, bool int8);
 // Whether a head of this ggml type runs as stored (kernels::gemv_ggml) under int8 or bf16 weights: unless
 // they ask for a table it is wider than (F32 under bf16; F32, F16, BF16 under int8) or slower than (Q6_K
 // under int8: 0.82 bytes a value, but its rows bound by their vector work, as fast as the int8 table's or
-// up to 15% slower on an Intel Xeon model 207 with AVX-512; under bf16 1.4-1.6x faster than the bf16 table
+// up to 15% slower on an Intel Xeon model 207 with AVX-512; under bf16 1.3-1.6x faster than the bf16 table
 // there, about as fast on AVX2, at 0.41 of its bytes: docs/design.md). Q8_0 always (as narrow as int8, and
 // not rounded a second time).
 bool head_runs_stored(uint32_t ggml_type, bool int8, bool bf16);
