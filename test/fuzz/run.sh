@@ -15,7 +15,7 @@ cxx=${FUZZ_CXX:-clang++-14}
 harnesses=(${FUZZ_ONLY:-safetensors gguf compressed_file bitmask24 npy metadata engine_model tokenizer bpe hf_encoder gguf_decoder jinja})
 lib_sources=(src/core/dtype.cc src/core/tensor.cc src/core/pattern.cc src/core/mask.cc src/core/compressed.cc
              src/kernels/convert.cc src/kernels/convert_avx2.cc
-             src/io/file.cc src/io/npy.cc src/io/safetensors.cc src/io/gguf.cc src/io/compressed_file.cc src/io/bitmask24.cc
+             src/io/file.cc src/io/npy.cc src/io/safetensors.cc src/io/gguf.cc src/io/gguf_dequant.cc src/io/compressed_file.cc src/io/bitmask24.cc
              src/io/checkpoint.cc src/io/model_dir.cc src/io/net_spec.cc src/io/hf_dir.cc
              src/engine/model.cc src/engine/builder.cc src/engine/hf_encoder.cc src/engine/hf_decoder.cc src/engine/gguf_names.cc
              src/engine/decoder_model.cc
