@@ -156,10 +156,8 @@ void gemv_ggml(uint32_t ggml_type, const uint8_t* w, int64_t rows, int64_t cols,
   checked_row_bytes(ggml_type, cols, "gemv_ggml");
   // (Every AVX2 CPU has F16C, as convert.cc assumes.)
   if (!has_avx2()) return gemv_ggml_reference(ggml_type, w, rows, cols, x, y);
-  const auto type = static_cast<GgmlType>(ggml_type);
-  const bool avx512 = gemv_avx512() && (type == GgmlType::kQ8_0 || type == GgmlType::kQ6_K);
   split_rows(rows, threads, [&](int64_t r0, int64_t r1) {
-    (avx512 ? gemv_ggml_avx512 : gemv_ggml_avx2)(ggml_type, w, r0, r1, cols, x, y);
+    (gemv_avx512() ? gemv_ggml_avx512 : gemv_ggml_avx2)(ggml_type, w, r0, r1, cols, x, y);
   });
 }
 

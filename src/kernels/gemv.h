@@ -60,9 +60,9 @@ void ggml_rows_to_floats(uint32_t ggml_type, const uint8_t* w, int64_t rows, int
 // The AVX2 path on rows [r0, r1) (call only where AVX2, FMA and F16C exist).
 void gemv_ggml_avx2(uint32_t ggml_type, const uint8_t* w, int64_t r0, int64_t r1, int64_t cols,
                     const float* x, float* y);
-// The AVX-512 path of the quantized types, Q8_0 and Q6_K (gemv_avx512.cc; call only where AVX-512 F/BW/VL
-// exist): 16 lanes, half the widenings, conversions and FMAs per value of the AVX2 rows. gemv_ggml takes it
-// where gemv_i8 takes its AVX-512 rows.
+// The AVX-512 path (gemv_avx512.cc; call only where AVX-512 F/BW/VL exist): the quantized types, Q8_0 and
+// Q6_K, on 16 lanes, half the widenings, conversions and FMAs per value of the AVX2 rows; the float types
+// on the AVX2 rows. gemv_ggml takes it where gemv_i8 takes its AVX-512 rows.
 void gemv_ggml_avx512(uint32_t ggml_type, const uint8_t* w, int64_t r0, int64_t r1, int64_t cols,
                       const float* x, float* y);
 // Every IEEE half as fp32 (65,536 floats, made once): a ggml block's fp16 scale is then one load, no

@@ -61,8 +61,9 @@ void gemv_i8_avx512(const int8_t* w, const float* scales, int64_t r0, int64_t r1
 void gemv_ggml_avx512(uint32_t ggml_type, const uint8_t* w, int64_t r0, int64_t r1, int64_t cols,
                       const float* x, float* y) {
   const auto type = static_cast<GgmlType>(ggml_type);
-  if (type == GgmlType::kQ8_0 || type == GgmlType::kQ6_K)  // (gemv_ggml sends only these)
-    ggml_quantized_regions<I8Avx512>(type, w, r0, r1, cols, x, y);
+  if (type == GgmlType::kQ8_0 || type == GgmlType::kQ6_K)
+    return ggml_quantized_regions<I8Avx512>(type, w, r0, r1, cols, x, y);
+  gemv_ggml_avx2(ggml_type, w, r0, r1, cols, x, y);  // the float types: already at the memory's rate
 }
 
 }  // namespace sparse24::kernels

@@ -196,7 +196,7 @@ std::vector<uint8_t> random_ggml_rows(std::mt19937_64& g, GgmlType type, int64_t
 
 // Rows of ggml blocks (F32, F16, BF16, Q8_0, Q6_K): the reference against double sums of the dequantized
 // rows (sparse24::dequantize_row's plain loops, checked against the gguf package in gguf_test),
-// ggml_rows_to_floats bit for bit equal to those rows; the AVX2 rows, the AVX-512 rows (Q8_0, Q6_K) and the
+// ggml_rows_to_floats bit for bit equal to those rows; the AVX2 rows, the AVX-512 rows (every type) and the
 // threaded dispatch against the reference across row counts around the 4 and 8 row regions and column counts
 // of 1 to 11 blocks (Q6_K: 1, 2, 3, 8, 11 blocks of 256); unsupported types and shapes refused.
 TEST(GemvGgml, MatchesReferenceAcrossEdgeSizes) {
@@ -238,11 +238,10 @@ TEST(GemvGgml, MatchesReferenceAcrossEdgeSizes) {
                 << what << " row " << r << " threads " << threads;
         }
         // Each ISA's rows on a range inside the matrix: the rows outside it untouched.
-        const bool quantized = type == GgmlType::kQ8_0 || type == GgmlType::kQ6_K;
         using RowsFn = void (*)(uint32_t, const uint8_t*, int64_t, int64_t, int64_t, const float*, float*);
         for (const auto& [isa, rows_fn] :
              {std::pair<std::string, RowsFn>{"avx2", gemv_ggml_avx2}, {"avx512", gemv_ggml_avx512}}) {
-          if (!(isa == "avx2" ? has_avx2() : quantized && cpu_has_avx512())) continue;
+          if (!(isa == "avx2" ? has_avx2() : cpu_has_avx512())) continue;
           std::fill(got.begin(), got.end(), -7.0f);
           const int64_t r0 = rows / 3, r1 = rows - rows / 4;
           rows_fn(t, w.data(), r0, r1, cols, x.data(), got.data());
