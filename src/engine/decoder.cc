@@ -63,8 +63,11 @@ struct Linear {
       o.bf16_activations = d.bf16_activations;
       o.int8_activations = d.int8_activations;
       o.layouts = both ? PackLayouts::kBoth : PackLayouts::kSmallN;
-      packed = pack(
-          d.int8_weights && !i8 ? quantize_int8(to_f32(g.sparse), detail::kInt8ScaleGroup) : g.sparse, o);
+      // (Not one conditional expression: its lvalue arm would copy the Linear's values.)
+      if (d.int8_weights && !i8)
+        packed = pack(quantize_int8(to_f32(g.sparse), detail::kInt8ScaleGroup), o);
+      else
+        packed = pack(g.sparse, o);
       return;
     }
     if (g.pruned) decompressed = decompress(g.sparse).to_float();
