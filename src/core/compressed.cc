@@ -167,7 +167,7 @@ void prune_rows(Compressed& c, int64_t r0, const float* w, int64_t n) {
     if (c.dtype == DType::kI8) quantize_row(f, c, r);
     if (c.dtype == DType::kBF16) {
       auto* out = reinterpret_cast<uint16_t*>(c.values.data()) + r * vpr;
-      for (int64_t j = 0; j < vpr; ++j) out[j] = float_to_bf16(f[j]);  // as to_bf16 rounds them
+      kernels::floats_to_bf16(f, vpr, out);  // as to_bf16 rounds them
     }
   }
 }
@@ -345,7 +345,7 @@ Compressed to_bf16(Compressed c) {
   const auto* in = reinterpret_cast<const float*>(c.values.data());
   std::vector<uint8_t> values(static_cast<size_t>(n) * sizeof(uint16_t));
   auto* out = reinterpret_cast<uint16_t*>(values.data());
-  for (int64_t i = 0; i < n; ++i) out[i] = float_to_bf16(in[i]);
+  kernels::floats_to_bf16(in, n, out);
   c.values = std::move(values);
   c.dtype = DType::kBF16;
   return c;

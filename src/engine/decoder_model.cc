@@ -111,7 +111,7 @@ WeightTable int8_table(const std::vector<float>& w, int64_t rows, int64_t cols) 
 WeightTable bf16_table(const std::vector<float>& w) {
   WeightTable t;
   t.bf16.resize(w.size());
-  for (size_t i = 0; i < w.size(); ++i) t.bf16[i] = float_to_bf16(w[i]);
+  kernels::floats_to_bf16(w.data(), static_cast<int64_t>(w.size()), t.bf16.data());
   return t;
 }
 
@@ -145,7 +145,7 @@ WeightTable narrowed_table(const StoredRows& t, bool int8) {
       kernels::quantize_gemv_i8(block.data(), n, t.cols, out.i8.data() + r * t.cols,
                                 out.scales.data() + r * groups);
     else
-      for (int64_t i = 0; i < n * t.cols; ++i) out.bf16[r * t.cols + i] = float_to_bf16(block[i]);
+      kernels::floats_to_bf16(block.data(), n * t.cols, out.bf16.data() + r * t.cols);
   }
   return out;
 }

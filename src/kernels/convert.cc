@@ -23,6 +23,11 @@ void half_to_floats(const uint16_t* x, int64_t n, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] = half_to_float(x[i]);
 }
 
+void floats_to_bf16(const float* x, int64_t n, uint16_t* y) {
+  if (f16c_supported()) return floats_to_bf16_avx2(x, n, y);
+  for (int64_t i = 0; i < n; ++i) y[i] = float_to_bf16(x[i]);
+}
+
 void elements_to_floats(DType t, const uint8_t* p, int64_t n, float* y) {
   if (n <= 0) return;
   switch (t) {

@@ -12,6 +12,8 @@ namespace sparse24::kernels {
 // IEEE half <-> fp32 (round to nearest even), as half_to_float / float_to_half.
 void floats_to_half(const float* x, int64_t n, uint16_t* y);
 void half_to_floats(const uint16_t* x, int64_t n, float* y);
+// fp32 -> bfloat16 bits, as float_to_bf16 (round to nearest even, a NaN stays a quiet NaN).
+void floats_to_bf16(const float* x, int64_t n, uint16_t* y);
 // n elements of dtype t stored at p (any alignment) as floats: element_to_float over the row.
 void elements_to_floats(DType t, const uint8_t* p, int64_t n, float* y);
 // gemv_i8's weights (gemv.h): int8 with an fp32 scale per kGemvI8Group columns of a row. Symmetric
@@ -50,6 +52,7 @@ bool all_finite_bf16(const uint16_t* x, int64_t n);
 bool f16c_supported();
 void floats_to_half_f16c(const float* x, int64_t n, uint16_t* y);
 void half_to_floats_f16c(const uint16_t* x, int64_t n, float* y);
+void floats_to_bf16_avx2(const float* x, int64_t n, uint16_t* y);
 // AVX2 paths, taken where f16c_supported(): quantize_i8 whole; prune24_row on whole blocks of 16 values
 // (the values of 4 groups, 2 metadata bytes), returning false if any is a NaN.
 float quantize_i8_avx2(const float* x, int64_t n, int8_t* q);

@@ -28,6 +28,28 @@ void half_to_floats_f16c(const uint16_t* x, int64_t n, float* y) {
   for (; i < n; ++i) y[i] = half_to_float(x[i]);
 }
 
+void floats_to_bf16_avx2(const float* x, int64_t n, uint16_t* y) {
+  const __m256i one = _mm256_set1_epi32(1), half = _mm256_set1_epi32(0x7FFF);
+  const __m256i magnitude = _mm256_set1_epi32(0x7FFFFFFF), inf = _mm256_set1_epi32(0x7F800000);
+  const __m256i quiet = _mm256_set1_epi32(0x400000);  // a NaN's high half | 0x40
+  // 8 values' bf16 bits in the low halves of their 32-bit lanes.
+  const auto narrow = [&](__m256i v) {
+    const __m256i rounded =
+        _mm256_add_epi32(v, _mm256_add_epi32(half, _mm256_and_si256(_mm256_srli_epi32(v, 16), one)));
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(v, magnitude), inf);
+    return _mm256_srli_epi32(_mm256_blendv_epi8(rounded, _mm256_or_si256(v, quiet), nan), 16);
+  };
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i a = narrow(_mm256_castps_si256(_mm256_loadu_ps(x + i)));
+    const __m256i b = narrow(_mm256_castps_si256(_mm256_loadu_ps(x + i + 8)));
+    // packus interleaves the 128-bit halves (a0-3 b0-3 a4-7 b4-7); the permute puts them back in order.
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i),
+                        _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), _MM_SHUFFLE(3, 1, 2, 0)));
+  }
+  for (; i < n; ++i) y[i] = float_to_bf16(x[i]);
+}
+
 float quantize_i8_avx2(const float* x, int64_t n, int8_t* q) {
   const __m256 sign = _mm256_set1_ps(-0.f);
   __m256 mx = _mm256_setzero_ps();

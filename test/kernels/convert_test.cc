@@ -61,6 +61,25 @@ TEST(Convert, FloatsNarrowToHalfAsDtype) {
   }
 }
 
+TEST(Convert, FloatsNarrowToBf16AsDtype) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(4);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int64_t n : {1, 15, 16, 17, 33, 100, 1025}) {
+    std::vector<float> x = random_floats(g, n, -4, 4);
+    // Ties both ways, the largest finite values (one rounds to inf), infinities, NaNs (one whose payload
+    // is all in the dropped half, one signalling), subnormals, signed zeros.
+    const uint32_t special[] = {0x3F808000u, 0x3F818000u, 0x7F7FFFFFu, 0x7F7F7FFFu, 0x7F800000u, 0xFF800000u,
+                                0x7FC00000u, 0x7F800001u, 0xFFA00000u, 0x00000001u, 0x80008000u, 0x80000000u};
+    for (size_t i = 0; i < std::size(special) && static_cast<int64_t>(i) < n; ++i)
+      std::memcpy(&x[static_cast<size_t>(n - 1) - i], &special[i], 4);
+    x[0] = -inf;
+    std::vector<uint16_t> y(n);
+    floats_to_bf16(x.data(), n, y.data());
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(y[i], float_to_bf16(x[i])) << n << " " << i << " " << x[i];
+  }
+}
+
 TEST(Convert, ElementsWidenAsDtypeFromAnyAddress) {
   SPARSE24_SEED_TRACE();
   auto g = rng(4);
