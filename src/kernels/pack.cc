@@ -2,8 +2,10 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "convert.h"
 #include "kernel_list.h"
 #include "sparse24/error.h"
 
@@ -80,6 +82,81 @@ GemmLayout pack_gemm(const Compressed& w, int mr, int kc, int chunk, bool bf16) 
   return p;
 }
 
+namespace {
+
+// Kept values j0 .. j0 + n - 1 of row r in the layout's type T: float from float32 values, int8 from int8,
+// bf16 bits from either bfloat16 or float32 values (pack_weights).
+template <typename T>
+void row_values(const Compressed& w, int64_t r, int64_t j0, int n, T* out) {
+  const size_t at = static_cast<size_t>(r * w.values_per_row() + j0);
+  if constexpr (std::is_same_v<T, uint16_t>) {
+    if (w.dtype == DType::kF32)
+      floats_to_bf16(reinterpret_cast<const float*>(w.values.data()) + at, n, out);
+    else
+      std::memcpy(out, w.values.data() + 2 * at, 2 * static_cast<size_t>(n));
+  } else {
+    std::memcpy(out, w.values.data() + sizeof(T) * at, sizeof(T) * static_cast<size_t>(n));
+  }
+}
+
+// The lanes layout with values of type T. Entries are written in memory order (K block, row block, super
+// chunk): each row block's super chunk gathers its rows' 32 kept values (at most 32 and their codes: a
+// whole chunk's code words are the row's metadata bytes as they are, group g's nibble being bits 4 (g % 8)
+// of word (g % 16) / 8 both ways) and stores them slot by slot.
+template <typename T>
+void fill_lanes(const Compressed& w, LanesLayout& p) {
+  using L = LanesLayout;
+  constexpr bool kI8 = std::is_same_v<T, int8_t>;
+  const int64_t groups = w.groups_per_row(), mbpr = w.meta_bytes_per_row();
+  const int64_t per_block = p.kb / L::kSuper;
+  const int code_at = L::code_offset(p.weights), scale_at = L::scale_offset(p.weights);
+  const int slot0 = L::slot_at(p.weights, 0);
+  for (int64_t kblk = 0; kblk < p.k_blocks; ++kblk)
+    for (int64_t mb = 0; mb < p.m_blocks; ++mb) {
+      const int lanes = static_cast<int>(std::min<int64_t>(L::kRows, w.rows - mb * L::kRows));
+      for (int64_t s = kblk * per_block; s < kblk * per_block + p.supers_in(kblk); ++s) {
+        uint8_t* e =
+            p.data.data() + p.entry(kblk, mb) +
+            static_cast<size_t>((s - kblk * per_block)) * static_cast<size_t>(L::entry_bytes(p.weights));
+        const int64_t g0 = 16 * s, g1 = std::min(groups, g0 + 16);
+        const bool whole = 4 * (g0 + 16) <= w.cols;
+        T v[L::kRows][L::kSlots] = {};
+        uint32_t codes[2][L::kRows] = {};  // slots 0..15, 16..31
+        for (int lane = 0; lane < lanes; ++lane) {
+          const int64_t r = mb * L::kRows + lane;
+          if constexpr (kI8) {
+            const float scale = scale_of(w, r, s * L::kSuper);
+            std::memcpy(e + scale_at + 4 * lane, &scale, 4);
+          }
+          row_values(w, r, 2 * g0, static_cast<int>(2 * (g1 - g0)), v[lane]);
+          if (whole) {
+            uint32_t c[2];
+            std::memcpy(c, w.metadata.data() + r * mbpr + g0 / 2, sizeof(c));
+            codes[0][lane] = c[0];
+            codes[1][lane] = c[1];
+            continue;
+          }
+          for (int64_t g = g0; g < g1; ++g) {
+            const uint8_t code = w.code(r, g);
+            for (int t = 0; t < 2; ++t) {
+              const int slot = 2 * static_cast<int>(g - g0) + t;
+              const int idx = (code >> (2 * t)) & 3;
+              // A position in the last group's padding (its value 0, as validate requires): code 0.
+              if (4 * g + idx < w.cols)
+                codes[slot / 16][lane] |= static_cast<uint32_t>(idx) << (2 * (slot % 16));
+            }
+          }
+        }
+        std::memcpy(e + code_at, codes, sizeof(codes));
+        T* out = reinterpret_cast<T*>(e + slot0);  // (entries and slots are aligned for T)
+        for (int slot = 0; slot < L::kSlots; ++slot)
+          for (int lane = 0; lane < L::kRows; ++lane) out[slot * L::kRows + lane] = v[lane][slot];
+      }
+    }
+}
+
+}  // namespace
+
 LanesLayout pack_lanes(const Compressed& w, int kb, bool bf16) {
   using L = LanesLayout;
   const bool i8 = w.dtype == DType::kI8;
@@ -94,73 +171,13 @@ LanesLayout pack_lanes(const Compressed& w, int kb, bool bf16) {
   p.m_blocks = (w.rows + L::kRows - 1) / L::kRows;
   p.supers = (w.cols + L::kSuper - 1) / L::kSuper;
   p.k_blocks = (w.cols + kb - 1) / kb;
-  const int eb = L::entry_bytes(p.weights), sb = lanes_slot_bytes(p.weights);
-  const int code_at = L::code_offset(p.weights), scale_at = L::scale_offset(p.weights);
-  p.data = AlignedArray<uint8_t>(static_cast<size_t>(p.m_blocks * p.supers * eb));
-  const int64_t groups = w.groups_per_row();
-  const int64_t per_block = kb / L::kSuper;
-  // Kept value j of row r as float: read in place from float32 values (what the loaders give), otherwise
-  // through Compressed::value.
-  const int64_t vpr = w.values_per_row(), mbpr = w.meta_bytes_per_row();
-  const float* f32 = w.dtype == DType::kF32 ? reinterpret_cast<const float*>(w.values.data()) : nullptr;
-  auto value = [&](int64_t r, int64_t j) { return f32 != nullptr ? f32[r * vpr + j] : w.value(r, j); };
-  // Kept value j of row r into slot bytes v in the layout's type (bf16 from bf16 values: their bits).
-  const bool bf16_in = w.dtype == DType::kBF16;
-  auto store = [&](uint8_t* v, int64_t r, int64_t j) {
-    const size_t at = static_cast<size_t>(r * vpr + j);
-    if (i8) {
-      *v = w.values[at];
-    } else if (bf16) {
-      const uint16_t b = bf16_in ? static_cast<uint16_t>(w.values[2 * at] | w.values[2 * at + 1] << 8)
-                                 : float_to_bf16(value(r, j));
-      std::memcpy(v, &b, 2);
-    } else {
-      const float f = value(r, j);
-      std::memcpy(v, &f, 4);
-    }
-  };
-  auto at = [&](int64_t mb, int64_t s) {
-    const int64_t kblk = s / per_block;
-    return p.data.data() + p.entry(kblk, mb) + static_cast<size_t>((s - kblk * per_block) * eb);
-  };
-  // Entry by entry (a row block's super chunk), lane by lane: the entry's bytes are written together and
-  // each lane's two code words once.
-  for (int64_t mb = 0; mb < p.m_blocks; ++mb)
-    for (int64_t s = 0; s < p.supers; ++s) {
-      uint8_t* e = at(mb, s);
-      const int64_t g0 = 16 * s, g1 = std::min(groups, g0 + 16);
-      for (int lane = 0; lane < L::kRows && mb * L::kRows + lane < w.rows; ++lane) {
-        const int64_t r = mb * L::kRows + lane;
-        if (i8) {
-          const float scale = scale_of(w, r, s * L::kSuper);
-          std::memcpy(e + scale_at + 4 * lane, &scale, 4);
-        }
-        uint32_t codes[2] = {0, 0};  // slots 0..15, 16..31
-        if (4 * (g0 + 16) <= w.cols) {
-          // A whole super chunk: its 32 values in slot order, and its code words are the row's metadata
-          // bytes as they are (group g's nibble is bits 4 (g % 8) of word (g % 16) / 8, both ways).
-          std::memcpy(codes, w.metadata.data() + r * mbpr + g0 / 2, sizeof(codes));
-          uint8_t* v = e + L::slot_at(p.weights, 0) + lane * sb;
-          const int stride = L::kRows * sb;
-          for (int slot = 0; slot < L::kSlots; ++slot, v += stride) {
-            store(v, r, 2 * g0 + slot);
-          }
-        } else {
-          for (int64_t g = g0; g < g1; ++g) {
-            const uint8_t code = w.code(r, g);
-            for (int t = 0; t < 2; ++t) {
-              const int slot = 2 * static_cast<int>(g - g0) + t;
-              const int idx = (code >> (2 * t)) & 3;
-              if (4 * g + idx >= w.cols) continue;  // the last group's padding: value 0, code 0
-              uint8_t* v = e + L::slot_at(p.weights, slot) + lane * sb;
-              store(v, r, 2 * g + t);
-              codes[slot / 16] |= static_cast<uint32_t>(idx) << (2 * (slot % 16));
-            }
-          }
-        }
-        for (int h = 0; h < 2; ++h) std::memcpy(e + code_at + 4 * (h * L::kRows + lane), &codes[h], 4);
-      }
-    }
+  p.data = AlignedArray<uint8_t>(static_cast<size_t>(p.m_blocks * p.supers * L::entry_bytes(p.weights)));
+  if (i8)
+    fill_lanes<int8_t>(w, p);
+  else if (bf16)
+    fill_lanes<uint16_t>(w, p);
+  else
+    fill_lanes<float>(w, p);
   return p;
 }
 

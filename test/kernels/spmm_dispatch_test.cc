@@ -17,6 +17,45 @@ namespace {
 
 using namespace sparse24::testing;  // spmm_test_util.h and common/seed.h
 
+// pack from every value type it takes (fp32, bf16, int8) into each layout's weight type (fp32 or bf16;
+// int8), on a matrix whose last group's code points past K (at its zero padding, as `validate` requires),
+// over partial row blocks and super chunks: spmm on every ISA and N on either layout equals the reference on
+// the values the pack holds.
+TEST(Spmm, PackReadsEveryStoredType) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(331);
+  const int64_t m = 13, k = 4 * 37 + 2, groups = 38;
+  Compressed f32 = random_24(g, m, k);
+  for (int64_t r = 0; r < m; ++r) {
+    uint8_t& b = f32.metadata[static_cast<size_t>(r * f32.meta_bytes_per_row() + (groups - 1) / 2)];
+    b = static_cast<uint8_t>((b & 0x0F) | 0xE0);  // positions 2 and 3 of the last group: 150 and 151
+    std::memset(&f32.values[static_cast<size_t>(4 * (r * 2 * groups + 2 * (groups - 1)))], 0, 8);
+  }
+  const Compressed bf16 = to_bf16(f32);
+  const Compressed i8 = quantize_int8(f32, 64), f32c = f32;
+  for (Isa isa : isas_here())
+    for (const Compressed* c : {&f32c, &bf16, &i8})
+      for (bool bf16_weights : {false, true}) {
+        if (c == &i8 && bf16_weights) continue;
+        PackOptions o;
+        o.isa_set = true;
+        o.isa = isa;
+        o.bf16_weights = bf16_weights;
+        const PackedMatrix p = pack(*c, o);
+        const Compressed want_w = bf16_weights ? to_bf16(*c) : *c;
+        for (int64_t n : {1, 3, 8, 16, 40}) {
+          SCOPED_TRACE(std::string(isa_name(isa)) + " stored " + dtype_name(c->dtype) +
+                       (bf16_weights ? " bf16 weights" : "") + " n " + std::to_string(n));
+          const std::vector<float> x = random_floats(g, static_cast<size_t>(k * n), -2.f, 2.f);
+          std::vector<float> want(static_cast<size_t>(m * n)), y(want.size());
+          spmm_reference(want_w, x.data(), n, n, want.data(), n);
+          spmm(p, x.data(), n, n, y.data(), n);
+          for (size_t i = 0; i < y.size(); ++i)
+            ASSERT_NEAR(y[i], want[i], 1e-4f * (1.f + std::fabs(want[i]))) << i;
+        }
+      }
+}
+
 // spmm_plan: for every N up to 140 on every ISA, weight type and layout choice, the calls cover the columns
 // in order, each on a variant this CPU runs that takes its columns; spmm gives exactly what those calls give
 // one by one (spmm_variant on the column slices), so dispatch runs the plan.
