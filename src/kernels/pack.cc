@@ -25,67 +25,9 @@ float scale_of(const Compressed& w, int64_t r, int64_t pos) {
                            : 1.f;
 }
 
-}  // namespace
-
-GemmLayout pack_gemm(const Compressed& w, int mr, int kc, int chunk, bool bf16) {
-  GemmLayout p;
-  p.mr = mr;
-  p.kc = kc;
-  p.chunk = chunk;
-  p.m_blocks = (w.rows + mr - 1) / mr;
-  p.k_blocks = (w.cols + kc - 1) / kc;
-  p.slots_per_row = w.values_per_row();
-  // int8 stays int8 where each 64 positions lie under one scale of a row; otherwise (a scale group of 32,
-  // say) the layout holds the dequantised values.
-  const bool i8 = w.dtype == DType::kI8 && kc % GemmLayout::kScaleUnit == 0 && one_scale_per_unit(w);
-  p.type = i8 ? ValueType::kI8 : (bf16 ? ValueType::kBf16 : ValueType::kF32);
-  const size_t total = static_cast<size_t>(p.m_blocks * p.slots_per_row * mr);
-  // + 64: the widening reads whole vectors past a block's last value.
-  if (p.type == ValueType::kF32) p.vals = AlignedArray<float>(total);
-  if (p.type == ValueType::kBf16) p.vals16 = AlignedArray<uint16_t>(total + 64);
-  if (p.type == ValueType::kI8) {
-    p.vals8 = AlignedArray<int8_t>(total + 64);
-    p.scales = AlignedArray<float>(p.scale_at(p.m_blocks, 0, 0));
-    const int64_t units = kc / GemmLayout::kScaleUnit;
-    for (int64_t r = 0; r < w.rows; ++r)
-      for (int64_t kb = 0; kb < p.k_blocks; ++kb)
-        for (int64_t u = 0; u < units && kb * kc + u * GemmLayout::kScaleUnit < w.cols; ++u)
-          p.scales.data()[p.scale_at(r / mr, kb, u) + static_cast<size_t>(r % mr)] =
-              scale_of(w, r, kb * kc + u * GemmLayout::kScaleUnit);
-  }
-  p.codes = AlignedArray<uint16_t>(total / static_cast<size_t>(2 * mr) + 1);  // + 1: the kernel reads ahead
-  const int64_t groups = w.groups_per_row(), vpr = w.values_per_row();
-  for (int64_t r = 0; r < w.rows; ++r) {
-    const int64_t mb = r / mr;
-    const int rr = static_cast<int>(r % mr);
-    for (int64_t g = 0; g < groups; ++g) {
-      const uint8_t code = w.code(r, g);
-      const int64_t kb = 4 * g / kc;
-      const size_t base = p.block_offset(mb, kb);
-      const int64_t j0 = 2 * g - kb * (kc / 2);  // slot of the group's first value within the block
-      for (int j = 0; j < 2; ++j) {
-        const int64_t pos = 4 * g + ((code >> (2 * j)) & 3);
-        const size_t at = base + static_cast<size_t>((j0 + j) * mr + rr);
-        if (pos < w.cols) {  // padding positions and rows hold zero
-          if (p.type == ValueType::kI8)
-            p.vals8.data()[at] = static_cast<int8_t>(w.values[static_cast<size_t>(r * vpr + 2 * g + j)]);
-          else if (p.type == ValueType::kBf16)
-            p.vals16.data()[at] = float_to_bf16(w.value(r, 2 * g + j));
-          else
-            p.vals.data()[at] = w.value(r, 2 * g + j);
-        }
-        p.codes.data()[(base + static_cast<size_t>(j0 * mr)) / static_cast<size_t>(2 * mr)] |=
-            static_cast<uint16_t>(((code >> (2 * j)) & 3) << (2 * (j * mr + rr)));
-      }
-    }
-  }
-  return p;
-}
-
-namespace {
-
-// Kept values j0 .. j0 + n - 1 of row r in the layout's type T: float from float32 values, int8 from int8,
-// bf16 bits from either bfloat16 or float32 values (pack_weights).
+// Kept values j0 .. j0 + n - 1 of row r in a layout's type T: float from float32 values, int8 from int8,
+// bf16 bits from bfloat16 or float32 values (pack_weights), and float from int8 values times their scales
+// (the compute-bound layout of an int8 matrix whose scale groups split its units).
 template <typename T>
 void row_values(const Compressed& w, int64_t r, int64_t j0, int n, T* out) {
   const size_t at = static_cast<size_t>(r * w.values_per_row() + j0);
@@ -94,8 +36,41 @@ void row_values(const Compressed& w, int64_t r, int64_t j0, int n, T* out) {
       floats_to_bf16(reinterpret_cast<const float*>(w.values.data()) + at, n, out);
     else
       std::memcpy(out, w.values.data() + 2 * at, 2 * static_cast<size_t>(n));
-  } else {
+  } else if (sizeof(T) == dtype_size(w.dtype)) {
     std::memcpy(out, w.values.data() + sizeof(T) * at, sizeof(T) * static_cast<size_t>(n));
+  } else {
+    for (int i = 0; i < n; ++i) out[i] = static_cast<T>(w.value(r, j0 + i));
+  }
+}
+
+// The compute-bound layout's values of type T and codes, block by block (row block, K block): each row's
+// kept values of the block gathered, then stored slot by slot.
+template <typename T>
+void fill_gemm(const Compressed& w, GemmLayout& p, T* vals) {
+  const int mr = p.mr, half = p.kc / 2;
+  std::vector<T> rows(static_cast<size_t>(mr * half));
+  for (int64_t mb = 0; mb < p.m_blocks; ++mb) {
+    const int in_block = static_cast<int>(std::min<int64_t>(mr, w.rows - mb * mr));
+    for (int64_t kb = 0; kb < p.k_blocks; ++kb) {
+      const size_t base = p.block_offset(mb, kb);
+      const int slots = p.slots_in(kb);
+      const int64_t j0 = kb * half;  // the block's first slot of a row
+      uint16_t* codes = p.codes.data() + base / static_cast<size_t>(2 * mr);  // a word per group
+      for (int rr = 0; rr < in_block; ++rr) {
+        const int64_t r = mb * mr + rr;
+        row_values(w, r, j0, slots, rows.data() + rr * slots);
+        // The group's two 2-bit positions, of slots 2g and 2g + 1 (a position in the last group's
+        // padding included: its value is 0, as validate requires).
+        for (int g = 0; g < slots / 2; ++g) {
+          const uint8_t code = w.code(r, j0 / 2 + g);
+          codes[g] |= static_cast<uint16_t>((code & 3) << (2 * rr) | (code >> 2 & 3) << (2 * (mr + rr)));
+        }
+      }
+      T* out = vals + base;
+      for (int slot = 0; slot < slots; ++slot)
+        for (int rr = 0; rr < in_block; ++rr)
+          out[slot * mr + rr] = rows[static_cast<size_t>(rr * slots + slot)];
+    }
   }
 }
 
@@ -156,6 +131,42 @@ void fill_lanes(const Compressed& w, LanesLayout& p) {
 }
 
 }  // namespace
+
+GemmLayout pack_gemm(const Compressed& w, int mr, int kc, int chunk, bool bf16) {
+  GemmLayout p;
+  p.mr = mr;
+  p.kc = kc;
+  p.chunk = chunk;
+  p.m_blocks = (w.rows + mr - 1) / mr;
+  p.k_blocks = (w.cols + kc - 1) / kc;
+  p.slots_per_row = w.values_per_row();
+  // int8 stays int8 where each 64 positions lie under one scale of a row; otherwise (a scale group of 32,
+  // say) the layout holds the dequantised values.
+  const bool i8 = w.dtype == DType::kI8 && kc % GemmLayout::kScaleUnit == 0 && one_scale_per_unit(w);
+  p.type = i8 ? ValueType::kI8 : (bf16 ? ValueType::kBf16 : ValueType::kF32);
+  const size_t total = static_cast<size_t>(p.m_blocks * p.slots_per_row * mr);
+  // + 64: the widening reads whole vectors past a block's last value.
+  if (p.type == ValueType::kF32) p.vals = AlignedArray<float>(total);
+  if (p.type == ValueType::kBf16) p.vals16 = AlignedArray<uint16_t>(total + 64);
+  if (p.type == ValueType::kI8) {
+    p.vals8 = AlignedArray<int8_t>(total + 64);
+    p.scales = AlignedArray<float>(p.scale_at(p.m_blocks, 0, 0));
+    const int64_t units = kc / GemmLayout::kScaleUnit;
+    for (int64_t r = 0; r < w.rows; ++r)
+      for (int64_t kb = 0; kb < p.k_blocks; ++kb)
+        for (int64_t u = 0; u < units && kb * kc + u * GemmLayout::kScaleUnit < w.cols; ++u)
+          p.scales.data()[p.scale_at(r / mr, kb, u) + static_cast<size_t>(r % mr)] =
+              scale_of(w, r, kb * kc + u * GemmLayout::kScaleUnit);
+  }
+  p.codes = AlignedArray<uint16_t>(total / static_cast<size_t>(2 * mr) + 1);  // + 1: the kernel reads ahead
+  if (p.type == ValueType::kI8)
+    fill_gemm(w, p, p.vals8.data());
+  else if (p.type == ValueType::kBf16)
+    fill_gemm(w, p, p.vals16.data());
+  else
+    fill_gemm(w, p, p.vals.data());
+  return p;
+}
 
 LanesLayout pack_lanes(const Compressed& w, int kb, bool bf16) {
   using L = LanesLayout;
