@@ -126,28 +126,58 @@ WeightTable int8_table(const WeightTable& bf16, int64_t rows, int64_t cols) {
   return narrowed_table(t, true);
 }
 
-WeightTable narrowed_table(const StoredRows& t, bool int8) {
+namespace {
+
+// A [rows, cols] table as int8 or bf16 from fp32 rows that read(r0, r1, out) gives, kRows at a time on
+// `threads`; the first failing block's error is rethrown (whichever thread met it).
+template <class Read>
+WeightTable narrow_rows(int64_t rows, int64_t cols, bool int8, int threads, const Read& read) {
   WeightTable out;
-  const int64_t groups = (t.cols + kernels::kGemvI8Group - 1) / kernels::kGemvI8Group;
-  const auto size = static_cast<size_t>(t.rows * t.cols);
+  const int64_t groups = (cols + kernels::kGemvI8Group - 1) / kernels::kGemvI8Group;
+  const auto size = static_cast<size_t>(rows * cols);
   if (int8) {
     out.i8.resize(size);
-    out.scales.resize(static_cast<size_t>(t.rows * groups));
+    out.scales.resize(static_cast<size_t>(rows * groups));
   } else {
     out.bf16.resize(size);
   }
-  constexpr int64_t kRows = 64;  // widened a block of rows at a time (not the whole table in fp32)
-  std::vector<float> block(static_cast<size_t>(std::min(t.rows, kRows) * t.cols));
-  for (int64_t r = 0; r < t.rows; r += kRows) {
-    const int64_t n = std::min(kRows, t.rows - r);
-    for (int64_t i = 0; i < n; ++i) t.row(r + i, block.data() + i * t.cols);
-    if (int8)
-      kernels::quantize_gemv_i8(block.data(), n, t.cols, out.i8.data() + r * t.cols,
-                                out.scales.data() + r * groups);
-    else
-      kernels::floats_to_bf16(block.data(), n * t.cols, out.bf16.data() + r * t.cols);
+  constexpr int64_t kRows = 64;
+  const int64_t blocks = (rows + kRows - 1) / kRows;
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(blocks));
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    std::vector<float> block(static_cast<size_t>(std::min(rows, kRows) * cols));
+#pragma omp for schedule(dynamic, 16)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t r = b * kRows, n = std::min(kRows, rows - r);
+      try {
+        read(r, r + n, block.data());
+        if (int8)
+          kernels::quantize_gemv_i8(block.data(), n, cols, out.i8.data() + r * cols,
+                                    out.scales.data() + r * groups);
+        else
+          kernels::floats_to_bf16(block.data(), n * cols, out.bf16.data() + r * cols);
+      } catch (...) {
+        errors[static_cast<size_t>(b)] = std::current_exception();
+      }
+    }
   }
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
   return out;
+}
+
+}  // namespace
+
+WeightTable narrowed_table(const StoredRows& t, bool int8, int threads) {
+  return narrow_rows(t.rows, t.cols, int8, threads, [&](int64_t r0, int64_t r1, float* out) {
+    for (int64_t r = r0; r < r1; ++r) t.row(r, out + (r - r0) * t.cols);
+  });
+}
+
+WeightTable narrowed_table(const RowSource& t, bool int8, int threads) {
+  return narrow_rows(t.stored.rows, t.stored.cols, int8, threads,
+                     [&](int64_t r0, int64_t r1, float* out) { t.read(r0, r1, out); });
 }
 
 bool head_runs_stored(uint32_t ggml_type, bool int8, bool bf16) {

@@ -144,7 +144,7 @@ class GgufTensors {
   std::vector<uint16_t> bf16(const std::string& hf, const std::vector<int64_t>& shape) {
     const std::vector<float> f = dense(hf, shape);
     std::vector<uint16_t> v(f.size());
-    for (size_t i = 0; i < f.size(); ++i) v[i] = float_to_bf16(f[i]);
+    kernels::floats_to_bf16(f.data(), static_cast<int64_t>(f.size()), v.data());
     return v;
   }
   Gemm linear(const std::string& prefix, const std::string& layer, int64_t out, int64_t in, bool bias) {

@@ -329,6 +329,14 @@ DecoderModel build_decoder(const DecoderConfig& c, const Biases& b, Src& w, cons
     t = o.int8 ? detail::int8_table(fp32, c.vocab, c.hidden) : detail::bf16_table(fp32);
     std::vector<float>().swap(fp32);
   };
+  // A table the source reads by rows: narrowed a block of rows at a time, never whole in fp32 (Llama 3.2
+  // 1B's is 1 GB); false where it must be read first.
+  const auto narrow_by_rows = [&](const std::string& name, WeightTable& t) {
+    if ((!o.int8 && !o.bf16) || !w.reads_rows(name, {c.vocab, c.hidden})) return false;
+    t = detail::narrowed_table(w.rows(name, {c.vocab, c.hidden}), o.int8, o.threads);
+    w.rows_read(name);
+    return true;
+  };
   // An untied model's embeddings stay in the mapped file, as stored (a token reads one row of them). So does
   // a head that would otherwise be widened or quantized a second time (Q8_0, Q6_K, F16), run there as stored
   // (DecoderModel::head_stored) where detail::head_runs_stored says so for the options (bf16 heads keep
@@ -348,7 +356,7 @@ DecoderModel build_decoder(const DecoderConfig& c, const Biases& b, Src& w, cons
   if (m.embed_stored.empty()) {
     if (bf16_tables) {
       m.embed_table.bf16 = w.bf16("model.embed_tokens.weight", {c.vocab, c.hidden});
-    } else {
+    } else if (!narrow_by_rows(embeddings, m.embed_table)) {
       m.embed = w.dense("model.embed_tokens.weight", {c.vocab, c.hidden});
       narrow(m.embed, m.embed_table);
     }
@@ -360,7 +368,7 @@ DecoderModel build_decoder(const DecoderConfig& c, const Biases& b, Src& w, cons
       m.head_stored = w.stored_rows("lm_head.weight", table);
     } else if (bf16_tables) {
       m.head_table.bf16 = w.bf16("lm_head.weight", {c.vocab, c.hidden});
-    } else {
+    } else if (!narrow_by_rows("lm_head.weight", m.head_table)) {
       m.head = w.linear("lm_head", "lm_head", c.vocab, c.hidden, false);
       narrow(m.head.dense, m.head_table);
     }

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -421,6 +422,24 @@ TEST(GgufDecoder, PrunesAndQuantizesAsItReads) {
   DecoderLoadOptions o;
   o.prune = o.int8 = true;
   EXPECT_THROW(load_gguf_decoder(parse_gguf(bad.data(), bad.size(), "bad.gguf"), "bad.gguf", o), Error);
+  // The embeddings narrowed a block of rows at a time (on two threads): a non-finite value in the last
+  // block still fails the load, with the tensor's name.
+  m.layers.back().gate_up.dense[5] = 0.5f;
+  m.embed[m.embed.size() - 3] = std::numeric_limits<float>::infinity();
+  GgufWriter w3;
+  const std::vector<uint8_t> inf = encode_gguf(tiny_gguf(m, t, w3, /*untied=*/true));
+  for (bool int8 : {true, false}) {
+    DecoderLoadOptions n;
+    (int8 ? n.int8 : n.bf16) = true;
+    n.threads = 2;
+    try {
+      load_gguf_decoder(parse_gguf(inf.data(), inf.size(), "inf.gguf"), "inf.gguf", n);
+      ADD_FAILURE() << "a non-finite embedding loaded";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("token_embd.weight' holds a non-finite value"), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 // A file's tables stay in its mapping in their ggml type: an untied model's embeddings whatever their type
