@@ -1,5 +1,7 @@
 #include "sparse24/compressed.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -95,6 +97,22 @@ namespace {
 
 // An empty int8 matrix like `shape` (rows x cols as a matrix), the scale group checked and clamped to a row:
 // its values, scales and metadata sized, to be filled.
+// v resized to n zero bytes, a large buffer on 2 MB pages where the kernel gives them on request (transparent
+// huge pages in "madvise" mode, as kernels::AlignedArray's): its first touch then faults once per 2 MB, not
+// once per 4 KB (a pruned-as-read load's values are a model's size).
+void resize_zeroed(std::vector<uint8_t>& v, size_t n) {
+#ifdef MADV_HUGEPAGE
+  constexpr size_t kHuge = size_t{2} << 20;
+  if (v.empty() && n >= 4 * kHuge) {
+    v.reserve(n);
+    const auto at = reinterpret_cast<uintptr_t>(v.data());
+    const uintptr_t first = (at + kHuge - 1) / kHuge * kHuge, last = (at + n) / kHuge * kHuge;
+    if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);  // advice only
+  }
+#endif
+  v.resize(n);
+}
+
 Compressed int8_layout(const std::vector<int64_t>& shape, int64_t rows, int64_t cols, int64_t scale_group) {
   if (scale_group <= 0 || scale_group % 4 != 0)
     throw Error("int8 scale group must be a positive multiple of 4 positions, got " +
@@ -106,8 +124,8 @@ Compressed int8_layout(const std::vector<int64_t>& shape, int64_t rows, int64_t 
   q.cols = cols;
   q.scale_group = std::min(scale_group, 4 * q.groups_per_row());  // one scale per row at most
   q.scales.resize(static_cast<size_t>(rows * q.scales_per_row()));
-  q.values.resize(static_cast<size_t>(rows * q.values_per_row()));
-  q.metadata.resize(static_cast<size_t>(rows * q.meta_bytes_per_row()));
+  resize_zeroed(q.values, static_cast<size_t>(rows * q.values_per_row()));
+  resize_zeroed(q.metadata, static_cast<size_t>(rows * q.meta_bytes_per_row()));
   return q;
 }
 
@@ -150,8 +168,8 @@ Compressed pruned_layout(int64_t rows, int64_t cols, DType dtype, int64_t scale_
   c.shape = {rows, cols};
   c.rows = rows;
   c.cols = cols;
-  c.values.resize(static_cast<size_t>(rows * c.values_per_row()) * dtype_size(dtype));
-  c.metadata.resize(static_cast<size_t>(rows * c.meta_bytes_per_row()));
+  resize_zeroed(c.values, static_cast<size_t>(rows * c.values_per_row()) * dtype_size(dtype));
+  resize_zeroed(c.metadata, static_cast<size_t>(rows * c.meta_bytes_per_row()));
   return c;
 }
 
