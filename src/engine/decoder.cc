@@ -268,7 +268,7 @@ void Decoder::build(const DecoderModel& m, const DecoderOptions& o, DecoderModel
     if (detail::head_runs_stored(type, o.int8_weights, o.bf16_weights)) {
       s.head_stored = head_stored;
     } else {
-      s.head_table = detail::narrowed_table(head_stored, o.int8_weights);
+      s.head_table = detail::narrowed_table(head_stored, o.int8_weights, o.threads);
       if (s.c.tied) {
         s.embed_stored = StoredRows{};
         s.embed_rows = &s.head_table;
