@@ -25,16 +25,31 @@ Gemm concat_rows(std::string name, const std::vector<const Gemm*>& parts) {
       throw Error("layer '" + g.name + "': parts of different shapes");
     g.m += p->m;
     g.pruned = g.pruned && p->pruned;
-    if (p->pruned && p->sparse.dtype != parts[0]->sparse.dtype)
+    if (p->pruned &&
+        (p->sparse.dtype != parts[0]->sparse.dtype || p->sparse.scale_group != parts[0]->sparse.scale_group))
       throw Error("layer '" + g.name + "': 2:4 parts of different types");
   }
-  if (!g.pruned) g.dense.reserve(static_cast<size_t>(g.m * g.k));
+  // Each array grown once (inserted part by part, the joined 2:4 values were copied again per part).
+  size_t values = 0, metadata = 0, scales = 0;
+  for (const Gemm* p : parts) {
+    values += p->sparse.values.size();
+    metadata += p->sparse.metadata.size();
+    scales += p->sparse.scales.size();
+  }
+  if (g.pruned) {
+    g.sparse.values.reserve(values);
+    g.sparse.metadata.reserve(metadata);
+    g.sparse.scales.reserve(scales);
+  } else {
+    g.dense.reserve(static_cast<size_t>(g.m * g.k));
+  }
   for (const Gemm* p : parts) {
     g.sources.insert(g.sources.end(), p->sources.begin(), p->sources.end());
     g.bias.insert(g.bias.end(), p->bias.begin(), p->bias.end());
     if (g.pruned) {
       g.sparse.values.insert(g.sparse.values.end(), p->sparse.values.begin(), p->sparse.values.end());
       g.sparse.metadata.insert(g.sparse.metadata.end(), p->sparse.metadata.begin(), p->sparse.metadata.end());
+      g.sparse.scales.insert(g.sparse.scales.end(), p->sparse.scales.begin(), p->sparse.scales.end());
     } else {
       if (p->pruned) {
         const std::vector<float> w = decompress(p->sparse).to_float();
@@ -46,6 +61,7 @@ Gemm concat_rows(std::string name, const std::vector<const Gemm*>& parts) {
   }
   if (g.pruned) {
     g.sparse.dtype = parts[0]->sparse.dtype;
+    g.sparse.scale_group = parts[0]->sparse.scale_group;
     g.sparse.rows = g.m;
     g.sparse.cols = g.k;
     g.sparse.shape = {g.m, g.k};

@@ -10,11 +10,13 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "../../src/engine/builder.h"
 #include "../../src/engine/fingerprint.h"
 #include "../../src/engine/gemm.h"
 #include "../../src/engine/ops.h"
 #include "common/cli.h"
 #include "common/seed.h"
+#include "sparse24/compressed.h"
 #include "sparse24/error.h"
 #include "sparse24/io.h"
 #include "sparse24/reference.h"
@@ -84,6 +86,54 @@ TEST(Fingerprint, WordHashInPiecesEqualsTheWhole) {
 // One GEMM layer on the dense path against gemm_reference, at every N from 1 to 20: dnnl_sgemm
 // (N = 1 and past 16), kernels::gemm_small (N = 2..16, gemm.cc), each with and without a bias, for every
 // epilogue, on one and two threads, N changing between calls on one layer.
+// concat_rows (a Linear's stored parts joined: Q, K, V; gate, up): 2:4 parts of any type, scaled int8
+// included, give the matrix of their rows stacked, their biases in order; parts of different types or
+// scale groups are refused.
+TEST(EngineOps, ConcatRowsStacksTheParts) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(41);
+  const int64_t k = 70;
+  std::vector<Gemm> parts(3);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    Gemm& p = parts[i];
+    p.m = 5 + static_cast<int64_t>(i) * 3;
+    p.k = k;
+    p.pruned = true;
+    const std::vector<float> w = random_floats(g, static_cast<size_t>(p.m * k));
+    p.sparse = compress(Tensor::from_float(w, {p.m, k}), true);
+    p.bias = random_floats(g, static_cast<size_t>(p.m));
+    p.sources = {"part" + std::to_string(i)};
+  }
+  for (int type = 0; type < 3; ++type) {  // fp32, bf16, int8 with scales per 32 positions
+    SCOPED_TRACE(type);
+    std::vector<Gemm> ps;
+    std::vector<const Gemm*> ptrs;
+    std::vector<float> want_w, want_b;  // the parts' dense rows and biases, stacked
+    for (const Gemm& p : parts) {
+      Gemm q = p;
+      if (type == 1) q.sparse = to_bf16(std::move(q.sparse));
+      if (type == 2) q.sparse = quantize_int8(q.sparse, 32);
+      const std::vector<float> d = decompress(q.sparse).to_float();
+      want_w.insert(want_w.end(), d.begin(), d.end());
+      want_b.insert(want_b.end(), q.bias.begin(), q.bias.end());
+      ps.push_back(std::move(q));
+    }
+    for (const Gemm& p : ps) ptrs.push_back(&p);
+    const Gemm j = concat_rows("qkv", ptrs);
+    EXPECT_EQ(j.m, 5 + 8 + 11);
+    EXPECT_NO_THROW(validate(j.sparse));
+    EXPECT_EQ(decompress(j.sparse).to_float(), want_w);
+    EXPECT_EQ(j.bias, want_b);
+    EXPECT_EQ(j.sources, (std::vector<std::string>{"part0", "part1", "part2"}));
+  }
+  Gemm other = parts[1];
+  other.sparse = quantize_int8(other.sparse, 64);
+  Gemm scaled = parts[0];
+  scaled.sparse = quantize_int8(scaled.sparse, 32);
+  EXPECT_THROW(concat_rows("qkv", {&scaled, &other}), Error);
+  EXPECT_THROW(concat_rows("qkv", {&parts[0], &other}), Error);
+}
+
 TEST(EngineOps, DenseGemmMatchesNaiveAtEveryN) {
   SPARSE24_SEED_TRACE();
   auto g = rng(7);
