@@ -338,9 +338,10 @@ DecoderModel build_decoder(const DecoderConfig& c, const Biases& b, Src& w, cons
     return true;
   };
   // An untied model's embeddings stay in the mapped file, as stored (a token reads one row of them). So does
-  // a head that would otherwise be widened or quantized a second time (Q8_0, Q6_K, F16), run there as stored
-  // (DecoderModel::head_stored) where detail::head_runs_stored says so for the options (bf16 heads keep
-  // their bf16 tables, fp32 ones are read). A tied model's table stays when its head does.
+  // a head that would otherwise be widened, quantized a second time or copied (Q8_0, Q6_K, F16, BF16: a
+  // bf16 checkpoint's head runs on the bf16 table's kernel there), run as stored (DecoderModel::head_stored)
+  // where detail::head_runs_stored says so for the options (fp32 ones are read). A tied model's table stays
+  // when its head does.
   const std::vector<int64_t> table{c.vocab, c.hidden};
   const std::string embeddings = "model.embed_tokens.weight", head = c.tied ? embeddings : "lm_head.weight";
   const std::string head_type = w.dense_dtype(head);
@@ -348,9 +349,9 @@ DecoderModel build_decoder(const DecoderConfig& c, const Biases& b, Src& w, cons
     return head_type == ggml_type_name(static_cast<uint32_t>(t)) &&
            detail::head_runs_stored(static_cast<uint32_t>(t), o.int8, o.bf16);
   };
-  const bool head_in_file =
-      (runs_stored(GgmlType::kQ8_0) || runs_stored(GgmlType::kQ6_K) || runs_stored(GgmlType::kF16)) &&
-      w.stays_in_file(head, table) && w.stays_in_file(embeddings, table);
+  const bool head_in_file = (runs_stored(GgmlType::kQ8_0) || runs_stored(GgmlType::kQ6_K) ||
+                             runs_stored(GgmlType::kF16) || runs_stored(GgmlType::kBF16)) &&
+                            w.stays_in_file(head, table) && w.stays_in_file(embeddings, table);
   if ((!c.tied || head_in_file) && w.stays_in_file(embeddings, table))
     m.embed_stored = w.stored_rows(embeddings, table);
   if (m.embed_stored.empty()) {
