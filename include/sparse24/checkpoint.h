@@ -14,6 +14,7 @@
 // safetensors writer uses (descending dtype alignment, then name), so the file is the one it would write.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -48,10 +49,16 @@ struct Checkpoint {
 // the buffer `st` views), 2:4 layers decoded.
 struct CheckpointTensorView {
   std::string name;
-  StTensorView dense;                // when !sparse
+  StTensorView dense;                // when not 2:4
   std::optional<Compressed> sparse;  // a compressed 2:4 weight
-  // The tensor with its dense bytes copied out (the 2:4 weight moved).
+  // Or a sparse24 layer left in the file (read_checkpoint_view's defer_sparse24): its shape checked,
+  // decode() reads and validates it (the eager read's errors), from the bytes `stored` spans.
+  std::function<Compressed()> decode;
+  std::vector<std::span<const uint8_t>> stored;
+  bool is_sparse() const { return sparse.has_value() || decode != nullptr; }
+  // The tensor with its dense bytes copied out (the 2:4 weight moved, or decoded).
   CheckpointTensor copy() && {
+    if (decode) sparse = decode();
     return {std::move(name), sparse ? StTensor{} : dense.copy(), std::move(sparse)};
   }
 };
@@ -63,7 +70,10 @@ struct CheckpointView {
 // Decodes every sparse24 and sparse-24-bitmask layer (validating each completely) and leaves the rest in
 // place (read_checkpoint_view) or copies it (read_checkpoint). Errors "<what>: ..." name the layer and the
 // problem.
-CheckpointView read_checkpoint_view(const SafeTensorsView& st, const std::string& what);
+// defer_sparse24: sparse24 layers are left in place to decode when asked for (CheckpointTensorView::decode;
+// it reads from st's bytes, which must outlive it), so that a loader holds one layer decoded at a time.
+CheckpointView read_checkpoint_view(const SafeTensorsView& st, const std::string& what,
+                                    bool defer_sparse24 = false);
 Checkpoint read_checkpoint(const SafeTensorsView& st, const std::string& what);
 Checkpoint load_checkpoint(const std::string& path);  // memory-mapped
 

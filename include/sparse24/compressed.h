@@ -50,7 +50,8 @@ struct Compressed {
   double bytes_per_weight() const;
 };
 
-// int8 weights with fp32 scales from float32 ones: per row and per scale_group positions along K (a
+// int8 weights with fp32 scales from float32 ones (or bfloat16 / float16 ones, widened exactly: the same
+// int8 weights as from to_f32 of them): per row and per scale_group positions along K (a
 // positive multiple of 4), scale = max |kept value| / 127 and q = round(v / scale) in -127..127 (symmetric,
 // round to nearest even). Same codes. Measured on real weight matrices (docs/formats.md): groups of 64
 // positions halve the per-row error.

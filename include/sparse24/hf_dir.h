@@ -54,7 +54,7 @@ class HfDirReader {
   const std::string& config_json() const { return config_json_; }
   const std::optional<SparsityConfig>& sparsity_config() const { return sparsity_; }
   const std::vector<std::string>& shards() const { return shards_; }  // paths
-  Shard shard(size_t i);
+  Shard shard(size_t i, bool defer_sparse24 = false);  // (read_checkpoint_view's; those layers' pages kept)
 
  private:
   std::string dir_, config_path_, config_json_;
@@ -67,7 +67,9 @@ class HfDirReader {
 // DIR; every shard is validated (checkpoint.h) and a tensor may appear in one shard only; a config whose
 // sparsity_config names another format than the sparse-24-bitmask layers it comes with is refused. Error
 // "DIR: ..." naming the problem. read_hf_dir is map_hf_dir plus a copy of every dense tensor.
-MappedHfDir map_hf_dir(const std::string& dir);
+// defer_sparse24: sparse24 layers left to decode when asked for (CheckpointTensorView::decode), their
+// pages kept until then.
+MappedHfDir map_hf_dir(const std::string& dir, bool defer_sparse24 = false);
 HfDir read_hf_dir(const std::string& dir);
 
 // Refuses a config whose sparsity_config (`sc`, from config.json `config_what`) names another format or

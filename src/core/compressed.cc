@@ -148,13 +148,22 @@ void check_matrix(int64_t rows, int64_t cols) {
 }  // namespace
 
 Compressed quantize_int8(const Compressed& f, int64_t scale_group) {
-  if (f.dtype != DType::kF32)
-    throw Error(std::string("int8 quantisation needs float32 values, got ") + dtype_name(f.dtype));
+  if (f.dtype != DType::kF32 && f.dtype != DType::kBF16 && f.dtype != DType::kF16)
+    throw Error(std::string("int8 quantisation needs float values, got ") + dtype_name(f.dtype));
   Compressed q = int8_layout(f.shape, f.rows, f.cols, scale_group);
   validate(f);
   q.metadata = f.metadata;
-  const auto* in = reinterpret_cast<const float*>(f.values.data());  // (f32 and unscaled: checked above)
-  for (int64_t r = 0; r < f.rows; ++r) quantize_row(in + r * f.values_per_row(), q, r);
+  const int64_t vpr = f.values_per_row();
+  if (f.dtype == DType::kF32) {
+    const auto* in = reinterpret_cast<const float*>(f.values.data());
+    for (int64_t r = 0; r < f.rows; ++r) quantize_row(in + r * vpr, q, r);
+    return q;
+  }
+  std::vector<float> row(static_cast<size_t>(vpr));  // a 16-bit row widened (exactly)
+  for (int64_t r = 0; r < f.rows; ++r) {
+    kernels::elements_to_floats(f.dtype, f.values.data() + 2 * r * vpr, vpr, row.data());
+    quantize_row(row.data(), q, r);
+  }
   return q;
 }
 

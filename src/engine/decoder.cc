@@ -65,7 +65,7 @@ struct Linear {
       o.layouts = both ? PackLayouts::kBoth : PackLayouts::kSmallN;
       // (Not one conditional expression: its lvalue arm would copy the Linear's values.)
       if (d.int8_weights && !i8)
-        packed = pack(quantize_int8(to_f32(g.sparse), detail::kInt8ScaleGroup), o);
+        packed = pack(quantize_int8(g.sparse, detail::kInt8ScaleGroup), o);
       else
         packed = pack(g.sparse, o);
       return;

@@ -39,7 +39,7 @@ void prepare_linears(const std::vector<Gemm*>& linears, const DecoderLoadOptions
         g.dense.shrink_to_fit();
       }
       if (o.int8 && g.pruned && g.sparse.dtype != DType::kI8)
-        g.sparse = quantize_int8(to_f32(std::move(g.sparse)), kInt8ScaleGroup);
+        g.sparse = quantize_int8(g.sparse, kInt8ScaleGroup);
       if (o.bf16 && g.pruned && (g.sparse.dtype == DType::kF32 || g.sparse.dtype == DType::kF16))
         g.sparse = to_bf16(std::move(g.sparse));
     } catch (...) {

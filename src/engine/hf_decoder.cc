@@ -449,7 +449,9 @@ DecoderModel read_hf_decoder(const std::string& dir, const std::string& config_j
 }  // namespace
 
 DecoderModel load_hf_decoder(const std::string& dir, const DecoderLoadOptions& o) {
-  MappedHfDir d = map_hf_dir(dir);
+  // 2:4 weights decoded as each layer is read (with int8 or bf16 options, narrowed before the next one: a
+  // pruned bf16 checkpoint is never in memory whole beside its int8 weights).
+  MappedHfDir d = map_hf_dir(dir, true);
   const std::string what = detail::weights_what(d.dir, d.shards), config = d.config_json;
   detail::Weights w(std::move(d), what);
   return read_hf_decoder(dir, config, w, what, o);

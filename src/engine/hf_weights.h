@@ -86,10 +86,10 @@ class Weights {
  public:
   Weights(Checkpoint ck, std::string what) : owned_(std::move(ck)), what_(std::move(what)) {
     for (CheckpointTensor& t : owned_.tensors)
-      add(t.name, StTensorView{t.dense.dtype, t.dense.shape, t.dense.bytes}, t.sparse, nullptr);
+      add(t.name, StTensorView{t.dense.dtype, t.dense.shape, t.dense.bytes}, t.sparse, nullptr, nullptr);
   }
   Weights(MappedHfDir d, std::string what) : mapped_(std::move(d)), what_(std::move(what)) {
-    for (MappedHfDir::Tensor& x : mapped_.tensors) add(x.t.name, x.t.dense, x.t.sparse, x.file);
+    for (MappedHfDir::Tensor& x : mapped_.tensors) add(x.t.name, x.t.dense, x.t.sparse, &x.t, x.file);
   }
   Weights(const Weights&) = delete;
   Weights& operator=(const Weights&) = delete;
@@ -138,7 +138,7 @@ class Weights {
   bool reads_rows(const std::string& name, const std::vector<int64_t>& shape) const {
     const auto it = by_name_.find(name);
     const Entry* e = it == by_name_.end() ? nullptr : &entries_[it->second];
-    return e != nullptr && !e->sparse && shape.size() == 2 && e->dense.shape == shape &&
+    return e != nullptr && !e->is_sparse() && shape.size() == 2 && e->dense.shape == shape &&
            (e->dense.dtype == "F32" || e->dense.dtype == "F16" || e->dense.dtype == "BF16");
   }
   // Its rows where they are stored; rows_read() takes the tensor once they have been.
@@ -195,11 +195,11 @@ class Weights {
   // A dense tensor's stored type (safetensors' name; "" for a 2:4 or a missing one).
   std::string dense_dtype(const std::string& name) const {
     const auto it = by_name_.find(name);
-    return it == by_name_.end() || entries_[it->second].sparse ? "" : entries_[it->second].dense.dtype;
+    return it == by_name_.end() || entries_[it->second].is_sparse() ? "" : entries_[it->second].dense.dtype;
   }
   bool is_dense(const std::string& name) const {
     const auto it = by_name_.find(name);
-    return it == by_name_.end() || !entries_[it->second].sparse;
+    return it == by_name_.end() || !entries_[it->second].is_sparse();
   }
   // A Linear's weight [out, in], dense or 2:4, and its bias (when `bias`).
   Gemm linear(const std::string& prefix, const std::string& layer, int64_t out, int64_t in,
@@ -247,15 +247,20 @@ class Weights {
  private:
   struct Entry {
     std::string name;
-    StTensorView dense;                      // when !sparse
-    Compressed* sparse;                      // null when dense; moved out by linear()
+    StTensorView dense;                      // when not 2:4
+    Compressed* sparse;                      // a 2:4 weight (decoded); moved out by linear()
+    CheckpointTensorView* deferred;          // or one left in the file until taken (decoded into `decoded`)
     std::shared_ptr<const MappedFile> file;  // the mapping dense's bytes are in (null: in memory)
     bool used = false;
+    std::optional<Compressed> decoded;
+    bool is_sparse() const { return sparse != nullptr || deferred != nullptr; }
   };
   void add(const std::string& name, StTensorView dense, std::optional<Compressed>& sparse,
-           std::shared_ptr<const MappedFile> file) {
+           CheckpointTensorView* view, std::shared_ptr<const MappedFile> file) {
     by_name_[name] = entries_.size();
-    entries_.push_back({name, std::move(dense), sparse ? &*sparse : nullptr, std::move(file)});
+    CheckpointTensorView* deferred = view != nullptr && view->decode ? view : nullptr;
+    entries_.push_back(
+        {name, std::move(dense), sparse ? &*sparse : nullptr, deferred, std::move(file), false, {}});
   }
   // A tensor asked for: marked used and hashed the first time; a 2:4 weight only once (linear moves it).
   Entry& take(const std::string& name) {
@@ -267,6 +272,12 @@ class Weights {
       return t;
     }
     t.used = true;
+    if (t.deferred != nullptr) {  // decoded now, its pages dropped
+      t.decoded = t.deferred->decode();
+      t.sparse = &*t.decoded;
+      if (t.file != nullptr)
+        for (std::span<const uint8_t> b : t.deferred->stored) t.file->release(b);
+    }
     if (t.sparse) {
       const Compressed& c = *t.sparse;
       h_ = fnv1a_tensor(h_, name, c.values.data(), c.values.size());

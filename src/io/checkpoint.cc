@@ -33,9 +33,9 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// One sparse24 layer "<name>.values" + "<name>.metadata" with __metadata__ "<name>.shape".
-Compressed read_sparse24_layer(const SafeTensorsView& st, const std::string& name,
-                               const std::string& shape_text, const std::string& what) {
+// The dense shape of sparse24 layer <name>: its __metadata__ "<name>.shape", checked.
+std::vector<int64_t> sparse24_shape(const std::string& name, const std::string& shape_text,
+                                    const std::string& what) {
   const std::string layer = "sparse24 layer '" + printable(name) + "'";
   std::vector<int64_t> shape;
   if (!parse_shape_text(shape_text, &shape) || !products_fit(shape))
@@ -49,6 +49,13 @@ Compressed read_sparse24_layer(const SafeTensorsView& st, const std::string& nam
   }
   if (view.cols <= 0 || view.cols > INT64_MAX - 8)
     fail(what, layer + ": shape " + shape_string(shape) + " is not usable");
+  return shape;
+}
+
+// One sparse24 layer "<name>.values" + "<name>.metadata" of that shape, decoded and validated.
+Compressed read_sparse24_layer(const SafeTensorsView& st, const std::string& name,
+                               const std::vector<int64_t>& shape, const std::string& what) {
+  const std::string layer = "sparse24 layer '" + printable(name) + "'";
   try {
     return compressed_from_st(st, name, shape);
   } catch (const Error& e) {
@@ -100,7 +107,7 @@ int64_t Checkpoint::sparse_count() const {
                        [](const CheckpointTensor& t) { return t.sparse.has_value(); });
 }
 
-CheckpointView read_checkpoint_view(const SafeTensorsView& st, const std::string& what) {
+CheckpointView read_checkpoint_view(const SafeTensorsView& st, const std::string& what, bool defer_sparse24) {
   CheckpointView ck;
   std::set<std::string> consumed;  // tensor names that belong to a sparse layer
   // name -> its entry, keyed by the file position of the layer's first tensor (to keep file order).
@@ -129,7 +136,20 @@ CheckpointView read_checkpoint_view(const SafeTensorsView& st, const std::string
       if (!st.find(name + kValuesSuffix) && !st.find(name + kMetadataSuffix)) continue;  // someone else's key
       CheckpointTensorView t;
       t.name = name;
-      t.sparse = read_sparse24_layer(st, name, value, what);
+      const std::vector<int64_t> shape = sparse24_shape(name, value, what);
+      if (defer_sparse24) {
+        SafeTensorsView own;  // the layer's two tensors (views), for decode to find by name
+        for (const char* suffix : {kValuesSuffix, kMetadataSuffix})
+          if (const StTensorView* v = st.find(name + suffix)) {
+            own.tensors.emplace_back(name + suffix, *v);
+            t.stored.push_back(v->bytes);
+          }
+        t.decode = [own = std::move(own), name, shape, what] {
+          return read_sparse24_layer(own, name, shape, what);
+        };
+      } else {
+        t.sparse = read_sparse24_layer(st, name, shape, what);
+      }
       consumed.insert(name + kValuesSuffix);
       consumed.insert(name + kMetadataSuffix);
       layout_keys.insert(key);
@@ -155,7 +175,7 @@ CheckpointView read_checkpoint_view(const SafeTensorsView& st, const std::string
   for (size_t i = 0; i < st.tensors.size(); ++i) {
     const auto& [name, v] = st.tensors[i];
     if (consumed.count(name)) continue;
-    entries.emplace_back(i, CheckpointTensorView{name, v, std::nullopt});
+    entries.emplace_back(i, CheckpointTensorView{name, v, std::nullopt, {}, {}});
   }
   std::stable_sort(entries.begin(), entries.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });

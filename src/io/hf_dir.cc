@@ -83,34 +83,36 @@ HfDirReader::HfDirReader(std::string dir) : dir_(std::move(dir)) {
   for (const std::string& name : shard_names(dir_)) shards_.push_back(dir_ + "/" + name);
 }
 
-HfDirReader::Shard HfDirReader::shard(size_t i) {
+HfDirReader::Shard HfDirReader::shard(size_t i, bool defer_sparse24) {
   const std::string& path = shards_.at(i);
   Shard s;
   s.file = std::make_unique<MappedSafeTensors>(path);
   const MappedSafeTensors& st = *s.file;
   check_sparsity_config(sparsity_, st.view, config_path_, fs::path(path).filename().string());
-  s.part = read_checkpoint_view(st.view, path);
-  // The 2:4 weights were copied out of the file: the pages of the tensors they came from are dropped
-  // (a pruned 8B checkpoint's 7.5 GB would otherwise stay resident beside the model built from them).
-  std::set<const uint8_t*> dense;
-  for (const CheckpointTensorView& t : s.part.tensors)
-    if (!t.sparse) dense.insert(t.dense.bytes.data());
+  s.part = read_checkpoint_view(st.view, path, defer_sparse24);
+  // The decoded 2:4 weights were copied out of the file: the pages of the tensors they came from are
+  // dropped (a pruned 8B checkpoint's 7.5 GB would otherwise stay resident beside the model built from them).
+  std::set<const uint8_t*> kept;
+  for (const CheckpointTensorView& t : s.part.tensors) {
+    if (!t.is_sparse()) kept.insert(t.dense.bytes.data());
+    for (std::span<const uint8_t> b : t.stored) kept.insert(b.data());
+  }
   for (const auto& [tensor, v] : st.view.tensors)
-    if (!dense.count(v.bytes.data())) st.file.release(v.bytes);
+    if (!kept.count(v.bytes.data())) st.file.release(v.bytes);
   for (const CheckpointTensorView& t : s.part.tensors)
     if (!seen_.insert(t.name).second)
       fail(path, "tensor '" + printable(t.name) + "' is in more than one shard");
   return s;
 }
 
-MappedHfDir map_hf_dir(const std::string& dir) {
+MappedHfDir map_hf_dir(const std::string& dir, bool defer_sparse24) {
   HfDirReader r(dir);
   MappedHfDir d;
   d.dir = dir;
   d.config_json = r.config_json();
   d.shards = r.shards();
   for (size_t i = 0; i < d.shards.size(); ++i) {
-    HfDirReader::Shard s = r.shard(i);
+    HfDirReader::Shard s = r.shard(i, defer_sparse24);
     d.files.push_back(std::move(s.file));
     const std::shared_ptr<const MappedFile> file(d.files.back(), &d.files.back()->file);
     for (CheckpointTensorView& t : s.part.tensors) d.tensors.push_back({std::move(t), file});

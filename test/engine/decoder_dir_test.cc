@@ -63,6 +63,31 @@ TEST_F(HfDecoderDir, MappedAndInMemoryReadsAgree) {
       }
     EXPECT_EQ(logits(mapped), logits(held));
   }
+  // The mapped read decodes a 2:4 layer when its layer is read (map_hf_dir's defer_sparse24: the layer is
+  // left in the file until then): an invalid code in the last layer's down_proj still fails the load, naming
+  // the layer, with int8 weights too.
+  const std::string file = (dir_ / "model.safetensors").string();
+  SafeTensors st = read_safetensors(file);
+  const std::string down = "model.layers." + std::to_string(t_.layers - 1) + ".mlp.down_proj.weight";
+  for (auto& [name, t] : st.tensors)
+    if (name == down + ".metadata") t.bytes.back() = 0xFF;  // (positions 3, 3)
+  write_safetensors(file, st);
+  EXPECT_THROW(map_hf_dir(dir_.string()), Error);  // decoded at once
+  bool left = false;
+  for (const MappedHfDir::Tensor& t : map_hf_dir(dir_.string(), true).tensors)
+    left |= t.t.name == down && t.t.decode && !t.t.sparse;
+  EXPECT_TRUE(left);
+  for (bool int8 : {false, true}) {
+    DecoderLoadOptions o;
+    o.int8 = int8;
+    try {
+      load_hf_decoder(dir_.string(), o);
+      ADD_FAILURE() << "an invalid 2:4 layer loaded";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("'" + down + "'"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("invalid metadata code"), std::string::npos) << e.what();
+    }
+  }
 }
 
 // A bf16 checkpoint (what prune-model writes) runs as it is stored: its 2:4 values as bf16 weights and its

@@ -1,8 +1,12 @@
 // libFuzzer harness: the checkpoint reader (sparse-24-bitmask and sparse24 layers inside a safetensors file)
 // and the config.json sparsity_config parser. Accepted layers re-encode in both layouts and read back equal.
+// Read with sparse24 layers left to decode (read_checkpoint_view's defer_sparse24, what the decoder loader
+// asks for): refused exactly when the eager read is (at once, or by a layer's decode), else the same tensors,
+// each decoded layer the eager read's.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "fuzz_common.h"
 #include "sparse24/bitmask24.h"
@@ -28,11 +32,33 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const Error&) {
   }
 
-  Checkpoint ck;
+  SafeTensorsView view;
   try {
-    ck = read_checkpoint(parse_safetensors_view(data, size, "fuzz"), "fuzz");
+    view = parse_safetensors_view(data, size, "fuzz");
   } catch (const Error&) {
     return 0;
+  }
+  std::vector<CheckpointTensorView> deferred;
+  bool deferred_ok = true;
+  try {
+    deferred = read_checkpoint_view(view, "fuzz", true).tensors;
+    for (CheckpointTensorView& t : deferred)
+      if (t.decode) t.sparse = t.decode();
+  } catch (const Error&) {
+    deferred_ok = false;
+  }
+  Checkpoint ck;
+  try {
+    ck = read_checkpoint(view, "fuzz");
+  } catch (const Error&) {
+    FUZZ_CHECK(!deferred_ok);
+    return 0;
+  }
+  FUZZ_CHECK(deferred_ok && deferred.size() == ck.tensors.size());
+  for (size_t i = 0; i < deferred.size(); ++i) {
+    FUZZ_CHECK(deferred[i].name == ck.tensors[i].name &&
+               deferred[i].is_sparse() == ck.tensors[i].sparse.has_value());
+    if (ck.tensors[i].sparse) FUZZ_CHECK(same(*deferred[i].sparse, *ck.tensors[i].sparse));
   }
   for (const CheckpointTensor& t : ck.tensors) {
     if (!t.sparse) continue;

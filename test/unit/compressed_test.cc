@@ -154,6 +154,24 @@ TEST(Compress, PrunedF32MatchesTheGeneralPath) {
         for (int64_t r0 = 0; r0 < rows; r0 += 2)
           prune_rows(q, r0, w.data() + r0 * k, std::min<int64_t>(2, rows - r0));
         const Compressed want = group ? quantize_int8(fast, group) : to_bf16(fast);
+        if (group) {  // from bf16 (w's are bf16 already: want's weights) and fp16 values: as from to_f32
+          Compressed f16 = fast;
+          f16.dtype = DType::kF16;
+          f16.values.resize(fast.values.size() / 2);
+          for (size_t i = 0; i < f16.values.size() / 2; ++i) {
+            float v;
+            std::memcpy(&v, &fast.values[4 * i], 4);
+            const uint16_t h = float_to_half(v);
+            std::memcpy(&f16.values[2 * i], &h, 2);
+          }
+          for (const Compressed& c : {to_bf16(fast), f16}) {
+            const Compressed direct = quantize_int8(c, group), widened = quantize_int8(to_f32(c), group);
+            EXPECT_EQ(direct.values, widened.values);
+            EXPECT_EQ(direct.scales, widened.scales);
+            EXPECT_EQ(direct.metadata, want.metadata);
+          }
+          EXPECT_EQ(quantize_int8(to_bf16(fast), group).values, want.values);
+        }
         EXPECT_EQ(q.dtype, dt);
         EXPECT_EQ(q.values, want.values) << group;
         EXPECT_EQ(q.scales, want.scales) << group;
