@@ -219,8 +219,9 @@ class Weights {
       // f32 and bf16 values stay as stored (bf16 ones pack as bf16 weights: exact, half the bytes).
       g.sparse = std::move(*t.sparse);
       if (g.sparse.dtype != DType::kF32 && g.sparse.dtype != DType::kBF16)
-        g.sparse = to_f32(std::move(g.sparse));
-      validate(g.sparse);
+        g.sparse = to_f32(std::move(g.sparse));  // (validated)
+      else if (t.deferred == nullptr)            // (a deferred layer's decode validated it)
+        validate(g.sparse);
       const auto n = static_cast<int64_t>(g.sparse.values.size() / dtype_size(g.sparse.dtype));
       if (g.sparse.dtype == DType::kBF16
               ? !kernels::all_finite_bf16(reinterpret_cast<const uint16_t*>(g.sparse.values.data()), n)
