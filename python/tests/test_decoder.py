@@ -416,7 +416,8 @@ def test_prune_model_of_a_quantized_gguf_writes_bf16(tmp_path):
 
 def test_bench_decode_rows(smol, cli, tmp_path):
     """bench-decode times the rows --runs names (without the dense row the model is pruned as read, so whether
-    it came pruned is unknown: null), each with its weight bytes; an unknown row is refused."""
+    it came pruned is unknown: null), each with its weight bytes and its time to the first token; an unknown
+    row is refused."""
     import json
     import subprocess
 
@@ -427,6 +428,7 @@ def test_bench_decode_rows(smol, cli, tmp_path):
     assert b["pruned_as_read"] is True and b["model_was_pruned"] is None
     fp32, int8 = b["runtimes"]["sparse24 2:4 fp32"], b["runtimes"]["sparse24 2:4 int8"]
     assert fp32["tokens_per_s"] > 0 and int8["tokens_per_s"] > 0
+    assert fp32["first_token_s"] > 0 and int8["first_token_s"] > 0
     assert int8["weight_bytes"] < 0.5 * fp32["weight_bytes"]
     with pytest.raises(subprocess.CalledProcessError):
         cli("bench-decode", smol, "--runs", "fp16", "--no-peers")
