@@ -395,16 +395,7 @@ TEST(Spmm, Bf16ValuesPackAsBf16Weights) {
       for (int64_t n : {1, 7, 24}) {
         SCOPED_TRACE(std::string(isa_name(isa)) + " k " + std::to_string(k) + " n " + std::to_string(n));
         const int64_t m = 19;
-        const Compressed f32 = with_bf16_values(random_24(g, m, k));
-        Compressed bf16 = f32;
-        bf16.dtype = DType::kBF16;
-        bf16.values.resize(f32.values.size() / 2);
-        for (size_t i = 0; i < bf16.values.size() / 2; ++i) {
-          float v;
-          std::memcpy(&v, &f32.values[4 * i], 4);
-          const uint16_t b = float_to_bf16(v);
-          std::memcpy(&bf16.values[2 * i], &b, 2);
-        }
+        const Compressed f32 = with_bf16_values(random_24(g, m, k)), bf16 = to_bf16(f32);  // (exact)
         PackOptions o;
         o.isa_set = true;
         o.isa = isa;
