@@ -1,13 +1,12 @@
 #include "sparse24/compressed.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
 
 #include "../kernels/convert.h"
+#include "../kernels/huge_pages.h"
 #include "sparse24/error.h"
 #include "sparse24/mask.h"
 #include "sparse24/pattern.h"
@@ -97,19 +96,13 @@ namespace {
 
 // An empty int8 matrix like `shape` (rows x cols as a matrix), the scale group checked and clamped to a row:
 // its values, scales and metadata sized, to be filled.
-// v resized to n zero bytes, a large buffer on 2 MB pages where the kernel gives them on request (transparent
-// huge pages in "madvise" mode, as kernels::AlignedArray's): its first touch then faults once per 2 MB, not
-// once per 4 KB (a pruned-as-read load's values are a model's size).
+// v resized to n zero bytes, a large buffer on 2 MB pages (as kernels::AlignedArray's): a pruned-as-read
+// load's values are a model's size.
 void resize_zeroed(std::vector<uint8_t>& v, size_t n) {
-#ifdef MADV_HUGEPAGE
-  constexpr size_t kHuge = size_t{2} << 20;
-  if (v.empty() && n >= 4 * kHuge) {
+  if (v.empty() && n >= 4 * kernels::kHugePage) {
     v.reserve(n);
-    const auto at = reinterpret_cast<uintptr_t>(v.data());
-    const uintptr_t first = (at + kHuge - 1) / kHuge * kHuge, last = (at + n) / kHuge * kHuge;
-    if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);  // advice only
+    kernels::advise_huge_pages(v.data(), n);
   }
-#endif
   v.resize(n);
 }
 

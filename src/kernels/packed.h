@@ -16,8 +16,6 @@
 //
 // LanesLayout, the memory-bound path (N <= small_n_max): below.
 #pragma once
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -27,6 +25,7 @@
 #include <memory>
 #include <new>
 
+#include "huge_pages.h"
 #include "sparse24/spmm.h"
 
 namespace sparse24::kernels {
@@ -43,12 +42,10 @@ class AlignedArray {
     // pages in "madvise" mode): the memory-bound kernels stream them from DRAM, and on the AVX2-only Zen 3
     // machine rows in lanes ran 5-16% faster cold (N = 1, 4096x4096, best of 5, three runs; session 6).
     const bool huge = bytes >= kHugeMin;
-    const size_t alloc = huge ? (bytes + kHuge - 1) / kHuge * kHuge : bytes;
-    p_.reset(static_cast<T*>(std::aligned_alloc(huge ? kHuge : 64, alloc)));
+    const size_t alloc = huge ? (bytes + kHugePage - 1) / kHugePage * kHugePage : bytes;
+    p_.reset(static_cast<T*>(std::aligned_alloc(huge ? kHugePage : 64, alloc)));
     if (!p_) throw std::bad_alloc();
-#ifdef MADV_HUGEPAGE
-    if (huge) madvise(p_.get(), alloc, MADV_HUGEPAGE);  // advice only: failure changes nothing
-#endif
+    if (huge) advise_huge_pages(p_.get(), alloc);
     std::memset(static_cast<void*>(p_.get()), 0, bytes);
   }
   T* data() { return p_.get(); }
@@ -62,7 +59,7 @@ class AlignedArray {
   };
   std::unique_ptr<T, Free> p_;
   size_t n_ = 0;
-  static constexpr size_t kHuge = size_t{2} << 20, kHugeMin = size_t{8} << 20;
+  static constexpr size_t kHugeMin = size_t{8} << 20;
 };
 
 // The type packed values are stored in (both layouts): fp32, bf16, or int8 with fp32 scales.

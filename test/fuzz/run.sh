@@ -41,7 +41,7 @@ objects=()
 for src in "${lib_sources[@]}"; do
   obj="$out/obj/$(basename "${src%.cc}").o"
   # Rebuild when the source or any project header is newer than the object.
-  if [ ! -f "$obj" ] || [ -n "$(find "$src" include src/io/io_util.h src/io/*.h src/engine/*.h src/text/*.h src/text/*.inc src/kernels/convert.h src/kernels/ggml_*.h -newer "$obj" -print -quit)" ]; then
+  if [ ! -f "$obj" ] || [ -n "$(find "$src" include src/io/io_util.h src/io/*.h src/engine/*.h src/text/*.h src/text/*.inc src/kernels/convert.h src/kernels/huge_pages.h src/kernels/ggml_*.h -newer "$obj" -print -quit)" ]; then
     isa=()  # an ISA file gets its flags (it runs only after the CPU check)
     [ "$src" = src/kernels/convert_avx2.cc ] && isa=(-mavx2 -mf16c)
     limit

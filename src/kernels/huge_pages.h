@@ -1,0 +1,26 @@
+// 2 MB pages for large buffers, where the kernel gives them on request (transparent huge pages in "madvise"
+// mode): a buffer the kernels stream or a loader fills is then faulted in once per 2 MB, not per 4 KB.
+#pragma once
+#include <sys/mman.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace sparse24::kernels {
+
+inline constexpr size_t kHugePage = size_t{2} << 20;
+
+// Asks for 2 MB pages over the whole 2 MB pages inside [p, p + bytes). Advice only: failure changes nothing.
+inline void advise_huge_pages(void* p, size_t bytes) {
+#ifdef MADV_HUGEPAGE
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t first = (at + kHugePage - 1) / kHugePage * kHugePage,
+                  last = (at + bytes) / kHugePage * kHugePage;
+  if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
+
+}  // namespace sparse24::kernels
