@@ -33,7 +33,8 @@ struct Bitmask24Tensors {
   StTensor compressed, bitmask, shape;
 };
 
-// True when `c` can be written in this layout: a rank-2 shape whose column count is a multiple of 4.
+// True when `c` can be written in this layout: a rank-2 shape whose column count is a multiple of 4, and no
+// scales (int8 values with scales are written only in the sparse24 layout).
 bool bitmask24_representable(const Compressed& c);
 // Validates `c` and re-encodes it; throws Error when it is not representable.
 Bitmask24Tensors to_bitmask24(const Compressed& c);

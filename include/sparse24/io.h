@@ -156,11 +156,13 @@ void write_safetensors(const std::string& path, const SafeTensors& st);  // atom
 
 // A compressed matrix of the dense `shape` stored as two tensors of a safetensors file: "<name>.values"
 // ([rows, values_per_row], of `dtype`; without one, of any weight dtype) and "<name>.metadata" (U8,
-// [rows, meta_bytes_per_row]). Both are checked, then every metadata code (validate). Throws Error naming
-// the tensor that is missing or does not match ("tensor 'fc.weight.values' is F16 [2, 6], expected F32
-// [2, 8] ..."), or the matrix whose code is invalid; callers add the file's name.
+// [rows, meta_bytes_per_row]), and with scale_group > 0 (scaled int8 values) "<name>.scales" (F32,
+// [rows, scales_per_row]). All are checked, then every metadata code and scale (validate). Throws Error
+// naming the tensor that is missing or does not match ("tensor 'fc.weight.values' is F16 [2, 6], expected
+// F32 [2, 8] ..."), or the matrix whose code is invalid; callers add the file's name.
 Compressed compressed_from_st(const SafeTensorsView& st, const std::string& name,
-                              const std::vector<int64_t>& shape, std::optional<DType> dtype = std::nullopt);
+                              const std::vector<int64_t>& shape, std::optional<DType> dtype = std::nullopt,
+                              int64_t scale_group = 0);
 
 // ---- The compressed 2:4 file -----------------------------------------------------------------------------
 // A safetensors file with tensors "values" (weight dtype, shape [rows, values_per_row]) and "metadata" (U8,

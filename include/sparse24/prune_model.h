@@ -57,6 +57,12 @@ struct PruneModelOptions {
   // permute_seconds, the permutations are the same on every machine.
   uint64_t permute_evaluations = 0;
   SparseGptOptions sparsegpt;
+  // The pruned weights' kept values rounded to int8 with an fp32 scale per 64 positions, as a decoder loaded
+  // with int8 weights runs them (DecoderLoadOptions::int8, `--int8`), from the values as pruned (bf16 stays
+  // the source of a bf16 checkpoint's; a quantized GGUF file's Linears are pruned from their fp32
+  // dequantized values, as loading it with --prune --int8 does). Written only in the sparse24 layout. The
+  // calibrated methods carry each layer's hidden states on through its pruned values before rounding.
+  bool int8 = false;
   // Called as work advances (calibration calls of each block, weights pruned): done and total units.
   std::function<void(int64_t done, int64_t total)> progress;
 };

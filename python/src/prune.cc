@@ -49,7 +49,7 @@ nb::dict report_dict(const engine::PruneModelReport& r) {
 nb::dict prune_model(const std::string& model, const std::string& out, const std::string& method,
                      const std::optional<std::vector<std::string>>& calibration, bool permute,
                      const std::string& targets, const std::string& format, int threads, int64_t calib_ctx,
-                     double permute_seconds, uint64_t permute_evaluations, nb::object progress) {
+                     double permute_seconds, uint64_t permute_evaluations, nb::object progress, bool int8) {
   if (threads < 1 || threads > 1024)
     throw Error("threads " + std::to_string(threads) + ": expected 1 to 1024");
   if (calib_ctx < 2) throw Error("calib_ctx " + std::to_string(calib_ctx) + ": expected at least 2");
@@ -63,6 +63,7 @@ nb::dict prune_model(const std::string& model, const std::string& out, const std
   o.sequence_tokens = calib_ctx;
   o.permute_seconds = permute_seconds;
   o.permute_evaluations = permute_evaluations;
+  o.int8 = int8;
   if (calibration) o.calibration = *calibration;
   const CheckpointFormat to = parse_checkpoint_format(format);
   // Between steps: Ctrl-C (KeyboardInterrupt) or an exception from `progress` stops the pruning, and what
@@ -123,13 +124,17 @@ void register_prune(nb::module_& m) {
       nb::arg("calibration") = nb::none(), nb::arg("permute") = false, nb::arg("targets") = "",
       nb::arg("format") = "sparse24", nb::arg("threads") = 1, nb::arg("calib_ctx") = 512,
       nb::arg("permute_seconds") = 1.0, nb::arg("permute_evaluations") = 0, nb::arg("progress") = nb::none(),
+      nb::arg("int8") = false,
       "Prunes a Hugging Face encoder or decoder directory, or a GGUF decoder, to 2:4 into the new directory "
       "`out` (as `sparse24 prune-model`): method 'magnitude', 'wanda' or 'sparsegpt' (the last two need "
       "`calibration`, a list of texts, run through the engine layer by layer; a decoder's are joined and cut "
       "into sequences of calib_ctx tokens), optional input-channel permutations (each search bounded by "
       "`permute_seconds` and, if not 0, by "
       "`permute_evaluations`, a work budget that stops it alike on every machine), `targets` a regex of the "
-      "weights (default: every Linear of the layers), `format` 'sparse24' or 'sparse-24-bitmask'. A decoder "
+      "weights (default: every Linear of the layers), `format` 'sparse24' or 'sparse-24-bitmask'; int8: the "
+      "pruned values stored as int8 with a "
+      "scale per 64 positions, as a decoder loaded with int8=True runs them (sparse24 layout only). A "
+      "decoder "
       "is read and written a layer at a time. `progress(done, total)` is called between steps. Returns the "
       "report: the pruned weights (with their permutation), those skipped and why, calibration tokens, "
       "seconds. Errors raise sparse24.Error; nothing is left at `out` on any error or KeyboardInterrupt.");

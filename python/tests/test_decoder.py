@@ -414,6 +414,60 @@ def test_prune_model_of_a_quantized_gguf_writes_bf16(tmp_path):
     assert ran.returncode == 0, ran.stderr
 
 
+def test_prune_model_int8_writes_scaled_int8_values(tmp_path):
+    """prune_model(int8=True) of a Q8_0 GGUF file writes each Linear as int8 values, 4-bit codes and fp32
+    scales (the sparse24 layout's <name>.values / .metadata / .scales and __metadata__ <name>.scale_group),
+    read here with safetensors alone: the kept positions are the 2 largest |w| of each group of 4 of gguf's
+    own dequantization, each kept value int8 * its scale within half a scale step of it, each scale the
+    largest |w| kept in its 64 positions / 127. The output runs; the bitmask layout is refused."""
+    pytest.importorskip("gguf")
+    safetensors = pytest.importorskip("safetensors.numpy")
+    H, F, layers = 256, 512, 2
+    tokens = ["<|s|>"] + [chr(c) for c in range(ord("A"), ord("Z") + 1)] + ["\u0120", "AB"]
+    path = tmp_path / "m.gguf"
+    q8 = write_q8_llama_gguf(path, H, F, layers, heads=4, context=64, tokens=tokens)
+    out = tmp_path / "int8"
+    import json
+    report = sparse24.prune_model(str(path), str(out), int8=True)
+    assert len(report["weights"]) == 7 * layers
+    tensors, meta = {}, {}
+    for shard in out.glob("*.safetensors"):
+        tensors.update(safetensors.load_file(str(shard)))
+        with open(shard, "rb") as f:
+            header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+            meta.update(header.get("__metadata__", {}))
+    for l in range(layers):  # Q's and K's rows are in transformers' order: the others compared
+        for hf, gg in (("self_attn.v_proj", "attn_v"), ("self_attn.o_proj", "attn_output"),
+                       ("mlp.gate_proj", "ffn_gate"), ("mlp.up_proj", "ffn_up"), ("mlp.down_proj", "ffn_down")):
+            name = f"model.layers.{l}.{hf}.weight"
+            want = q8[f"blk.{l}.{gg}.weight"].astype(np.float32)
+            rows, cols = want.shape
+            assert meta[name + ".scale_group"] == "64" and meta[name + ".shape"] == f"[{rows}, {cols}]"
+            values, codes, scales = tensors[name + ".values"], tensors[name + ".metadata"], tensors[name + ".scales"]
+            assert values.dtype == np.int8 and values.shape == (rows, cols // 2)
+            assert codes.dtype == np.uint8 and codes.shape == (rows, cols // 8)
+            assert scales.dtype == np.float32 and scales.shape == (rows, cols // 64)
+            nibbles = np.stack([codes & 15, codes >> 4], axis=-1).reshape(rows, cols // 4)
+            first, second = nibbles & 3, nibbles >> 2
+            assert np.all(first < second), name
+            groups = want.reshape(rows, cols // 4, 4)
+            at = np.stack([first, second], axis=-1).astype(np.int64)
+            kept = np.take_along_axis(groups, at, -1)
+            dropped = np.abs(groups).copy()
+            np.put_along_axis(dropped, at, -1.0, -1)
+            assert np.all(np.abs(kept).min(-1) >= dropped.max(-1)), name  # the 2 largest |w| (ties either way)
+            kept = kept.reshape(rows, cols // 2)
+            scale = np.repeat(scales, 32, axis=1)  # 32 kept values per 64 positions
+            assert np.all(np.abs(values * scale - kept) <= 0.5 * scale + 1e-7), name
+            top = np.abs(kept).reshape(rows, cols // 64, 32).max(-1)
+            assert np.allclose(scales, top / 127, rtol=1e-6), name
+    logits = sparse24.Decoder.load(str(out)).forward([1, 2, 3])
+    assert logits.shape == (len(tokens),) and np.all(np.isfinite(logits))
+    with pytest.raises(sparse24.Error, match="only in the sparse24 layout"):
+        sparse24.prune_model(str(path), str(tmp_path / "bm"), int8=True, format="sparse-24-bitmask")
+    assert not (tmp_path / "bm").exists()
+
+
 def test_bench_decode_rows(smol, cli, tmp_path):
     """bench-decode times the rows --runs names (without the dense row the model is pruned as read, so whether
     it came pruned is unknown: null), each with its weight bytes and its time to the first token; an unknown

@@ -216,16 +216,19 @@ class Weights {
         throw Error(what_ + ": tensor '" + name + "' is 2:4 " + shape_string(t.sparse->shape) +
                     ", the architecture needs " + shape_string({out, in}));
       g.pruned = true;
-      // f32 and bf16 values stay as stored (bf16 ones pack as bf16 weights: exact, half the bytes).
+      // f32 and bf16 values stay as stored (bf16 ones pack as bf16 weights: exact, half the bytes), and so
+      // do int8 ones with scales (prune-model --int8: they run as int8 weights, finite by validate).
       g.sparse = std::move(*t.sparse);
-      if (g.sparse.dtype != DType::kF32 && g.sparse.dtype != DType::kBF16)
+      const bool scaled = g.sparse.scale_group > 0;
+      if (g.sparse.dtype != DType::kF32 && g.sparse.dtype != DType::kBF16 && !scaled)
         g.sparse = to_f32(std::move(g.sparse));  // (validated)
       else if (t.deferred == nullptr)            // (a deferred layer's decode validated it)
         validate(g.sparse);
       const auto n = static_cast<int64_t>(g.sparse.values.size() / dtype_size(g.sparse.dtype));
-      if (g.sparse.dtype == DType::kBF16
-              ? !kernels::all_finite_bf16(reinterpret_cast<const uint16_t*>(g.sparse.values.data()), n)
-              : !kernels::all_finite(reinterpret_cast<const float*>(g.sparse.values.data()), n))
+      if (!scaled &&
+          (g.sparse.dtype == DType::kBF16
+               ? !kernels::all_finite_bf16(reinterpret_cast<const uint16_t*>(g.sparse.values.data()), n)
+               : !kernels::all_finite(reinterpret_cast<const float*>(g.sparse.values.data()), n)))
         throw Error(what_ + ": tensor '" + name + "' holds a non-finite value");
     } else {
       g.dense = dense(name, {out, in});

@@ -268,10 +268,12 @@ class Pruner {
 
   // Every weight pruned since the first `first` as 2:4 (a permuted producer pruned earlier is still 2:4: its
   // rows only moved).
+  // With options.int8 their values rounded to int8 (a scale per detail::kInt8ScaleGroup positions).
   void compress_pruned(size_t first = 0) {
     for (size_t i = first; i < report_.weights.size(); ++i) {
       CheckpointTensor& t = *tensors_.find(report_.weights[i].name);
       t.sparse = compress(from_st(t.dense, t.name));
+      if (o_.int8) t.sparse = quantize_int8(*t.sparse, detail::kInt8ScaleGroup);
       t.dense = StTensor{};
     }
   }
@@ -742,9 +744,17 @@ PruneModelReport prune_hf_decoder(HfDir& dir, const PruneModelOptions& o) {
   return r;
 }
 
+// int8 values keep their scales only in the sparse24 layout: refused before any work.
+void check_layout(CheckpointFormat to, const PruneModelOptions& o) {
+  if (o.int8 && to != CheckpointFormat::kSparse24)
+    throw Error(std::string("int8 2:4 weights are written only in the sparse24 layout, not ") +
+                checkpoint_format_name(to));
+}
+
 PruneModelReport prune_hf_decoder(const std::string& dir, const std::string& out_dir, CheckpointFormat to,
                                   const PruneModelOptions& o,
                                   const std::map<std::string, std::string>& files) {
+  check_layout(to, o);
   const MappedHfDir in = map_hf_dir(dir);
   DecoderSource src;
   for (const MappedHfDir::Tensor& t : in.tensors)
@@ -797,6 +807,7 @@ PruneModelReport prune_hf_decoder(const std::string& dir, const std::string& out
 
 PruneModelReport prune_gguf_decoder(const std::string& path, const std::string& out_dir, CheckpointFormat to,
                                     const PruneModelOptions& o) {
+  check_layout(to, o);
   const GgufCheckpoint in(path);
   // What each tensor is written as: F32, F16 and BF16 as they are, a quantized one (its values dequantized)
   // in bf16, as Hugging Face checkpoints hold weights.
@@ -805,10 +816,16 @@ PruneModelReport prune_gguf_decoder(const std::string& path, const std::string& 
     return t == GgmlType::kF32 ? "F32" : t == GgmlType::kF16 ? "F16" : "BF16";
   };
   DecoderSource src;
-  for (const auto& [name, st] : in.tensors()) src.stored[name] = {dtype_of(st.type), st.shape};
+  for (const auto& [name, st] : in.tensors()) {
+    std::string d = dtype_of(st.type);
+    // int8: a quantized layer weight pruned and rounded from its fp32 values (what --prune --int8 reads).
+    if (o.int8 && static_cast<GgmlType>(st.type) != GgmlType::kBF16 && d == "BF16" && layer_of(name) >= 0)
+      d = "F32";
+    src.stored[name] = {d, st.shape};
+  }
   src.encode = [&](const std::string& text) { return in.encode(text); };
-  const auto first = src.stored.find("model.layers.0.self_attn.q_proj.weight");
-  const std::string kept = first == src.stored.end() ? "F32" : first->second.first;
+  const auto first = in.tensors().find("model.layers.0.self_attn.q_proj.weight");
+  const std::string kept = first == in.tensors().end() ? "F32" : dtype_of(first->second.type);
   HfDirWriter out("", {},
                   in.config_json(kept == "F32"   ? "float32"
                                  : kept == "F16" ? "float16"
@@ -867,6 +884,7 @@ PruneModelReport prune_gguf_decoder(const std::string& path, const std::string& 
 PruneModelReport prune_model(const std::string& model, const std::string& out_dir, CheckpointFormat to,
                              const PruneModelOptions& o) {
   if (std::filesystem::exists(out_dir)) throw Error(out_dir + ": already exists (give a new directory)");
+  check_layout(to, o);
   if (is_gguf_file(model)) return prune_gguf_decoder(model, out_dir, to, o);
   if (is_hf_decoder(model)) return prune_hf_decoder(model, out_dir, to, o);
   HfDir d = read_hf_dir(model);

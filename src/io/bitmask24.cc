@@ -110,7 +110,7 @@ std::string bitmask24_prefix(const std::string& weight_name) {
 }
 
 bool bitmask24_representable(const Compressed& c) {
-  return c.shape.size() == 2 && c.cols > 0 && c.cols % 4 == 0;
+  return c.shape.size() == 2 && c.cols > 0 && c.cols % 4 == 0 && c.scale_group == 0;
 }
 
 Bitmask24Tensors to_bitmask24(const Compressed& c) {

@@ -18,6 +18,8 @@ namespace sparse24 {
 namespace {
 
 using io_detail::fail;
+using io_detail::float_bytes;
+using io_detail::parse_scale_group;
 using io_detail::parse_shape_text;
 using io_detail::printable;
 using io_detail::products_fit;
@@ -28,6 +30,8 @@ constexpr const char* kPatternKey = "sparse24.pattern";
 constexpr const char* kValuesSuffix = ".values";
 constexpr const char* kMetadataSuffix = ".metadata";
 constexpr const char* kShapeSuffix = ".shape";
+constexpr const char* kScalesSuffix = ".scales";           // scaled int8 values: F32 [rows, scales per row]
+constexpr const char* kScaleGroupSuffix = ".scale_group";  // __metadata__: positions per scale
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -52,12 +56,28 @@ std::vector<int64_t> sparse24_shape(const std::string& name, const std::string& 
   return shape;
 }
 
-// One sparse24 layer "<name>.values" + "<name>.metadata" of that shape, decoded and validated.
+// The scale group of sparse24 layer <name> of that shape: 0 without a __metadata__ "<name>.scale_group",
+// else its value, checked.
+int64_t sparse24_scale_group(const SafeTensorsView& st, const std::string& name,
+                             const std::vector<int64_t>& shape, const std::string& what) {
+  const auto it = st.metadata.find(name + kScaleGroupSuffix);
+  if (it == st.metadata.end()) return 0;
+  int64_t g = 0;
+  if (!parse_scale_group(it->second, (matrix_view(shape).cols + 3) / 4, &g))
+    fail(what, "sparse24 layer '" + printable(name) + "': __metadata__ '" +
+                   printable(name + kScaleGroupSuffix) + "' is '" + printable(it->second) +
+                   "', not a positive multiple of 4 up to the padded row length");
+  return g;
+}
+
+// One sparse24 layer "<name>.values" + "<name>.metadata" (+ "<name>.scales") of that shape, decoded and
+// validated.
 Compressed read_sparse24_layer(const SafeTensorsView& st, const std::string& name,
-                               const std::vector<int64_t>& shape, const std::string& what) {
+                               const std::vector<int64_t>& shape, int64_t scale_group,
+                               const std::string& what) {
   const std::string layer = "sparse24 layer '" + printable(name) + "'";
   try {
-    return compressed_from_st(st, name, shape);
+    return compressed_from_st(st, name, shape, std::nullopt, scale_group);
   } catch (const Error& e) {
     fail(what, layer + ": " + e.what());
   }
@@ -137,22 +157,25 @@ CheckpointView read_checkpoint_view(const SafeTensorsView& st, const std::string
       CheckpointTensorView t;
       t.name = name;
       const std::vector<int64_t> shape = sparse24_shape(name, value, what);
+      const int64_t scale_group = sparse24_scale_group(st, name, shape, what);
+      std::vector<const char*> suffixes = {kValuesSuffix, kMetadataSuffix};
+      if (scale_group > 0) suffixes.push_back(kScalesSuffix);
       if (defer_sparse24) {
-        SafeTensorsView own;  // the layer's two tensors (views), for decode to find by name
-        for (const char* suffix : {kValuesSuffix, kMetadataSuffix})
+        SafeTensorsView own;  // the layer's tensors (views), for decode to find by name
+        for (const char* suffix : suffixes)
           if (const StTensorView* v = st.find(name + suffix)) {
             own.tensors.emplace_back(name + suffix, *v);
             t.stored.push_back(v->bytes);
           }
-        t.decode = [own = std::move(own), name, shape, what] {
-          return read_sparse24_layer(own, name, shape, what);
+        t.decode = [own = std::move(own), name, shape, scale_group, what] {
+          return read_sparse24_layer(own, name, shape, scale_group, what);
         };
       } else {
-        t.sparse = read_sparse24_layer(st, name, shape, what);
+        t.sparse = read_sparse24_layer(st, name, shape, scale_group, what);
       }
-      consumed.insert(name + kValuesSuffix);
-      consumed.insert(name + kMetadataSuffix);
+      for (const char* suffix : suffixes) consumed.insert(name + suffix);
       layout_keys.insert(key);
+      if (scale_group > 0) layout_keys.insert(name + kScaleGroupSuffix);
       entries.emplace_back(std::min(position(name + kValuesSuffix), position(name + kMetadataSuffix)),
                            std::move(t));
     }
@@ -240,19 +263,28 @@ SafeTensors encode_checkpoint(const Checkpoint& ck, CheckpointFormat to) {
       continue;
     }
     const Compressed& c = *t.sparse;
-    if (c.scale_group > 0)  // the checkpoint layouts have no place for them yet: refuse, never drop them
-      throw Error("tensor '" + printable(t.name) +
-                  "': int8 weights with scales are stored only in the compressed matrix file so far");
+    if (c.scale_group > 0 && to != CheckpointFormat::kSparse24)  // no place for them there: never dropped
+      throw Error("tensor '" + printable(t.name) + "': int8 weights with scales are stored only in the " +
+                  "sparse24 layout, not " + checkpoint_format_name(to));
     if (to == CheckpointFormat::kSparse24) {
       validate(c);
-      const std::string key = t.name + kShapeSuffix;
-      if (st.metadata.count(key))
-        throw Error("__metadata__ key '" + printable(key) + "' is needed for the shape of '" +
-                    printable(t.name) + "' but is already taken");
-      st.metadata[key] = shape_string(c.shape);
+      const auto claim = [&](const std::string& key, const std::string& value) {
+        if (st.metadata.count(key))
+          throw Error("__metadata__ key '" + printable(key) + "' is needed for the layout of '" +
+                      printable(t.name) + "' but is already taken");
+        st.metadata[key] = value;
+      };
+      claim(t.name + kShapeSuffix, shape_string(c.shape));
       st.add(t.name + kValuesSuffix,
              StTensor{st_dtype_name(c.dtype), {c.rows, c.values_per_row()}, c.values});
       st.add(t.name + kMetadataSuffix, StTensor{"U8", {c.rows, c.meta_bytes_per_row()}, c.metadata});
+      if (c.scale_group == 0 && st.metadata.count(t.name + kScaleGroupSuffix))
+        throw Error("__metadata__ key '" + printable(t.name + kScaleGroupSuffix) + "' would give '" +
+                    printable(t.name) + "' scales it does not have");
+      if (c.scale_group > 0) {
+        claim(t.name + kScaleGroupSuffix, std::to_string(c.scale_group));
+        st.add(t.name + kScalesSuffix, StTensor{"F32", {c.rows, c.scales_per_row()}, float_bytes(c.scales)});
+      }
     } else if (to == CheckpointFormat::kBitmask24 && bitmask24_keeps_sparse(t)) {
       Bitmask24Tensors b = to_bitmask24(c);
       const std::string prefix = bitmask24_prefix(t.name);
@@ -267,10 +299,13 @@ SafeTensors encode_checkpoint(const Checkpoint& ck, CheckpointFormat to) {
   // "<n>.shape" key turns into a sparse24 layer, or a "<p>.row_offsets" beside a bitmask layer.
   for (const CheckpointTensor& t : ck.tensors) {
     if (t.sparse) continue;
-    for (const std::string suffix : {kValuesSuffix, kMetadataSuffix})
+    for (const std::string suffix : {kValuesSuffix, kMetadataSuffix, kScalesSuffix}) {
+      const std::string layer = t.name.substr(0, t.name.size() - std::min(suffix.size(), t.name.size()));
       if (to == CheckpointFormat::kSparse24 && ends_with(t.name, suffix) &&
-          st.metadata.count(t.name.substr(0, t.name.size() - suffix.size()) + kShapeSuffix))
+          st.metadata.count(layer + kShapeSuffix) &&
+          (suffix != kScalesSuffix || st.metadata.count(layer + kScaleGroupSuffix)))
         throw Error("dense tensor '" + printable(t.name) + "' would read back as part of a sparse24 layer");
+    }
     if (to == CheckpointFormat::kBitmask24 && ends_with(t.name, ".row_offsets") &&
         st.find(t.name.substr(0, t.name.size() - 12) + ".bitmask"))
       throw Error("dense tensor '" + printable(t.name) +

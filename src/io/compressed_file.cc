@@ -15,6 +15,7 @@ namespace sparse24 {
 namespace {
 
 using io_detail::fail;
+using io_detail::parse_scale_group;
 using io_detail::parse_shape_text;
 using io_detail::printable;
 using io_detail::products_fit;
@@ -50,15 +51,14 @@ std::vector<uint8_t> encode_compressed(const Compressed& c) {
   st.add("metadata", StTensor{"U8", {c.rows, c.meta_bytes_per_row()}, c.metadata});
   if (c.scale_group > 0) {  // scaled int8
     st.metadata["scale_group"] = std::to_string(c.scale_group);
-    std::vector<uint8_t> bytes(c.scales.size() * sizeof(float));
-    if (!bytes.empty()) std::memcpy(bytes.data(), c.scales.data(), bytes.size());
-    st.add("scales", StTensor{"F32", {c.rows, c.scales_per_row()}, std::move(bytes)});
+    st.add("scales", StTensor{"F32", {c.rows, c.scales_per_row()}, io_detail::float_bytes(c.scales)});
   }
   return encode_safetensors(st);
 }
 
 Compressed compressed_from_st(const SafeTensorsView& st, const std::string& name,
-                              const std::vector<int64_t>& shape, std::optional<DType> dtype) {
+                              const std::vector<int64_t>& shape, std::optional<DType> dtype,
+                              int64_t scale_group) {
   const std::string vname = name + ".values", mname = name + ".metadata";
   const StTensorView* values = st.find(vname);
   const StTensorView* metadata = st.find(mname);
@@ -81,6 +81,21 @@ Compressed compressed_from_st(const SafeTensorsView& st, const std::string& name
                 shape_string(metadata->shape) + ", expected U8 " + shape_string(mshape) + of);
   c.values.assign(values->bytes.begin(), values->bytes.end());
   c.metadata.assign(metadata->bytes.begin(), metadata->bytes.end());
+  if (scale_group > 0) {
+    const std::string sname = name + ".scales";
+    if (c.dtype != DType::kI8)
+      throw Error("tensor '" + printable(vname) + "' is " + printable(values->dtype) +
+                  " but the layer has scales (only int8 values have them)");
+    c.scale_group = scale_group;
+    const std::vector<int64_t> sshape{c.rows, c.scales_per_row()};
+    const StTensorView* scales = st.find(sname);
+    if (!scales) throw Error("missing tensor '" + printable(sname) + "'");
+    if (scales->dtype != "F32" || scales->shape != sshape)
+      throw Error("tensor '" + printable(sname) + "' is " + printable(scales->dtype) + " " +
+                  shape_string(scales->shape) + ", expected F32 " + shape_string(sshape) + of);
+    c.scales.resize(scales->bytes.size() / sizeof(float));
+    if (!c.scales.empty()) std::memcpy(c.scales.data(), scales->bytes.data(), scales->bytes.size());
+  }
   try {
     validate(c);
   } catch (const Error& e) {
@@ -128,17 +143,9 @@ Compressed parse_compressed(const uint8_t* data, size_t size, const std::string&
     if (c.dtype != DType::kI8)
       fail(what, "__metadata__ 'scale_group' with dtype " + std::string(dtype_name(c.dtype)) +
                      " (only int8 has scales)");
-    const std::string& t = it->second;
-    int64_t g = 0;
-    bool ok = !t.empty() && t.size() <= 18;
-    for (char ch : t) {
-      ok = ok && ch >= '0' && ch <= '9';
-      if (ok) g = g * 10 + (ch - '0');
-    }
-    if (!ok || g <= 0 || g % 4 != 0 || g > 4 * c.groups_per_row())
-      fail(what, "__metadata__ 'scale_group' '" + printable(t) +
+    if (!parse_scale_group(it->second, c.groups_per_row(), &c.scale_group))
+      fail(what, "__metadata__ 'scale_group' '" + printable(it->second) +
                      "' is not a positive multiple of 4 up to the padded row length");
-    c.scale_group = g;
   }
 
   StTensor* values = nullptr;

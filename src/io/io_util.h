@@ -1,6 +1,7 @@
 // Helpers shared by the file readers and writers (private to src/io).
 #pragma once
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -100,6 +101,27 @@ inline bool products_fit(const std::vector<int64_t>& shape) {
   int64_t p = 1;
   for (int64_t d : shape)
     if (d != 0 && __builtin_mul_overflow(p, d, &p)) return false;
+  return true;
+}
+
+// The bytes of fp32 values (a scaled int8 matrix's scales as an F32 tensor).
+inline std::vector<uint8_t> float_bytes(const std::vector<float>& v) {
+  std::vector<uint8_t> b(v.size() * sizeof(float));
+  if (!b.empty()) std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+// A scaled int8 matrix's "scale_group" text: a positive multiple of 4 up to the padded row length (4 times
+// `groups_per_row`), in decimal digits only. False for anything else.
+inline bool parse_scale_group(const std::string& t, int64_t groups_per_row, int64_t* group) {
+  int64_t g = 0;
+  bool ok = !t.empty() && t.size() <= 18;
+  for (char ch : t) {
+    ok = ok && ch >= '0' && ch <= '9';
+    if (ok) g = g * 10 + (ch - '0');
+  }
+  if (!ok || g <= 0 || g % 4 != 0 || g > 4 * groups_per_row) return false;
+  *group = g;
   return true;
 }
 

@@ -4,15 +4,19 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <filesystem>
 #include <map>
 
 #include "../common/prune_objective.h"
 #include "sparse24/checkpoint.h"
+#include "sparse24/gguf.h"
 #include "sparse24/hf_dir.h"
 #include "sparse24/mask.h"
 #include "sparse24/prune.h"
 #include "sparse24/prune_model.h"
 #include "tiny_decoder.h"
+#include "tiny_gguf.h"
 
 namespace sparse24::engine {
 namespace {
@@ -370,6 +374,75 @@ TEST_F(PruneDecoder, StreamedIntoADirectoryEqualsPruningInMemory) {
   for (const auto& e : std::filesystem::directory_iterator(dir_.parent_path()))
     EXPECT_EQ(e.path().string().find(out), std::string::npos) << e.path();
   t_ = Tiny();
+}
+
+// prune-model with int8: the pruned Linears stored as int8 with scales (sparse24 layout). Loaded, they are
+// bit for bit the Linears loading the source with --prune --int8 makes, and give its logits: from a Q8_0
+// GGUF file (pruned from the dequantized fp32 values, not from the bf16 ones the file's directory holds)
+// and from a bf16 directory. The other layouts are refused before anything is written.
+TEST_F(PruneDecoder, Int8DirectoryHoldsWhatPruningAsReadRuns) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(16);
+  Tiny t;
+  t.hidden = 32;  // rows of whole Q8_0 blocks
+  t.heads = 8;
+  t.ffn = 64;
+  const DecoderModel m = tiny_model(g, t);
+  GgufWriter w;
+  w.q8_0 = true;
+  Gguf file = tiny_gguf(m, t, w);
+  add_tiny_tokenizer(file, t.vocab);
+  const std::string gguf = (dir_ / "tiny.gguf").string(), converted = (dir_ / "converted").string();
+  write_file_atomic(gguf, encode_gguf(file));
+  gguf_to_hf_dir(gguf, converted);
+  const std::vector<int32_t> ids = random_ids(g, 7, t.vocab);
+  DecoderLoadOptions as_read;
+  as_read.prune = as_read.int8 = true;
+  DecoderOptions i8;
+  i8.int8_weights = true;
+  auto logits = [&](const DecoderModel& model) {
+    std::vector<float> out(ids.size() * static_cast<size_t>(t.vocab));
+    Decoder(model, i8).forward(ids.data(), static_cast<int64_t>(ids.size()), out.data(), true);
+    return out;
+  };
+  for (const std::string& source : {gguf, converted}) {
+    SCOPED_TRACE(source);
+    PruneModelOptions o;
+    o.int8 = true;
+    const std::string out = source + "-int8";
+    EXPECT_EQ(prune_model(source, out, CheckpointFormat::kSparse24, o).weights.size(),
+              static_cast<size_t>(7 * t.layers));
+    DecoderModel got = load_hf_decoder(out), want = source == gguf ? load_gguf_decoder(gguf, as_read)
+                                                                   : load_hf_decoder(converted, as_read);
+    for (int64_t l = 0; l < t.layers; ++l)
+      for (int which = 0; which < 4; ++which) {
+        SCOPED_TRACE("layer " + std::to_string(l) + " linear " + std::to_string(which));
+        const Compressed &a = gemm(got, l, which).sparse, &b = gemm(want, l, which).sparse;
+        ASSERT_TRUE(gemm(got, l, which).pruned);
+        EXPECT_EQ(a.dtype, DType::kI8);
+        EXPECT_GT(a.scale_group, 0);
+        EXPECT_EQ(a.scale_group, b.scale_group);
+        EXPECT_EQ(a.values, b.values);
+        EXPECT_EQ(a.metadata, b.metadata);
+        EXPECT_EQ(a.scales, b.scales);
+      }
+    // The same Linears; the embeddings and head as each source holds them (the GGUF file's in its mapping).
+    const std::vector<float> x = logits(got), y = logits(want);
+    ASSERT_EQ(x.size(), y.size());
+    for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(x[i], y[i], 1e-4 * (1 + std::abs(y[i]))) << i;
+    std::filesystem::remove_all(out);
+    for (CheckpointFormat to : {CheckpointFormat::kBitmask24, CheckpointFormat::kDense}) {
+      try {
+        prune_model(source, out, to, o);
+        ADD_FAILURE() << "int8 written as " << checkpoint_format_name(to);
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("int8 2:4 weights are written only in the sparse24 layout"),
+                  std::string::npos)
+            << e.what();
+      }
+      EXPECT_FALSE(std::filesystem::exists(out));
+    }
+  }
 }
 
 TEST_F(PruneDecoder, BadRequestsAreErrors) {

@@ -17,7 +17,8 @@
 namespace {
 
 bool same(const sparse24::Compressed& a, const sparse24::Compressed& b) {
-  return a.dtype == b.dtype && a.shape == b.shape && a.values == b.values && a.metadata == b.metadata;
+  return a.dtype == b.dtype && a.shape == b.shape && a.values == b.values && a.metadata == b.metadata &&
+         a.scale_group == b.scale_group && a.scales == b.scales;
 }
 
 }  // namespace

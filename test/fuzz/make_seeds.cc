@@ -109,6 +109,10 @@ int main(int argc, char** argv) {
   for (int64_t group : {4, 8, 12}) {
     const Compressed c = quantize_int8(compress(matrix24(DType::kF32, {3, 12})), group);
     put(out / "compressed_file", "int8_scaled_" + std::to_string(group), encode_compressed(c));
+    Checkpoint ck;  // the sparse24 checkpoint layout's scaled int8 layer
+    ck.tensors.push_back({"layer.weight", {}, c});
+    put(out / "bitmask24", "int8_scaled_" + std::to_string(group) + "_s24",
+        encode_safetensors(encode_checkpoint(ck, CheckpointFormat::kSparse24)));
   }
 
   // compressed file, sparse24 and bitmask checkpoints, metadata decoder inputs

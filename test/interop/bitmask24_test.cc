@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "interop/reference_writer.h"
 #include "io/io_test_util.h"
 #include "sparse24/checkpoint.h"
+#include "sparse24/compressed.h"
 #include "sparse24/hf_dir.h"
 #include "sparse24/io.h"
 
@@ -572,6 +574,105 @@ TEST(Checkpoint, DirectoryConvertsShardByShardAsAWholeConversionDoes) {
   EXPECT_ERROR(convert_hf_dir(in, exists, {}), "already exists");
   EXPECT_EQ(read_file(exists + "/config.json"), before);
   std::filesystem::remove_all(dir);
+}
+
+// int8 values with fp32 scales (quantize_int8) in the sparse24 layout: "<name>.scales" and __metadata__
+// "<name>.scale_group" beside the values and codes. They read back the same eagerly and deferred, the
+// other layouts refuse them, and every inconsistent file is refused naming the problem.
+TEST(Checkpoint, ScaledInt8LayersRoundTripInTheSparse24Layout) {
+  SPARSE24_SEED_TRACE();
+  auto g = testing::rng(31);
+  Checkpoint ck;
+  int i = 0;
+  for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{3, 20}, {4, 128}, {2, 200}, {5, 4}})
+    for (int64_t group : {int64_t{64}, int64_t{4}, int64_t{1} << 20}) {
+      std::vector<float> w(static_cast<size_t>(rows * cols));
+      for (float& v : w) v = std::uniform_real_distribution<float>(-2, 2)(g);
+      const Compressed q = quantize_int8(compress_pruned_f32(w.data(), rows, cols), group);
+      ck.tensors.push_back({"m.l" + std::to_string(i++) + ".weight", {}, q});
+    }
+  ck.tensors.push_back({"m.l0.weight.scales.x", StTensor{"F32", {1}, std::vector<uint8_t>(4)}, {}});
+  const SafeTensors st = encode_checkpoint(ck, CheckpointFormat::kSparse24);
+  const std::vector<uint8_t> file = encode_safetensors(st);
+  const SafeTensorsView view = parse_safetensors_view(file.data(), file.size(), "ck");
+  const Checkpoint back = read_checkpoint(view, "ck");
+  CheckpointView deferred = read_checkpoint_view(view, "ck", true);
+  ASSERT_EQ(back.tensors.size(), ck.tensors.size());
+  ASSERT_EQ(deferred.tensors.size(), ck.tensors.size());
+  for (const CheckpointTensor& want : ck.tensors) {  // (written in the reference writer's order)
+    SCOPED_TRACE(want.name);
+    const CheckpointTensor* got = back.find(want.name);
+    const auto lazy = std::find_if(deferred.tensors.begin(), deferred.tensors.end(),
+                                   [&](const CheckpointTensorView& v) { return v.name == want.name; });
+    ASSERT_TRUE(got != nullptr && lazy != deferred.tensors.end());
+    ASSERT_EQ(got->sparse.has_value(), want.sparse.has_value());
+    ASSERT_EQ(static_cast<bool>(lazy->decode), want.sparse.has_value());
+    if (!want.sparse) continue;
+    const Compressed& a = *want.sparse;
+    for (const Compressed& b : {*got->sparse, lazy->decode()}) {
+      EXPECT_EQ(b.dtype, DType::kI8);
+      EXPECT_EQ(b.shape, a.shape);
+      EXPECT_EQ(b.values, a.values);
+      EXPECT_EQ(b.metadata, a.metadata);
+      EXPECT_EQ(b.scale_group, a.scale_group);
+      EXPECT_EQ(b.scales, a.scales);
+    }
+  }
+  for (CheckpointFormat f : {CheckpointFormat::kBitmask24, CheckpointFormat::kDense})
+    EXPECT_ERROR(encode_checkpoint(ck, f), "int8 weights with scales are stored only in the sparse24 layout");
+
+  auto refuse = [&](SafeTensors bad, const std::string& phrase) {
+    EXPECT_ERROR(decode(encode_safetensors(bad)), phrase);
+    const std::vector<uint8_t> f = encode_safetensors(bad);
+    EXPECT_ERROR(
+        {
+          CheckpointView v =
+              read_checkpoint_view(parse_safetensors_view(f.data(), f.size(), "ck"), "ck", true);
+          for (CheckpointTensorView& t : v.tensors)
+            if (t.decode) t.decode();
+        },
+        phrase);
+  };
+  // m.l1 is [3, 20] in groups of 4: 5 scales a row.
+  for (const std::string text : {"0", "6", "-4", "x", "24", ""}) {
+    SafeTensors bad = st;
+    bad.metadata["m.l1.weight.scale_group"] = text;
+    refuse(bad, "__metadata__ 'm.l1.weight.scale_group' is '" + text +
+                    "', not a positive multiple of 4 up to the padded row length");
+  }
+  {
+    SafeTensors bad = st;
+    bad.metadata["m.l1.weight.scale_group"] = "8";
+    refuse(bad, "tensor 'm.l1.weight.scales' is F32 [3, 5], expected F32 [3, 3]");
+  }
+  {
+    SafeTensors bad = st;
+    for (auto& [name, t] : bad.tensors)
+      if (name == "m.l1.weight.scales") std::memcpy(t.bytes.data() + 8, "\x00\x00\xc0\x7f", 4);  // a NaN
+    refuse(bad, "sparse24 layer 'm.l1.weight': tensor 'm.l1.weight': scale 2 of row 0 is not finite");
+  }
+  {
+    SafeTensors bad = st;
+    std::erase_if(bad.tensors, [](const auto& p) { return p.first == "m.l1.weight.scales"; });
+    refuse(bad, "sparse24 layer 'm.l1.weight': missing tensor 'm.l1.weight.scales'");
+  }
+  // A layer without scales never takes a key that would read back as its scales; a dense tensor of the
+  // name of scales is one as long as no layer claims it.
+  Checkpoint plain;
+  std::vector<float> w(32, 1.0f);
+  plain.tensors.push_back({"p.weight", {}, compress_pruned_f32(w.data(), 2, 16)});
+  plain.metadata["p.weight.scale_group"] = "4";
+  EXPECT_ERROR(encode_checkpoint(plain, CheckpointFormat::kSparse24),
+               "__metadata__ key 'p.weight.scale_group' would give 'p.weight' scales it does not have");
+  plain.metadata.clear();
+  plain.tensors.push_back({"p.weight.scales", StTensor{"F32", {2, 4}, std::vector<uint8_t>(32)}, {}});
+  SafeTensors f32 = encode_checkpoint(plain, CheckpointFormat::kSparse24);
+  EXPECT_EQ(decode(encode_safetensors(f32)).sparse_count(), 1);  // the dense tensor as it is
+  f32.metadata["p.weight.scale_group"] = "4";                    // fp32 values claiming scales
+  refuse(f32, "sparse24 layer 'p.weight': tensor 'p.weight.values' is F32 but the layer has scales");
+  plain.tensors[0].sparse = quantize_int8(*plain.tensors[0].sparse, 4);
+  EXPECT_ERROR(encode_checkpoint(plain, CheckpointFormat::kSparse24),
+               "duplicate tensor name 'p.weight.scales'");
 }
 
 TEST(Checkpoint, FormatNames) {

@@ -36,7 +36,7 @@ using json = nlohmann::json;
 
 struct PruneModelOpts {
   std::string model, out, targets, format = "sparse24", method = "magnitude", calib;
-  bool permute = false, quiet = false;
+  bool permute = false, quiet = false, int8 = false;
   int64_t calib_lines = 512, calib_ctx = 512;
   int threads = 1;
   double permute_seconds = 1.0;
@@ -69,6 +69,7 @@ json prune_model(const PruneModelOpts& o) {
   engine::PruneModelOptions po;
   po.method = engine::parse_prune_method(o.method);
   po.permute = o.permute;
+  po.int8 = o.int8;
   po.threads = o.threads;
   po.permute_seconds = o.permute_seconds;
   po.permute_evaluations = static_cast<uint64_t>(o.permute_evaluations);
@@ -93,6 +94,7 @@ json prune_model(const PruneModelOpts& o) {
   json j = report_json(r);
   j["method"] = o.method;
   j["permute"] = o.permute;
+  j["int8"] = o.int8;
   j["seconds"]["total"] = total_s;
   if (!o.quiet) {
     for (const std::string& s : r.skipped) std::fprintf(stderr, "left dense: %s\n", s.c_str());
@@ -106,11 +108,11 @@ json prune_model(const PruneModelOpts& o) {
         std::fprintf(stderr, "  %s: %s%s\n", w.name.c_str(), w.permutation.c_str(), detail.c_str());
       }
     std::printf(
-        "wrote %s (%s, %s%s): %zu weights 2:4 from %lld calibration tokens; %.1f s (reading and writing "
+        "wrote %s (%s, %s%s%s): %zu weights 2:4 from %lld calibration tokens; %.1f s (reading and writing "
         "included): forward %.1f, statistics %.1f, permutations %.1f, pruning %.1f\n",
         o.out.c_str(), o.format.c_str(), o.method.c_str(), o.permute ? " + permutations" : "",
-        r.weights.size(), static_cast<long long>(r.calibration_tokens), total_s, r.forward_s, r.statistics_s,
-        r.permute_s, r.prune_s);
+        o.int8 ? ", int8 values" : "", r.weights.size(), static_cast<long long>(r.calibration_tokens),
+        total_s, r.forward_s, r.statistics_s, r.permute_s, r.prune_s);
   }
   return j;
 }
@@ -164,6 +166,10 @@ void register_prune_model_cmd(CLI::App& app) {
   cmd->add_option("--method", o->method, "magnitude, wanda or sparsegpt")
       ->check(CLI::IsMember({"magnitude", "wanda", "sparsegpt"}));
   cmd->add_flag("--permute", o->permute, "permute input channels first where a producer absorbs it");
+  cmd->add_flag(
+      "--int8", o->int8,
+      "store the pruned weights' values as int8 with a scale per 64 positions (sparse24 layout; what "
+      "--int8 runs, without rounding at every load)");
   cmd->add_option("--calib", o->calib, "calibration text, one text per line (wanda, sparsegpt)");
   cmd->add_option("--calib-lines", o->calib_lines, "calibration lines, spread over the file (0: all)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
