@@ -428,6 +428,8 @@ def test_prune_model_int8_writes_scaled_int8_values(tmp_path):
     q8 = write_q8_llama_gguf(path, H, F, layers, heads=4, context=64, tokens=tokens)
     out = tmp_path / "int8"
     import json
+    import os
+    import subprocess
     report = sparse24.prune_model(str(path), str(out), int8=True)
     assert len(report["weights"]) == 7 * layers
     tensors, meta = {}, {}
@@ -463,6 +465,15 @@ def test_prune_model_int8_writes_scaled_int8_values(tmp_path):
             assert np.allclose(scales, top / 127, rtol=1e-6), name
     logits = sparse24.Decoder.load(str(out)).forward([1, 2, 3])
     assert logits.shape == (len(tokens),) and np.all(np.isfinite(logits))
+    cli_path = os.environ.get("SPARSE24_CLI")
+    if cli_path:  # inspect names the scales: I8/64 (one per 64 positions), 0.6875 bytes per 2:4 weight
+        info = json.loads(subprocess.run([cli_path, "inspect", "--json", str(out)], check=True,
+                                         capture_output=True, text=True).stdout)
+        linears = [t for t in info["tensors"] if t["sparse"]]
+        assert len(linears) == 7 * layers and all(t["dtype"] == "I8" and t["scale_group"] == 64 for t in linears)
+        assert info["sparse_bytes_per_weight"] == pytest.approx(0.6875)
+        text = subprocess.run([cli_path, "inspect", str(out)], check=True, capture_output=True, text=True).stdout
+        assert f"{7 * layers} 2:4 (I8/64 {7 * layers})" in text, text
     with pytest.raises(sparse24.Error, match="only in the sparse24 layout"):
         sparse24.prune_model(str(path), str(tmp_path / "bm"), int8=True, format="sparse-24-bitmask")
     assert not (tmp_path / "bm").exists()

@@ -286,6 +286,9 @@ class Weights {
       const Compressed& c = *t.sparse;
       h_ = fnv1a_tensor(h_, name, c.values.data(), c.values.size());
       h_ = fnv1a_words(h_, c.metadata.data(), c.metadata.size());
+      if (!c.scales.empty())  // (int8 values with scales: the same values under other scales differ)
+        h_ = fnv1a_words(h_, reinterpret_cast<const uint8_t*>(c.scales.data()),
+                         c.scales.size() * sizeof(float));
     } else {  // a piece at a time, dropping a mapped file's pages as it goes
       FnvWords f(fnv1a(h_, reinterpret_cast<const uint8_t*>(name.data()), name.size()));
       const auto n = static_cast<int64_t>(t.dense.bytes.size());

@@ -324,6 +324,7 @@ CheckpointInfo inspect_checkpoint(const std::string& path) {
       x.shape = c.shape;
       x.dtype = st_dtype_name(c.dtype);
       x.bytes = c.values.size() + c.metadata.size() + c.scales.size() * sizeof(float);
+      x.scale_group = c.scale_group;
     } else {
       x.shape = t.dense.shape;
       x.dtype = t.dense.dtype;

@@ -136,7 +136,11 @@ bool is_compressed_file(const std::string& path) {
 void inspect_checkpoint_at(const std::string& path, bool json) {
   const CheckpointInfo info = inspect_checkpoint(path);
   std::map<std::string, int64_t> sparse_types, dense_types;  // dtype -> tensors
-  for (const CheckpointInfo::Tensor& t : info.tensors) ++(t.sparse ? sparse_types : dense_types)[t.dtype];
+  // int8 values with a scale per 64 positions: "I8/64".
+  const auto type_of = [](const CheckpointInfo::Tensor& t) {
+    return t.scale_group > 0 ? t.dtype + "/" + std::to_string(t.scale_group) : t.dtype;
+  };
+  for (const CheckpointInfo::Tensor& t : info.tensors) ++(t.sparse ? sparse_types : dense_types)[type_of(t)];
   const auto per_weight = [](uint64_t bytes, int64_t params) {
     return params > 0 ? static_cast<double>(bytes) / static_cast<double>(params) : 0.0;
   };
@@ -154,6 +158,7 @@ void inspect_checkpoint_at(const std::string& path, bool json) {
                               {"shape", t.shape},
                               {"dtype", t.dtype},
                               {"sparse", t.sparse},
+                              {"scale_group", t.scale_group},
                               {"bytes", t.bytes}});
     j["sparse_tensors"] = sparse_count;
     j["parameters"] = info.parameters;
@@ -180,7 +185,7 @@ void inspect_checkpoint_at(const std::string& path, bool json) {
               info.tensors.size() - static_cast<size_t>(sparse_count), types(dense_types).c_str());
   for (const CheckpointInfo::Tensor& t : info.tensors)
     std::printf("  %-52s %-5s %-5s %-18s %12llu bytes\n", t.name.c_str(), t.sparse ? "2:4" : "dense",
-                t.dtype.c_str(), shape_string(t.shape).c_str(), static_cast<unsigned long long>(t.bytes));
+                type_of(t).c_str(), shape_string(t.shape).c_str(), static_cast<unsigned long long>(t.bytes));
   std::printf("parameters        %lld, %lld of them in 2:4 weights (%.1f%%)\n",
               static_cast<long long>(info.parameters), static_cast<long long>(info.sparse_parameters),
               info.parameters > 0
