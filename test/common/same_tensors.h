@@ -23,6 +23,8 @@ inline void expect_same_tensors(const Checkpoint& a, const Checkpoint& b) {
       EXPECT_EQ(t.sparse->dtype, u.sparse->dtype) << t.name;
       EXPECT_EQ(t.sparse->values, u.sparse->values) << t.name;
       EXPECT_EQ(t.sparse->metadata, u.sparse->metadata) << t.name;
+      EXPECT_EQ(t.sparse->scale_group, u.sparse->scale_group) << t.name;
+      EXPECT_EQ(t.sparse->scales, u.sparse->scales) << t.name;
     } else {
       EXPECT_EQ(t.dense.dtype, u.dense.dtype) << t.name;
       EXPECT_EQ(t.dense.bytes, u.dense.bytes) << t.name;

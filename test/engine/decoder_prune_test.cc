@@ -9,6 +9,7 @@
 #include <map>
 
 #include "../common/prune_objective.h"
+#include "../common/same_tensors.h"
 #include "sparse24/checkpoint.h"
 #include "sparse24/gguf.h"
 #include "sparse24/hf_dir.h"
@@ -373,6 +374,48 @@ TEST_F(PruneDecoder, StreamedIntoADirectoryEqualsPruningInMemory) {
   EXPECT_THROW(prune_hf_decoder(dir_.string(), out, CheckpointFormat::kSparse24, o), Error);
   for (const auto& e : std::filesystem::directory_iterator(dir_.parent_path()))
     EXPECT_EQ(e.path().string().find(out), std::string::npos) << e.path();
+  t_ = Tiny();
+}
+
+// Magnitude pruning without permutations prunes each Linear's rows straight into its 2:4 tensor (no dense
+// copies): the directory is the one `convert --prune` (sparsify: compress with pruning, another path) makes
+// of the same checkpoint, tensor for tensor: fp32 and bf16 weights, split (with biases) and fused (Phi-3's
+// qkv_proj and gate_up_proj).
+TEST_F(PruneDecoder, MagnitudeEqualsConvertPruning) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(17);
+  for (bool fused : {false, true})
+    for (bool bf16 : {false, true}) {
+      SCOPED_TRACE(std::string(fused ? "fused" : "split") + (bf16 ? " bf16" : " fp32"));
+      t_.fused = fused;
+      t_.biases = !fused;
+      json cfg = config();
+      if (fused) cfg["model_type"] = "phi3";
+      cfg["attention_bias"] = cfg["mlp_bias"] = !fused;
+      write(tiny_model(g, t_), cfg);
+      if (bf16) {
+        Checkpoint ck = load_checkpoint((dir_ / "model.safetensors").string());
+        for (CheckpointTensor& t : ck.tensors) {
+          const Tensor f = from_st(t.dense, t.name);
+          t.dense = to_st(Tensor::from_float(f.to_float(), f.shape, DType::kBF16));
+        }
+        write_safetensors((dir_ / "model.safetensors").string(),
+                          encode_checkpoint(ck, CheckpointFormat::kDense));
+      }
+      const std::string pruned = dir_.string() + "-pruned", converted = dir_.string() + "-converted";
+      const PruneModelReport r = prune_model(dir_.string(), pruned, CheckpointFormat::kSparse24, {});
+      EXPECT_EQ(r.weights.size(), static_cast<size_t>((fused ? 4 : 7) * t_.layers));
+      ConvertOptions c;
+      c.to = CheckpointFormat::kSparse24;
+      c.prune = true;
+      c.targets = kDecoderLinears;
+      convert_model(dir_.string(), converted, c);
+      const HfDir a = read_hf_dir(pruned), b = read_hf_dir(converted);
+      EXPECT_EQ(a.weights.sparse_count(), static_cast<int64_t>(r.weights.size()));
+      testing::expect_same_tensors(a.weights, b.weights);
+      std::filesystem::remove_all(pruned);
+      std::filesystem::remove_all(converted);
+    }
   t_ = Tiny();
 }
 
