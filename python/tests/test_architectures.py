@@ -116,6 +116,20 @@ def test_pruned_checkpoints_run_sparse_like_transformers(arch_model, cli, tmp_pa
         assert np.abs(got - want).max() < 0.05 * np.abs(want).max(), (arch, weights)
 
 
+def test_int8_checkpoints_run_like_transformers(arch_model, cli, tmp_path):
+    """`prune-model --int8` saves int8 2:4 values with their scales; `convert --to dense` dequantizes them for
+    transformers, which gives the logits sparse24's int8 kernels give on the saved directory (the same
+    values: only the summation order differs)."""
+    arch, path, _ = arch_model
+    cli("prune-model", path, "-o", tmp_path / "i8", "--int8")
+    cli("convert", tmp_path / "i8", tmp_path / "dense", "--to", "dense")
+    ref = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "dense"), dtype=torch.float32).eval()
+    d = sparse24.Decoder.load(str(tmp_path / "i8"), max_context=64)
+    assert d.sparse_linears == 4 * SHAPE["num_hidden_layers"]
+    ids = d.tokenize(TEXT[1])[:d.capacity]
+    np.testing.assert_allclose(d.forward(ids, all=True), logits_of(ref, ids), atol=TOL, rtol=0, err_msg=arch)
+
+
 def write_gguf(model, arch, tokenizer_json, path):
     """The model as llama.cpp's converter writes it: its tensor names and metadata, fp32, the tokenizer's
     tokens and merges; for the llama architecture Q's and K's rows in llama.cpp's RoPE order; for Gemma its

@@ -263,9 +263,10 @@ SafeTensors encode_checkpoint(const Checkpoint& ck, CheckpointFormat to) {
       continue;
     }
     const Compressed& c = *t.sparse;
-    if (c.scale_group > 0 && to != CheckpointFormat::kSparse24)  // no place for them there: never dropped
+    // No place for scales in compressed-tensors' layout: refused, never dropped (dense: dequantized, below).
+    if (c.scale_group > 0 && to == CheckpointFormat::kBitmask24)
       throw Error("tensor '" + printable(t.name) + "': int8 weights with scales are stored only in the " +
-                  "sparse24 layout, not " + checkpoint_format_name(to));
+                  "sparse24 layout (or dense, dequantized), not " + checkpoint_format_name(to));
     if (to == CheckpointFormat::kSparse24) {
       validate(c);
       const auto claim = [&](const std::string& key, const std::string& value) {

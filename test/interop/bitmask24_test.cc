@@ -618,8 +618,16 @@ TEST(Checkpoint, ScaledInt8LayersRoundTripInTheSparse24Layout) {
       EXPECT_EQ(b.scales, a.scales);
     }
   }
-  for (CheckpointFormat f : {CheckpointFormat::kBitmask24, CheckpointFormat::kDense})
-    EXPECT_ERROR(encode_checkpoint(ck, f), "int8 weights with scales are stored only in the sparse24 layout");
+  EXPECT_ERROR(encode_checkpoint(ck, CheckpointFormat::kBitmask24),
+               "int8 weights with scales are stored only in the sparse24 layout");
+  {  // dense: the dequantized fp32 matrices
+    const SafeTensors dense = encode_checkpoint(ck, CheckpointFormat::kDense);
+    for (const CheckpointTensor& t : ck.tensors) {
+      if (t.sparse) {
+        EXPECT_EQ(dense.find(t.name)->bytes, decompress(*t.sparse).bytes) << t.name;
+      }
+    }
+  }
 
   auto refuse = [&](SafeTensors bad, const std::string& phrase) {
     EXPECT_ERROR(decode(encode_safetensors(bad)), phrase);
