@@ -1,11 +1,14 @@
 // A tiny valid Hugging Face / sentence-transformers BERT directory as file name -> bytes: the template the
-// hf_encoder harness fuzzes one file of, and the source of its seeds (make_seeds.cc).
+// hf_encoder harness fuzzes one file of, and the source of its seeds (make_seeds.cc); and a Llama one for the
+// hf_decoder harness.
 #pragma once
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "sparse24/checkpoint.h"
+#include "sparse24/compressed.h"
 #include "sparse24/io.h"
 #include "sparse24/tensor.h"
 
@@ -64,6 +67,70 @@ inline std::map<std::string, std::vector<uint8_t>> files() {
        {{"idx", 1}, {"path", "1_Pooling"}, {"type", "sentence_transformers.models.Pooling"}},
        {{"idx", 2}, {"path", "2_Normalize"}, {"type", "sentence_transformers.models.Normalize"}}}));
   f["1_Pooling/config.json"] = text({{"pooling_mode_mean_tokens", true}});
+  nlohmann::json map = nlohmann::json::object();
+  for (const auto& t : st.tensors) map[t.first] = "model.safetensors";
+  f["model.safetensors.index.json"] = text({{"weight_map", map}});
+  return f;
+}
+
+// A tiny valid Llama directory (what load_hf_decoder reads; the hf_decoder harness fuzzes one of its files):
+// Q, K and V stored 2:4 as int8 with scales, gate and up 2:4 in bf16, O dense fp32, down dense bf16, an
+// untied head, in the sparse24 checkpoint layout.
+inline const char* const kDecoderFiles[] = {"config.json", "model.safetensors",
+                                            "model.safetensors.index.json"};
+
+inline std::map<std::string, std::vector<uint8_t>> decoder_files() {
+  using namespace sparse24;
+  const int64_t vocab = 8, hidden = 8, heads = 2, kv = 1, d = 4, ffn = 16;
+  Checkpoint ck;
+  float next = 0.1f;
+  auto values = [&](int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = (next = next * 1.7f - static_cast<float>(static_cast<int>(next * 1.7f))) - 0.5f;
+    return v;
+  };
+  auto dense = [&](const std::string& name, std::vector<int64_t> shape, DType t = DType::kF32) {
+    int64_t n = 1;
+    for (int64_t x : shape) n *= x;
+    ck.tensors.push_back({name, to_st(Tensor::from_float(values(n), shape, t)), std::nullopt});
+  };
+  auto sparse = [&](const std::string& name, int64_t rows, int64_t cols, DType t) {
+    Compressed c = compress(Tensor::from_float(values(rows * cols), {rows, cols}), true);
+    c = t == DType::kI8 ? quantize_int8(c, 4) : to_bf16(std::move(c));
+    ck.tensors.push_back({name, {}, std::move(c)});
+  };
+  const std::string l = "model.layers.0.";
+  dense("model.embed_tokens.weight", {vocab, hidden});
+  dense("model.norm.weight", {hidden});
+  dense("lm_head.weight", {vocab, hidden});
+  dense(l + "input_layernorm.weight", {hidden});
+  dense(l + "post_attention_layernorm.weight", {hidden});
+  sparse(l + "self_attn.q_proj.weight", heads * d, hidden, DType::kI8);
+  sparse(l + "self_attn.k_proj.weight", kv * d, hidden, DType::kI8);
+  sparse(l + "self_attn.v_proj.weight", kv * d, hidden, DType::kI8);
+  dense(l + "self_attn.o_proj.weight", {hidden, heads * d});
+  sparse(l + "mlp.gate_proj.weight", ffn, hidden, DType::kBF16);
+  sparse(l + "mlp.up_proj.weight", ffn, hidden, DType::kBF16);
+  dense(l + "mlp.down_proj.weight", {hidden, ffn}, DType::kBF16);
+  const SafeTensors st = encode_checkpoint(ck, CheckpointFormat::kSparse24);
+  const auto text = [](const nlohmann::json& j) {
+    const std::string s = j.dump();
+    return std::vector<uint8_t>(s.begin(), s.end());
+  };
+  std::map<std::string, std::vector<uint8_t>> f;
+  f["config.json"] = text({{"model_type", "llama"},
+                           {"vocab_size", vocab},
+                           {"hidden_size", hidden},
+                           {"num_hidden_layers", 1},
+                           {"num_attention_heads", heads},
+                           {"num_key_value_heads", kv},
+                           {"head_dim", d},
+                           {"intermediate_size", ffn},
+                           {"rms_norm_eps", 1e-5},
+                           {"max_position_embeddings", 16},
+                           {"tie_word_embeddings", false},
+                           {"rope_theta", 10000.0}});
+  f["model.safetensors"] = encode_safetensors(st);
   nlohmann::json map = nlohmann::json::object();
   for (const auto& t : st.tensors) map[t.first] = "model.safetensors";
   f["model.safetensors.index.json"] = text({{"weight_map", map}});

@@ -529,6 +529,16 @@ int main(int argc, char** argv) {
       put(out / "hf_encoder", "file" + std::to_string(sel), seed);
     }
   }
+  // hf_decoder: each file of the tiny valid Llama directory, behind its selector byte.
+  {
+    const auto files = hf_template::decoder_files();
+    for (uint8_t sel = 0; sel < 3; ++sel) {
+      std::vector<uint8_t> seed{sel};
+      const std::vector<uint8_t>& body = files.at(hf_template::kDecoderFiles[sel]);
+      seed.insert(seed.end(), body.begin(), body.end());
+      put(out / "hf_decoder", "file" + std::to_string(sel), seed);
+    }
+  }
   // jinja: chat templates in the subset's styles (a header-per-turn one, one with a namespace and loop
   // controls, one with filters, tests and slices).
   {

@@ -12,7 +12,7 @@ cd "$(dirname "$0")/../.."
 seconds=${FUZZ_SECONDS:-20}
 out=${FUZZ_BUILD_DIR:-build-fuzz}
 cxx=${FUZZ_CXX:-clang++-14}
-harnesses=(${FUZZ_ONLY:-safetensors gguf compressed_file bitmask24 npy metadata engine_model tokenizer bpe hf_encoder gguf_decoder jinja})
+harnesses=(${FUZZ_ONLY:-safetensors gguf compressed_file bitmask24 npy metadata engine_model tokenizer bpe hf_encoder hf_decoder gguf_decoder jinja})
 lib_sources=(src/core/dtype.cc src/core/tensor.cc src/core/pattern.cc src/core/mask.cc src/core/compressed.cc
              src/kernels/convert.cc src/kernels/convert_avx2.cc
              src/io/file.cc src/io/npy.cc src/io/safetensors.cc src/io/gguf.cc src/io/gguf_dequant.cc src/io/compressed_file.cc src/io/bitmask24.cc
