@@ -290,6 +290,37 @@ TEST_F(PruneModel, SparseGptBeatsMagnitudeOnItsObjective) {
   }
 }
 
+// int8: the pruned encoder's values saved as int8 with scales, what set_sparse_precision(kInt8) rounds the
+// fp32-pruned one to at load: the saved encoder embeds as that one does, to the bit; the bitmask layout is
+// refused before anything is written.
+TEST_F(PruneModel, Int8ValuesRunAsInt8PrecisionRounds) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng();
+  const Tiny t;
+  make(t, "bert", g);
+  const std::string src = (dir_ / "bert").string(), i8 = (dir_ / "i8").string(),
+                    f32 = (dir_ / "f32").string();
+  PruneModelOptions o;
+  o.int8 = true;
+  prune_model(src, i8, CheckpointFormat::kSparse24, o);
+  prune_model(src, f32, CheckpointFormat::kSparse24, {});
+  const HfDir d = read_hf_dir(i8);
+  for (int64_t l = 0; l < t.layers; ++l)
+    for (const std::string& p : linears(t, l)) {
+      const CheckpointTensor* w = d.weights.find(p + ".weight");
+      ASSERT_TRUE(w != nullptr && w->sparse) << p;
+      EXPECT_EQ(w->sparse->dtype, DType::kI8) << p;
+      EXPECT_GT(w->sparse->scale_group, 0) << p;
+    }
+  Model a = load_hf_encoder(i8), b = load_hf_encoder(f32);
+  set_sparse_precision(b, SparseValues::kInt8, SparseActivations::kF32);
+  Engine ea(a, 64, 1, Mode::kSparse), eb(b, 64, 1, Mode::kSparse);
+  const auto seqs = random_sequences(g, t, 3, 12);
+  EXPECT_EQ(run(ea, seqs), run(eb, seqs));
+  EXPECT_THROW(prune_model(src, (dir_ / "bm").string(), CheckpointFormat::kBitmask24, o), Error);
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "bm"));
+}
+
 TEST_F(PruneModel, BadRequestsAreErrors) {
   auto g = rng();
   make(Tiny{}, "bert", g);

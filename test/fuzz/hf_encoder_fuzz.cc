@@ -38,14 +38,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   const std::string target = hf_template::kFiles[data[0] % 5];
   const std::string& dir = scratch_dir();
-  std::filesystem::remove(dir + "/model.safetensors.index.json");
-  for (const auto& [name, bytes] : files) {
-    if (name == "model.safetensors.index.json" && target != name) continue;  // the index only when fuzzed
-    if (name == target)
-      put_file(dir + "/" + name, data + 1, size - 1);
-    else
-      put_file(dir + "/" + name, bytes.data(), bytes.size());
-  }
+  put_dir(dir, files, target, data + 1, size - 1);
   engine::Model m;
   try {
     m = engine::load_hf_encoder(dir);
