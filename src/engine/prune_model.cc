@@ -307,8 +307,8 @@ class Pruner {
     }
     report_.prune_s += seconds_since(t0);
   }
-  // Whether the fast path takes weight `name` of stored type `dtype` (a bf16 or fp32 target of a Linear
-  // whose columns select() accepts): its checkpoint entry can be a placeholder.
+  // Whether the fast path takes weight `name`, kept as `kept` (a bf16 or fp32 target of a Linear whose
+  // columns select() accepts): its checkpoint entry can be a placeholder.
   bool fast_placeholder(const std::string& name, DType kept, int64_t k) const {
     return fast() && fast_kept(kept) && k % 4 == 0 && targeted(name);
   }
