@@ -520,10 +520,12 @@ void cmd_bench_decode(const BenchDecodeOptions& o) {
   }
   d.mode = engine::Mode::kSparse;
   auto t_f32 = Clock::now();
-  if (rows.count("fp32"))  // a bf16 checkpoint's 2:4 values would run as bf16 weights: fp32 ones for this row
+  // A bf16 or int8 checkpoint's 2:4 values would run as stored (bf16 or int8 weights): fp32 ones for this row
+  // (int8 ones dequantized), which the later rows round again.
+  if (rows.count("fp32"))
     for (engine::DecoderLayer& L : m.layers)
       for (engine::Gemm* g : {&L.qkv, &L.o, &L.gate_up, &L.down})
-        if (g->pruned && g->sparse.dtype == DType::kBF16) g->sparse = to_f32(std::move(g->sparse));
+        if (g->pruned && g->sparse.dtype != DType::kF32) g->sparse = to_f32(std::move(g->sparse));
   load_ms += ms_since(t_f32);
   for (const char* row : {"fp32", "bf16", "int8", "bf16x", "int8x", "int8q"}) {
     if (!rows.count(row)) continue;
