@@ -131,17 +131,24 @@ PruneModelReport prune_decoder(const DecoderSource& src, const PruneModelOptions
       m.release_tables();  // not needed again (8B: 4.2 GB of fp32)
     }
     // The layer's Linear weights (and biases) as stored: what the pruner reads and writes.
+    // A GEMM whose targets all take the magnitude path from its rows (Pruner::prune_magnitude_rows, with
+    // columns select() accepts) gets placeholders for them.
     Checkpoint ck;
+    std::array<bool, 4> from_rows{};
     for (int which = 0; which < 4; ++which) {
       const Gemm& g = gemm_of(L, which);
       if (g.pruned) continue;  // stored 2:4: select() reports it
+      from_rows[which] = g.k % 4 == 0;
+      for (const std::string& s : g.sources)
+        if (pruner.targeted(s) && !pruner.takes_rows(kept_dtype(src.stored.at(s).first)))
+          from_rows[which] = false;
       int64_t row0 = 0;
       for (const std::string& s : g.sources) {
         const auto& [dtype, shape] = src.stored.at(s);
         const int64_t rows = shape.at(0);
         const auto at = g.dense.begin() + row0 * g.k;
         const DType kept = kept_dtype(dtype);
-        if (pruner.fast_placeholder(s, kept, g.k))  // pruned from g's rows: no dense copy
+        if (from_rows[which] && pruner.targeted(s))  // pruned from g's rows: no dense copy
           ck.tensors.push_back({s, StTensor{st_dtype_name(kept), {rows, g.k}, {}}, {}});
         else
           ck.tensors.push_back({s, to_st(Tensor::from_float({at, at + rows * g.k}, {rows, g.k}, kept)), {}});
@@ -213,7 +220,7 @@ PruneModelReport prune_decoder(const DecoderSource& src, const PruneModelOptions
       } else if (which == 1 || which == 3) {  // Phi-3: the producer's rows share a tensor with others
         p.reason = "its producer is stored fused with other rows (qkv_proj / gate_up_proj): not permuted";
       }
-      if (pruner.fast())
+      if (from_rows[which])
         pruner.prune_magnitude_rows(gemm_of(L, which), targets[which], units);
       else
         pruner.prune(gemm_of(L, which), targets[which], stats.count(which) ? &stats.at(which) : nullptr, p,

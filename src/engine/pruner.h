@@ -232,14 +232,17 @@ class Pruner {
     }
   }
 
-  // Magnitude without permutations, whose targets' tensors may be placeholders (their stored type and
-  // shape, no bytes: fast_placeholder): each target's rows of g's fp32 rows (rounded to its stored type, as
-  // the general path reads them) pruned straight into its 2:4 tensor a block of rows at a time (prune_rows,
-  // what loading with --prune runs; int8 values with options.int8): the values and codes of magnitude_mask
-  // and compress, without the dense copies in between, whose fresh pages were most of a decoder's
-  // prune-model (a 1B model's took 58 s, 30 of them in the kernel).
-  static bool fast_kept(DType kept) { return kept == DType::kF32 || kept == DType::kBF16; }
-  bool fast() const { return o_.method == PruneMethod::kMagnitude && !o_.permute; }
+  // Magnitude without permutations, each target's tensor a placeholder (its stored type and shape, no
+  // bytes): each target's rows of g's fp32 rows (rounded to its stored type, as the general path reads them)
+  // pruned straight into its 2:4 tensor a block of rows at a time (prune_rows, what loading with --prune
+  // runs; int8 values with options.int8): the values and codes of magnitude_mask and compress, without the
+  // dense copies in between, whose fresh pages were most of a decoder's prune-model (a 1B model's took 58 s,
+  // 30 of them in the kernel). For a target stored as `kept` where takes_rows says so: pruned_layout holds
+  // fp32, bf16 and int8 values (an f16 one takes the general path unless it becomes int8).
+  bool takes_rows(DType kept) const {
+    return o_.method == PruneMethod::kMagnitude && !o_.permute &&
+           (kept == DType::kF32 || kept == DType::kBF16 || o_.int8);
+  }
   void prune_magnitude_rows(const Gemm& g, const std::vector<std::string>& targets, int64_t units_total) {
     const auto t0 = Clock::now();
     const int64_t k = g.k;
@@ -273,12 +276,6 @@ class Pruner {
     }
     report_.prune_s += seconds_since(t0);
   }
-  // Whether the fast path takes weight `name`, kept as `kept` (a bf16 or fp32 target of a Linear whose
-  // columns select() accepts): its checkpoint entry can be a placeholder.
-  bool fast_placeholder(const std::string& name, DType kept, int64_t k) const {
-    return fast() && fast_kept(kept) && k % 4 == 0 && targeted(name);
-  }
-
   // Every weight pruned since the first `first` as 2:4 (a permuted producer pruned earlier is still 2:4: its
   // rows only moved; the fast path's are 2:4 already).
   // With options.int8 their values rounded to int8 (a scale per detail::kInt8ScaleGroup positions).

@@ -378,26 +378,27 @@ TEST_F(PruneDecoder, StreamedIntoADirectoryEqualsPruningInMemory) {
 }
 
 // Magnitude pruning without permutations prunes each Linear's rows straight into its 2:4 tensor (no dense
-// copies): the directory is the one `convert --prune` (sparsify: compress with pruning, another path) makes
-// of the same checkpoint, tensor for tensor: fp32 and bf16 weights, split (with biases) and fused (Phi-3's
-// qkv_proj and gate_up_proj).
+// copies; an f16 checkpoint's weights, which that path cannot hold, the general way): the directory is the
+// one `convert --prune` (sparsify: compress with pruning, another path) makes of the same checkpoint, tensor
+// for tensor: fp32, bf16 and f16 weights, split (with biases) and fused (Phi-3's qkv_proj and gate_up_proj).
+// With int8 (the rows path for f16 too) the Linears are those loading with --prune --int8 makes.
 TEST_F(PruneDecoder, MagnitudeEqualsConvertPruning) {
   SPARSE24_SEED_TRACE();
   auto g = rng(17);
   for (bool fused : {false, true})
-    for (bool bf16 : {false, true}) {
-      SCOPED_TRACE(std::string(fused ? "fused" : "split") + (bf16 ? " bf16" : " fp32"));
+    for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+      SCOPED_TRACE(std::string(fused ? "fused " : "split ") + dtype_name(dtype));
       t_.fused = fused;
       t_.biases = !fused;
       json cfg = config();
       if (fused) cfg["model_type"] = "phi3";
       cfg["attention_bias"] = cfg["mlp_bias"] = !fused;
       write(tiny_model(g, t_), cfg);
-      if (bf16) {
+      if (dtype != DType::kF32) {
         Checkpoint ck = load_checkpoint((dir_ / "model.safetensors").string());
         for (CheckpointTensor& t : ck.tensors) {
           const Tensor f = from_st(t.dense, t.name);
-          t.dense = to_st(Tensor::from_float(f.to_float(), f.shape, DType::kBF16));
+          t.dense = to_st(Tensor::from_float(f.to_float(), f.shape, dtype));
         }
         write_safetensors((dir_ / "model.safetensors").string(),
                           encode_checkpoint(ck, CheckpointFormat::kDense));
@@ -413,8 +414,21 @@ TEST_F(PruneDecoder, MagnitudeEqualsConvertPruning) {
       const HfDir a = read_hf_dir(pruned), b = read_hf_dir(converted);
       EXPECT_EQ(a.weights.sparse_count(), static_cast<int64_t>(r.weights.size()));
       testing::expect_same_tensors(a.weights, b.weights);
-      std::filesystem::remove_all(pruned);
-      std::filesystem::remove_all(converted);
+      PruneModelOptions o;
+      o.int8 = true;
+      const std::string int8 = dir_.string() + "-int8";
+      prune_model(dir_.string(), int8, CheckpointFormat::kSparse24, o);
+      DecoderLoadOptions as_read;
+      as_read.prune = as_read.int8 = true;
+      DecoderModel saved = load_hf_decoder(int8), read = load_hf_decoder(dir_.string(), as_read);
+      for (int64_t l = 0; l < t_.layers; ++l)
+        for (int which = 0; which < 4; ++which) {
+          const Compressed &x = gemm(saved, l, which).sparse, &y = gemm(read, l, which).sparse;
+          EXPECT_EQ(x.values, y.values) << l << " " << which;
+          EXPECT_EQ(x.metadata, y.metadata) << l << " " << which;
+          EXPECT_EQ(x.scales, y.scales) << l << " " << which;
+        }
+      for (const std::string& d : {pruned, converted, int8}) std::filesystem::remove_all(d);
     }
   t_ = Tiny();
 }
