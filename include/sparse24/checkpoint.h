@@ -52,8 +52,11 @@ struct CheckpointTensorView {
   StTensorView dense;                // when not 2:4
   std::optional<Compressed> sparse;  // a compressed 2:4 weight
   // Or a sparse24 layer left in the file (read_checkpoint_view's defer_sparse24): its shape checked,
-  // decode() reads and validates it (the eager read's errors), from the bytes `stored` spans.
+  // decode() reads and validates it (the eager read's errors), from the bytes `stored` spans;
+  // stored_layer() checks its tensors (decode's errors about them) and leaves them where they are, for a
+  // loader that copies them into weights of its own (validating them: validate_rows).
   std::function<Compressed()> decode;
+  std::function<StoredCompressed()> stored_layer;
   std::vector<std::span<const uint8_t>> stored;
   bool is_sparse() const { return sparse.has_value() || decode != nullptr; }
   // The tensor with its dense bytes copied out (the 2:4 weight moved, or decoded).

@@ -81,6 +81,11 @@ void prune_rows(Compressed& c, int64_t r0, const float* w, int64_t n);
 Tensor decompress(const Compressed& c);
 // Checks sizes and every metadata code; throws Error naming the first problem.
 void validate(const Compressed& c);
+// validate()'s checks of each of rows [r0, r1) (their metadata codes, values past K, scales), its errors
+// numbering the rows from r0: a matrix filled a part at a time (a GEMM of several stored weights), each
+// part checked as validate checks it alone. c's arrays must hold those rows (not yet the ones after);
+// its sizes, shape and scale group are validate's to check.
+void validate_rows(const Compressed& c, int64_t r0, int64_t r1);
 // The same weights with float32 values: f16 and bf16 widened exactly, int8 times its scales; the codes as
 // they are (validated first). What decompress + compress gave, without the dense matrix in between.
 Compressed to_f32(Compressed c);

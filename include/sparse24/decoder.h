@@ -246,8 +246,11 @@ WeightTable int8_table(const WeightTable& bf16, int64_t rows, int64_t cols);
 WeightTable bf16_table(const std::vector<float>& w);
 // A table left in a file, or one read by rows, as an int8 (int8_table's) or bf16 table: widened a block of
 // rows at a time (never the fp32 table whole) on `threads`; a RowSource's first failing block's error.
+// A RowSource's: in_order(r0, r1) is called with each block of rows once it is read, in order, one call at a
+// time (on whichever thread read the block): the loader hashing the stored rows while they are at hand.
+using RowsInOrder = std::function<void(int64_t r0, int64_t r1)>;
 WeightTable narrowed_table(const StoredRows& t, bool int8, int threads = 1);
-WeightTable narrowed_table(const RowSource& t, bool int8, int threads = 1);
+WeightTable narrowed_table(const RowSource& t, bool int8, int threads = 1, const RowsInOrder& in_order = {});
 // Whether a head of this ggml type runs as stored (kernels::gemv_ggml) under int8 or bf16 weights: unless
 // they ask for a table it is wider than (F32 under bf16; F32, F16, BF16 under int8) or slower than (Q6_K
 // under int8: 0.82 bytes a value, but its rows bound by their vector work, as fast as the int8 table's or

@@ -163,6 +163,16 @@ void write_safetensors(const std::string& path, const SafeTensors& st);  // atom
 Compressed compressed_from_st(const SafeTensorsView& st, const std::string& name,
                               const std::vector<int64_t>& shape, std::optional<DType> dtype = std::nullopt,
                               int64_t scale_group = 0);
+// The same tensors checked as compressed_from_st checks them, but not read: the Compressed they make
+// without its arrays (dtype, shape, rows, cols and scale group) and the bytes of its values, metadata and
+// scales where they are (a loader copying them straight into weights of its own, then validate_rows).
+struct StoredCompressed {
+  Compressed header;
+  std::span<const uint8_t> values, metadata, scales;
+};
+StoredCompressed stored_compressed(const SafeTensorsView& st, const std::string& name,
+                                   const std::vector<int64_t>& shape,
+                                   std::optional<DType> dtype = std::nullopt, int64_t scale_group = 0);
 
 // ---- The compressed 2:4 file -----------------------------------------------------------------------------
 // A safetensors file with tensors "values" (weight dtype, shape [rows, values_per_row]) and "metadata" (U8,

@@ -300,24 +300,53 @@ void validate(const Compressed& c) {
     const size_t want = static_cast<size_t>(c.rows * c.scales_per_row());
     if (c.scales.size() != want)
       throw Error("scales: " + std::to_string(c.scales.size()) + " floats, expected " + std::to_string(want));
-    for (size_t i = 0; i < c.scales.size(); ++i)
-      if (!std::isfinite(c.scales[i]))
-        throw Error("scale " + std::to_string(i) + " of row " +
-                    std::to_string(i / static_cast<size_t>(c.scales_per_row())) + " is not finite");
   }
-  const int64_t G = c.groups_per_row();
-  // The metadata bytes whose two codes are both valid (valid_code's rule, checked a byte at a time).
+  validate_rows(c, 0, c.rows);
+}
+
+namespace {
+
+// Whether all 16 codes in 8 metadata bytes are valid (valid_code: position 0 < position 1): per nibble,
+// (4 + position 1) - position 0 - 1 keeps bit 2 set exactly when position 0 < position 1, and never
+// borrows from the next nibble (it is 0..6).
+bool all_codes_valid(uint64_t w) {
+  constexpr uint64_t kLow2 = 0x3333333333333333ull, kOnes = 0x1111111111111111ull;
+  const uint64_t p0 = w & kLow2, p1 = (w >> 2) & kLow2;
+  return (((p1 | 4 * kOnes) - p0 - kOnes) & 4 * kOnes) == 4 * kOnes;
+}
+
+}  // namespace
+
+void validate_rows(const Compressed& c, int64_t r0, int64_t r1) {
+  const int64_t G = c.groups_per_row(), mbpr = c.meta_bytes_per_row(), spr = c.scales_per_row();
+  if (r0 < 0 || r1 < r0 || r1 > c.rows ||
+      c.values.size() < static_cast<size_t>(r1 * c.values_per_row()) * dtype_size(c.dtype) ||
+      c.metadata.size() < static_cast<size_t>(r1 * mbpr) || c.scales.size() < static_cast<size_t>(r1 * spr))
+    throw Error("internal: validate_rows past the matrix's arrays");
+  for (size_t i = static_cast<size_t>(r0 * spr); i < static_cast<size_t>(r1 * spr); ++i)
+    if (!std::isfinite(c.scales[i])) {
+      const size_t at_row = i - static_cast<size_t>(r0 * spr);
+      throw Error("scale " + std::to_string(at_row) + " of row " +
+                  std::to_string(at_row / static_cast<size_t>(spr)) + " is not finite");
+    }
+  // The metadata bytes whose two codes are both valid (valid_code's rule, checked a byte at a time where
+  // eight at once found an invalid one).
   std::array<bool, 256> valid_byte{};
   for (int b = 0; b < 256; ++b)
     valid_byte[b] = valid_code(b & 0xF) && valid_code(static_cast<uint8_t>(b >> 4));
   const auto bad_code = [&](int64_t r, int64_t g) {
     const uint8_t code = c.code(r, g);
-    return Error("invalid metadata code 0x" + std::string(1, "0123456789abcdef"[code]) + " at " + at(r, g) +
-                 " (positions must be two distinct indices in increasing order)");
+    return Error("invalid metadata code 0x" + std::string(1, "0123456789abcdef"[code]) + " at " +
+                 at(r - r0, g) + " (positions must be two distinct indices in increasing order)");
   };
-  for (int64_t r = 0; r < c.rows; ++r) {
-    const uint8_t* meta = c.metadata.data() + r * c.meta_bytes_per_row();
-    for (int64_t i = 0; i < G / 2; ++i)
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* meta = c.metadata.data() + r * mbpr;
+    int64_t i = 0;
+    for (uint64_t w; i + 8 <= G / 2; i += 8) {
+      std::memcpy(&w, meta + i, 8);
+      if (!all_codes_valid(w)) break;
+    }
+    for (; i < G / 2; ++i)
       if (!valid_byte[meta[i]]) throw bad_code(r, valid_code(meta[i] & 0xF) ? 2 * i + 1 : 2 * i);
     if (G % 2 == 1 && !valid_code(meta[G / 2] & 0xF)) throw bad_code(r, G - 1);
     if (c.cols % 4 != 0) {  // only the last group has positions past K
@@ -326,12 +355,12 @@ void validate(const Compressed& c) {
       for (int j = 0; j < 2; ++j) {
         const int64_t col = 4 * g + ((code >> (2 * j)) & 3);
         if (col >= c.cols && c.value(r, 2 * g + j) != 0.f) {
-          throw Error("nonzero value stored in the zero padding past K at " + at(r, g));
+          throw Error("nonzero value stored in the zero padding past K at " + at(r - r0, g));
         }
       }
     }
-    if (G % 2 == 1 && (c.metadata[static_cast<size_t>(r * c.meta_bytes_per_row() + G / 2)] >> 4) != 0) {
-      throw Error("row " + std::to_string(r) + ": the unused last metadata nibble is not zero");
+    if (G % 2 == 1 && (meta[G / 2] >> 4) != 0) {
+      throw Error("row " + std::to_string(r - r0) + ": the unused last metadata nibble is not zero");
     }
   }
 }

@@ -131,7 +131,8 @@ namespace {
 // A [rows, cols] table as int8 or bf16 from fp32 rows that read(r0, r1, out) gives, kRows at a time on
 // `threads`; the first failing block's error is rethrown (whichever thread met it).
 template <class Read>
-WeightTable narrow_rows(int64_t rows, int64_t cols, bool int8, int threads, const Read& read) {
+WeightTable narrow_rows(int64_t rows, int64_t cols, bool int8, int threads, const Read& read,
+                        const RowsInOrder& in_order = {}) {
   WeightTable out;
   const int64_t groups = (cols + kernels::kGemvI8Group - 1) / kernels::kGemvI8Group;
   const auto size = static_cast<size_t>(rows * cols);
@@ -147,7 +148,7 @@ WeightTable narrow_rows(int64_t rows, int64_t cols, bool int8, int threads, cons
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     std::vector<float> block(static_cast<size_t>(std::min(rows, kRows) * cols));
-#pragma omp for schedule(dynamic, 16)
+#pragma omp for schedule(dynamic, 1) ordered
     for (int64_t b = 0; b < blocks; ++b) {
       const int64_t r = b * kRows, n = std::min(kRows, rows - r);
       try {
@@ -159,6 +160,14 @@ WeightTable narrow_rows(int64_t rows, int64_t cols, bool int8, int threads, cons
           kernels::floats_to_bf16(block.data(), n * cols, out.bf16.data() + r * cols);
       } catch (...) {
         errors[static_cast<size_t>(b)] = std::current_exception();
+      }
+#pragma omp ordered
+      if (in_order) {  // (the rows just read: still in this core's cache)
+        try {
+          in_order(r, r + n);
+        } catch (...) {
+          if (!errors[static_cast<size_t>(b)]) errors[static_cast<size_t>(b)] = std::current_exception();
+        }
       }
     }
   }
@@ -175,9 +184,10 @@ WeightTable narrowed_table(const StoredRows& t, bool int8, int threads) {
   });
 }
 
-WeightTable narrowed_table(const RowSource& t, bool int8, int threads) {
-  return narrow_rows(t.stored.rows, t.stored.cols, int8, threads,
-                     [&](int64_t r0, int64_t r1, float* out) { t.read(r0, r1, out); });
+WeightTable narrowed_table(const RowSource& t, bool int8, int threads, const RowsInOrder& in_order) {
+  return narrow_rows(
+      t.stored.rows, t.stored.cols, int8, threads,
+      [&](int64_t r0, int64_t r1, float* out) { t.read(r0, r1, out); }, in_order);
 }
 
 bool head_runs_stored(uint32_t ggml_type, bool int8, bool bf16) {

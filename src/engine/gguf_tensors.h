@@ -102,6 +102,17 @@ class GgufTensors {
     const std::string name = detail::gguf_name(hf, c_.sandwich_norms);
     take(name, *g_.find_tensor(name));
   }
+  // The same for a tensor whose bytes the caller hashed as it read them (Weights::row_hash's way).
+  FnvWords row_hash(const std::string& hf) const {
+    const std::string name = detail::gguf_name(hf, c_.sandwich_norms);
+    return FnvWords(fnv1a(h_, reinterpret_cast<const uint8_t*>(name.data()), name.size()));
+  }
+  void rows_read(const std::string& hf, uint64_t hash) {
+    const std::string name = detail::gguf_name(hf, c_.sandwich_norms);
+    used_.insert(name);
+    h_ = hash;
+    if (file_ != nullptr) file_->release(g_.find_tensor(name)->bytes);
+  }
   // Whether stored_rows() can leave the tensor in the mapped file (rows() could read it).
   bool stays_in_file(const std::string& hf, const std::vector<int64_t>& shape) const {
     return owner_ != nullptr && file_ != nullptr && reads_rows(hf, shape);

@@ -253,8 +253,8 @@ DecoderConfig read_decoder_config(const json& j, const std::string& what, Biases
 // A Linear as build_decoder reads it, from the stored weights whose rows the forward pass runs as one GEMM
 // (Q, K, V; gate, up; or one), given as (prefix, rows). Dense ones: with o.prune pruned as their rows are
 // read (prune_as_read: the weights and fingerprint of reading them dense, then pruning), otherwise read
-// straight into the joined weights (no copy of each, nor its pages); 2:4 ones (a pruned checkpoint) as Src
-// reads a Linear, several joined by concat_rows.
+// straight into the joined weights (no copy of each, nor its pages); 2:4 ones (a pruned checkpoint) as
+// Weights::linear_rows reads them.
 template <class Src>
 Gemm read_linear(Src& w, const std::string& name, const std::vector<std::pair<std::string, int64_t>>& parts,
                  int64_t in, bool bias, const DecoderLoadOptions& o) {
@@ -264,12 +264,10 @@ Gemm read_linear(Src& w, const std::string& name, const std::vector<std::pair<st
     by_rows = by_rows && w.reads_rows(prefix + ".weight", {rows, in});
   }
   if (!dense) {
-    if (parts.size() == 1) return w.linear(parts[0].first, name, parts[0].second, in, bias);
-    std::vector<Gemm> gs;
-    for (const auto& [prefix, rows] : parts) gs.push_back(w.linear(prefix, name, rows, in, bias));
-    std::vector<const Gemm*> ptrs;
-    for (const Gemm& g : gs) ptrs.push_back(&g);
-    return concat_rows(name, ptrs);
+    if constexpr (std::is_same_v<Src, detail::Weights>)
+      return w.linear_rows(name, parts, in, bias);
+    else
+      throw Error("internal: 2:4 weights in a GGUF file");
   }
   Gemm g;
   g.name = name;
@@ -333,8 +331,18 @@ DecoderModel build_decoder(const DecoderConfig& c, const Biases& b, Src& w, cons
   // 1B's is 1 GB); false where it must be read first.
   const auto narrow_by_rows = [&](const std::string& name, WeightTable& t) {
     if ((!o.int8 && !o.bf16) || !w.reads_rows(name, {c.vocab, c.hidden})) return false;
-    t = detail::narrowed_table(w.rows(name, {c.vocab, c.hidden}), o.int8, o.threads);
-    w.rows_read(name);
+    const detail::RowSource rows = w.rows(name, {c.vocab, c.hidden});
+    FnvWords f = w.row_hash(name);  // (hashed as read: blocks of rows, multiples of 32 bytes)
+    uint64_t h = 0;
+    t = detail::narrowed_table(rows, o.int8, o.threads, [&](int64_t r0, int64_t r1) {
+      const size_t bytes = rows.stored.row_bytes();
+      const uint8_t* p = rows.stored.data + static_cast<size_t>(r0) * bytes;
+      if (r1 == c.vocab)
+        h = f.finish(p, static_cast<size_t>(r1 - r0) * bytes);
+      else
+        f.add(p, static_cast<size_t>(r1 - r0) * bytes);
+    });
+    w.rows_read(name, h);
     return true;
   };
   // An untied model's embeddings stay in the mapped file, as stored (a token reads one row of them). So does

@@ -157,10 +157,11 @@ Model read_hf_encoder(const std::string& dir, const std::string& config_json, We
     const std::string lname = "layer" + std::to_string(l) + ".";
     const bool bert = c.type == "bert";
     const std::string att = p + (bert ? "attention.self." : "attention.attn.");
-    Gemm q = w.linear(att + (bert ? "query" : "q"), lname + "q", c.hidden, c.hidden);
-    Gemm k = w.linear(att + (bert ? "key" : "k"), lname + "k", c.hidden, c.hidden);
-    Gemm v = w.linear(att + (bert ? "value" : "v"), lname + "v", c.hidden, c.hidden);
-    const int qkv = b.gemm(h, concat_rows(lname + "qkv", {&q, &k, &v}));
+    const int qkv = b.gemm(h, w.linear_rows(lname + "qkv",
+                                            {{att + (bert ? "query" : "q"), c.hidden},
+                                             {att + (bert ? "key" : "k"), c.hidden},
+                                             {att + (bert ? "value" : "v"), c.hidden}},
+                                            c.hidden, true));
     const int ctx = b.attention(qkv, c.heads, bias);
     const int ao = b.gemm(ctx, w.linear(p + (bert ? "attention.output.dense" : "attention.attn.o"),
                                         lname + "attn_out", c.hidden, c.hidden));

@@ -11,8 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "builder.h"
 #include "fingerprint.h"
 #include "kernels/convert.h"
+#include "kernels/huge_pages.h"
 #include "sparse24/checkpoint.h"
 #include "sparse24/decoder.h"
 #include "sparse24/engine.h"
@@ -154,6 +156,12 @@ class Weights {
     return s;
   }
   void rows_read(const std::string& name) { take(name); }
+  // The same for a tensor whose stored bytes the caller hashed as it read them: a row_hash() given them a
+  // piece at a time, in order (FnvWords' pieces), then finished: the hash take() would have computed.
+  FnvWords row_hash(const std::string& name) const {
+    return FnvWords(fnv1a(h_, reinterpret_cast<const uint8_t*>(name.data()), name.size()));
+  }
+  void rows_read(const std::string& name, uint64_t hash) { take(name, &hash); }
   // Whether table() would leave the tensor in its file: one rows() could read, in a mapped file.
   bool stays_in_file(const std::string& name, const std::vector<int64_t>& shape) const {
     const auto it = by_name_.find(name);
@@ -219,21 +227,71 @@ class Weights {
       // f32 and bf16 values stay as stored (bf16 ones pack as bf16 weights: exact, half the bytes), and so
       // do int8 ones with scales (prune-model --int8: they run as int8 weights, finite by validate).
       g.sparse = std::move(*t.sparse);
-      const bool scaled = g.sparse.scale_group > 0;
-      if (g.sparse.dtype != DType::kF32 && g.sparse.dtype != DType::kBF16 && !scaled)
+      const bool as_stored = runs_as_stored(g.sparse);
+      if (!as_stored)
         g.sparse = to_f32(std::move(g.sparse));  // (validated)
-      else if (t.deferred == nullptr)            // (a deferred layer's decode validated it)
+      else if (t.deferred == nullptr)            // (a deferred layer was checked as it was copied)
         validate(g.sparse);
-      const auto n = static_cast<int64_t>(g.sparse.values.size() / dtype_size(g.sparse.dtype));
-      if (!scaled &&
-          (g.sparse.dtype == DType::kBF16
-               ? !kernels::all_finite_bf16(reinterpret_cast<const uint16_t*>(g.sparse.values.data()), n)
-               : !kernels::all_finite(reinterpret_cast<const float*>(g.sparse.values.data()), n)))
+      if ((!as_stored || t.deferred == nullptr) && !finite_values(g.sparse, 0))
         throw Error(what_ + ": tensor '" + name + "' holds a non-finite value");
     } else {
       g.dense = dense(name, {out, in});
     }
     if (bias) g.bias = dense(prefix + ".bias", {out});
+    return g;
+  }
+  // A Linear whose rows are several stored weights run as one GEMM (Q, K, V; gate, up: `parts`, each
+  // (prefix, rows)), 2:4 or dense, and their biases: each part read as linear() reads it, joined by
+  // concat_rows; but 2:4 parts left in their files (a pruned checkpoint's sparse24 layers) whose values run
+  // as stored, all of one type, are copied straight into the joined weights (no copy of each), as take()
+  // copies one: the same Gemm and fingerprint.
+  Gemm linear_rows(const std::string& layer, const std::vector<std::pair<std::string, int64_t>>& parts,
+                   int64_t in, bool bias) {
+    bool joined = parts.size() > 1;
+    for (const auto& [prefix, rows] : parts) {
+      const auto it = by_name_.find(prefix + ".weight");
+      joined = joined && it != by_name_.end() && entries_[it->second].deferred != nullptr &&
+               !entries_[it->second].used;
+    }
+    std::vector<StoredCompressed> stored;
+    for (size_t i = 0; joined && i < parts.size(); ++i) {
+      stored.push_back(entries_[by_name_.at(parts[i].first + ".weight")].deferred->stored_layer());
+      const Compressed& h = stored.back().header;
+      joined = h.shape == std::vector<int64_t>{parts[i].second, in} && runs_as_stored(h) &&
+               h.dtype == stored[0].header.dtype && h.scale_group == stored[0].header.scale_group;
+    }
+    if (!joined) {
+      std::vector<Gemm> gs;
+      for (const auto& [prefix, rows] : parts) gs.push_back(linear(prefix, layer, rows, in, bias));
+      if (gs.size() == 1) return std::move(gs[0]);
+      std::vector<const Gemm*> ptrs;
+      for (const Gemm& g : gs) ptrs.push_back(&g);
+      return concat_rows(layer, ptrs);
+    }
+    Gemm g;
+    g.name = layer;
+    g.k = in;
+    g.pruned = true;
+    Compressed& c = g.sparse;
+    c = stored[0].header;
+    c.rows = 0;
+    for (const StoredCompressed& s : stored) c.rows += s.header.rows;
+    c.shape = {c.rows, in};
+    g.m = c.rows;
+    reserve(c);
+    int64_t row = 0;
+    for (size_t i = 0; i < parts.size(); ++i) {  // (taken in linear()'s order: one fingerprint either way)
+      const std::string name = parts[i].first + ".weight";
+      Entry& t = entries_[by_name_.at(name)];
+      t.used = true;
+      append_stored(t, stored[i], c, row);
+      row += parts[i].second;
+      g.sources.push_back(name);
+      if (bias) {
+        const std::vector<float> b = dense(parts[i].first + ".bias", {parts[i].second});
+        g.bias.insert(g.bias.end(), b.begin(), b.end());
+      }
+    }
     return g;
   }
   // Refuses a tensor nothing used, except those `ignored` accepts (heads the model does not run).
@@ -267,7 +325,7 @@ class Weights {
         {name, std::move(dense), sparse ? &*sparse : nullptr, deferred, std::move(file), false, {}});
   }
   // A tensor asked for: marked used and hashed the first time; a 2:4 weight only once (linear moves it).
-  Entry& take(const std::string& name) {
+  Entry& take(const std::string& name, const uint64_t* hashed = nullptr) {
     const auto it = by_name_.find(name);
     if (it == by_name_.end()) throw Error(what_ + ": missing tensor '" + name + "'");
     Entry& t = entries_[it->second];
@@ -276,11 +334,13 @@ class Weights {
       return t;
     }
     t.used = true;
-    if (t.deferred != nullptr) {  // decoded now, its pages dropped
-      t.decoded = t.deferred->decode();
+    if (t.deferred != nullptr) {  // copied now, hashed and checked as it is, its pages dropped
+      const StoredCompressed s = t.deferred->stored_layer();
+      t.decoded = s.header;
+      reserve(*t.decoded);
+      append_stored(t, s, *t.decoded, 0);
       t.sparse = &*t.decoded;
-      if (t.file != nullptr)
-        for (std::span<const uint8_t> b : t.deferred->stored) t.file->release(b);
+      return t;
     }
     if (t.sparse) {
       const Compressed& c = *t.sparse;
@@ -289,6 +349,9 @@ class Weights {
       if (!c.scales.empty())  // (int8 values with scales: the same values under other scales differ)
         h_ = fnv1a_words(h_, reinterpret_cast<const uint8_t*>(c.scales.data()),
                          c.scales.size() * sizeof(float));
+    } else if (hashed != nullptr) {  // (rows_read's: hashed as they were read)
+      h_ = *hashed;
+      if (t.file != nullptr) t.file->release(t.dense.bytes);
     } else {  // a piece at a time, dropping a mapped file's pages as it goes
       FnvWords f(fnv1a(h_, reinterpret_cast<const uint8_t*>(name.data()), name.size()));
       const auto n = static_cast<int64_t>(t.dense.bytes.size());
@@ -301,6 +364,74 @@ class Weights {
       });
     }
     return t;
+  }
+  // Whether a Linear keeps a 2:4 weight's values as they are: fp32, bf16, or int8 with scales (others are
+  // widened to fp32).
+  static bool runs_as_stored(const Compressed& c) {
+    return c.dtype == DType::kF32 || c.dtype == DType::kBF16 || (c.dtype == DType::kI8 && c.scale_group > 0);
+  }
+  // Whether c's values from byte `from` on are finite (int8 ones always are).
+  static bool finite_values(const Compressed& c, size_t from) {
+    const auto n = static_cast<int64_t>((c.values.size() - from) / dtype_size(c.dtype));
+    const uint8_t* p = c.values.data() + from;
+    switch (c.dtype) {
+      case DType::kF32:
+        return kernels::all_finite(reinterpret_cast<const float*>(p), n);
+      case DType::kBF16:
+        return kernels::all_finite_bf16(reinterpret_cast<const uint16_t*>(p), n);
+      case DType::kF16: {
+        std::vector<float> f(static_cast<size_t>(n));
+        kernels::elements_to_floats(DType::kF16, p, n, f.data());
+        return kernels::all_finite(f.data(), n);
+      }
+      default:
+        return true;
+    }
+  }
+  // Room in c's arrays for its rows (c.rows; large ones on 2 MB pages), to be appended.
+  static void reserve(Compressed& c) {
+    const auto reserve = [](auto& v, size_t n) {
+      v.reserve(n);
+      if (n * sizeof(v[0]) >= 4 * kernels::kHugePage) kernels::advise_huge_pages(v.data(), n * sizeof(v[0]));
+    };
+    reserve(c.values, static_cast<size_t>(c.rows * c.values_per_row()) * dtype_size(c.dtype));
+    reserve(c.metadata, static_cast<size_t>(c.rows * c.meta_bytes_per_row()));
+    reserve(c.scales, static_cast<size_t>(c.rows * c.scales_per_row()));
+  }
+  // A 2:4 weight left in its file (t, its tensors s) appended to c from row `row` (c of its dtype, scale
+  // group and columns): copied a piece at a time, each piece hashed into the fingerprint as take() hashes an
+  // in-memory one (its name and values, its metadata, its scales) and then checked where it was copied to
+  // (validate_rows; fp32 and bf16 values finite), and its pages dropped.
+  void append_stored(const Entry& t, const StoredCompressed& s, Compressed& c, int64_t row) {
+    const size_t values_at = c.values.size();
+    h_ = hash_append(FnvWords(fnv1a(h_, reinterpret_cast<const uint8_t*>(t.name.data()), t.name.size())),
+                     s.values, c.values);
+    h_ = hash_append(FnvWords(h_), s.metadata, c.metadata);
+    if (!s.scales.empty()) h_ = hash_append(FnvWords(h_), s.scales, c.scales);
+    try {
+      validate_rows(c, row, row + s.header.rows);
+    } catch (const Error& e) {
+      throw Error(what_ + ": tensor '" + t.name + "': " + e.what());
+    }
+    if (runs_as_stored(c) && !finite_values(c, values_at))
+      throw Error(what_ + ": tensor '" + t.name + "' holds a non-finite value");
+    if (t.file != nullptr)
+      for (std::span<const uint8_t> b : {s.values, s.metadata, s.scales}) t.file->release(b);
+  }
+  // b appended to `into` (whole elements) a piece at a time, f hashing each piece (FnvWords' pieces:
+  // multiples of 32 bytes but the last) as it is copied: the hash of all of b.
+  template <class T>
+  static uint64_t hash_append(FnvWords f, std::span<const uint8_t> b, std::vector<T>& into) {
+    constexpr size_t kPiece = size_t{1} << 18;
+    for (size_t i = 0;; i += kPiece) {
+      const size_t n = std::min(kPiece, b.size() - i);
+      const uint8_t* p = b.data() + i;
+      const size_t at = into.size();
+      into.resize(at + n / sizeof(T));  // (within the reserved room; its zeros overwritten at once)
+      if (n > 0) std::memcpy(reinterpret_cast<uint8_t*>(into.data() + at), p, n);
+      if (i + n == b.size()) return f.finish(p, n);
+      f.add(p, n);
+    }
   }
   // fn(first element, count, their bytes) over a dense tensor's n elements a chunk at a time; in a mapped
   // file the pages read so far are dropped after each chunk, so a 2 GB table is never resident whole beside

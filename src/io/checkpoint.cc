@@ -167,8 +167,15 @@ CheckpointView read_checkpoint_view(const SafeTensorsView& st, const std::string
             own.tensors.emplace_back(name + suffix, *v);
             t.stored.push_back(v->bytes);
           }
-        t.decode = [own = std::move(own), name, shape, scale_group, what] {
+        t.decode = [own, name, shape, scale_group, what] {
           return read_sparse24_layer(own, name, shape, scale_group, what);
+        };
+        t.stored_layer = [own = std::move(own), name, shape, scale_group, what] {
+          try {
+            return stored_compressed(own, name, shape, std::nullopt, scale_group);
+          } catch (const Error& e) {
+            fail(what, "sparse24 layer '" + printable(name) + "': " + e.what());
+          }
         };
       } else {
         t.sparse = read_sparse24_layer(st, name, shape, scale_group, what);
@@ -198,7 +205,7 @@ CheckpointView read_checkpoint_view(const SafeTensorsView& st, const std::string
   for (size_t i = 0; i < st.tensors.size(); ++i) {
     const auto& [name, v] = st.tensors[i];
     if (consumed.count(name)) continue;
-    entries.emplace_back(i, CheckpointTensorView{name, v, std::nullopt, {}, {}});
+    entries.emplace_back(i, CheckpointTensorView{name, v, std::nullopt, {}, {}, {}});
   }
   std::stable_sort(entries.begin(), entries.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });

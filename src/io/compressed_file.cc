@@ -56,15 +56,16 @@ std::vector<uint8_t> encode_compressed(const Compressed& c) {
   return encode_safetensors(st);
 }
 
-Compressed compressed_from_st(const SafeTensorsView& st, const std::string& name,
-                              const std::vector<int64_t>& shape, std::optional<DType> dtype,
-                              int64_t scale_group) {
+StoredCompressed stored_compressed(const SafeTensorsView& st, const std::string& name,
+                                   const std::vector<int64_t>& shape, std::optional<DType> dtype,
+                                   int64_t scale_group) {
   const std::string vname = name + ".values", mname = name + ".metadata";
   const StTensorView* values = st.find(vname);
   const StTensorView* metadata = st.find(mname);
   if (!values) throw Error("missing tensor '" + printable(vname) + "'");
   if (!metadata) throw Error("missing tensor '" + printable(mname) + "'");
-  Compressed c;
+  StoredCompressed s;
+  Compressed& c = s.header;
   c.dtype = dtype ? *dtype : dtype_from_st(values->dtype);
   c.shape = shape;
   const MatrixView view = matrix_view(shape);
@@ -79,8 +80,8 @@ Compressed compressed_from_st(const SafeTensorsView& st, const std::string& name
   if (metadata->dtype != "U8" || metadata->shape != mshape)
     throw Error("tensor '" + printable(mname) + "' is " + printable(metadata->dtype) + " " +
                 shape_string(metadata->shape) + ", expected U8 " + shape_string(mshape) + of);
-  c.values.assign(values->bytes.begin(), values->bytes.end());
-  c.metadata.assign(metadata->bytes.begin(), metadata->bytes.end());
+  s.values = values->bytes;
+  s.metadata = metadata->bytes;
   if (scale_group > 0) {
     const std::string sname = name + ".scales";
     if (c.dtype != DType::kI8)
@@ -93,9 +94,20 @@ Compressed compressed_from_st(const SafeTensorsView& st, const std::string& name
     if (scales->dtype != "F32" || scales->shape != sshape)
       throw Error("tensor '" + printable(sname) + "' is " + printable(scales->dtype) + " " +
                   shape_string(scales->shape) + ", expected F32 " + shape_string(sshape) + of);
-    c.scales.resize(scales->bytes.size() / sizeof(float));
-    if (!c.scales.empty()) std::memcpy(c.scales.data(), scales->bytes.data(), scales->bytes.size());
+    s.scales = scales->bytes;
   }
+  return s;
+}
+
+Compressed compressed_from_st(const SafeTensorsView& st, const std::string& name,
+                              const std::vector<int64_t>& shape, std::optional<DType> dtype,
+                              int64_t scale_group) {
+  StoredCompressed s = stored_compressed(st, name, shape, dtype, scale_group);
+  Compressed c = std::move(s.header);
+  c.values.assign(s.values.begin(), s.values.end());
+  c.metadata.assign(s.metadata.begin(), s.metadata.end());
+  c.scales.resize(s.scales.size() / sizeof(float));
+  if (!c.scales.empty()) std::memcpy(c.scales.data(), s.scales.data(), s.scales.size());
   try {
     validate(c);
   } catch (const Error& e) {

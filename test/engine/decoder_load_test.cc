@@ -301,7 +301,18 @@ void expect_load_options_match(const std::function<DecoderModel(const DecoderLoa
 TEST(GgufDecoder, PrunesAndQuantizesAsItReads) {
   SPARSE24_SEED_TRACE();
   auto g = rng(22);
-  const Tiny t;
+  Tiny t;
+  t.vocab = 150;  // (tables narrowed and hashed in three blocks of rows)
+  {
+    const DecoderModel big = tiny_model(g, t);
+    GgufWriter w;
+    const std::vector<uint8_t> bytes = encode_gguf(tiny_gguf(big, t, w, /*untied=*/true));
+    const Gguf file = parse_gguf(bytes.data(), bytes.size(), "tiny.gguf");
+    expect_load_options_match(
+        [&](const DecoderLoadOptions& o) { return load_gguf_decoder(file, "tiny.gguf", o); },
+        random_ids(g, 7, t.vocab));
+  }
+  t = Tiny();
   DecoderModel m = tiny_model(g, t);
   GgufWriter w;
   const std::vector<uint8_t> bytes = encode_gguf(tiny_gguf(m, t, w, /*untied=*/true));
@@ -519,9 +530,13 @@ TEST_F(HfDecoderDir, GgufTablesStayInTheMappedFile) {
 TEST_F(HfDecoderDir, PrunesAndQuantizesAsItReads) {
   SPARSE24_SEED_TRACE();
   auto g = rng(23);
-  write(tiny_model(g, t_), config());
-  expect_load_options_match([&](const DecoderLoadOptions& o) { return load_hf_decoder(dir_.string(), o); },
-                            random_ids(g, 7, t_.vocab));
+  for (int64_t vocab : {37, 150}) {  // (150: tables narrowed and hashed in three blocks of rows)
+    t_.vocab = vocab;
+    write(tiny_model(g, t_), config());
+    expect_load_options_match([&](const DecoderLoadOptions& o) { return load_hf_decoder(dir_.string(), o); },
+                              random_ids(g, 7, t_.vocab));
+  }
+  t_ = Tiny();
 }
 
 // `convert MODEL.gguf DIR` and prune-model on a GGUF: the directory loads to the same model (logits) and its

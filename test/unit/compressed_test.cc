@@ -228,7 +228,7 @@ TEST(Validate, RejectsInvalidCodesAndSizes) {
 // whichever nibble it is in, also a last odd group's.
 TEST(Validate, NamesTheFirstInvalidGroup) {
   auto g = rng(11);
-  for (int64_t k : {8, 12, 24, 28}) {
+  for (int64_t k : {8, 12, 24, 28, 64, 68, 92, 132}) {  // (64 on: eight bytes at a time, then the rest)
     const Compressed c = compress(random_sparse(g, {3, k}, DType::kF32));
     const int64_t groups = (k + 3) / 4;
     for (int64_t bad = 0; bad < groups; ++bad)
@@ -250,6 +250,60 @@ TEST(Validate, NamesTheFirstInvalidGroup) {
         }
       }
   }
+}
+
+// Every metadata byte value, wherever it is in a row (eight bytes at a time or after them): refused exactly
+// when one of its codes is not valid_code, naming that group (the low nibble's first).
+TEST(Validate, ChecksEveryByteValueAsValidCodeDoes) {
+  auto g = rng(12);
+  const Compressed c = compress(random_sparse(g, {2, 92}, DType::kF32));  // 23 groups: 12 bytes a row
+  for (int64_t at : {0, 3, 7, 8, 10, 11})
+    for (int v = 0; v < 256; ++v) {
+      Compressed b = c;
+      uint8_t& byte = b.metadata[static_cast<size_t>(b.meta_bytes_per_row() + at)];  // row 1
+      byte = static_cast<uint8_t>(at == 11 ? v & 0x0F : v);  // (the last byte's high nibble is unused)
+      const bool lo = valid_code(byte & 0xF), hi = at == 11 || valid_code(static_cast<uint8_t>(byte >> 4));
+      SCOPED_TRACE("byte " + std::to_string(at) + " = " + std::to_string(byte));
+      if (lo && hi) {
+        EXPECT_NO_THROW(validate(b));
+        continue;
+      }
+      try {
+        validate(b);
+        ADD_FAILURE() << "accepted";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("row 1, group " + std::to_string(2 * at + (lo ? 1 : 0)) + " "),
+                  std::string::npos)
+            << e.what();
+      }
+    }
+}
+
+// validate_rows checks the rows it is given and no others, numbering them from the first.
+TEST(Validate, RowsAreCheckedAndNamedFromTheFirst) {
+  auto g = rng(13);
+  Compressed c = quantize_int8(compress(random_sparse(g, {4, 132}, DType::kF32)), 64);
+  validate_rows(c, 0, 4);
+  c.metadata[static_cast<size_t>(2 * c.meta_bytes_per_row() + 9)] = 0xF4;  // row 2, group 19
+  EXPECT_NO_THROW(validate_rows(c, 0, 2));
+  EXPECT_NO_THROW(validate_rows(c, 3, 4));
+  try {
+    validate_rows(c, 1, 3);
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("invalid metadata code 0xf at row 1, group 19 "), std::string::npos)
+        << e.what();
+  }
+  Compressed s = quantize_int8(compress(random_sparse(g, {4, 132}, DType::kF32)), 64);
+  s.scales[static_cast<size_t>(3 * s.scales_per_row() + 1)] = INFINITY;  // row 3's second scale
+  EXPECT_NO_THROW(validate_rows(s, 0, 3));
+  try {
+    validate_rows(s, 2, 4);
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("scale 4 of row 1 is not finite"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(validate_rows(s, 2, 5), Error);  // past the matrix
 }
 
 // check(c, dt) on a random 2:4 matrix of every stored type (int8 quantised with a scale per 4 positions) at
