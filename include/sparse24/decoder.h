@@ -373,6 +373,11 @@ class Decoder {
   // packed, and the untied head's weights and the fp32 embedding table once held as bf16 or int8, so the
   // weights are never in memory twice (an 8B int8 model's 4.8 GB).
   Decoder(DecoderModel&& m, const DecoderOptions& o);
+  // Loads the model at `path` (load_decoder(path, load)) and takes it as above, each layer's 2:4 Linears
+  // packed on a thread of their own while the loader reads the next layers (with o.threads >= 2; the reading
+  // and the packing were each most of a load): the Decoder that Decoder(load_decoder(path, load), o) is,
+  // sooner. The loader's errors, then the first Linear's.
+  Decoder(const std::string& path, const DecoderLoadOptions& load, const DecoderOptions& o);
   ~Decoder();
   Decoder(Decoder&&) noexcept;
   Decoder& operator=(Decoder&&) noexcept;

@@ -87,10 +87,10 @@ class PyDecoder {
     lo.int8 = o.int8_weights && o.mode != Mode::kDense;
     lo.bf16 = o.bf16_weights && o.mode != Mode::kDense;
     lo.threads = threads;
-    DecoderModel m = load_decoder(model, lo);
-    o.max_context = std::min(max_context, m.config.max_positions);
-    d.vocab_ = m.config.vocab;
-    d.dec_ = std::make_unique<Decoder>(std::move(m), o);  // the weights in memory once
+    o.max_context = max_context;  // (at most the model's max_positions)
+    // The weights in memory once, each layer's Linears packed as the next is read.
+    d.dec_ = std::make_unique<Decoder>(model, lo, o);
+    d.vocab_ = d.dec_->config().vocab;
     return d;
   }
 

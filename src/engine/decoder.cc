@@ -4,10 +4,14 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <condition_variable>
+#include <deque>
 #include <dnnl.hpp>
 #include <exception>
+#include <mutex>
 #include <numeric>
 #include <optional>
+#include <thread>
 
 #include "kernels/gemv.h"
 #include "sparse24/compressed.h"
@@ -106,10 +110,101 @@ struct LayerExec {
   int64_t window = 0;  // > 0: a sliding layer's window
 };
 
+// Packs the 2:4 Linears a loader hands over (Gemms moved out of each layer as it is read, in order) on a
+// thread of its own while the loader goes on; finish() packs what is left on the calling thread too.
+class Packer {
+ public:
+  explicit Packer(const DecoderOptions& o) : o_(o), worker_([this] { drain(); }) {}
+  Packer(const Packer&) = delete;
+  Packer& operator=(const Packer&) = delete;
+  ~Packer() {  // (a loader's error: what was not started is dropped)
+    {
+      const std::lock_guard<std::mutex> lock(mu_);
+      done_ = cancel_ = true;
+    }
+    cv_.notify_all();
+    if (worker_.joinable()) worker_.join();
+  }
+  // Hands a Linear over; where the loader is this far ahead of the packing, it packs one itself first (the
+  // 2:4 values waiting are then at most kAhead Linears', not half a model's).
+  void add(size_t index, Gemm&& g) {
+    {
+      const std::lock_guard<std::mutex> lock(mu_);
+      jobs_.push_back({index, std::move(g), std::nullopt, nullptr});
+    }
+    cv_.notify_one();
+    while (run_one(kAhead)) {
+    }
+  }
+  // The Linears by index (count of them; those never added empty), once all are packed; the first one's
+  // error (in the order added) rethrown.
+  std::vector<std::optional<Linear>> finish(size_t count) {
+    {
+      const std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    drain();
+    worker_.join();
+    std::vector<std::optional<Linear>> out(count);
+    for (Job& j : jobs_) {
+      if (j.error) std::rethrow_exception(j.error);
+      if (j.index >= count) throw Error("internal: a packed Linear past the model's layers");
+      if (j.out) out[j.index].emplace(std::move(*j.out));
+    }
+    return out;
+  }
+
+ private:
+  struct Job {
+    size_t index;
+    Gemm g;
+    std::optional<Linear> out;
+    std::exception_ptr error;
+  };
+  void drain() {
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return next_ < jobs_.size() || done_; });
+        if (cancel_ || next_ == jobs_.size()) return;
+      }
+      run_one(0);
+    }
+  }
+  // Packs the next Linear waiting if more than `ahead` are; whether it did.
+  bool run_one(size_t ahead) {
+    Job* j = nullptr;
+    {
+      const std::lock_guard<std::mutex> lock(mu_);
+      if (cancel_ || jobs_.size() - next_ <= ahead) return false;
+      j = &jobs_[next_++];  // (a deque's elements stay where they are as it grows)
+    }
+    try {
+      j->out.emplace(j->g, true, o_, o_.prefill_layout);
+    } catch (...) {
+      j->error = std::current_exception();
+    }
+    j->g = Gemm{};  // its 2:4 values, once packed
+    return true;
+  }
+  static constexpr size_t kAhead = 4;  // a layer's Linears
+  const DecoderOptions o_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job> jobs_;
+  size_t next_ = 0;
+  bool done_ = false, cancel_ = false;
+  std::thread worker_;  // (last: it starts once the rest is made)
+};
+
 }  // namespace
 
 struct Decoder::Impl {
   std::unique_ptr<DecoderModel> owned;  // the model, when the Decoder took it
+  // Linears packed as the model was read (the loading constructor's), by index 4 layer + which; the rest
+  // are packed by build().
+  std::vector<std::optional<Linear>> packed;
   DecoderConfig c;
   int threads = 1;
   int64_t capacity = 0, pos = 0;
@@ -228,6 +323,28 @@ Decoder::Decoder(DecoderModel&& m, const DecoderOptions& o) : impl_(std::make_un
   build(*impl_->owned, o, impl_->owned.get());
 }
 
+Decoder::Decoder(const std::string& path, const DecoderLoadOptions& load, const DecoderOptions& o)
+    : impl_(std::make_unique<Impl>()) {
+  if (o.threads < 2 || o.mode == Mode::kDense) {  // nothing to pack beside the reading
+    impl_->owned = std::make_unique<DecoderModel>(load_decoder(path, load));
+    build(*impl_->owned, o, impl_->owned.get());
+    return;
+  }
+  Packer packer(o);
+  DecoderLoadOptions l = load;
+  l.on_layer = [&](DecoderModel& so_far, DecoderLayer& layer, int64_t index) {
+    if (load.on_layer) load.on_layer(so_far, layer, index);
+    size_t i = 4 * static_cast<size_t>(index);
+    for (Gemm* g : {&layer.qkv, &layer.o, &layer.gate_up, &layer.down}) {
+      if (g->pruned) packer.add(i, std::move(*g));  // (the layer keeps an empty Gemm)
+      ++i;
+    }
+  };
+  impl_->owned = std::make_unique<DecoderModel>(load_decoder(path, l));
+  impl_->packed = packer.finish(4 * impl_->owned->layers.size());
+  build(*impl_->owned, o, impl_->owned.get());
+}
+
 // The constructors' work on m; with `owned` (m itself, the Decoder's), each layer's packed Linears' 2:4
 // values are released as soon as they are packed and a bf16 / int8 head's weights once converted: the
 // weights are never in memory twice.
@@ -327,8 +444,14 @@ void Decoder::build(const DecoderModel& m, const DecoderOptions& o, DecoderModel
       return std::array{&l.qkv, &l.o, &l.gate_up, &l.down}[i % 4];
     };
     std::vector<std::exception_ptr> errors(linears.size());
+    if (!s.packed.empty()) {  // (the loading constructor's: each layer's Gemms it packed are left empty)
+      if (s.packed.size() != linears.size()) throw Error("internal: packed Linears for other layers");
+      linears = std::move(s.packed);
+      s.packed.clear();
+    }
 #pragma omp parallel for num_threads(o.threads) schedule(dynamic, 1) if (o.threads > 1)
     for (size_t i = 0; i < linears.size(); ++i) {
+      if (linears[i]) continue;
       try {
         linears[i].emplace(*gemm_of(m.layers[i / 4], i), sparse, o, o.prefill_layout);
         if (owned != nullptr && linears[i]->packed) gemm_of(owned->layers[i / 4], i)->sparse = Compressed{};

@@ -155,6 +155,88 @@ TEST_F(HfDecoderDir, MappedAndInMemoryReadsAgree) {
   }
 }
 
+// Decoder(path, load options, options) packs each layer's 2:4 Linears on a second thread while the next are
+// read: the Decoder of load_decoder then Decoder(model, options) (logits, bytes, Linears), whatever the
+// threads, layouts and weight types; the caller's on_layer still sees every layer; a Linear that does not
+// pack and a layer that does not load give their errors (the packing thread stopped, not left running).
+TEST_F(HfDecoderDir, LoadingConstructorPacksAsItReads) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(25);
+  t_.layers = 3;
+  DecoderModel m = tiny_model(g, t_);
+  const std::vector<int32_t> ids = random_ids(g, 6, t_.vocab);
+  const auto run = [&](Decoder& d) {
+    std::vector<float> out(static_cast<size_t>(ids.size() * t_.vocab));
+    d.forward(ids.data(), static_cast<int64_t>(ids.size()), out.data(), true);
+    return out;
+  };
+  const std::string file = (dir_ / "model.safetensors").string();
+  const auto store = [&](const char* layout, int64_t scale_group = 64) {
+    write(m, config());
+    if (std::string(layout) == "dense") return;
+    Checkpoint ck = load_checkpoint(file);
+    sparsify(ck, {});
+    for (CheckpointTensor& t : ck.tensors)
+      if (t.sparse && std::string(layout) == "int8") t.sparse = quantize_int8(*t.sparse, scale_group);
+    write_safetensors(file, encode_checkpoint(ck, CheckpointFormat::kSparse24));
+  };
+  const DecoderModel dense = m;
+  m.prune_magnitude();
+  for (const char* layout : {"dense", "fp32", "int8"}) {
+    store(layout);
+    if (std::string(layout) == "dense") write(dense, config());
+    for (int threads : {1, 2, 3})
+      for (bool int8 : {false, true})
+        for (Mode mode : {Mode::kSparse, Mode::kDense}) {
+          SCOPED_TRACE(std::string(layout) + ", threads " + std::to_string(threads) + (int8 ? ", int8" : "") +
+                       (mode == Mode::kDense ? ", dense" : ""));
+          DecoderLoadOptions lo;
+          lo.prune = std::string(layout) == "dense";
+          lo.int8 = int8 && mode != Mode::kDense;
+          lo.threads = threads;
+          DecoderOptions o;
+          o.threads = threads;
+          o.mode = mode;
+          o.int8_weights = int8;
+          o.prefill_layout = threads == 3;
+          int64_t seen = 0;
+          lo.on_layer = [&](DecoderModel&, DecoderLayer&, int64_t index) { EXPECT_EQ(index, seen++); };
+          Decoder a(dir_.string(), lo, o);
+          EXPECT_EQ(seen, t_.layers);
+          lo.on_layer = nullptr;
+          Decoder b(load_hf_decoder(dir_.string(), lo), o);
+          EXPECT_EQ(run(a), run(b));
+          EXPECT_EQ(a.weight_bytes(), b.weight_bytes());
+          EXPECT_EQ(a.sparse_linears(), b.sparse_linears());
+          EXPECT_EQ(a.sparse_linears(), mode == Mode::kDense ? 0 : 4 * t_.layers);
+        }
+  }
+  DecoderOptions two;
+  two.threads = 2;
+  const auto error = [&](auto make) {
+    try {
+      make();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(loaded)");
+  };
+  store("int8", 32);  // int8 values the kernels do not take (a scale per 32 positions): pack's error
+  const std::string plain = error([&] { Decoder(load_hf_decoder(dir_.string()), two); });
+  EXPECT_NE(plain.find("int8 scale groups of 32 positions"), std::string::npos) << plain;
+  EXPECT_EQ(error([&] { Decoder(dir_.string(), {}, two); }), plain);
+  store("fp32");
+  SafeTensors st = read_safetensors(file);
+  const std::string last = "model.layers." + std::to_string(t_.layers - 1) + ".mlp.down_proj.weight";
+  for (auto& [name, t] : st.tensors)
+    if (name == last + ".metadata") t.bytes.back() = 0xFF;
+  write_safetensors(file, st);
+  const std::string bad = error([&] { Decoder(dir_.string(), {}, two); });
+  EXPECT_NE(bad.find("'" + last + "'"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("invalid metadata code"), std::string::npos) << bad;
+  t_ = Tiny();
+}
+
 // A bf16 checkpoint (what prune-model writes) runs as it is stored: its 2:4 values as bf16 weights and its
 // embeddings and head left in the mapped file (the head run there, kernels::gemv_ggml's BF16 rows: the bf16
 // table's kernel), exactly its values. The same

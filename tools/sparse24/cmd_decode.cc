@@ -60,18 +60,32 @@ std::vector<int32_t> read_ids_file(const std::string& path) {
   return parse_ids(std::string(b.begin(), b.end()), path);
 }
 
-DecoderModel load(const std::string& dir, const engine::DecoderLoadOptions& lo = {}) {
-  const auto t0 = Clock::now();
-  DecoderModel m = engine::load_decoder(dir, lo);
-  std::fprintf(stderr, "loaded %s: %lld layers, hidden %lld, %lld/%lld heads, vocab %lld in %.1f s%s%s\n",
-               dir.c_str(), static_cast<long long>(m.config.layers), static_cast<long long>(m.config.hidden),
-               static_cast<long long>(m.config.heads), static_cast<long long>(m.config.kv_heads),
-               static_cast<long long>(m.config.vocab), ms_since(t0) / 1000,
-               lo.prune ? " (2:4 by magnitude as read)" : "",
+// The line a read model is reported by: `what` ("loaded", ...) in ms.
+void report_load(const char* what, const std::string& dir, const engine::DecoderConfig& c,
+                 const engine::DecoderLoadOptions& lo, double ms) {
+  std::fprintf(stderr, "%s %s: %lld layers, hidden %lld, %lld/%lld heads, vocab %lld in %.1f s%s%s\n", what,
+               dir.c_str(), static_cast<long long>(c.layers), static_cast<long long>(c.hidden),
+               static_cast<long long>(c.heads), static_cast<long long>(c.kv_heads),
+               static_cast<long long>(c.vocab), ms / 1000, lo.prune ? " (2:4 by magnitude as read)" : "",
                lo.int8   ? " (int8 as read)"
                : lo.bf16 ? " (bf16 as read)"
                          : "");
+}
+
+DecoderModel load(const std::string& dir, const engine::DecoderLoadOptions& lo = {}) {
+  const auto t0 = Clock::now();
+  DecoderModel m = engine::load_decoder(dir, lo);
+  report_load("loaded", dir, m.config, lo, ms_since(t0));
   return m;
+}
+
+// The model read and handed to its Decoder (which keeps it: the weights in memory once), its Linears packed
+// as the layers are read.
+Decoder open_decoder(const std::string& dir, const engine::DecoderLoadOptions& lo, const DecoderOptions& d) {
+  const auto t0 = Clock::now();
+  Decoder dec(dir, lo, d);
+  report_load("loaded and packed", dir, dec.config(), lo, ms_since(t0));
+  return dec;
 }
 
 bool model_is_pruned(const DecoderModel& m) {
@@ -146,15 +160,14 @@ struct GenerateOptions {
   WeightFlags weights;
 };
 
-// The model o names, read as o's flags say, handed to its Decoder (which keeps it: the weights in memory
-// once).
+// The model o names, read as o's flags say, as its Decoder.
 Decoder make_decoder(const GenerateOptions& o, int64_t max_context) {
   DecoderOptions d;
   d.threads = o.threads;
   d.mode = engine::parse_mode(o.mode);
   o.weights.apply(d);
   d.max_context = max_context;
-  return Decoder(load(o.model, o.weights.load_options(o.mode, o.threads)), d);
+  return open_decoder(o.model, o.weights.load_options(o.mode, o.threads), d);
 }
 
 // Samples up to o.max_tokens tokens after `logits` (the last position's), stopping at an end-of-reply id,
@@ -308,7 +321,7 @@ void cmd_perplexity(const PerplexityOptions& o) {
   // the memory-bound layout alone, in chunks of 16 tokens, so that the windows compute as generation does
   // (unless --prefill-layout asks for the compute-bound one).
   d.prefill_layout = d.prefill_layout || (!d.bf16_activations && !d.int8_activations);
-  Decoder dec(load(o.model, o.weights.load_options(o.mode, o.threads)), d);
+  Decoder dec = open_decoder(o.model, o.weights.load_options(o.mode, o.threads), d);
   const auto t0 = Clock::now();
   const engine::Perplexity p = engine::perplexity(dec, ids, o.ctx);
   const double ms = ms_since(t0), ppl = p.perplexity;
@@ -364,7 +377,7 @@ void cmd_logits(const LogitsOptions& o) {
   d.mode = engine::parse_mode(o.mode);
   o.weights.apply(d);
   d.max_context = longest;
-  Decoder dec(load(o.model, o.weights.load_options(o.mode, o.threads)), d);
+  Decoder dec = open_decoder(o.model, o.weights.load_options(o.mode, o.threads), d);
   const int64_t V = dec.config().vocab;
   std::vector<float> logits(static_cast<size_t>(total * V));
   float* at = logits.data();
@@ -484,21 +497,41 @@ void cmd_bench_decode(const BenchDecodeOptions& o) {
   lo.int8 = only({"int8", "int8x", "int8q"});
   lo.bf16 = only({"bf16", "bf16x"});
   lo.threads = o.threads;
-  // The rows' first token counts from here: this load (shared by the rows: one row alone is loaded with
-  // its own options), the pruning of a dense load for the 2:4 rows, and each row's Decoder (packing).
-  auto t_load = Clock::now();
-  DecoderModel m = load(o.model, lo);
-  double load_ms = ms_since(t_load);
-  const bool was_pruned = model_is_pruned(m);
-  const std::vector<int32_t> prompt = bench_prompt(o.prompt, m.config.vocab);
-  const double bw = read_bandwidth();
-  std::fprintf(stderr, "single-thread read bandwidth %.1f GB/s (512 MiB)\n", bw);
-  std::vector<Run> runs;
   DecoderOptions d;
   d.threads = o.threads;
   d.max_context = o.prompt + o.generate + 1;
   d.kv_half = o.kv == "f16";
   d.prefill_layout = o.prefill_layout;
+  // A 2:4 row's weights and activations in d, or why it does not run on this CPU.
+  const auto row_options = [&](const std::string& r) -> const char* {
+    d.bf16_activations = r.back() == 'x';
+    d.int8_activations = r.back() == 'q';
+    d.bf16_weights = r.rfind("bf16", 0) == 0;
+    d.int8_weights = r.rfind("int8", 0) == 0;
+    return d.bf16_activations && !bf16_activations_supported()
+               ? "bf16 activations do not run on this CPU (no AVX512_BF16, or an Intel core, where "
+                 "fp32 activations are faster)"
+           : d.int8_activations && !int8_activations_supported()
+               ? "int8 activations do not run on this CPU (no AVX512_VNNI and AVX512_VBMI)"
+               : nullptr;
+  };
+  // One 2:4 row alone: its Decoder reads the model itself (packing each layer as the next is read), which
+  // its first token counts; several share one load, which each row's first token counts with its own
+  // Decoder (packing) and, for the 2:4 rows after the dense one, the pruning.
+  const bool one = rows.size() == 1 && !rows.count("dense") && row_options(*rows.begin()) == nullptr;
+  DecoderModel m;
+  double load_ms = 0;
+  if (!one) {
+    const auto t_load = Clock::now();
+    m = load(o.model, lo);
+    load_ms = ms_since(t_load);
+  }
+  const bool was_pruned = !one && model_is_pruned(m);
+  std::vector<int32_t> prompt;  // (one row's: once its Decoder has the vocabulary)
+  if (!one) prompt = bench_prompt(o.prompt, m.config.vocab);
+  const double bw = read_bandwidth();
+  std::fprintf(stderr, "single-thread read bandwidth %.1f GB/s (512 MiB)\n", bw);
+  std::vector<Run> runs;
   std::fprintf(
       stderr,
       "bench-decode: %lld-token prompt, %lld generated, batch 1, %d thread(s), %s kernels, %s KV cache%s, "
@@ -522,33 +555,28 @@ void cmd_bench_decode(const BenchDecodeOptions& o) {
   auto t_f32 = Clock::now();
   // A bf16 or int8 checkpoint's 2:4 values would run as stored (bf16 or int8 weights): fp32 ones for this row
   // (int8 ones dequantized), which the later rows round again.
-  if (rows.count("fp32"))
-    for (engine::DecoderLayer& L : m.layers)
-      for (engine::Gemm* g : {&L.qkv, &L.o, &L.gate_up, &L.down})
-        if (g->pruned && g->sparse.dtype != DType::kF32) g->sparse = to_f32(std::move(g->sparse));
+  const auto to_fp32 = [](engine::DecoderLayer& L) {
+    for (engine::Gemm* g : {&L.qkv, &L.o, &L.gate_up, &L.down})
+      if (g->pruned && g->sparse.dtype != DType::kF32) g->sparse = to_f32(std::move(g->sparse));
+  };
+  if (rows.count("fp32")) {
+    if (one)
+      lo.on_layer = [&](DecoderModel&, engine::DecoderLayer& L, int64_t) { to_fp32(L); };
+    else
+      for (engine::DecoderLayer& L : m.layers) to_fp32(L);
+  }
   load_ms += ms_since(t_f32);
   for (const char* row : {"fp32", "bf16", "int8", "bf16x", "int8x", "int8q"}) {
     if (!rows.count(row)) continue;
     const std::string r = row;
-    d.bf16_activations = r.back() == 'x';
-    d.int8_activations = r.back() == 'q';
-    const char* skip =
-        d.bf16_activations && !bf16_activations_supported()
-            ? "bf16 activations do not run on this CPU (no AVX512_BF16, or an Intel core, where "
-              "fp32 activations are faster)"
-        : d.int8_activations && !int8_activations_supported()
-            ? "int8 activations do not run on this CPU (no AVX512_VNNI and AVX512_VBMI)"
-            : nullptr;
-    if (skip) {
+    if (const char* skip = row_options(r)) {
       std::fprintf(stderr, "bench-decode: row %s skipped: %s\n", row, skip);
       continue;
     }
-    d.bf16_weights = r.rfind("bf16", 0) == 0;
-    d.int8_weights = r.rfind("int8", 0) == 0;
-    // One row alone takes the model (the weights in memory once); several share it.
     const auto t0 = Clock::now();
-    Decoder dec = rows.size() == 1 ? Decoder(std::move(m), d) : Decoder(m, d);
+    Decoder dec = one ? open_decoder(o.model, lo, d) : Decoder(m, d);
     const double setup_ms = load_ms + ms_since(t0);
+    if (prompt.empty()) prompt = bench_prompt(o.prompt, dec.config().vocab);
     runs.push_back(time_decoder("sparse24 2:4 " + r.substr(0, 4) +
                                     (d.bf16_activations   ? " x bf16"
                                      : d.int8_activations ? " x int8"
