@@ -5,6 +5,7 @@
 //
 //   DecoderModel m = load_hf_decoder("models/SmolLM2-135M-Instruct-hf");  // or load_decoder(dir or .gguf)
 //   Decoder d(m, {});                                  // dense weights dense, 2:4 weights sparse
+//   // or Decoder d(path, load_options, options): loaded and packed in one step
 //   std::vector<float> logits(m.config.vocab);
 //   d.forward(prompt.data(), prompt.size(), logits.data());   // prefill: the last token's logits
 //   d.forward(&next, 1, logits.data());                       // one more token, attending to the cache
