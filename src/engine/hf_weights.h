@@ -330,7 +330,7 @@ class Weights {
     if (it == by_name_.end()) throw Error(what_ + ": missing tensor '" + name + "'");
     Entry& t = entries_[it->second];
     if (t.used) {
-      if (t.sparse) throw Error(what_ + ": tensor '" + name + "' is asked for twice");
+      if (t.is_sparse()) throw Error(what_ + ": tensor '" + name + "' is asked for twice");
       return t;
     }
     t.used = true;
@@ -370,33 +370,23 @@ class Weights {
   static bool runs_as_stored(const Compressed& c) {
     return c.dtype == DType::kF32 || c.dtype == DType::kBF16 || (c.dtype == DType::kI8 && c.scale_group > 0);
   }
-  // Whether c's values from byte `from` on are finite (int8 ones always are).
+  // Whether c's fp32 or bf16 values from byte `from` on are finite (int8 ones always are; f16 ones are
+  // widened to fp32 before they are checked).
   static bool finite_values(const Compressed& c, size_t from) {
     const auto n = static_cast<int64_t>((c.values.size() - from) / dtype_size(c.dtype));
     const uint8_t* p = c.values.data() + from;
-    switch (c.dtype) {
-      case DType::kF32:
-        return kernels::all_finite(reinterpret_cast<const float*>(p), n);
-      case DType::kBF16:
-        return kernels::all_finite_bf16(reinterpret_cast<const uint16_t*>(p), n);
-      case DType::kF16: {
-        std::vector<float> f(static_cast<size_t>(n));
-        kernels::elements_to_floats(DType::kF16, p, n, f.data());
-        return kernels::all_finite(f.data(), n);
-      }
-      default:
-        return true;
-    }
+    if (c.dtype == DType::kBF16) return kernels::all_finite_bf16(reinterpret_cast<const uint16_t*>(p), n);
+    return c.dtype != DType::kF32 || kernels::all_finite(reinterpret_cast<const float*>(p), n);
   }
   // Room in c's arrays for its rows (c.rows; large ones on 2 MB pages), to be appended.
   static void reserve(Compressed& c) {
-    const auto reserve = [](auto& v, size_t n) {
+    const auto room = [](auto& v, size_t n) {
       v.reserve(n);
       if (n * sizeof(v[0]) >= 4 * kernels::kHugePage) kernels::advise_huge_pages(v.data(), n * sizeof(v[0]));
     };
-    reserve(c.values, static_cast<size_t>(c.rows * c.values_per_row()) * dtype_size(c.dtype));
-    reserve(c.metadata, static_cast<size_t>(c.rows * c.meta_bytes_per_row()));
-    reserve(c.scales, static_cast<size_t>(c.rows * c.scales_per_row()));
+    room(c.values, static_cast<size_t>(c.rows * c.values_per_row()) * dtype_size(c.dtype));
+    room(c.metadata, static_cast<size_t>(c.rows * c.meta_bytes_per_row()));
+    room(c.scales, static_cast<size_t>(c.rows * c.scales_per_row()));
   }
   // A 2:4 weight left in its file (t, its tensors s) appended to c from row `row` (c of its dtype, scale
   // group and columns): copied a piece at a time, each piece hashed into the fingerprint as take() hashes an
