@@ -15,6 +15,7 @@
 #include "gguf_names.h"
 #include "gguf_tensors.h"
 #include "hf_weights.h"
+#include "kernels/huge_pages.h"
 #include "sparse24/decoder.h"
 #include "sparse24/error.h"
 #include "sparse24/gguf.h"
@@ -278,8 +279,12 @@ Gemm read_linear(Src& w, const std::string& name, const std::vector<std::pair<st
     for (const auto& [prefix, rows] : parts) sources.push_back(w.rows(prefix + ".weight", {rows, in}));
     g.sparse = detail::prune_as_read(sources, in, o);
     g.pruned = true;
-  } else {
-    g.dense.resize(static_cast<size_t>(g.m * in));
+  } else {  // (a large one on 2 MB pages: faulted in once per 2 MB, not per 4 KB)
+    const auto n = static_cast<size_t>(g.m * in);
+    g.dense.reserve(n);
+    if (n * sizeof(float) >= 4 * kernels::kHugePage)
+      kernels::advise_huge_pages(g.dense.data(), n * sizeof(float));
+    g.dense.resize(n);
   }
   if (bias) g.bias.resize(static_cast<size_t>(g.m));
   int64_t at = 0;
