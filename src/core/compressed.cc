@@ -99,10 +99,7 @@ namespace {
 // v resized to n zero bytes, a large buffer on 2 MB pages (as kernels::AlignedArray's): a pruned-as-read
 // load's values are a model's size.
 void resize_zeroed(std::vector<uint8_t>& v, size_t n) {
-  if (v.empty() && n >= 4 * kernels::kHugePage) {
-    v.reserve(n);
-    kernels::advise_huge_pages(v.data(), n);
-  }
+  if (v.empty()) kernels::reserve_huge(v, n);
   v.resize(n);
 }
 

@@ -280,11 +280,8 @@ Gemm read_linear(Src& w, const std::string& name, const std::vector<std::pair<st
     g.sparse = detail::prune_as_read(sources, in, o);
     g.pruned = true;
   } else {  // (a large one on 2 MB pages: faulted in once per 2 MB, not per 4 KB)
-    const auto n = static_cast<size_t>(g.m * in);
-    g.dense.reserve(n);
-    if (n * sizeof(float) >= 4 * kernels::kHugePage)
-      kernels::advise_huge_pages(g.dense.data(), n * sizeof(float));
-    g.dense.resize(n);
+    kernels::reserve_huge(g.dense, static_cast<size_t>(g.m * in));
+    g.dense.resize(static_cast<size_t>(g.m * in));
   }
   if (bias) g.bias.resize(static_cast<size_t>(g.m));
   int64_t at = 0;

@@ -380,13 +380,9 @@ class Weights {
   }
   // Room in c's arrays for its rows (c.rows; large ones on 2 MB pages), to be appended.
   static void reserve(Compressed& c) {
-    const auto room = [](auto& v, size_t n) {
-      v.reserve(n);
-      if (n * sizeof(v[0]) >= 4 * kernels::kHugePage) kernels::advise_huge_pages(v.data(), n * sizeof(v[0]));
-    };
-    room(c.values, static_cast<size_t>(c.rows * c.values_per_row()) * dtype_size(c.dtype));
-    room(c.metadata, static_cast<size_t>(c.rows * c.meta_bytes_per_row()));
-    room(c.scales, static_cast<size_t>(c.rows * c.scales_per_row()));
+    kernels::reserve_huge(c.values, static_cast<size_t>(c.rows * c.values_per_row()) * dtype_size(c.dtype));
+    kernels::reserve_huge(c.metadata, static_cast<size_t>(c.rows * c.meta_bytes_per_row()));
+    kernels::reserve_huge(c.scales, static_cast<size_t>(c.rows * c.scales_per_row()));
   }
   // A 2:4 weight left in its file (t, its tensors s) appended to c from row `row` (c of its dtype, scale
   // group and columns): copied a piece at a time, each piece hashed into the fingerprint as take() hashes an

@@ -23,4 +23,12 @@ inline void advise_huge_pages(void* p, size_t bytes) {
 #endif
 }
 
+// Room for n elements in an empty vector v, on 2 MB pages when it is large (4 of them or more): a loader's
+// weights, filled once.
+template <class V>
+void reserve_huge(V& v, size_t n) {
+  v.reserve(n);
+  if (n * sizeof(v[0]) >= 4 * kHugePage) advise_huge_pages(v.data(), n * sizeof(v[0]));
+}
+
 }  // namespace sparse24::kernels
