@@ -4,8 +4,9 @@
 //   sparse24           per compressed weight <name>: tensors "<name>.values" (weight dtype, [rows, 2G]) and
 //                      "<name>.metadata" (U8, [rows, ceil(G/2)]) of the compressed 2:4 format (compressed.h),
 //                      and in __metadata__ "<name>.shape" = the dense shape ("[4096, 11008]"); the marker
-//                      keys "sparse24.format" = "checkpoint" and "sparse24.pattern" = "2:4"; every other
-//                      tensor as it is;
+//                      keys "sparse24.format" = "checkpoint" and "sparse24.pattern" = "2:4"; a dense I8
+//                      matrix <name> with fp32 scales: tensor "<name>.scales" and "<name>.scale_group"
+//                      in __metadata__; every other tensor as it is;
 //   sparse-24-bitmask  compressed-tensors' layout (bitmask24.h): per weight "<prefix>.weight", the tensors
 //                      "<prefix>.compressed", "<prefix>.bitmask", "<prefix>.shape"; every other tensor as it
 //                      is.
@@ -35,7 +36,14 @@ struct CheckpointTensor {
   std::string name;                  // the dense tensor's name, e.g. "model.layers.0.mlp.up_proj.weight"
   StTensor dense;                    // when !sparse
   std::optional<Compressed> sparse;  // a compressed 2:4 weight
+  // A dense I8 matrix [rows, cols] with fp32 scales (prune-model --int8's embeddings and head; stored only in
+  // the sparse24 layout): element (r, k) is dense (r, k) * scales[r * ceil(cols / scale_group) + k /
+  // scale_group]. scale_group 0: none.
+  int64_t scale_group = 0;
+  std::vector<float> scales{};
 };
+// A dense tensor's values as F32: a scaled I8 one's dequantized, any other's as they are (a copy).
+StTensor dequantized(const CheckpointTensor& t);
 
 struct Checkpoint {
   std::map<std::string, std::string> metadata;  // __metadata__ without the sparse24 layout's own keys
@@ -58,12 +66,12 @@ struct CheckpointTensorView {
   std::function<Compressed()> decode;
   std::function<StoredCompressed()> stored_layer;
   std::vector<std::span<const uint8_t>> stored;
+  // A dense I8 matrix's fp32 scales (CheckpointTensor's; checked: shape, every one finite), as stored.
+  int64_t scale_group = 0;
+  std::span<const uint8_t> scales{};
   bool is_sparse() const { return sparse.has_value() || decode != nullptr; }
   // The tensor with its dense bytes copied out (the 2:4 weight moved, or decoded).
-  CheckpointTensor copy() && {
-    if (decode) sparse = decode();
-    return {std::move(name), sparse ? StTensor{} : dense.copy(), std::move(sparse)};
-  }
+  CheckpointTensor copy() &&;
 };
 struct CheckpointView {
   std::map<std::string, std::string> metadata;
@@ -80,8 +88,9 @@ CheckpointView read_checkpoint_view(const SafeTensorsView& st, const std::string
 Checkpoint read_checkpoint(const SafeTensorsView& st, const std::string& what);
 Checkpoint load_checkpoint(const std::string& path);  // memory-mapped
 
-// The file in layout `to`. For kBitmask24, a sparse weight the layout cannot hold (not 2-D, columns not a
-// multiple of 4, or a name not ending in ".weight") is written dense; kDense writes every weight dense.
+// The file in layout `to`. Scaled I8 tensors stay so in kSparse24 and are dequantized (F32) in the others.
+// For kBitmask24, a sparse weight the layout cannot hold (not 2-D, columns not a multiple of 4, or a name not
+// ending in ".weight") is written dense; kDense writes every weight dense.
 SafeTensors encode_checkpoint(const Checkpoint& ck, CheckpointFormat to);
 // True when encode_checkpoint(.., kBitmask24) keeps `t` compressed.
 bool bitmask24_keeps_sparse(const CheckpointTensor& t);
@@ -108,7 +117,7 @@ struct SparsifyReport {
   void append(const SparsifyReport& r);  // r's lists after these (a checkpoint done in parts)
 };
 SparsifyReport sparsify(Checkpoint& ck, const SparsifyOptions& opts);
-// Expands every sparse weight to its dense tensor.
+// Expands every sparse weight to its dense tensor, and dequantizes every scaled I8 one (F32).
 void densify(Checkpoint& ck);
 // What `sparse24 convert` does to weights about to be written in layout `to`: kDense expands every 2:4
 // weight (densify); the 2:4 layouts keep the 2:4 ones and compress the candidates (sparsify: `targets`)

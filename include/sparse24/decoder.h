@@ -99,8 +99,9 @@ struct DecoderModel {
   Gemm head;                 // untied: [vocab, hidden]; tied: empty (the embedding table is the head)
   // The embedding table and an untied head held as tables instead (embed and head.dense then empty): bf16
   // as a checkpoint stores them in bfloat16 (exactly its values, never widened to fp32: Llama 3.1 8B's
-  // 4.2 GB), or int8 when read with DecoderLoadOptions::int8. A Decoder runs them as they are whatever its
-  // options ask, except that int8_weights makes int8 tables of bf16 ones.
+  // 4.2 GB), or int8 when read with DecoderLoadOptions::int8 or stored as int8 (prune-model --int8's, read
+  // as they are under any options). A Decoder runs them as they are whatever its options ask, except that
+  // int8_weights makes int8 tables of bf16 ones.
   WeightTable embed_table, head_table;
   // An untied model's embeddings read from a directory stay in its mapped checkpoint file, as stored
   // (f32/f16/bf16; embed and embed_table then empty): a token reads one row, so the 128k-token table of
@@ -209,6 +210,9 @@ class GgufCheckpoint {
                     bool tables = true) const;
   // One tensor of tensors() read on its own, as load hands it over.
   StTensor tensor(const std::string& name) const;
+  // A [rows, cols] one (the embeddings, the head) as the int8 table load() with int8 weights makes of it
+  // (detail::narrowed_table on `threads`: never whole in fp32).
+  WeightTable int8_table(const std::string& name, int threads = 1) const;
 
  private:
   struct Impl;

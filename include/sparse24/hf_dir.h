@@ -153,8 +153,8 @@ struct CheckpointInfo {
     std::vector<int64_t> shape;  // the dense shape
     std::string dtype;           // stored type (safetensors' name; a 2:4 weight's values)
     bool sparse = false;
-    uint64_t bytes = 0;       // stored: a 2:4 weight's values, metadata and scales
-    int64_t scale_group = 0;  // int8 values with scales: positions per scale
+    uint64_t bytes = 0;  // stored: a 2:4 weight's values, metadata and scales (a scaled I8 one's scales too)
+    int64_t scale_group = 0;  // int8 values with scales (2:4 or dense): positions per scale
   };
   std::string model_type;  // config.json's, for a directory ("" if none)
   size_t shards = 0;

@@ -62,6 +62,8 @@ struct PruneModelOptions {
   // the source of a bf16 checkpoint's; a quantized GGUF file's Linears are pruned from their fp32
   // dequantized values, as loading it with --prune --int8 does). Written only in the sparse24 layout. The
   // calibrated methods carry each layer's hidden states on through its pruned values before rounding.
+  // A decoder's embeddings and untied head are written as the int8 tables loading with --int8 makes of
+  // them (a scale per 64 of a row; from a GGUF file's dequantized values), read back as they are.
   bool int8 = false;
   // Called as work advances (calibration calls of each block, weights pruned): done and total units.
   std::function<void(int64_t done, int64_t total)> progress;

@@ -94,7 +94,8 @@ def pack(w, bf16: bool = False, bf16_activations: bool = False, int8_activations
 
 def load(path):
     """A .npy file -> ndarray; a compressed 2:4 file -> Compressed; another safetensors checkpoint ->
-    dict of name -> ndarray or Compressed (sparse24 and sparse-24-bitmask layers decoded)."""
+    dict of name -> ndarray or Compressed (sparse24 and sparse-24-bitmask layers decoded; an int8 matrix with
+    scales, such as the tables `prune_model(..., int8=True)` writes, as its float32 values)."""
     return _core._load(os.fspath(path))
 
 

@@ -22,7 +22,8 @@ bool is_npy(const MappedFile& f) {
 }
 
 // A .npy file -> ndarray; a compressed 2:4 file -> Compressed; any other safetensors file -> a dict of
-// name -> ndarray or Compressed (sparse24 and sparse-24-bitmask layers decoded).
+// name -> ndarray or Compressed (sparse24 and sparse-24-bitmask layers decoded, int8 matrices with scales
+// dequantized).
 nb::object load(const std::string& path) {
   MappedFile f(path);
   if (is_npy(f)) {
@@ -51,8 +52,8 @@ nb::object load(const std::string& path) {
   for (CheckpointTensor& t : ck.tensors) {
     if (t.sparse)
       out[t.name.c_str()] = nb::cast(std::move(*t.sparse));
-    else
-      out[t.name.c_str()] = st_to_numpy(std::move(t.dense));
+    else  // (a scaled int8 matrix: its values, dequantized)
+      out[t.name.c_str()] = st_to_numpy(t.scale_group > 0 ? dequantized(t) : std::move(t.dense));
   }
   return out;
 }

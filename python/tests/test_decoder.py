@@ -419,7 +419,8 @@ def test_prune_model_int8_writes_scaled_int8_values(tmp_path):
     scales (the sparse24 layout's <name>.values / .metadata / .scales and __metadata__ <name>.scale_group),
     read here with safetensors alone: the kept positions are the 2 largest |w| of each group of 4 of gguf's
     own dequantization, each kept value int8 * its scale within half a scale step of it, each scale the
-    largest |w| kept in its 64 positions / 127. The output runs; the bitmask layout is refused."""
+    largest |w| kept in its 64 positions / 127; the embeddings an int8 table alike. The output runs; the bitmask
+    layout is refused."""
     pytest.importorskip("gguf")
     safetensors = pytest.importorskip("safetensors.numpy")
     H, F, layers = 256, 512, 2
@@ -463,6 +464,20 @@ def test_prune_model_int8_writes_scaled_int8_values(tmp_path):
             assert np.all(np.abs(values * scale - kept) <= 0.5 * scale + 1e-7), name
             top = np.abs(kept).reshape(rows, cols // 64, 32).max(-1)
             assert np.allclose(scales, top / 127, rtol=1e-6), name
+    # The (tied) embeddings: an int8 table with a scale per 64 of a row, the largest |w| there / 127; the
+    # value within half a step of the file's; sparse24.load gives its values.
+    import gguf
+    embd = next(t for t in gguf.GGUFReader(str(path)).tensors if t.name == "token_embd.weight")
+    want = np.asarray(embd.data, np.float32).reshape(len(tokens), H)
+    table, scales = tensors["model.embed_tokens.weight"], tensors["model.embed_tokens.weight.scales"]
+    assert meta["model.embed_tokens.weight.scale_group"] == "64"
+    assert table.dtype == np.int8 and table.shape == want.shape and scales.shape == (len(tokens), H // 64)
+    assert np.allclose(scales, np.abs(want).reshape(len(tokens), H // 64, 64).max(-1) / 127, rtol=1e-6)
+    step = np.repeat(scales, 64, axis=1)
+    assert np.all(np.abs(table * step - want) <= 0.5 * step + 1e-7)
+    (shard,) = [s for s in out.glob("*.safetensors") if "model.embed_tokens.weight" in safetensors.load_file(str(s))]
+    loaded = sparse24.load(shard)["model.embed_tokens.weight"]
+    assert loaded.dtype == np.float32 and np.array_equal(loaded, table * step)
     logits = sparse24.Decoder.load(str(out)).forward([1, 2, 3])
     assert logits.shape == (len(tokens),) and np.all(np.isfinite(logits))
     cli_path = os.environ.get("SPARSE24_CLI")
@@ -473,7 +488,7 @@ def test_prune_model_int8_writes_scaled_int8_values(tmp_path):
         assert len(linears) == 7 * layers and all(t["dtype"] == "I8" and t["scale_group"] == 64 for t in linears)
         assert info["sparse_bytes_per_weight"] == pytest.approx(0.6875)
         text = subprocess.run([cli_path, "inspect", str(out)], check=True, capture_output=True, text=True).stdout
-        assert f"{7 * layers} 2:4 (I8/64 {7 * layers})" in text, text
+        assert f"{7 * layers} 2:4 (I8/64 {7 * layers})" in text and "I8/64 1)" in text, text
     with pytest.raises(sparse24.Error, match="only in the sparse24 layout"):
         sparse24.prune_model(str(path), str(tmp_path / "bm"), int8=True, format="sparse-24-bitmask")
     assert not (tmp_path / "bm").exists()

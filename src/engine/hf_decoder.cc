@@ -10,6 +10,7 @@
 #include <optional>
 #include <set>
 #include <system_error>
+#include <type_traits>
 
 #include "builder.h"
 #include "gguf_names.h"
@@ -362,9 +363,18 @@ DecoderModel build_decoder(const DecoderConfig& c, const Biases& b, Src& w, cons
   const bool head_in_file = (runs_stored(GgmlType::kQ8_0) || runs_stored(GgmlType::kQ6_K) ||
                              runs_stored(GgmlType::kF16) || runs_stored(GgmlType::kBF16)) &&
                             w.stays_in_file(head, table) && w.stays_in_file(embeddings, table);
+  // prune-model --int8's tables: int8 as stored, whatever the options ask (the narrowest there is).
+  const auto stored_int8 = [&](const std::string& name, WeightTable& t) {
+    if constexpr (std::is_same_v<Src, detail::Weights>) {
+      if (!w.is_int8_table(name, table)) return false;
+      t = w.int8_table(name, table);
+      return true;
+    }
+    return false;
+  };
   if ((!c.tied || head_in_file) && w.stays_in_file(embeddings, table))
     m.embed_stored = w.stored_rows(embeddings, table);
-  if (m.embed_stored.empty()) {
+  if (m.embed_stored.empty() && !stored_int8(embeddings, m.embed_table)) {
     if (bf16_tables) {
       m.embed_table.bf16 = w.bf16("model.embed_tokens.weight", {c.vocab, c.hidden});
     } else if (!narrow_by_rows(embeddings, m.embed_table)) {
@@ -377,6 +387,7 @@ DecoderModel build_decoder(const DecoderConfig& c, const Biases& b, Src& w, cons
     if (!w.is_dense("lm_head.weight")) throw Error(what + ": the output head 'lm_head.weight' must be dense");
     if (head_in_file) {
       m.head_stored = w.stored_rows("lm_head.weight", table);
+    } else if (stored_int8("lm_head.weight", m.head_table)) {  // (as stored)
     } else if (bf16_tables) {
       m.head_table.bf16 = w.bf16("lm_head.weight", {c.vocab, c.hidden});
     } else if (!narrow_by_rows("lm_head.weight", m.head_table)) {
@@ -690,6 +701,15 @@ StTensor GgufCheckpoint::tensor(const std::string& name) const {
   detail::GgufTensors w(impl_->f.gguf, impl_->path, impl_->c, impl_->rope_rows, &one, &impl_->f.file);
   w.dense(name, it->second.shape);
   return std::move(one.at(0).second);
+}
+
+WeightTable GgufCheckpoint::int8_table(const std::string& name, int threads) const {
+  const auto it = tensors_.find(name);
+  if (it == tensors_.end()) throw Error(impl_->path + ": no tensor '" + name + "'");
+  detail::GgufTensors w(impl_->f.gguf, impl_->path, impl_->c, impl_->rope_rows, nullptr, &impl_->f.file);
+  WeightTable t = detail::narrowed_table(w.rows(name, it->second.shape), true, threads);
+  w.rows_read(name);  // (its pages dropped)
+  return t;
 }
 
 ConvertReport gguf_to_hf_dir(const std::string& path, const std::string& out_dir, const ConvertOptions& c) {

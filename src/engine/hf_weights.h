@@ -87,11 +87,18 @@ struct Fields {
 class Weights {
  public:
   Weights(Checkpoint ck, std::string what) : owned_(std::move(ck)), what_(std::move(what)) {
-    for (CheckpointTensor& t : owned_.tensors)
+    for (CheckpointTensor& t : owned_.tensors) {
       add(t.name, StTensorView{t.dense.dtype, t.dense.shape, t.dense.bytes}, t.sparse, nullptr, nullptr);
+      entries_.back().scale_group = t.scale_group;
+      entries_.back().scales = {reinterpret_cast<const uint8_t*>(t.scales.data()), t.scales.size() * 4};
+    }
   }
   Weights(MappedHfDir d, std::string what) : mapped_(std::move(d)), what_(std::move(what)) {
-    for (MappedHfDir::Tensor& x : mapped_.tensors) add(x.t.name, x.t.dense, x.t.sparse, &x.t, x.file);
+    for (MappedHfDir::Tensor& x : mapped_.tensors) {
+      add(x.t.name, x.t.dense, x.t.sparse, &x.t, x.file);
+      entries_.back().scale_group = x.t.scale_group;
+      entries_.back().scales = x.t.scales;
+    }
   }
   Weights(const Weights&) = delete;
   Weights& operator=(const Weights&) = delete;
@@ -114,6 +121,17 @@ class Weights {
     const Entry& t = take(name);
     if (t.sparse)
       throw Error(what_ + ": tensor '" + name + "' is stored 2:4, the architecture needs it dense");
+    if (t.scale_group > 0 && t.dense.shape == shape) {  // int8 with scales (checked finite): dequantized
+      const int64_t cols = shape[1], per_row = (cols + t.scale_group - 1) / t.scale_group;
+      in_chunks(t, 1, shape_numel(shape), [&](int64_t i, int64_t c, const uint8_t* from) {
+        for (int64_t e = i; e < i + c; ++e) {
+          float scale;
+          std::memcpy(&scale, t.scales.data() + 4 * ((e / cols) * per_row + e % cols / t.scale_group), 4);
+          out[e] = static_cast<float>(static_cast<int8_t>(from[e - i])) * scale;
+        }
+      });
+      return;
+    }
     const std::string& dt = t.dense.dtype;
     if ((dt != "F32" && dt != "F16" && dt != "BF16") || t.dense.shape != shape)
       throw Error(what_ + ": tensor '" + name + "' is " + dt + " " + shape_string(t.dense.shape) +
@@ -199,6 +217,29 @@ class Weights {
     if (!kernels::all_finite_bf16(v.data(), static_cast<int64_t>(v.size())))
       throw Error(what_ + ": tensor '" + name + "' holds a non-finite value");
     return v;
+  }
+  // Whether a tensor is an int8 table as the decoder runs one (WeightTable::i8 and scales: a dense I8 [rows,
+  // cols] with a scale per kernels::kGemvI8Group of a row, prune-model --int8's embeddings and head), of
+  // this shape; int8_table() takes it as it is stored, hashed as it is copied.
+  bool is_int8_table(const std::string& name, const std::vector<int64_t>& shape) const {
+    const auto it = by_name_.find(name);
+    return it != by_name_.end() && entries_[it->second].scale_group == kernels::kGemvI8Group &&
+           entries_[it->second].dense.shape == shape;
+  }
+  WeightTable int8_table(const std::string& name, const std::vector<int64_t>& shape) {
+    if (!is_int8_table(name, shape) || entries_[by_name_.at(name)].used)
+      throw Error(what_ + ": tensor '" + name + "' is not an int8 table " + shape_string(shape));
+    Entry& t = entries_[by_name_.at(name)];
+    t.used = true;
+    WeightTable out;
+    kernels::reserve_huge(out.i8, t.dense.bytes.size());
+    kernels::reserve_huge(out.scales, t.scales.size() / sizeof(float));
+    h_ = hash_append(FnvWords(fnv1a(h_, reinterpret_cast<const uint8_t*>(name.data()), name.size())),
+                     t.dense.bytes, out.i8);
+    h_ = hash_append(FnvWords(h_), t.scales, out.scales);
+    if (t.file != nullptr)
+      for (std::span<const uint8_t> b : {t.dense.bytes, t.scales}) t.file->release(b);
+    return out;
   }
   // A dense tensor's stored type (safetensors' name; "" for a 2:4 or a missing one).
   std::string dense_dtype(const std::string& name) const {
@@ -315,6 +356,8 @@ class Weights {
     std::shared_ptr<const MappedFile> file;  // the mapping dense's bytes are in (null: in memory)
     bool used = false;
     std::optional<Compressed> decoded;
+    int64_t scale_group = 0;          // a dense I8 one with scales (CheckpointTensor's): their F32 bytes
+    std::span<const uint8_t> scales{};  //   (checked finite by the reader)
     bool is_sparse() const { return sparse != nullptr || deferred != nullptr; }
   };
   void add(const std::string& name, StTensorView dense, std::optional<Compressed>& sparse,
@@ -362,6 +405,7 @@ class Weights {
         else
           h_ = f.finish(p, static_cast<size_t>(c));
       });
+      if (t.scale_group > 0) h_ = fnv1a_words(h_, t.scales.data(), t.scales.size());  // (int8_table()'s hash)
     }
     return t;
   }

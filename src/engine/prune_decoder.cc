@@ -5,8 +5,10 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 
+#include "kernels/convert.h"
 #include "pruner.h"
 #include "sparse24/gguf.h"
 #include "sparse24/hf_dir.h"
@@ -36,6 +38,22 @@ int64_t layer_of(const std::string& name) {
   static const std::regex re(R"(^model\.layers\.([0-9]+)\.)");
   std::smatch m;
   return std::regex_search(name, m, re) ? std::stoll(m[1].str()) : -1;
+}
+
+// With o.int8, the embeddings and an untied head (a [vocab, hidden] matrix) are written as the int8 tables a
+// decoder loaded with int8 weights makes of them (detail::narrowed_table: a scale per kernels::kGemvI8Group
+// of a row, each block of rows checked finite), which it then reads as they are.
+bool as_int8_table(const std::string& name, const std::vector<int64_t>& shape, const PruneModelOptions& o) {
+  return o.int8 && (name == "model.embed_tokens.weight" || name == "lm_head.weight") && shape.size() == 2 &&
+         shape[1] > 0;
+}
+CheckpointTensor int8_table_tensor(const std::string& name, const std::vector<int64_t>& shape,
+                                   WeightTable&& w) {
+  const auto* q = reinterpret_cast<const uint8_t*>(w.i8.data());
+  CheckpointTensor t{name, StTensor{"I8", shape, std::vector<uint8_t>(q, q + w.i8.size())}, {}};
+  t.scale_group = kernels::kGemvI8Group;
+  t.scales = std::move(w.scales);
+  return t;
 }
 
 // Calibrates and prunes the decoder layer by layer as src.load reads it: each layer's Linear weights
@@ -298,10 +316,24 @@ PruneModelReport prune_hf_decoder(const std::string& dir, const std::string& out
   for (const MappedHfDir::Tensor& t : in.tensors) layer.push_back(layer_of(t.t.name));
   std::set<std::string> written;
   // A stored tensor as it is (dense bytes copied out of the mapping, whose pages are then dropped; a 2:4 one
-  // as decoded).
+  // as decoded), or the embeddings and head as int8 tables (as_int8_table).
   auto stored = [&](const MappedHfDir::Tensor& t) {
     written.insert(t.t.name);
-    CheckpointTensor c{t.t.name, t.t.sparse ? StTensor{} : t.t.dense.copy(), t.t.sparse};
+    const std::string& dt = t.t.dense.dtype;
+    if (!t.t.is_sparse() && as_int8_table(t.t.name, t.t.dense.shape, o) &&
+        (dt == "F32" || dt == "F16" || dt == "BF16")) {
+      detail::RowSource rows;
+      rows.stored.type = dtype_from_st(dt);
+      rows.stored.rows = t.t.dense.shape[0];
+      rows.stored.cols = t.t.dense.shape[1];
+      rows.stored.data = t.t.dense.bytes.data();
+      rows.what = "tensor '" + t.t.name + "'";
+      CheckpointTensor c =
+          int8_table_tensor(t.t.name, t.t.dense.shape, detail::narrowed_table(rows, true, o.threads));
+      t.file->release(t.t.dense.bytes);
+      return c;
+    }
+    CheckpointTensor c = CheckpointTensorView(t.t).copy();
     if (!t.t.sparse) t.file->release(t.t.dense.bytes);
     return c;
   };
@@ -405,7 +437,9 @@ PruneModelReport prune_gguf_decoder(const std::string& path, const std::string& 
   for (const auto& [name, st] : in.tensors())
     if (layer_of(name) < 0) {
       Checkpoint one;
-      one.tensors.push_back(written(name, in.tensor(name)));
+      one.tensors.push_back(as_int8_table(name, st.shape, o)
+                                ? int8_table_tensor(name, st.shape, in.int8_table(name, o.threads))
+                                : written(name, in.tensor(name)));
       out.add(one);
     }
   out.finish();

@@ -2,9 +2,12 @@
 #include "sparse24/checkpoint.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <regex>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -32,6 +35,9 @@ constexpr const char* kMetadataSuffix = ".metadata";
 constexpr const char* kShapeSuffix = ".shape";
 constexpr const char* kScalesSuffix = ".scales";           // scaled int8 values: F32 [rows, scales per row]
 constexpr const char* kScaleGroupSuffix = ".scale_group";  // __metadata__: positions per scale
+// A dense I8 matrix's scale group may exceed a row shorter than this (one scale per row): the decoder's int8
+// tables have one per 64 positions whatever the row length.
+constexpr int64_t kMaxShortGroup = 64;
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -83,6 +89,48 @@ Compressed read_sparse24_layer(const SafeTensorsView& st, const std::string& nam
   }
 }
 
+// The scales of dense tensor <name> (`d`) that __metadata__ "<name>.scale_group" (`group_text`) gives it:
+// an I8 matrix [rows, cols], a valid group, tensor "<name>.scales" F32 [rows, ceil(cols / group)], every
+// scale finite. Its group; the scales' view in *scales.
+int64_t scaled_dense(const SafeTensorsView& st, const std::string& name, const StTensorView& d,
+                     const std::string& group_text, const std::string& what, const StTensorView** scales) {
+  const std::string tensor = "tensor '" + printable(name) + "'", key = printable(name + kScaleGroupSuffix);
+  if (d.dtype != "I8" || d.shape.size() != 2)
+    fail(what, tensor + ": __metadata__ '" + key + "' gives it scales, but it is " + printable(d.dtype) +
+                   " " + shape_string(d.shape) + ", not an I8 matrix");
+  int64_t g = 0;
+  if (!parse_scale_group(group_text, std::max<int64_t>((d.shape[1] + 3) / 4, kMaxShortGroup / 4), &g))
+    fail(what, tensor + ": __metadata__ '" + key + "' is '" + printable(group_text) +
+                   "', not a positive multiple of 4 up to the padded row length (or 64)");
+  const std::string sname = name + kScalesSuffix;
+  const std::vector<int64_t> sshape{d.shape[0], (d.shape[1] + g - 1) / g};
+  *scales = st.find(sname);
+  if (*scales == nullptr) fail(what, tensor + ": its scales '" + printable(sname) + "' are missing");
+  if ((*scales)->dtype != "F32" || (*scales)->shape != sshape)
+    fail(what, "tensor '" + printable(sname) + "' is " + printable((*scales)->dtype) + " " +
+                   shape_string((*scales)->shape) + ", expected F32 " + shape_string(sshape));
+  const std::span<const uint8_t> b = (*scales)->bytes;
+  for (size_t i = 0; i < b.size(); i += sizeof(float)) {
+    float x;
+    std::memcpy(&x, b.data() + i, sizeof(float));
+    if (!std::isfinite(x)) fail(what, "tensor '" + printable(sname) + "' holds a non-finite scale");
+  }
+  return g;
+}
+
+// A scaled I8 tensor's scales per row, once its fields are checked (as the reader checks a file's).
+int64_t scales_per_row(const CheckpointTensor& t) {
+  const std::vector<int64_t>& s = t.dense.shape;
+  const int64_t g = t.scale_group;
+  if (t.dense.dtype != "I8" || s.size() != 2 || s[0] < 0 || s[1] <= 0 || g <= 0 || g % 4 != 0 ||
+      g > std::max<int64_t>((s[1] + 3) / 4 * 4, kMaxShortGroup) || t.dense.bytes.size() != static_cast<size_t>(s[0] * s[1]) ||
+      t.scales.size() != static_cast<size_t>(s[0] * ((s[1] + g - 1) / g)) ||
+      !std::all_of(t.scales.begin(), t.scales.end(), [](float x) { return std::isfinite(x); }))
+    throw Error("tensor '" + printable(t.name) + "': not an I8 matrix with a finite scale per " +
+                std::to_string(g) + " of a row");
+  return (s[1] + g - 1) / g;
+}
+
 int dtype_rank(const std::string& dtype) {
   // The reference writer's Dtype enum order (ascending alignment); it sorts by it descending.
   static const char* kOrder[] = {"BOOL", "U8",  "I8",  "F8_E5M2", "F8_E4M3", "I16", "U16", "F16",
@@ -127,6 +175,27 @@ int64_t Checkpoint::sparse_count() const {
                        [](const CheckpointTensor& t) { return t.sparse.has_value(); });
 }
 
+CheckpointTensor CheckpointTensorView::copy() && {
+  if (decode) sparse = decode();
+  CheckpointTensor t{std::move(name), sparse ? StTensor{} : dense.copy(), std::move(sparse)};
+  t.scale_group = scale_group;
+  t.scales.resize(scales.size() / sizeof(float));
+  if (!scales.empty()) std::memcpy(t.scales.data(), scales.data(), scales.size());
+  return t;
+}
+
+StTensor dequantized(const CheckpointTensor& t) {
+  if (t.scale_group == 0) return t.dense;
+  const int64_t per_row = scales_per_row(t);
+  const int64_t rows = t.dense.shape[0], cols = t.dense.shape[1], g = t.scale_group;
+  std::vector<float> v(static_cast<size_t>(rows * cols));
+  const auto* q = reinterpret_cast<const int8_t*>(t.dense.bytes.data());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = 0; k < cols; ++k)
+      v[r * cols + k] = static_cast<float>(q[r * cols + k]) * t.scales[r * per_row + k / g];
+  return StTensor{"F32", t.dense.shape, float_bytes(v)};
+}
+
 CheckpointView read_checkpoint_view(const SafeTensorsView& st, const std::string& what, bool defer_sparse24) {
   CheckpointView ck;
   std::set<std::string> consumed;  // tensor names that belong to a sparse layer
@@ -138,8 +207,9 @@ CheckpointView read_checkpoint_view(const SafeTensorsView& st, const std::string
     return st.tensors.size();
   };
 
-  // sparse24 layers: only in a file carrying the marker.
+  // sparse24 layers and scaled I8 matrices: only in a file carrying the marker.
   std::set<std::string> layout_keys;
+  std::map<std::string, std::pair<int64_t, std::span<const uint8_t>>> scaled;  // name -> group, scales
   auto marker = st.metadata.find(kFormatKey);
   if (marker != st.metadata.end()) {
     if (marker->second != kFormatValue)
@@ -186,6 +256,19 @@ CheckpointView read_checkpoint_view(const SafeTensorsView& st, const std::string
       entries.emplace_back(std::min(position(name + kValuesSuffix), position(name + kMetadataSuffix)),
                            std::move(t));
     }
+    // Dense I8 matrices with scales: a "<name>.scale_group" key that no layer took, naming a dense tensor.
+    for (const auto& [key, value] : st.metadata) {
+      if (!ends_with(key, kScaleGroupSuffix) || layout_keys.count(key)) continue;
+      const std::string name = key.substr(0, key.size() - std::string(kScaleGroupSuffix).size());
+      const StTensorView* d = st.find(name);
+      if (d == nullptr || consumed.count(name)) continue;  // someone else's key
+      const StTensorView* scales = nullptr;
+      const int64_t g = scaled_dense(st, name, *d, value, what, &scales);
+      if (!consumed.insert(name + kScalesSuffix).second)
+        fail(what, "tensor '" + printable(name + kScalesSuffix) + "' belongs to two layers");
+      scaled[name] = {g, scales->bytes};
+      layout_keys.insert(key);
+    }
   }
 
   // sparse-24-bitmask layers.
@@ -205,7 +288,9 @@ CheckpointView read_checkpoint_view(const SafeTensorsView& st, const std::string
   for (size_t i = 0; i < st.tensors.size(); ++i) {
     const auto& [name, v] = st.tensors[i];
     if (consumed.count(name)) continue;
-    entries.emplace_back(i, CheckpointTensorView{name, v, std::nullopt, {}, {}, {}});
+    CheckpointTensorView t{name, v, std::nullopt, {}, {}, {}};
+    if (const auto s = scaled.find(name); s != scaled.end()) std::tie(t.scale_group, t.scales) = s->second;
+    entries.emplace_back(i, std::move(t));
   }
   std::stable_sort(entries.begin(), entries.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -265,8 +350,21 @@ SafeTensors encode_checkpoint(const Checkpoint& ck, CheckpointFormat to) {
     st.metadata[kPatternKey] = "2:4";
   }
   for (const CheckpointTensor& t : ck.tensors) {
-    if (!t.sparse) {
+    if (!t.sparse && t.scale_group > 0 && to == CheckpointFormat::kSparse24) {
+      const int64_t per_row = scales_per_row(t);
+      if (st.metadata.count(t.name + kScaleGroupSuffix))
+        throw Error("__metadata__ key '" + printable(t.name + kScaleGroupSuffix) +
+                    "' is needed for the scales of '" + printable(t.name) + "' but is already taken");
+      st.metadata[t.name + kScaleGroupSuffix] = std::to_string(t.scale_group);
       st.add(t.name, t.dense);
+      st.add(t.name + kScalesSuffix, StTensor{"F32", {t.dense.shape[0], per_row}, float_bytes(t.scales)});
+      continue;
+    }
+    if (!t.sparse) {
+      if (to == CheckpointFormat::kSparse24 && st.metadata.count(t.name + kScaleGroupSuffix))
+        throw Error("__metadata__ key '" + printable(t.name + kScaleGroupSuffix) + "' would give '" +
+                    printable(t.name) + "' scales it does not have");
+      st.add(t.name, dequantized(t));
       continue;
     }
     const Compressed& c = *t.sparse;
@@ -310,8 +408,8 @@ SafeTensors encode_checkpoint(const Checkpoint& ck, CheckpointFormat to) {
     for (const std::string suffix : {kValuesSuffix, kMetadataSuffix, kScalesSuffix}) {
       const std::string layer = t.name.substr(0, t.name.size() - std::min(suffix.size(), t.name.size()));
       if (to == CheckpointFormat::kSparse24 && ends_with(t.name, suffix) &&
-          st.metadata.count(layer + kShapeSuffix) &&
-          (suffix != kScalesSuffix || st.metadata.count(layer + kScaleGroupSuffix)))
+          st.metadata.count(layer + (suffix == kScalesSuffix ? kScaleGroupSuffix : kShapeSuffix)) &&
+          (suffix != kScalesSuffix || st.metadata.count(layer + kShapeSuffix) || st.find(layer)))
         throw Error("dense tensor '" + printable(t.name) + "' would read back as part of a sparse24 layer");
     }
     if (to == CheckpointFormat::kBitmask24 && ends_with(t.name, ".row_offsets") &&
@@ -403,6 +501,11 @@ SparsifyReport convert_weights(Checkpoint& ck, const ConvertOptions& o) {
 
 void densify(Checkpoint& ck) {
   for (CheckpointTensor& t : ck.tensors) {
+    if (t.scale_group > 0) {
+      t.dense = dequantized(t);
+      t.scale_group = 0;
+      t.scales.clear();
+    }
     if (!t.sparse) continue;
     t.dense = to_st(decompress(*t.sparse));
     t.sparse.reset();

@@ -328,7 +328,8 @@ CheckpointInfo inspect_checkpoint(const std::string& path) {
     } else {
       x.shape = t.dense.shape;
       x.dtype = t.dense.dtype;
-      x.bytes = t.dense.bytes.size();
+      x.bytes = t.dense.bytes.size() + t.scales.size();
+      x.scale_group = t.scale_group;
     }
     int64_t n = 1;
     for (int64_t d : x.shape) n *= d;

@@ -483,6 +483,28 @@ TEST_F(PruneDecoder, Int8DirectoryHoldsWhatPruningAsReadRuns) {
         EXPECT_EQ(a.metadata, b.metadata);
         EXPECT_EQ(a.scales, b.scales);
       }
+    // The embeddings and head written as the int8 tables a load with int8 weights makes (a scale per 64 of
+    // a row; a row of the embeddings within half a step of its value), read back as they are.
+    for (const CheckpointInfo::Tensor& x : inspect_checkpoint(out).tensors)
+      if (x.name == "model.embed_tokens.weight" || x.name == "lm_head.weight") {
+        EXPECT_EQ(x.dtype, "I8") << x.name;
+        EXPECT_EQ(x.scale_group, 64) << x.name;
+      }
+    ASSERT_FALSE(got.embed_table.i8.empty());
+    const WeightTable &head = got.config.tied ? got.embed_table : got.head_table,
+                      &want_head = want.config.tied ? want.embed_table : want.head_table;
+    ASSERT_FALSE(head.i8.empty());
+    if (source == converted) {  // (the GGUF file's Q8_0 head runs as stored)
+      EXPECT_EQ(head.i8, want_head.i8);
+      EXPECT_EQ(head.scales, want_head.scales);
+    }
+    std::vector<float> a(static_cast<size_t>(t.hidden)), b(a.size());
+    for (int32_t id = 0; id < t.vocab; ++id) {
+      got.embedding(id, a.data());
+      want.embedding(id, b.data());
+      const float step = got.embed_table.scales[static_cast<size_t>(id)];  // (one scale: hidden 32)
+      for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 0.5001f * step) << id << " " << i;
+    }
     // The same Linears; the embeddings and head as each source holds them (the GGUF file's in its mapping).
     const std::vector<float> x = logits(got), y = logits(want);
     ASSERT_EQ(x.size(), y.size());

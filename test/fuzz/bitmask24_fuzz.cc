@@ -2,7 +2,7 @@
 // and the config.json sparsity_config parser. Accepted layers re-encode in both layouts and read back equal.
 // Read with sparse24 layers left to decode (read_checkpoint_view's defer_sparse24, what the decoder loader
 // asks for): refused exactly when the eager read is (at once, or by a layer's decode), else the same tensors,
-// each decoded layer the eager read's.
+// each decoded layer the eager read's; scaled int8 matrices alike, dequantized without error.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -60,8 +60,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(deferred[i].name == ck.tensors[i].name &&
                deferred[i].is_sparse() == ck.tensors[i].sparse.has_value());
     if (ck.tensors[i].sparse) FUZZ_CHECK(same(*deferred[i].sparse, *ck.tensors[i].sparse));
+    FUZZ_CHECK(deferred[i].scale_group == ck.tensors[i].scale_group &&
+               deferred[i].scales.size() == ck.tensors[i].scales.size() * sizeof(float));
   }
   for (const CheckpointTensor& t : ck.tensors) {
+    if (t.scale_group > 0) (void)dequantized(t);  // (throws: a crash of the harness)
     if (!t.sparse) continue;
     validate(*t.sparse);
     if (bitmask24_representable(*t.sparse)) {
@@ -86,6 +89,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         FUZZ_CHECK(u != nullptr);
         FUZZ_CHECK(u->sparse.has_value() == t.sparse.has_value());
         if (t.sparse) FUZZ_CHECK(same(*u->sparse, *t.sparse));
+        FUZZ_CHECK(u->scale_group == t.scale_group && u->scales == t.scales);
       }
     }
   }

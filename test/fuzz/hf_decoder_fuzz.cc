@@ -1,9 +1,9 @@
 // libFuzzer harness: the Hugging Face decoder loader (load_hf_decoder: config.json mapped onto an
 // architecture, the shard index, the safetensors weights with 2:4 layers in the sparse24 layout, int8 ones
-// with scales among them). The input is [selector byte][contents]: the selected file of a tiny valid Llama
-// directory (hf_template.h) is replaced by the contents, the others stay valid. An accepted directory loads
-// to a model whose every tensor has the size its config says (2:4 weights valid), loads alike read into
-// memory first (the fingerprint), and loads pruned and rounded to int8 as read.
+// with scales among them, and an int8 table). The input is [selector byte][contents]: the selected file of a
+// tiny valid Llama directory (hf_template.h) is replaced by the contents, the others stay valid. An accepted
+// directory loads to a model whose every tensor has the size its config says (2:4 weights valid), loads alike
+// read into memory first (the fingerprint), and loads pruned and rounded to int8 as read.
 #include <unistd.h>
 
 #include <cstddef>
@@ -38,6 +38,11 @@ void check_model(const sparse24::engine::DecoderModel& m) {
   FUZZ_CHECK(c.vocab > 0 && c.hidden > 0 && c.layers > 0 && c.kv_heads > 0 && c.heads % c.kv_heads == 0);
   FUZZ_CHECK(static_cast<int64_t>(m.norm.size()) == c.hidden);
   FUZZ_CHECK(static_cast<int64_t>(m.layers.size()) == c.layers);
+  for (const engine::WeightTable* t : {&m.embed_table, &m.head_table})  // (int8 ones: a scale per 64)
+    FUZZ_CHECK(t->empty() || (t->i8.empty() ? static_cast<int64_t>(t->bf16.size()) == c.vocab * c.hidden
+                                            : static_cast<int64_t>(t->i8.size()) == c.vocab * c.hidden &&
+                                                  static_cast<int64_t>(t->scales.size()) ==
+                                                      c.vocab * ((c.hidden + 63) / 64)));
   for (const engine::DecoderLayer& l : m.layers) {
     const int64_t q = c.heads * c.head_dim, kv = c.kv_heads * c.head_dim;
     const std::pair<const engine::Gemm*, std::pair<int64_t, int64_t>> shapes[] = {

@@ -2,6 +2,8 @@
 // hf_encoder harness fuzzes one file of, and the source of its seeds (make_seeds.cc); and a Llama one for the
 // hf_decoder harness.
 #pragma once
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -75,7 +77,8 @@ inline std::map<std::string, std::vector<uint8_t>> files() {
 
 // A tiny valid Llama directory (what load_hf_decoder reads; the hf_decoder harness fuzzes one of its files):
 // Q, K and V stored 2:4 as int8 with scales, gate and up 2:4 in bf16, O dense fp32, down dense bf16, an
-// untied head, in the sparse24 checkpoint layout.
+// untied head as an int8 table (a scale per 64 of a row, as prune-model --int8 writes it), in the sparse24
+// checkpoint layout.
 inline const char* const kDecoderFiles[] = {"config.json", "model.safetensors",
                                             "model.safetensors.index.json"};
 
@@ -102,7 +105,20 @@ inline std::map<std::string, std::vector<uint8_t>> decoder_files() {
   const std::string l = "model.layers.0.";
   dense("model.embed_tokens.weight", {vocab, hidden});
   dense("model.norm.weight", {hidden});
-  dense("lm_head.weight", {vocab, hidden});
+  {  // (one scale per row: rows of 8)
+    CheckpointTensor head{"lm_head.weight", StTensor{"I8", {vocab, hidden}, {}}, std::nullopt};
+    head.scale_group = 64;
+    const std::vector<float> v = values(vocab * hidden);
+    for (int64_t r = 0; r < vocab; ++r) {
+      float top = 1e-6f;
+      for (int64_t k = 0; k < hidden; ++k) top = std::max(top, std::abs(v[r * hidden + k]));
+      head.scales.push_back(top / 127);
+      for (int64_t k = 0; k < hidden; ++k)
+        head.dense.bytes.push_back(
+            static_cast<uint8_t>(static_cast<int8_t>(std::lround(v[r * hidden + k] / top * 127))));
+    }
+    ck.tensors.push_back(std::move(head));
+  }
   dense(l + "input_layernorm.weight", {hidden});
   dense(l + "post_attention_layernorm.weight", {hidden});
   sparse(l + "self_attn.q_proj.weight", heads * d, hidden, DType::kI8);

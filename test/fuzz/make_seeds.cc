@@ -113,6 +113,12 @@ int main(int argc, char** argv) {
     ck.tensors.push_back({"layer.weight", {}, c});
     put(out / "bitmask24", "int8_scaled_" + std::to_string(group) + "_s24",
         encode_safetensors(encode_checkpoint(ck, CheckpointFormat::kSparse24)));
+    CheckpointTensor table{"embed.weight", StTensor{"I8", {3, 12}, std::vector<uint8_t>(36, 0xfb)}, {}};
+    table.scale_group = group == 12 ? 64 : group;  // (dense: a group past a short row, one scale per row)
+    table.scales.assign(static_cast<size_t>(3 * ((12 + table.scale_group - 1) / table.scale_group)), 0.25f);
+    ck.tensors.push_back(std::move(table));
+    put(out / "bitmask24", "int8_table_" + std::to_string(group) + "_s24",
+        encode_safetensors(encode_checkpoint(ck, CheckpointFormat::kSparse24)));
   }
 
   // compressed file, sparse24 and bitmask checkpoints, metadata decoder inputs

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -681,6 +682,135 @@ TEST(Checkpoint, ScaledInt8LayersRoundTripInTheSparse24Layout) {
   plain.tensors[0].sparse = quantize_int8(*plain.tensors[0].sparse, 4);
   EXPECT_ERROR(encode_checkpoint(plain, CheckpointFormat::kSparse24),
                "duplicate tensor name 'p.weight.scales'");
+}
+
+TEST(Checkpoint, ScaledInt8MatricesRoundTripInTheSparse24Layout) {
+  SPARSE24_SEED_TRACE();
+  auto g = testing::rng(32);
+  Checkpoint ck;
+  // (a row shorter than its group of 64: one scale per row, as the decoder's int8 tables have)
+  for (auto [rows, cols, group] :
+       std::vector<std::array<int64_t, 3>>{{3, 20, 64}, {4, 128, 64}, {2, 200, 8}}) {
+    CheckpointTensor t{"t" + std::to_string(cols) + ".weight", StTensor{"I8", {rows, cols}, {}}, {}};
+    for (int64_t i = 0; i < rows * cols; ++i)
+      t.dense.bytes.push_back(static_cast<uint8_t>(std::uniform_int_distribution<int>(-127, 127)(g)));
+    t.scale_group = group;
+    for (int64_t i = 0; i < rows * ((cols + group - 1) / group); ++i)
+      t.scales.push_back(std::uniform_real_distribution<float>(0.001f, 1)(g));
+    ck.tensors.push_back(std::move(t));
+  }
+  ck.tensors.push_back({"plain.weight", StTensor{"I8", {2, 4}, std::vector<uint8_t>(8, 3)}, {}});
+  const auto dequantized_at = [](const CheckpointTensor& t, int64_t r, int64_t k) {
+    const int64_t cols = t.dense.shape[1], per_row = (cols + t.scale_group - 1) / t.scale_group;
+    return static_cast<float>(static_cast<int8_t>(t.dense.bytes[r * cols + k])) *
+           t.scales[r * per_row + k / t.scale_group];
+  };
+  const SafeTensors st = encode_checkpoint(ck, CheckpointFormat::kSparse24);
+  EXPECT_EQ(st.metadata.at("t20.weight.scale_group"), "64");
+  const std::vector<uint8_t> file = encode_safetensors(st);
+  const SafeTensorsView view = parse_safetensors_view(file.data(), file.size(), "ck");
+  const Checkpoint back = read_checkpoint(view, "ck");
+  ASSERT_EQ(back.tensors.size(), ck.tensors.size());
+  EXPECT_TRUE(back.metadata.empty());  // (the layout's keys taken)
+  for (const CheckpointTensor& want : ck.tensors) {
+    SCOPED_TRACE(want.name);
+    const CheckpointTensor* got = back.find(want.name);
+    ASSERT_TRUE(got != nullptr);
+    EXPECT_FALSE(got->sparse.has_value());
+    EXPECT_EQ(got->dense.dtype, "I8");
+    EXPECT_EQ(got->dense.bytes, want.dense.bytes);
+    EXPECT_EQ(got->scale_group, want.scale_group);
+    EXPECT_EQ(got->scales, want.scales);
+  }
+  for (CheckpointFormat to : {CheckpointFormat::kDense, CheckpointFormat::kBitmask24}) {  // dequantized
+    SCOPED_TRACE(checkpoint_format_name(to));
+    const SafeTensors plain = encode_checkpoint(ck, to);
+    EXPECT_EQ(plain.tensors.size(), ck.tensors.size());
+    for (const CheckpointTensor& t : ck.tensors) {
+      const StTensor* d = plain.find(t.name);
+      ASSERT_TRUE(d != nullptr);
+      if (t.scale_group == 0) {
+        EXPECT_EQ(d->dtype, "I8");
+        continue;
+      }
+      ASSERT_EQ(d->dtype, "F32");
+      ASSERT_EQ(d->shape, t.dense.shape);
+      std::vector<float> v(d->bytes.size() / 4);
+      std::memcpy(v.data(), d->bytes.data(), d->bytes.size());
+      for (int64_t r = 0; r < t.dense.shape[0]; ++r)
+        for (int64_t k = 0; k < t.dense.shape[1]; ++k)
+          ASSERT_EQ(v[r * t.dense.shape[1] + k], dequantized_at(t, r, k)) << t.name << " " << r << " " << k;
+    }
+  }
+  Checkpoint dense = ck;
+  densify(dense);
+  for (size_t i = 0; i < ck.tensors.size(); ++i) {
+    EXPECT_EQ(dense.tensors[i].scale_group, 0);
+    EXPECT_EQ(dense.tensors[i].dense.bytes, dequantized(ck.tensors[i]).bytes);
+  }
+  {  // without the layout's marker the key and the scales are someone else's: kept as they are
+    SafeTensors unmarked = st;
+    unmarked.metadata.erase("sparse24.format");
+    const Checkpoint u = decode(encode_safetensors(unmarked));
+    EXPECT_EQ(u.find("t20.weight")->scale_group, 0);
+    EXPECT_TRUE(u.find("t20.weight.scales") != nullptr);
+    EXPECT_EQ(u.metadata.at("t20.weight.scale_group"), "64");
+  }
+
+  auto refuse = [&](SafeTensors bad, const std::string& phrase) {
+    EXPECT_ERROR(decode(encode_safetensors(bad)), phrase);
+  };
+  for (const std::string text : {"0", "6", "68", "x", ""}) {  // t20: a row of 20, groups up to 64
+    SafeTensors bad = st;
+    bad.metadata["t20.weight.scale_group"] = text;
+    refuse(bad, "tensor 't20.weight': __metadata__ 't20.weight.scale_group' is '" + text +
+                    "', not a positive multiple of 4 up to the padded row length (or 64)");
+  }
+  {
+    SafeTensors bad = st;
+    bad.metadata["t200.weight.scale_group"] = "16";
+    refuse(bad, "tensor 't200.weight.scales' is F32 [2, 25], expected F32 [2, 13]");
+  }
+  {
+    SafeTensors bad = st;
+    for (auto& [name, t] : bad.tensors)
+      if (name == "t128.weight.scales") std::memcpy(t.bytes.data() + 4, "\x00\x00\x80\x7f", 4);  // inf
+    refuse(bad, "tensor 't128.weight.scales' holds a non-finite scale");
+  }
+  {
+    SafeTensors bad = st;
+    std::erase_if(bad.tensors, [](const auto& p) { return p.first == "t128.weight.scales"; });
+    refuse(bad, "tensor 't128.weight': its scales 't128.weight.scales' are missing");
+  }
+  {
+    SafeTensors bad = st;
+    for (auto& [name, t] : bad.tensors)
+      if (name == "t128.weight") t = StTensor{"U8", t.shape, t.bytes};
+    refuse(bad,
+           "tensor 't128.weight': __metadata__ 't128.weight.scale_group' gives it scales, but it is U8 "
+           "[4, 128], not an I8 matrix");
+  }
+  {
+    SafeTensors bad = st;
+    bad.metadata["nothing.weight.scale_group"] = "4";  // names no tensor: someone else's key
+    EXPECT_EQ(decode(encode_safetensors(bad)).metadata.at("nothing.weight.scale_group"), "4");
+  }
+  // The writer refuses scales that would not read back, and a key or a tensor that would read back as some.
+  Checkpoint bad = ck;
+  bad.tensors[0].scales.pop_back();
+  EXPECT_ERROR(encode_checkpoint(bad, CheckpointFormat::kSparse24),
+               "tensor 't20.weight': not an I8 matrix with a finite scale per 64 of a row");
+  EXPECT_ERROR(encode_checkpoint(bad, CheckpointFormat::kDense),
+               "tensor 't20.weight': not an I8 matrix with a finite scale per 64 of a row");
+  bad = ck;
+  bad.metadata["plain.weight.scale_group"] = "4";
+  EXPECT_ERROR(
+      encode_checkpoint(bad, CheckpointFormat::kSparse24),
+      "__metadata__ key 'plain.weight.scale_group' would give 'plain.weight' scales it does not have");
+  bad = ck;
+  bad.tensors.push_back({"t20.weight.scales", StTensor{"F32", {3, 1}, std::vector<uint8_t>(12)}, {}});
+  EXPECT_ERROR(encode_checkpoint(bad, CheckpointFormat::kSparse24),
+               "duplicate tensor name 't20.weight.scales'");
 }
 
 TEST(Checkpoint, FormatNames) {

@@ -168,8 +168,8 @@ void register_prune_model_cmd(CLI::App& app) {
   cmd->add_flag("--permute", o->permute, "permute input channels first where a producer absorbs it");
   cmd->add_flag(
       "--int8", o->int8,
-      "store the pruned weights' values as int8 with a scale per 64 positions (sparse24 layout; what "
-      "--int8 runs, without rounding at every load)");
+      "store the pruned weights' values, and a decoder's embeddings and head, as int8 with a scale per 64 "
+      "positions (sparse24 layout; what --int8 runs, without rounding at every load)");
   cmd->add_option("--calib", o->calib, "calibration text, one text per line (wanda, sparsegpt)");
   cmd->add_option("--calib-lines", o->calib_lines, "calibration lines, spread over the file (0: all)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
