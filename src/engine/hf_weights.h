@@ -90,7 +90,8 @@ class Weights {
     for (CheckpointTensor& t : owned_.tensors) {
       add(t.name, StTensorView{t.dense.dtype, t.dense.shape, t.dense.bytes}, t.sparse, nullptr, nullptr);
       entries_.back().scale_group = t.scale_group;
-      entries_.back().scales = {reinterpret_cast<const uint8_t*>(t.scales.data()), t.scales.size() * 4};
+      entries_.back().scales = {reinterpret_cast<const uint8_t*>(t.scales.data()),
+                                t.scales.size() * sizeof(float)};
     }
   }
   Weights(MappedHfDir d, std::string what) : mapped_(std::move(d)), what_(std::move(what)) {
@@ -227,9 +228,10 @@ class Weights {
            entries_[it->second].dense.shape == shape;
   }
   WeightTable int8_table(const std::string& name, const std::vector<int64_t>& shape) {
-    if (!is_int8_table(name, shape) || entries_[by_name_.at(name)].used)
+    if (!is_int8_table(name, shape))
       throw Error(what_ + ": tensor '" + name + "' is not an int8 table " + shape_string(shape));
     Entry& t = entries_[by_name_.at(name)];
+    if (t.used) throw Error(what_ + ": tensor '" + name + "' is asked for twice");
     t.used = true;
     WeightTable out;
     kernels::reserve_huge(out.i8, t.dense.bytes.size());
@@ -356,7 +358,7 @@ class Weights {
     std::shared_ptr<const MappedFile> file;  // the mapping dense's bytes are in (null: in memory)
     bool used = false;
     std::optional<Compressed> decoded;
-    int64_t scale_group = 0;          // a dense I8 one with scales (CheckpointTensor's): their F32 bytes
+    int64_t scale_group = 0;            // a dense I8 one with scales (CheckpointTensor's): their F32 bytes
     std::span<const uint8_t> scales{};  //   (checked finite by the reader)
     bool is_sparse() const { return sparse != nullptr || deferred != nullptr; }
   };

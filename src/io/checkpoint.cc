@@ -110,10 +110,12 @@ int64_t scaled_dense(const SafeTensorsView& st, const std::string& name, const S
     fail(what, "tensor '" + printable(sname) + "' is " + printable((*scales)->dtype) + " " +
                    shape_string((*scales)->shape) + ", expected F32 " + shape_string(sshape));
   const std::span<const uint8_t> b = (*scales)->bytes;
-  for (size_t i = 0; i < b.size(); i += sizeof(float)) {
+  for (size_t i = 0; i < b.size() / sizeof(float); ++i) {
     float x;
-    std::memcpy(&x, b.data() + i, sizeof(float));
-    if (!std::isfinite(x)) fail(what, "tensor '" + printable(sname) + "' holds a non-finite scale");
+    std::memcpy(&x, b.data() + i * sizeof(float), sizeof(float));
+    if (!std::isfinite(x))
+      fail(what, "tensor '" + printable(sname) + "': scale " + std::to_string(i % sshape[1]) + " of row " +
+                     std::to_string(i / sshape[1]) + " is not finite");
   }
   return g;
 }
@@ -122,8 +124,9 @@ int64_t scaled_dense(const SafeTensorsView& st, const std::string& name, const S
 int64_t scales_per_row(const CheckpointTensor& t) {
   const std::vector<int64_t>& s = t.dense.shape;
   const int64_t g = t.scale_group;
-  if (t.dense.dtype != "I8" || s.size() != 2 || s[0] < 0 || s[1] <= 0 || g <= 0 || g % 4 != 0 ||
-      g > std::max<int64_t>((s[1] + 3) / 4 * 4, kMaxShortGroup) || t.dense.bytes.size() != static_cast<size_t>(s[0] * s[1]) ||
+  if (t.dense.dtype != "I8" || s.size() != 2 || s[0] < 0 || s[1] < 0 || g <= 0 || g % 4 != 0 ||
+      g > std::max<int64_t>((s[1] + 3) / 4 * 4, kMaxShortGroup) ||
+      t.dense.bytes.size() != static_cast<size_t>(s[0] * s[1]) ||
       t.scales.size() != static_cast<size_t>(s[0] * ((s[1] + g - 1) / g)) ||
       !std::all_of(t.scales.begin(), t.scales.end(), [](float x) { return std::isfinite(x); }))
     throw Error("tensor '" + printable(t.name) + "': not an I8 matrix with a finite scale per " +

@@ -775,7 +775,7 @@ TEST(Checkpoint, ScaledInt8MatricesRoundTripInTheSparse24Layout) {
     SafeTensors bad = st;
     for (auto& [name, t] : bad.tensors)
       if (name == "t128.weight.scales") std::memcpy(t.bytes.data() + 4, "\x00\x00\x80\x7f", 4);  // inf
-    refuse(bad, "tensor 't128.weight.scales' holds a non-finite scale");
+    refuse(bad, "tensor 't128.weight.scales': scale 1 of row 0 is not finite");
   }
   {
     SafeTensors bad = st;
