@@ -59,7 +59,7 @@ class Tensors {
   }
   std::vector<float> get(const std::string& name) {
     CheckpointTensor& t = *by_name_.at(name);
-    return t.sparse ? decompress(*t.sparse).to_float() : from_st(t.dense, name).to_float();
+    return t.sparse ? decompress(*t.sparse).to_float() : from_st(dequantized(t), name).to_float();
   }
   std::vector<int64_t> shape(const std::string& name) {
     CheckpointTensor& t = *by_name_.at(name);
@@ -72,6 +72,8 @@ class Tensors {
     const DType d = t.sparse ? DType::kF32 : kept_dtype(t.dense.dtype);
     t.sparse.reset();
     t.dense = to_st(Tensor::from_float(v, s, d));
+    t.scale_group = 0;  // (a scaled int8 one: fp32 now)
+    t.scales.clear();
   }
 
  private:
@@ -265,8 +267,7 @@ class Pruner {
           }
           prune_rows(c, r, w, n);
         }
-        t.sparse = std::move(c);
-        t.dense = StTensor{};
+        t = CheckpointTensor{t.name, {}, std::move(c)};  // (no dense bytes or scales left)
         PrunedWeight pw;
         pw.name = s;
         report_.weights.push_back(pw);
@@ -283,9 +284,9 @@ class Pruner {
     for (size_t i = first; i < report_.weights.size(); ++i) {
       CheckpointTensor& t = *tensors_.find(report_.weights[i].name);
       if (t.sparse) continue;
-      t.sparse = compress(from_st(t.dense, t.name));
-      if (o_.int8) t.sparse = quantize_int8(*t.sparse, detail::kInt8ScaleGroup);
-      t.dense = StTensor{};
+      Compressed c = compress(from_st(dequantized(t), t.name));
+      if (o_.int8) c = quantize_int8(c, detail::kInt8ScaleGroup);
+      t = CheckpointTensor{t.name, {}, std::move(c)};
     }
   }
   PruneModelReport finish() {

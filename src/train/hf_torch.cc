@@ -38,7 +38,7 @@ std::vector<float> to_vector(const torch::Tensor& t) {
 }
 
 std::vector<float> tensor_floats(const CheckpointTensor& t) {
-  return t.sparse ? decompress(*t.sparse).to_float() : from_st(t.dense, t.name).to_float();
+  return t.sparse ? decompress(*t.sparse).to_float() : from_st(dequantized(t), t.name).to_float();
 }
 
 const std::vector<int64_t>& tensor_shape(const CheckpointTensor& t) {
@@ -220,8 +220,10 @@ Checkpoint export_weights(const HfEncoder& e, const Checkpoint& ck) {
     if (t.sparse) {
       Compressed c = compress(dense);  // Error naming the group if it is no longer 2:4
       t.sparse = std::move(c);
-    } else {
+    } else {  // (a scaled int8 one in fp32 now)
       t.dense = to_st(dense);
+      t.scale_group = 0;
+      t.scales.clear();
     }
   }
   return out;

@@ -3,6 +3,8 @@
 // The loaders themselves: decoder_load_test.cc.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -154,6 +156,87 @@ TEST_F(HfDecoderDir, MappedAndInMemoryReadsAgree) {
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("'" + down + "'"), std::string::npos) << e.what();
       EXPECT_NE(std::string(e.what()).find("invalid metadata code"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// Dense int8 matrices with scales (the sparse24 layout's; prune-model --int8 writes the tables so): a
+// [vocab, hidden] table with a scale per 64 of a row is the decoder's int8 table as stored, under any load
+// options; any other one (another group, a Linear) is read dequantized. Mapped and in memory alike.
+TEST_F(HfDecoderDir, ScaledInt8MatricesReadAsStored) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(25);
+  DecoderModel m = tiny_model(g, t_);
+  m.prune_magnitude();
+  const std::vector<int32_t> ids = random_ids(g, 5, t_.vocab);
+  const auto logits = [&](const DecoderModel& model) {
+    std::vector<float> out(static_cast<size_t>(ids.size() * t_.vocab));
+    Decoder(model, {}).forward(ids.data(), static_cast<int64_t>(ids.size()), out.data(), true);
+    return out;
+  };
+  // t as int8 with a scale per `group` of a row (the table's rounding, detail::int8_table, at 64).
+  const auto scaled = [](CheckpointTensor& t, int64_t group) {
+    const Tensor d = t.sparse ? decompress(*t.sparse) : from_st(t.dense, t.name);
+    const int64_t rows = d.shape[0], cols = d.shape[1];
+    std::vector<float> w = d.to_float();
+    t.sparse.reset();
+    t.dense = StTensor{"I8", d.shape, std::vector<uint8_t>(w.size())};
+    t.scale_group = group;
+    t.scales.assign(static_cast<size_t>(rows * ((cols + group - 1) / group)), 0.0f);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t k0 = 0; k0 < cols; k0 += group) {
+        float top = 1e-6f;
+        for (int64_t k = k0; k < std::min(cols, k0 + group); ++k)
+          top = std::max(top, std::abs(w[r * cols + k]));
+        t.scales[static_cast<size_t>(r * ((cols + group - 1) / group) + k0 / group)] = top / 127;
+        for (int64_t k = k0; k < std::min(cols, k0 + group); ++k)
+          t.dense.bytes[static_cast<size_t>(r * cols + k)] =
+              static_cast<uint8_t>(static_cast<int8_t>(std::lround(w[r * cols + k] / top * 127)));
+      }
+  };
+  const std::string file = (dir_ / "model.safetensors").string(),
+                    o_proj = "model.layers.0.self_attn.o_proj.weight";
+  for (int64_t group : {int64_t{64}, int64_t{8}}) {
+    SCOPED_TRACE("table group " + std::to_string(group));
+    write(m, config());
+    Checkpoint ck = load_checkpoint(file);
+    sparsify(ck, {});
+    std::optional<CheckpointTensor> table, o;
+    for (CheckpointTensor& t : ck.tensors) {
+      if (t.name == "model.embed_tokens.weight") scaled(t, group), table = t;
+      if (t.name == o_proj) scaled(t, 16), o = t;
+    }
+    ASSERT_TRUE(table && o);
+    write_safetensors(file, encode_checkpoint(ck, CheckpointFormat::kSparse24));
+    const DecoderModel mapped = load_hf_decoder(dir_.string()),
+                       held = load_hf_decoder(read_hf_dir(dir_.string()));
+    EXPECT_EQ(mapped.fingerprint, held.fingerprint);
+    for (const DecoderModel* x : {&mapped, &held}) {
+      const StTensor w = dequantized(*o);  // (a Linear: dense, dequantized)
+      const auto* f = reinterpret_cast<const float*>(w.bytes.data());
+      EXPECT_FALSE(x->layers[0].o.pruned);
+      EXPECT_EQ(x->layers[0].o.dense, std::vector<float>(f, f + w.bytes.size() / 4));
+      if (group == 64) {  // the int8 table as stored
+        EXPECT_TRUE(x->embed.empty());
+        EXPECT_EQ(std::vector<uint8_t>(x->embed_table.i8.begin(), x->embed_table.i8.end()),
+                  table->dense.bytes);
+        EXPECT_EQ(x->embed_table.scales, table->scales);
+      } else {  // dequantized, as an fp32 table is read
+        const StTensor e = dequantized(*table);
+        const auto* v = reinterpret_cast<const float*>(e.bytes.data());
+        EXPECT_TRUE(x->embed_table.empty());
+        EXPECT_EQ(x->embed, std::vector<float>(v, v + e.bytes.size() / 4));
+      }
+    }
+    EXPECT_EQ(logits(mapped), logits(held));
+    for (bool int8 : {false, true}) {  // bf16 or int8 tables asked for: the stored one still
+      DecoderLoadOptions lo;
+      (int8 ? lo.int8 : lo.bf16) = true;
+      const DecoderModel x = load_hf_decoder(dir_.string(), lo);
+      EXPECT_EQ(x.embed_table.i8.empty(), !int8 && group != 64);
+      if (group == 64) {
+        EXPECT_EQ(x.embed_table.scales, table->scales);
+      }
     }
   }
 }
