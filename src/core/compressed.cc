@@ -96,13 +96,6 @@ namespace {
 
 // An empty int8 matrix like `shape` (rows x cols as a matrix), the scale group checked and clamped to a row:
 // its values, scales and metadata sized, to be filled.
-// v resized to n zero bytes, a large buffer on 2 MB pages (as kernels::AlignedArray's): a pruned-as-read
-// load's values are a model's size.
-void resize_zeroed(std::vector<uint8_t>& v, size_t n) {
-  if (v.empty()) kernels::reserve_huge(v, n);
-  v.resize(n);
-}
-
 Compressed int8_layout(const std::vector<int64_t>& shape, int64_t rows, int64_t cols, int64_t scale_group) {
   if (scale_group <= 0 || scale_group % 4 != 0)
     throw Error("int8 scale group must be a positive multiple of 4 positions, got " +
@@ -114,8 +107,8 @@ Compressed int8_layout(const std::vector<int64_t>& shape, int64_t rows, int64_t 
   q.cols = cols;
   q.scale_group = std::min(scale_group, 4 * q.groups_per_row());  // one scale per row at most
   q.scales.resize(static_cast<size_t>(rows * q.scales_per_row()));
-  resize_zeroed(q.values, static_cast<size_t>(rows * q.values_per_row()));
-  resize_zeroed(q.metadata, static_cast<size_t>(rows * q.meta_bytes_per_row()));
+  kernels::resize_huge(q.values, static_cast<size_t>(rows * q.values_per_row()));
+  kernels::resize_huge(q.metadata, static_cast<size_t>(rows * q.meta_bytes_per_row()));
   return q;
 }
 
@@ -167,8 +160,8 @@ Compressed pruned_layout(int64_t rows, int64_t cols, DType dtype, int64_t scale_
   c.shape = {rows, cols};
   c.rows = rows;
   c.cols = cols;
-  resize_zeroed(c.values, static_cast<size_t>(rows * c.values_per_row()) * dtype_size(dtype));
-  resize_zeroed(c.metadata, static_cast<size_t>(rows * c.meta_bytes_per_row()));
+  kernels::resize_huge(c.values, static_cast<size_t>(rows * c.values_per_row()) * dtype_size(dtype));
+  kernels::resize_huge(c.metadata, static_cast<size_t>(rows * c.meta_bytes_per_row()));
   return c;
 }
 

@@ -8,6 +8,7 @@
 #include <exception>
 
 #include "kernels/convert.h"
+#include "kernels/huge_pages.h"
 #include "sparse24/compressed.h"
 #include "sparse24/decoder.h"
 #include "sparse24/dtype.h"
@@ -102,15 +103,16 @@ WeightTable int8_table(const std::vector<float>& w, int64_t rows, int64_t cols) 
   if (static_cast<int64_t>(w.size()) != rows * cols)
     throw Error("int8_table: the weights are not rows x cols");
   WeightTable t;
-  t.i8.resize(w.size());
-  t.scales.resize(static_cast<size_t>(rows * ((cols + kernels::kGemvI8Group - 1) / kernels::kGemvI8Group)));
+  kernels::resize_huge(t.i8, w.size());
+  kernels::resize_huge(
+      t.scales, static_cast<size_t>(rows * ((cols + kernels::kGemvI8Group - 1) / kernels::kGemvI8Group)));
   kernels::quantize_gemv_i8(w.data(), rows, cols, t.i8.data(), t.scales.data());
   return t;
 }
 
 WeightTable bf16_table(const std::vector<float>& w) {
   WeightTable t;
-  t.bf16.resize(w.size());
+  kernels::resize_huge(t.bf16, w.size());
   kernels::floats_to_bf16(w.data(), static_cast<int64_t>(w.size()), t.bf16.data());
   return t;
 }
@@ -137,10 +139,10 @@ WeightTable narrow_rows(int64_t rows, int64_t cols, bool int8, int threads, cons
   const int64_t groups = (cols + kernels::kGemvI8Group - 1) / kernels::kGemvI8Group;
   const auto size = static_cast<size_t>(rows * cols);
   if (int8) {
-    out.i8.resize(size);
-    out.scales.resize(static_cast<size_t>(rows * groups));
+    kernels::resize_huge(out.i8, size);
+    kernels::resize_huge(out.scales, static_cast<size_t>(rows * groups));
   } else {
-    out.bf16.resize(size);
+    kernels::resize_huge(out.bf16, size);
   }
   constexpr int64_t kRows = 64;
   const int64_t blocks = (rows + kRows - 1) / kRows;

@@ -12,6 +12,7 @@
 #include "gguf_names.h"
 #include "hf_weights.h"
 #include "kernels/convert.h"
+#include "kernels/huge_pages.h"
 #include "sparse24/decoder.h"
 #include "sparse24/dtype.h"
 #include "sparse24/error.h"
@@ -154,7 +155,8 @@ class GgufTensors {
   // A bfloat16 tensor's values (dense_dtype "BF16"): read as every tensor is, then narrowed (exactly).
   std::vector<uint16_t> bf16(const std::string& hf, const std::vector<int64_t>& shape) {
     const std::vector<float> f = dense(hf, shape);
-    std::vector<uint16_t> v(f.size());
+    std::vector<uint16_t> v;
+    kernels::resize_huge(v, f.size());
     kernels::floats_to_bf16(f.data(), static_cast<int64_t>(f.size()), v.data());
     return v;
   }

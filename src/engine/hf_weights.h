@@ -210,7 +210,8 @@ class Weights {
     const Entry& t = take(name);
     if (t.sparse || t.dense.dtype != "BF16" || t.dense.shape != shape)
       throw Error(what_ + ": tensor '" + name + "' is not a bfloat16 " + shape_string(shape));
-    std::vector<uint16_t> v(static_cast<size_t>(shape_numel(shape)));
+    std::vector<uint16_t> v;
+    kernels::resize_huge(v, static_cast<size_t>(shape_numel(shape)));
     in_chunks(t, sizeof(uint16_t), static_cast<int64_t>(v.size()),
               [&](int64_t i, int64_t c, const uint8_t* from) {
                 std::memcpy(v.data() + i, from, static_cast<size_t>(c) * sizeof(uint16_t));
