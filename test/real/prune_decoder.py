@@ -3,7 +3,8 @@ prune-model by magnitude, Wanda and SparseGPT (calibration from the KJV training
 then `perplexity` of each on held-out books (docs/accuracy.md has the full table from prune-experiment).
 Asserts that each calibrated method's perplexity is below magnitude's (and above the dense model's), and
 that the SparseGPT directory, converted to dense weights, is a transformers LlamaForCausalLM whose
-perplexity on the same tokens equals sparse24's (the checkpoint is a real, usable model).
+perplexity on the same tokens equals sparse24's (the checkpoint is a real, usable model); so is the
+directory `prune-model --int8` writes (int8 2:4 values and an int8 embedding table, dequantized by convert).
 
   .venv/bin/python test/real/prune_decoder.py --sparse24 build/sparse24 \\
       --model models/SmolLM2-135M-Instruct-hf --corpora build/corpora --work DIR
@@ -75,21 +76,28 @@ def main():
             failed.append(f"{method} {ppl[method]:.2f} not between dense {ppl['dense']:.2f} and magnitude "
                           f"{ppl['magnitude']:.2f}")
 
-    # The SparseGPT checkpoint in transformers.
-    dense_dir = os.path.join(a.work, "sparsegpt-dense")
-    run([a.sparse24, "convert", os.path.join(a.work, "sparsegpt"), dense_dir, "--to", "dense"])
-    model = LlamaForCausalLM.from_pretrained(dense_dir, torch_dtype=torch.float32).eval()
-    nll, n = 0.0, 0
-    with torch.no_grad():
-        for w in range(WINDOWS):
-            x = torch.tensor([ids[w * CTX:(w + 1) * CTX]])
-            logp = torch.log_softmax(model(x).logits[0].double(), -1)
-            nll -= logp[torch.arange(CTX - 1), x[0, 1:]].sum().item()
-            n += CTX - 1
-    ref = math.exp(nll / n)
-    print(f"transformers on the SparseGPT checkpoint: perplexity {ref:.4f} (sparse24 {ppl['sparsegpt']:.4f})")
-    if abs(ref - ppl["sparsegpt"]) > 1e-3 * ref:
-        failed.append(f"transformers perplexity {ref:.4f} != sparse24 {ppl['sparsegpt']:.4f}")
+    # int8: magnitude pruning with --int8 (2:4 values and the tied embedding table as int8 with scales).
+    out = os.path.join(a.work, "magnitude-int8")
+    print(run([a.sparse24, "prune-model", a.model, "-o", out, "--int8"]).strip().splitlines()[-1])
+    ppl["magnitude-int8"] = perplexity(out, "magnitude-int8")
+
+    # The SparseGPT checkpoint, and the int8 one, in transformers (converted to dense: the int8 values and
+    # table dequantized, the very values sparse24 multiplies by).
+    for name in ("sparsegpt", "magnitude-int8"):
+        dense_dir = os.path.join(a.work, name + "-dense")
+        run([a.sparse24, "convert", os.path.join(a.work, name), dense_dir, "--to", "dense"])
+        model = LlamaForCausalLM.from_pretrained(dense_dir, torch_dtype=torch.float32).eval()
+        nll, n = 0.0, 0
+        with torch.no_grad():
+            for w in range(WINDOWS):
+                x = torch.tensor([ids[w * CTX:(w + 1) * CTX]])
+                logp = torch.log_softmax(model(x).logits[0].double(), -1)
+                nll -= logp[torch.arange(CTX - 1), x[0, 1:]].sum().item()
+                n += CTX - 1
+        ref = math.exp(nll / n)
+        print(f"transformers on the {name} checkpoint: perplexity {ref:.4f} (sparse24 {ppl[name]:.4f})")
+        if abs(ref - ppl[name]) > 1e-3 * ref:
+            failed.append(f"{name}: transformers perplexity {ref:.4f} != sparse24 {ppl[name]:.4f}")
     if failed:
         sys.exit("FAILED: " + "; ".join(failed))
     print("OK")
