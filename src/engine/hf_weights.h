@@ -459,9 +459,13 @@ class Weights {
     for (size_t i = 0;; i += kPiece) {
       const size_t n = std::min(kPiece, b.size() - i);
       const uint8_t* p = b.data() + i;
-      const size_t at = into.size();
-      into.resize(at + n / sizeof(T));  // (within the reserved room; its zeros overwritten at once)
-      if (n > 0) std::memcpy(reinterpret_cast<uint8_t*>(into.data() + at), p, n);
+      if constexpr (sizeof(T) == 1) {  // (bytes copied in, within the reserved room: no zeros written first)
+        into.insert(into.end(), reinterpret_cast<const T*>(p), reinterpret_cast<const T*>(p + n));
+      } else {  // (a float may not be aligned in the file)
+        const size_t at = into.size();
+        into.resize(at + n / sizeof(T));
+        if (n > 0) std::memcpy(reinterpret_cast<uint8_t*>(into.data() + at), p, n);
+      }
       if (i + n == b.size()) return f.finish(p, n);
       f.add(p, n);
     }
