@@ -18,6 +18,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -44,6 +45,10 @@ struct CheckpointTensor {
 };
 // A dense tensor's values as F32: a scaled I8 one's dequantized, any other's as they are (a copy).
 StTensor dequantized(const CheckpointTensor& t);
+// Rows [r0, r0 + n) of a scaled I8 matrix of `cols` columns as floats into out: q holds those rows' bytes,
+// `scales` the whole matrix's F32 scales as stored (ceil(cols / group) a row; unaligned allowed).
+void dequantize_rows(const uint8_t* q, std::span<const uint8_t> scales, int64_t r0, int64_t n, int64_t cols,
+                     int64_t group, float* out);
 
 struct Checkpoint {
   std::map<std::string, std::string> metadata;  // __metadata__ without the sparse24 layout's own keys

@@ -87,19 +87,14 @@ struct Fields {
 class Weights {
  public:
   Weights(Checkpoint ck, std::string what) : owned_(std::move(ck)), what_(std::move(what)) {
-    for (CheckpointTensor& t : owned_.tensors) {
-      add(t.name, StTensorView{t.dense.dtype, t.dense.shape, t.dense.bytes}, t.sparse, nullptr, nullptr);
-      entries_.back().scale_group = t.scale_group;
-      entries_.back().scales = {reinterpret_cast<const uint8_t*>(t.scales.data()),
-                                t.scales.size() * sizeof(float)};
-    }
+    for (CheckpointTensor& t : owned_.tensors)
+      add(t.name, StTensorView{t.dense.dtype, t.dense.shape, t.dense.bytes}, t.sparse, nullptr, nullptr,
+          t.scale_group,
+          {reinterpret_cast<const uint8_t*>(t.scales.data()), t.scales.size() * sizeof(float)});
   }
   Weights(MappedHfDir d, std::string what) : mapped_(std::move(d)), what_(std::move(what)) {
-    for (MappedHfDir::Tensor& x : mapped_.tensors) {
-      add(x.t.name, x.t.dense, x.t.sparse, &x.t, x.file);
-      entries_.back().scale_group = x.t.scale_group;
-      entries_.back().scales = x.t.scales;
-    }
+    for (MappedHfDir::Tensor& x : mapped_.tensors)
+      add(x.t.name, x.t.dense, x.t.sparse, &x.t, x.file, x.t.scale_group, x.t.scales);
   }
   Weights(const Weights&) = delete;
   Weights& operator=(const Weights&) = delete;
@@ -123,14 +118,11 @@ class Weights {
     if (t.sparse)
       throw Error(what_ + ": tensor '" + name + "' is stored 2:4, the architecture needs it dense");
     if (t.scale_group > 0 && t.dense.shape == shape) {  // int8 with scales (checked finite): dequantized
-      const int64_t cols = shape[1], per_row = (cols + t.scale_group - 1) / t.scale_group;
-      in_chunks(t, 1, shape_numel(shape), [&](int64_t i, int64_t c, const uint8_t* from) {
-        for (int64_t e = i; e < i + c; ++e) {
-          float scale;
-          std::memcpy(&scale, t.scales.data() + 4 * ((e / cols) * per_row + e % cols / t.scale_group), 4);
-          out[e] = static_cast<float>(static_cast<int8_t>(from[e - i])) * scale;
-        }
-      });
+      const int64_t cols = shape[1];
+      if (cols > 0)  // (whole rows at a time)
+        in_chunks(t, static_cast<size_t>(cols), shape[0], [&](int64_t r0, int64_t n, const uint8_t* from) {
+          dequantize_rows(from, t.scales, r0, n, cols, t.scale_group, out + r0 * cols);
+        });
       return;
     }
     const std::string& dt = t.dense.dtype;
@@ -364,11 +356,19 @@ class Weights {
     bool is_sparse() const { return sparse != nullptr || deferred != nullptr; }
   };
   void add(const std::string& name, StTensorView dense, std::optional<Compressed>& sparse,
-           CheckpointTensorView* view, std::shared_ptr<const MappedFile> file) {
+           CheckpointTensorView* view, std::shared_ptr<const MappedFile> file, int64_t scale_group,
+           std::span<const uint8_t> scales) {
     by_name_[name] = entries_.size();
     CheckpointTensorView* deferred = view != nullptr && view->decode ? view : nullptr;
-    entries_.push_back(
-        {name, std::move(dense), sparse ? &*sparse : nullptr, deferred, std::move(file), false, {}});
+    entries_.push_back({name,
+                        std::move(dense),
+                        sparse ? &*sparse : nullptr,
+                        deferred,
+                        std::move(file),
+                        false,
+                        {},
+                        scale_group,
+                        scales});
   }
   // A tensor asked for: marked used and hashed the first time; a 2:4 weight only once (linear moves it).
   Entry& take(const std::string& name, const uint64_t* hashed = nullptr) {

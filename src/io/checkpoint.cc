@@ -35,9 +35,10 @@ constexpr const char* kMetadataSuffix = ".metadata";
 constexpr const char* kShapeSuffix = ".shape";
 constexpr const char* kScalesSuffix = ".scales";           // scaled int8 values: F32 [rows, scales per row]
 constexpr const char* kScaleGroupSuffix = ".scale_group";  // __metadata__: positions per scale
-// A dense I8 matrix's scale group may exceed a row shorter than this (one scale per row): the decoder's int8
-// tables have one per 64 positions whatever the row length.
-constexpr int64_t kMaxShortGroup = 64;
+// The largest scale group of a dense I8 matrix with rows of `cols`: the row padded to a multiple of 4, or 64
+// for a shorter row (one scale per row: the decoder's int8 tables have one per 64 positions whatever the row
+// length).
+int64_t max_dense_group(int64_t cols) { return std::max<int64_t>((cols + 3) / 4 * 4, 64); }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -99,7 +100,7 @@ int64_t scaled_dense(const SafeTensorsView& st, const std::string& name, const S
     fail(what, tensor + ": __metadata__ '" + key + "' gives it scales, but it is " + printable(d.dtype) +
                    " " + shape_string(d.shape) + ", not an I8 matrix");
   int64_t g = 0;
-  if (!parse_scale_group(group_text, std::max<int64_t>((d.shape[1] + 3) / 4, kMaxShortGroup / 4), &g))
+  if (!parse_scale_group(group_text, max_dense_group(d.shape[1]) / 4, &g))
     fail(what, tensor + ": __metadata__ '" + key + "' is '" + printable(group_text) +
                    "', not a positive multiple of 4 up to the padded row length (or 64)");
   const std::string sname = name + kScalesSuffix;
@@ -125,8 +126,7 @@ int64_t scales_per_row(const CheckpointTensor& t) {
   const std::vector<int64_t>& s = t.dense.shape;
   const int64_t g = t.scale_group;
   if (t.dense.dtype != "I8" || s.size() != 2 || s[0] < 0 || s[1] < 0 || g <= 0 || g % 4 != 0 ||
-      g > std::max<int64_t>((s[1] + 3) / 4 * 4, kMaxShortGroup) ||
-      t.dense.bytes.size() != static_cast<size_t>(s[0] * s[1]) ||
+      g > max_dense_group(s[1]) || t.dense.bytes.size() != static_cast<size_t>(s[0] * s[1]) ||
       t.scales.size() != static_cast<size_t>(s[0] * ((s[1] + g - 1) / g)) ||
       !std::all_of(t.scales.begin(), t.scales.end(), [](float x) { return std::isfinite(x); }))
     throw Error("tensor '" + printable(t.name) + "': not an I8 matrix with a finite scale per " +
@@ -187,15 +187,26 @@ CheckpointTensor CheckpointTensorView::copy() && {
   return t;
 }
 
+void dequantize_rows(const uint8_t* q, std::span<const uint8_t> scales, int64_t r0, int64_t n, int64_t cols,
+                     int64_t group, float* out) {
+  const int64_t per_row = (cols + group - 1) / group;
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t k = 0; k < cols; ++k) {
+      float scale;
+      std::memcpy(&scale, scales.data() + sizeof(float) * static_cast<size_t>((r0 + r) * per_row + k / group),
+                  sizeof(float));
+      out[r * cols + k] = static_cast<float>(static_cast<int8_t>(q[r * cols + k])) * scale;
+    }
+}
+
 StTensor dequantized(const CheckpointTensor& t) {
   if (t.scale_group == 0) return t.dense;
-  const int64_t per_row = scales_per_row(t);
-  const int64_t rows = t.dense.shape[0], cols = t.dense.shape[1], g = t.scale_group;
+  scales_per_row(t);  // (checked)
+  const int64_t rows = t.dense.shape[0], cols = t.dense.shape[1];
   std::vector<float> v(static_cast<size_t>(rows * cols));
-  const auto* q = reinterpret_cast<const int8_t*>(t.dense.bytes.data());
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t k = 0; k < cols; ++k)
-      v[r * cols + k] = static_cast<float>(q[r * cols + k]) * t.scales[r * per_row + k / g];
+  dequantize_rows(t.dense.bytes.data(),
+                  {reinterpret_cast<const uint8_t*>(t.scales.data()), t.scales.size() * sizeof(float)}, 0,
+                  rows, cols, t.scale_group, v.data());
   return StTensor{"F32", t.dense.shape, float_bytes(v)};
 }
 
