@@ -85,6 +85,10 @@ void round_activations_int8(float* x, int64_t k, int64_t n, int64_t ldx);
 // `layouts` aside), uses: where the memory-bound kernels stop depends on the weight type they read.
 PackLayouts layouts_for_n(int64_t n, const Compressed& w, const PackOptions& options);
 
+namespace kernels {
+struct PackedAccess;  // (the library's own constructors of packed weights)
+}
+
 // Weights prepared for the kernels of one ISA: every layout the kernels want, prepared once.
 class PackedMatrix {
  public:
@@ -104,6 +108,7 @@ class PackedMatrix {
 
  private:
   friend PackedMatrix pack(const Compressed&, const PackOptions&);
+  friend struct kernels::PackedAccess;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -48,17 +48,31 @@ class AlignedArray {
     if (huge) advise_huge_pages(p_.get(), alloc);
     std::memset(static_cast<void*>(p_.get()), 0, bytes);
   }
+  // n elements someone else holds (a mapped file's bytes, 64-byte aligned), kept alive by `owner`: read
+  // only (the kernels never write packed weights).
+  static AlignedArray borrowed(const T* p, size_t n, std::shared_ptr<const void> owner) {
+    AlignedArray a;
+    a.p_ = std::unique_ptr<T, Free>(const_cast<T*>(p), Free{false});
+    a.n_ = n;
+    a.owner_ = std::move(owner);
+    return a;
+  }
   T* data() { return p_.get(); }
   const T* data() const { return p_.get(); }
   size_t size() const { return n_; }
   size_t bytes() const { return n_ * sizeof(T); }
+  bool is_borrowed() const { return owner_ != nullptr; }
 
  private:
   struct Free {
-    void operator()(T* p) const { std::free(p); }
+    bool owned = true;
+    void operator()(T* p) const {
+      if (owned) std::free(p);
+    }
   };
   std::unique_ptr<T, Free> p_;
   size_t n_ = 0;
+  std::shared_ptr<const void> owner_;  // a borrowed array's holder
   static constexpr size_t kHugeMin = size_t{8} << 20;
 };
 

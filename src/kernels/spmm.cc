@@ -12,6 +12,7 @@
 #include <string>
 
 #include "kernel_list.h"
+#include "lanes_stored.h"
 #include "sparse24/error.h"
 
 namespace sparse24 {
@@ -366,6 +367,32 @@ PackedMatrix pack(const Compressed& w, const PackOptions& options) {
   if (p.has_lanes) p.lanes = kernels::pack_lanes(w, s->lanes_kb, bf16);
   return out;
 }
+
+namespace kernels {
+struct PackedAccess {
+  static PackedMatrix::Impl& impl(PackedMatrix& p) { return *p.impl_; }
+};
+
+PackedMatrix packed_from_lanes(LanesLayout lanes, int64_t rows, int64_t cols, const PackOptions& options) {
+  check_lanes_i8(lanes, rows, cols);
+  const Isa isa = pack_isa(options);
+  if (!isa_supported(isa)) throw Error(std::string("pack: this CPU does not run ISA ") + isa_name(isa));
+  const IsaRow* s = isa_row(isa);
+  if (!s) throw Error("internal: packed_from_lanes for the reference ISA");
+  PackedMatrix out;
+  PackedMatrix::Impl& p = PackedAccess::impl(out);
+  p.isa = isa;
+  p.m = rows;
+  p.k = cols;
+  p.weights = Weights::kI8;
+  p.act = pack_act(options);
+  p.small_n_max = static_cast<int>(small_n_max(isa, p.weights, cpu_kind(), p.act));
+  p.small_n_take = static_cast<int>(small_n_take(isa, p.weights));
+  p.has_lanes = true;
+  p.lanes = std::move(lanes);
+  return out;
+}
+}  // namespace kernels
 
 PackLayouts layouts_for_n(int64_t n, const Compressed& w, const PackOptions& options) {
   const Isa isa = pack_isa(options);

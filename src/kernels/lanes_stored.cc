@@ -1,0 +1,149 @@
+// The memory-bound layout as a file stores it (lanes_stored.h).
+#include "lanes_stored.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "kernel_list.h"
+#include "sparse24/error.h"
+
+namespace sparse24::kernels {
+
+namespace {
+
+using L = LanesLayout;
+constexpr ValueType kI8 = ValueType::kI8;
+
+// Whether all 16 codes of a 64-bit word name two positions in increasing order (compressed.cc's rule).
+bool codes_valid(uint64_t w) {
+  constexpr uint64_t kLow2 = 0x3333333333333333ull, kOnes = 0x1111111111111111ull;
+  const uint64_t p0 = w & kLow2, p1 = (w >> 2) & kLow2;
+  return (((p1 | 4 * kOnes) - p0 - kOnes) & 4 * kOnes) == 4 * kOnes;
+}
+
+std::string at(int64_t row, int64_t pos) {
+  return "row " + std::to_string(row) + ", positions " + std::to_string(pos) + "..";
+}
+
+// The entry holding row block mb and super chunk s.
+const uint8_t* entry_of(const LanesLayout& lay, int64_t mb, int64_t s) {
+  const int64_t per = lay.kb / L::kSuper;
+  return lay.data.data() + lay.entry(s / per, mb) + static_cast<size_t>((s % per) * L::entry_bytes(kI8));
+}
+
+}  // namespace
+
+size_t lanes_i8_bytes(int64_t rows, int64_t cols) {
+  return static_cast<size_t>((rows + L::kRows - 1) / L::kRows) *
+         static_cast<size_t>((cols + L::kSuper - 1) / L::kSuper) * static_cast<size_t>(L::entry_bytes(kI8));
+}
+
+LanesLayout lanes_i8_over(std::span<const uint8_t> bytes, int64_t rows, int64_t cols, int kb,
+                          std::shared_ptr<const void> owner) {
+  if (rows <= 0 || cols <= 0) throw Error("lanes: the matrix is empty");
+  if (kb <= 0 || kb % L::kSuper != 0 || kb > (1 << 20))
+    throw Error("lanes: K block " + std::to_string(kb) + " is not a positive multiple of 64 up to 2^20");
+  const size_t want = lanes_i8_bytes(rows, cols);
+  if (bytes.size() != want)
+    throw Error("lanes: " + std::to_string(bytes.size()) + " bytes, expected " + std::to_string(want));
+  LanesLayout p;
+  p.weights = kI8;
+  p.kb = kb;
+  p.m_blocks = (rows + L::kRows - 1) / L::kRows;
+  p.supers = (cols + L::kSuper - 1) / L::kSuper;
+  p.k_blocks = (cols + kb - 1) / kb;
+  if (reinterpret_cast<uintptr_t>(bytes.data()) % 64 == 0) {
+    p.data = AlignedArray<uint8_t>::borrowed(bytes.data(), bytes.size(), std::move(owner));
+  } else {
+    p.data = AlignedArray<uint8_t>(bytes.size());
+    std::memcpy(p.data.data(), bytes.data(), bytes.size());
+  }
+  return p;
+}
+
+void check_lanes_i8(const LanesLayout& lay, int64_t rows, int64_t cols) {
+  if (lay.weights != kI8 || lay.data.size() != lanes_i8_bytes(rows, cols))
+    throw Error("internal: check_lanes_i8 of another layout");
+  if (rows % L::kRows != 0 || cols % L::kSuper != 0) {  // padding to check: the slow way
+    (void)unpack_lanes_i8(lay, rows, cols);
+    return;
+  }
+  // Whole entries: the codes are the rows' metadata words as they are, the scales the rows' own.
+  for (int64_t mb = 0; mb < lay.m_blocks; ++mb)
+    for (int64_t s = 0; s < lay.supers; ++s) {
+      const uint8_t* e = entry_of(lay, mb, s);
+      uint64_t w[8];
+      float scale[L::kRows];
+      std::memcpy(w, e + L::code_offset(kI8), sizeof(w));
+      std::memcpy(scale, e + L::scale_offset(kI8), sizeof(scale));
+      bool ok = true;
+      for (int i = 0; i < 8; ++i) ok = ok && codes_valid(w[i]);
+      for (float v : scale) ok = ok && std::isfinite(v);
+      if (!ok) (void)unpack_lanes_i8(lay, rows, cols);  // (names the first bad one)
+    }
+}
+
+Compressed unpack_lanes_i8(const LanesLayout& lay, int64_t rows, int64_t cols) {
+  if (lay.weights != kI8 || lay.data.size() != lanes_i8_bytes(rows, cols))
+    throw Error("internal: unpack_lanes_i8 of another layout");
+  Compressed c;
+  c.shape = {rows, cols};
+  c.rows = rows;
+  c.cols = cols;
+  c.dtype = DType::kI8;
+  c.scale_group = std::min<int64_t>(L::kSuper, (cols + 3) / 4 * 4);  // (a shorter row: one scale)
+  const int64_t groups = c.groups_per_row(), vpr = c.values_per_row(), mbpr = c.meta_bytes_per_row(),
+                spr = c.scales_per_row();
+  c.values.assign(static_cast<size_t>(rows * vpr), 0);
+  c.metadata.assign(static_cast<size_t>(rows * mbpr), 0);
+  c.scales.assign(static_cast<size_t>(rows * spr), 0.f);
+  static constexpr uint8_t kCodes[6] = {0x4, 0x8, 0xC, 0x9, 0xD, 0xE};  // (valid_code's, in this order)
+  for (int64_t mb = 0; mb < lay.m_blocks; ++mb)
+    for (int64_t s = 0; s < lay.supers; ++s) {
+      const uint8_t* e = entry_of(lay, mb, s);
+      uint32_t codes[2][L::kRows];
+      std::memcpy(codes, e + L::code_offset(kI8), sizeof(codes));
+      const auto* v = reinterpret_cast<const int8_t*>(e + L::slot_at(kI8, 0));
+      const int64_t g0 = 16 * s, g1 = std::min(groups, g0 + 16);
+      for (int lane = 0; lane < L::kRows && mb * L::kRows + lane < rows; ++lane) {
+        const int64_t r = mb * L::kRows + lane;
+        std::memcpy(&c.scales[static_cast<size_t>(r * spr + s)], e + L::scale_offset(kI8) + 4 * lane, 4);
+        for (int64_t g = g0; g < g1; ++g) {
+          const int slot = 2 * static_cast<int>(g - g0);
+          const uint32_t word = codes[slot / 16][lane] >> (2 * (slot % 16));
+          uint8_t code = static_cast<uint8_t>(word & 0xF);
+          const int64_t valid = cols - 4 * g;  // positions of the group inside the matrix
+          if (valid < 4)  // pack_lanes stored padding positions as 0: the first code that reads back so
+            for (uint8_t k : kCodes) {
+              const uint8_t p0 = k & 3, p1 = k >> 2;
+              if ((p0 < valid ? p0 : 0) == (code & 3) && (p1 < valid ? p1 : 0) == (code >> 2)) {
+                code = k;
+                break;
+              }
+            }
+          c.metadata[static_cast<size_t>(r * mbpr + g / 2)] |= static_cast<uint8_t>(code << (4 * (g % 2)));
+          for (int t = 0; t < 2; ++t)
+            c.values[static_cast<size_t>(r * vpr + 2 * g + t)] =
+                static_cast<uint8_t>(v[(slot + t) * L::kRows + lane]);
+        }
+      }
+    }
+  try {
+    validate(c);
+  } catch (const Error& e) {
+    throw Error(std::string("lanes: ") + e.what());
+  }
+  // Everything else (padding rows and positions, the stored form of the last group's codes) must be what
+  // packing the matrix gives.
+  const LanesLayout again = pack_lanes(c, lay.kb, false);
+  for (int64_t mb = 0; mb < lay.m_blocks; ++mb)
+    for (int64_t s = 0; s < lay.supers; ++s)
+      if (std::memcmp(entry_of(lay, mb, s), entry_of(again, mb, s), L::entry_bytes(kI8)) != 0)
+        throw Error("lanes: " + at(mb * L::kRows, s * L::kSuper) +
+                    ": padding or codes differ from what packing the matrix gives");
+  return c;
+}
+
+}  // namespace sparse24::kernels
