@@ -42,6 +42,10 @@ struct CheckpointTensor {
   // scale_group]. scale_group 0: none.
   int64_t scale_group = 0;
   std::vector<float> scales{};
+  // > 0: the 2:4 weight (int8 with a scale per 64 positions) is stored in the sparse24 layout in the kernels'
+  // memory-bound layout, K blocks of this many positions (prune-model --int8's Linears; docs/formats.md),
+  // which a decoder runs in place. Read back, `sparse` holds the matrix as usual.
+  int lanes_kb = 0;
 };
 // A dense tensor's values as F32: a scaled I8 one's dequantized, any other's as they are (a copy).
 StTensor dequantized(const CheckpointTensor& t);
@@ -74,6 +78,10 @@ struct CheckpointTensorView {
   // A dense I8 matrix's fp32 scales (CheckpointTensor's; checked: shape, every one finite), as stored.
   int64_t scale_group = 0;
   std::span<const uint8_t> scales{};
+  // A 2:4 weight stored in the kernels' layout (CheckpointTensor::lanes_kb): its bytes as stored (size
+  // checked; decode() checks and unpacks them), for a loader that runs them in place.
+  int lanes_kb = 0;
+  std::span<const uint8_t> lanes{};
   bool is_sparse() const { return sparse.has_value() || decode != nullptr; }
   // The tensor with its dense bytes copied out (the 2:4 weight moved, or decoded).
   CheckpointTensor copy() &&;

@@ -107,6 +107,9 @@ struct SafeTensors {
   std::map<std::string, std::string> metadata;  // "__metadata__"
   // In data-buffer order when parsed; written in this order. Names are unique and never "__metadata__".
   std::vector<std::pair<std::string, StTensor>> tensors;
+  // The data buffer starts at a multiple of this many bytes of the file (the header padded with spaces): 8
+  // as the reference writer pads, 64 for tensors read in place by vector loads (a power of two, 8 or more).
+  size_t align = 8;
 
   // nullptr when absent.
   const StTensor* find(const std::string& name) const;

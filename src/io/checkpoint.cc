@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "../kernels/kernel_list.h"
+#include "../kernels/lanes_stored.h"
 #include "io_util.h"
 #include "sparse24/bitmask24.h"
 #include "sparse24/error.h"
@@ -35,6 +37,8 @@ constexpr const char* kMetadataSuffix = ".metadata";
 constexpr const char* kShapeSuffix = ".shape";
 constexpr const char* kScalesSuffix = ".scales";           // scaled int8 values: F32 [rows, scales per row]
 constexpr const char* kScaleGroupSuffix = ".scale_group";  // __metadata__: positions per scale
+constexpr const char* kLanesSuffix = ".lanes";             // a layer in the kernels' layout: U8 [bytes]
+constexpr const char* kLanesKbSuffix = ".lanes_kb";        // __metadata__: its K block
 // The largest scale group of a dense I8 matrix with rows of `cols`: the row padded to a multiple of 4, or 64
 // for a shorter row (one scale per row: the decoder's int8 tables have one per 64 positions whatever the row
 // length).
@@ -87,6 +91,51 @@ Compressed read_sparse24_layer(const SafeTensorsView& st, const std::string& nam
     return compressed_from_st(st, name, shape, std::nullopt, scale_group);
   } catch (const Error& e) {
     fail(what, layer + ": " + e.what());
+  }
+}
+
+// The K block of a sparse24 layer <name> stored in the kernels' layout (__metadata__ "<name>.lanes_kb"), and
+// its bytes (tensor "<name>.lanes": U8, 1-D, as many bytes as that layout of the shape holds), checked.
+int lanes_layer(const SafeTensorsView& st, const std::string& name, const std::vector<int64_t>& shape,
+                const std::string& kb_text, const std::string& what, std::span<const uint8_t>* bytes) {
+  const std::string layer = "sparse24 layer '" + printable(name) + "'";
+  int64_t kb = 0;
+  bool ok = !kb_text.empty() && kb_text.size() <= 7;
+  for (char ch : kb_text) {
+    ok = ok && ch >= '0' && ch <= '9';
+    if (ok) kb = kb * 10 + (ch - '0');
+  }
+  if (!ok || kb <= 0 || kb % 64 != 0 || kb > (1 << 20))
+    fail(what, layer + ": __metadata__ '" + printable(name + kLanesKbSuffix) + "' is '" + printable(kb_text) +
+                   "', not a positive multiple of 64 up to 1048576");
+  for (const char* other : {kValuesSuffix, kMetadataSuffix, kScalesSuffix})
+    if (st.find(name + other))
+      fail(what, layer + ": stored both in the kernels' layout and as '" + printable(name + other) + "'");
+  if (st.metadata.count(name + kScaleGroupSuffix))
+    fail(what, layer + ": the kernels' layout holds its scales; a '" + printable(name + kScaleGroupSuffix) +
+                   "' key is not allowed");
+  const MatrixView v = matrix_view(shape);
+  const StTensorView* t = st.find(name + kLanesSuffix);
+  const uint64_t want = kernels::lanes_i8_bytes(v.rows, v.cols);
+  if (v.rows <= 0 || t->dtype != "U8" || t->shape.size() != 1 || t->bytes.size() != want)
+    fail(what, "tensor '" + printable(name + kLanesSuffix) + "' is " + printable(t->dtype) + " " +
+                   shape_string(t->shape) + ", expected U8 [" + std::to_string(want) + "] for shape " +
+                   shape_string(shape));
+  *bytes = t->bytes;
+  return static_cast<int>(kb);
+}
+
+// The int8 matrix a checked lanes layer holds (its shape as stored).
+Compressed unpack_lanes_layer(std::span<const uint8_t> bytes, const std::vector<int64_t>& shape, int kb,
+                              const std::string& name, const std::string& what) {
+  const MatrixView v = matrix_view(shape);
+  try {
+    Compressed c =
+        kernels::unpack_lanes_i8(kernels::lanes_i8_over(bytes, v.rows, v.cols, kb, nullptr), v.rows, v.cols);
+    c.shape = shape;
+    return c;
+  } catch (const Error& e) {
+    fail(what, "sparse24 layer '" + printable(name) + "': " + e.what());
   }
 }
 
@@ -181,6 +230,7 @@ int64_t Checkpoint::sparse_count() const {
 CheckpointTensor CheckpointTensorView::copy() && {
   if (decode) sparse = decode();
   CheckpointTensor t{std::move(name), sparse ? StTensor{} : dense.copy(), std::move(sparse)};
+  t.lanes_kb = lanes_kb;
   t.scale_group = scale_group;
   t.scales.resize(scales.size() / sizeof(float));
   if (!scales.empty()) std::memcpy(t.scales.data(), scales.data(), scales.size());
@@ -237,10 +287,27 @@ CheckpointView read_checkpoint_view(const SafeTensorsView& st, const std::string
     for (const auto& [key, value] : st.metadata) {
       if (!ends_with(key, kShapeSuffix)) continue;
       const std::string name = key.substr(0, key.size() - std::string(kShapeSuffix).size());
-      if (!st.find(name + kValuesSuffix) && !st.find(name + kMetadataSuffix)) continue;  // someone else's key
+      const auto lanes_kb = st.metadata.find(name + kLanesKbSuffix);
+      const bool lanes = lanes_kb != st.metadata.end() && st.find(name + kLanesSuffix);
+      if (!st.find(name + kValuesSuffix) && !st.find(name + kMetadataSuffix) && !lanes)
+        continue;  // someone else's key
       CheckpointTensorView t;
       t.name = name;
       const std::vector<int64_t> shape = sparse24_shape(name, value, what);
+      if (lanes) {  // the kernels' layout
+        t.lanes_kb = lanes_layer(st, name, shape, lanes_kb->second, what, &t.lanes);
+        if (defer_sparse24)
+          t.decode = [bytes = t.lanes, shape, kb = t.lanes_kb, name, what] {
+            return unpack_lanes_layer(bytes, shape, kb, name, what);
+          };
+        else
+          t.sparse = unpack_lanes_layer(t.lanes, shape, t.lanes_kb, name, what);
+        consumed.insert(name + kLanesSuffix);
+        layout_keys.insert(key);
+        layout_keys.insert(name + kLanesKbSuffix);
+        entries.emplace_back(position(name + kLanesSuffix), std::move(t));
+        continue;
+      }
       const int64_t scale_group = sparse24_scale_group(st, name, shape, what);
       std::vector<const char*> suffixes = {kValuesSuffix, kMetadataSuffix};
       if (scale_group > 0) suffixes.push_back(kScalesSuffix);
@@ -302,7 +369,7 @@ CheckpointView read_checkpoint_view(const SafeTensorsView& st, const std::string
   for (size_t i = 0; i < st.tensors.size(); ++i) {
     const auto& [name, v] = st.tensors[i];
     if (consumed.count(name)) continue;
-    CheckpointTensorView t{name, v, std::nullopt, {}, {}, {}};
+    CheckpointTensorView t{name, v, std::nullopt, {}, {}, {}, 0, {}, 0, {}};
     if (const auto s = scaled.find(name); s != scaled.end()) std::tie(t.scale_group, t.scales) = s->second;
     entries.emplace_back(i, std::move(t));
   }
@@ -395,6 +462,20 @@ SafeTensors encode_checkpoint(const Checkpoint& ck, CheckpointFormat to) {
         st.metadata[key] = value;
       };
       claim(t.name + kShapeSuffix, shape_string(c.shape));
+      if (t.lanes_kb > 0) {  // the kernels' layout: int8, each 64 positions of a row under one scale
+        const bool per_64 = c.scale_group > 0 && (c.scale_group % 64 == 0 || c.scale_group >= c.cols);
+        if (c.dtype != DType::kI8 || !per_64 || t.lanes_kb % 64 != 0 || t.lanes_kb > (1 << 20) || c.rows == 0)
+          throw Error(
+              "tensor '" + printable(t.name) + "': only int8 2:4 weights with a scale per 64 " +
+              "positions (or per row) are stored in the kernels' layout, in K blocks of a multiple of 64");
+        claim(t.name + kLanesKbSuffix, std::to_string(t.lanes_kb));
+        const kernels::LanesLayout l = kernels::pack_lanes(c, t.lanes_kb, false);
+        st.add(t.name + kLanesSuffix, StTensor{"U8",
+                                               {static_cast<int64_t>(l.data.size())},
+                                               {l.data.data(), l.data.data() + l.data.size()}});
+        st.align = 64;  // (read in place by the kernels' vector loads)
+        continue;
+      }
       st.add(t.name + kValuesSuffix,
              StTensor{st_dtype_name(c.dtype), {c.rows, c.values_per_row()}, c.values});
       st.add(t.name + kMetadataSuffix, StTensor{"U8", {c.rows, c.meta_bytes_per_row()}, c.metadata});
@@ -419,8 +500,12 @@ SafeTensors encode_checkpoint(const Checkpoint& ck, CheckpointFormat to) {
   // "<n>.shape" key turns into a sparse24 layer, or a "<p>.row_offsets" beside a bitmask layer.
   for (const CheckpointTensor& t : ck.tensors) {
     if (t.sparse) continue;
-    for (const std::string suffix : {kValuesSuffix, kMetadataSuffix, kScalesSuffix}) {
+    for (const std::string suffix : {kValuesSuffix, kMetadataSuffix, kScalesSuffix, kLanesSuffix}) {
       const std::string layer = t.name.substr(0, t.name.size() - std::min(suffix.size(), t.name.size()));
+      if (suffix == kLanesSuffix && to == CheckpointFormat::kSparse24 && ends_with(t.name, suffix) &&
+          st.metadata.count(layer + kShapeSuffix) && st.metadata.count(layer + kLanesKbSuffix))
+        throw Error("dense tensor '" + printable(t.name) + "' would read back as part of a sparse24 layer");
+      if (suffix == kLanesSuffix) continue;
       if (to == CheckpointFormat::kSparse24 && ends_with(t.name, suffix) &&
           st.metadata.count(layer + (suffix == kScalesSuffix ? kScaleGroupSuffix : kShapeSuffix)) &&
           (suffix != kScalesSuffix || st.metadata.count(layer + kShapeSuffix) || st.find(layer)))

@@ -340,8 +340,12 @@ std::string encoded_header(const SafeTensors& st) {
   } catch (const nlohmann::ordered_json::exception&) {
     throw Error("cannot encode safetensors: a tensor name or metadata string is not valid UTF-8");
   }
-  // The reference implementation pads with spaces so the data buffer starts 8-byte aligned.
-  text.append((8 - text.size() % 8) % 8, ' ');
+  // The reference implementation pads with spaces so the data buffer starts 8-byte aligned
+  // (SafeTensors::align more).
+  const size_t align = st.align;
+  if (align < 8 || (align & (align - 1)) != 0 || align > 4096)
+    throw Error("cannot encode safetensors: alignment " + std::to_string(align));
+  text.append((align - (8 + text.size()) % align) % align, ' ');
   std::string out(8, '\0');
   for (int i = 0; i < 8; ++i)
     out[static_cast<size_t>(i)] = static_cast<char>(static_cast<uint64_t>(text.size()) >> (8 * i));

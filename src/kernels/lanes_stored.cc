@@ -54,7 +54,7 @@ LanesLayout lanes_i8_over(std::span<const uint8_t> bytes, int64_t rows, int64_t 
   p.m_blocks = (rows + L::kRows - 1) / L::kRows;
   p.supers = (cols + L::kSuper - 1) / L::kSuper;
   p.k_blocks = (cols + kb - 1) / kb;
-  if (reinterpret_cast<uintptr_t>(bytes.data()) % 64 == 0) {
+  if (reinterpret_cast<uintptr_t>(bytes.data()) % 32 == 0) {  // (entries are 352 bytes: 32-byte aligned)
     p.data = AlignedArray<uint8_t>::borrowed(bytes.data(), bytes.size(), std::move(owner));
   } else {
     p.data = AlignedArray<uint8_t>(bytes.size());

@@ -16,7 +16,7 @@ namespace sparse24::kernels {
 // and 64 positions, whatever the K block.
 size_t lanes_i8_bytes(int64_t rows, int64_t cols);
 // The layout of an int8 [rows, cols] matrix over stored bytes in K blocks of kb positions (a positive
-// multiple of 64): the bytes themselves where they are 64-byte aligned (`owner` keeps them alive; read only),
+// multiple of 64): the bytes themselves where they are 32-byte aligned (`owner` keeps them alive; read only),
 // else a copy. Not checked (check_lanes_i8). Throws Error on a size or kb that does not fit.
 LanesLayout lanes_i8_over(std::span<const uint8_t> bytes, int64_t rows, int64_t cols, int kb,
                           std::shared_ptr<const void> owner);

@@ -49,7 +49,7 @@ TEST(LanesStored, ReadsBackTheMatrixAcrossEdgeSizes) {
         for (size_t shift : {size_t{0}, size_t{8}}) {
           const Stored s(bytes_of(packed), shift);
           const LanesLayout over = kernels::lanes_i8_over(s.bytes, m, k, kb, s.buf);
-          EXPECT_EQ(over.data.is_borrowed(), shift == 0);  // (misaligned bytes are copied)
+          EXPECT_EQ(over.data.is_borrowed(), shift == 0);  // (bytes not 32-byte aligned are copied)
           EXPECT_NO_THROW(kernels::check_lanes_i8(over, m, k));
           const Compressed back = kernels::unpack_lanes_i8(over, m, k);
           EXPECT_EQ(dense(back), dense(c));
