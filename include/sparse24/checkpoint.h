@@ -82,6 +82,7 @@ struct CheckpointTensorView {
   // checked; decode() checks and unpacks them), for a loader that runs them in place.
   int lanes_kb = 0;
   std::span<const uint8_t> lanes{};
+  std::vector<int64_t> lanes_shape{};  // its dense shape
   bool is_sparse() const { return sparse.has_value() || decode != nullptr; }
   // The tensor with its dense bytes copied out (the 2:4 weight moved, or decoded).
   CheckpointTensor copy() &&;

@@ -24,6 +24,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -88,8 +89,17 @@ struct WeightTable {
   std::vector<uint16_t> bf16;  // bf16 weights
   std::vector<int8_t> i8;      // int8 weights with an fp32 scale per 64 of a row (kernels::gemv_i8, as
   std::vector<float> scales;   //   llama.cpp's Q8_0 head): [vocab, ceil(hidden / 64)]
-  bool empty() const { return bf16.empty() && i8.empty(); }
-  size_t bytes() const { return bf16.size() * sizeof(uint16_t) + i8.size() + scales.size() * sizeof(float); }
+  // Or the int8 weights and scales where a mapped file stores them (DecoderLoadOptions::in_place; i8 and
+  // scales then empty), kept mapped by `owner`.
+  std::span<const int8_t> i8_in_file;
+  std::span<const float> scales_in_file;
+  std::shared_ptr<const void> owner;
+  const int8_t* i8_data() const { return i8.empty() ? i8_in_file.data() : i8.data(); }
+  const float* scales_data() const { return scales.empty() ? scales_in_file.data() : scales.data(); }
+  size_t i8_size() const { return i8.empty() ? i8_in_file.size() : i8.size(); }
+  size_t scales_size() const { return scales.empty() ? scales_in_file.size() : scales.size(); }
+  bool empty() const { return bf16.empty() && i8_size() == 0; }
+  size_t bytes() const { return bf16.size() * sizeof(uint16_t) + i8_size() + scales_size() * sizeof(float); }
 };
 
 struct DecoderModel {
@@ -139,6 +149,11 @@ struct DecoderLoadOptions {
   // them (pruned in fp32 first, Llama 3.1 8B's Linears alone are 16 GB). Not with int8.
   bool bf16 = false;
   int threads = 1;  // a layer's Linears pruned and quantized this many at a time
+  // What prune-model --int8 saved as the Decoder runs it is left in the mapped files and run there, never
+  // copied: 2:4 Linears in the kernels' layout (Gemm::lanes, checked; their `sparse` empty) and int8 tables
+  // (WeightTable::i8_in_file). What the Decoder's loading constructor asks for where it runs the Linears
+  // sparse on the memory-bound layout alone.
+  bool in_place = false;
   // Called with each layer as soon as it is read (after the steps above), in order, with the model read so
   // far (config, embeddings, norm and head are in it): what it leaves in the layer is what the model keeps
   // (calibrated pruning, prune_model.h, takes each layer's weights and leaves it empty).

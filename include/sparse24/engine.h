@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,16 @@ struct Gemm {
   // pruned: the activations its kernel may read (PackOptions::bf16_activations or int8_activations;
   // set_sparse_precision).
   SparseActivations activations = SparseActivations::kF32;
+  // pruned, and left where a pruned int8 checkpoint stores it in the kernels' memory-bound layout (the
+  // sparse24 layout's `.lanes` tensors, read with DecoderLoadOptions::in_place): its parts in row order (Q,
+  // K, V), each checked (kernels::check_lanes_i8), which the Decoder runs in place; `sparse` is then empty.
+  struct StoredLanes {
+    std::span<const uint8_t> bytes;
+    int64_t rows = 0;
+    int kb = 0;
+    std::shared_ptr<const void> owner;  // keeps the bytes mapped
+  };
+  std::vector<StoredLanes> lanes;
 };
 
 enum class OpKind : uint8_t {

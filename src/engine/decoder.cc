@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "kernels/gemv.h"
+#include "kernels/lanes_stored.h"
 #include "sparse24/compressed.h"
 #include "sparse24/dtype.h"
 #include "sparse24/error.h"
@@ -47,7 +48,9 @@ constexpr int64_t kChunk = 512;
 // token: gemv_f32; more: oneDNN's sgemm).
 struct Linear {
   int64_t m = 0, k = 0;
-  std::optional<PackedMatrix> packed;
+  // 2:4: one packed matrix, or the parts a checkpoint stores in the kernels' layout, run where they are
+  // (Gemm::lanes: Q, K and V as three calls, each rows apart in Y).
+  std::vector<PackedMatrix> packed;
   std::vector<float> decompressed;  // a 2:4 Linear run dense: its weights expanded
   const float* w = nullptr;         // dense weights: the model's (read in place) or `decompressed`
   std::vector<float> bias;          // empty or m floats
@@ -58,6 +61,15 @@ struct Linear {
       : m(g.m), k(g.k), bias(g.bias) {
     if (!bias.empty() && static_cast<int64_t>(bias.size()) != m)
       throw Error("layer '" + g.name + "': bias size mismatch");
+    if (sparse && g.pruned && !g.lanes.empty()) {
+      PackOptions o;
+      o.int8_activations = d.int8_activations;
+      o.layouts = PackLayouts::kSmallN;
+      for (const Gemm::StoredLanes& p : g.lanes)
+        packed.push_back(kernels::packed_from_lanes(kernels::lanes_i8_over(p.bytes, p.rows, k, p.kb, p.owner),
+                                                    p.rows, k, o));
+      return;
+    }
     if (sparse && g.pruned) {
       // Values already int8 (DecoderLoadOptions::int8, an int8 checkpoint) run as they are, bf16 ones (a
       // bf16 checkpoint) as bf16 weights unless int8 ones are asked for.
@@ -69,11 +81,13 @@ struct Linear {
       o.layouts = both ? PackLayouts::kBoth : PackLayouts::kSmallN;
       // (Not one conditional expression: its lvalue arm would copy the Linear's values.)
       if (d.int8_weights && !i8)
-        packed = pack(quantize_int8(g.sparse, detail::kInt8ScaleGroup), o);
+        packed.push_back(pack(quantize_int8(g.sparse, detail::kInt8ScaleGroup), o));
       else
-        packed = pack(g.sparse, o);
+        packed.push_back(pack(g.sparse, o));
       return;
     }
+    if (!g.lanes.empty())
+      throw Error("layer '" + g.name + "': left in the kernels' layout, it runs only sparse");
     if (g.pruned) decompressed = decompress(g.sparse).to_float();
     const std::vector<float>& dense = g.pruned ? decompressed : g.dense;
     if (static_cast<int64_t>(dense.size()) != m * k)
@@ -81,10 +95,12 @@ struct Linear {
     w = dense.data();
   }
   void run(const float* x, float* y, int64_t n, int threads) const {
-    if (packed) {
-      spmm(*packed, x, n, n, y, n, bias.empty() ? nullptr : bias.data(), Epilogue::kNone, threads);
-      return;
+    int64_t row = 0;
+    for (const PackedMatrix& p : packed) {
+      spmm(p, x, n, n, y + row * n, n, bias.empty() ? nullptr : bias.data() + row, Epilogue::kNone, threads);
+      row += p.rows();
     }
+    if (!packed.empty()) return;
     // One token: eight long row streams at once, as the head (oneDNN's sgemm streamed the decoder's short
     // rows at ~13 GB/s on one Zen 3 core, docs/performance.md); a few (a chat turn, a short prompt): the
     // small-N GEMM, bias included (as the encoder's dense layers, docs/design.md).
@@ -100,7 +116,11 @@ struct Linear {
       for (int64_t r = 0; r < m; ++r)
         for (int64_t j = 0; j < n; ++j) y[r * n + j] += bias[r];
   }
-  size_t bytes() const { return packed ? packed->bytes() : static_cast<size_t>(m * k) * sizeof(float); }
+  size_t bytes() const {
+    size_t b = 0;
+    for (const PackedMatrix& p : packed) b += p.bytes();
+    return packed.empty() ? static_cast<size_t>(m * k) * sizeof(float) : b;
+  }
 };
 
 struct LayerExec {
@@ -325,13 +345,16 @@ Decoder::Decoder(DecoderModel&& m, const DecoderOptions& o) : impl_(std::make_un
 
 Decoder::Decoder(const std::string& path, const DecoderLoadOptions& load, const DecoderOptions& o)
     : impl_(std::make_unique<Impl>()) {
+  DecoderLoadOptions l = load;
+  // 2:4 int8 Linears stored in the kernels' layout run where they are, unless they run dense or the
+  // compute-bound layout is asked for too.
+  l.in_place = o.mode != Mode::kDense && !o.prefill_layout && active_isa() != Isa::kRef;
   if (o.threads < 2 || o.mode == Mode::kDense) {  // nothing to pack beside the reading
-    impl_->owned = std::make_unique<DecoderModel>(load_decoder(path, load));
+    impl_->owned = std::make_unique<DecoderModel>(load_decoder(path, l));
     build(*impl_->owned, o, impl_->owned.get());
     return;
   }
   Packer packer(o);
-  DecoderLoadOptions l = load;
   l.on_layer = [&](DecoderModel& so_far, DecoderLayer& layer, int64_t index) {
     if (load.on_layer) load.on_layer(so_far, layer, index);
     size_t i = 4 * static_cast<size_t>(index);
@@ -394,16 +417,16 @@ void Decoder::build(const DecoderModel& m, const DecoderOptions& o, DecoderModel
   } else if (!m.embed_table.empty() || (stored && !m.head_table.empty())) {
     // as stored (bf16) or quantized as read (int8): held as they are
     const auto fits = [&](const WeightTable& t) {
-      return t.i8.empty() ? static_cast<int64_t>(t.bf16.size()) == table_size && t.scales.empty()
-                          : static_cast<int64_t>(t.i8.size()) == table_size && t.bf16.empty() &&
-                                static_cast<int64_t>(t.scales.size()) == scales_size;
+      return t.i8_size() == 0 ? static_cast<int64_t>(t.bf16.size()) == table_size && t.scales_size() == 0
+                              : static_cast<int64_t>(t.i8_size()) == table_size && t.bf16.empty() &&
+                                    static_cast<int64_t>(t.scales_size()) == scales_size;
     };
     for (const WeightTable* t :
          {stored ? &m.head_table : &m.embed_table, s.c.tied ? &m.embed_table : &m.head_table})
       if (!fits(*t))
         throw Error("decoder: the embedding or head table is not vocab x hidden bf16, or int8 with scales");
     const auto take = [&](const WeightTable& t, WeightTable* own) -> WeightTable {
-      if (o.int8_weights && t.i8.empty()) return detail::int8_table(t, s.c.vocab, s.c.hidden);
+      if (o.int8_weights && t.i8_size() == 0) return detail::int8_table(t, s.c.vocab, s.c.hidden);
       if (own != nullptr) return std::move(*own);  // a Decoder that took its model takes its tables
       return t;
     };
@@ -454,7 +477,8 @@ void Decoder::build(const DecoderModel& m, const DecoderOptions& o, DecoderModel
       if (linears[i]) continue;
       try {
         linears[i].emplace(*gemm_of(m.layers[i / 4], i), sparse, o, o.prefill_layout);
-        if (owned != nullptr && linears[i]->packed) gemm_of(owned->layers[i / 4], i)->sparse = Compressed{};
+        if (owned != nullptr && !linears[i]->packed.empty())
+          gemm_of(owned->layers[i / 4], i)->sparse = Compressed{};
       } catch (...) {
         errors[i] = std::current_exception();
       }
@@ -482,7 +506,7 @@ void Decoder::build(const DecoderModel& m, const DecoderOptions& o, DecoderModel
                         detail::KvCache(s.c.kv_heads, s.capacity, s.c.head_dim, o.kv_half, ring)});
     LayerExec& e = s.layers.back();
     e.window = window;
-    for (const Linear* x : {&e.qkv, &e.o, &e.gate_up, &e.down}) s.sparse += x->packed ? 1 : 0;
+    for (const Linear* x : {&e.qkv, &e.o, &e.gate_up, &e.down}) s.sparse += x->packed.empty() ? 0 : 1;
   }
   const int64_t rd = s.c.rotary_dim > 0 ? s.c.rotary_dim : s.c.head_dim;
   if (rd % 2 != 0 || rd > s.c.head_dim) throw Error("decoder: rotary_dim must be even and at most head_dim");
@@ -652,10 +676,10 @@ void Decoder::Impl::head_logits(int64_t n, bool all, float* logits) {
     if (!head_table.empty())
       return per_token([&](const float* col, float* y) {
         const WeightTable& t = head_table;
-        if (t.i8.empty())
+        if (t.i8_size() == 0)
           kernels::gemv_bf16(t.bf16.data(), c.vocab, H, col, y, threads);
         else
-          kernels::gemv_i8(t.i8.data(), t.scales.data(), c.vocab, H, col, y, threads);
+          kernels::gemv_i8(t.i8_data(), t.scales_data(), c.vocab, H, col, y, threads);
       });
     if (head) {
       std::vector<float> y(static_cast<size_t>(c.vocab * m));

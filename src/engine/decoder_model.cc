@@ -32,7 +32,8 @@ void prepare_linears(const std::vector<Gemm*>& linears, const DecoderLoadOptions
   for (size_t i = 0; i < linears.size(); ++i) {
     try {
       Gemm& g = *linears[i];
-      if (o.prune && !g.pruned) {  // (int8 or bf16 values straight from each pruned row)
+      if (!g.lanes.empty()) continue;  // (int8, run in place)
+      if (o.prune && !g.pruned) {      // (int8 or bf16 values straight from each pruned row)
         g.sparse = pruned_layout(g.m, g.k, pruned_dtype(o), kInt8ScaleGroup);
         prune_rows(g.sparse, 0, g.dense.data(), g.m);
         g.pruned = true;
@@ -208,9 +209,9 @@ bool head_runs_stored(uint32_t ggml_type, bool int8, bool bf16) {
 }
 
 void table_row(const WeightTable& t, int64_t row, int64_t cols, float* out) {
-  if (!t.i8.empty()) {
-    const float* scale = t.scales.data() + row * ((cols + kernels::kGemvI8Group - 1) / kernels::kGemvI8Group);
-    const int8_t* q = t.i8.data() + row * cols;
+  if (t.i8_size() != 0) {
+    const float* scale = t.scales_data() + row * ((cols + kernels::kGemvI8Group - 1) / kernels::kGemvI8Group);
+    const int8_t* q = t.i8_data() + row * cols;
     for (int64_t r = 0; r < cols; ++r) out[r] = static_cast<float>(q[r]) * scale[r / kernels::kGemvI8Group];
   } else {
     const uint16_t* b = t.bf16.data() + row * cols;
@@ -337,7 +338,7 @@ void DecoderModel::embedding(int32_t id, float* out) const {
     return;
   }
   if (!embed_table.empty()) {
-    if (embed_table.bf16.size() + embed_table.i8.size() != static_cast<size_t>(config.vocab * H))
+    if (embed_table.bf16.size() + embed_table.i8_size() != static_cast<size_t>(config.vocab * H))
       throw Error("decoder: the embedding table is not vocab x hidden");
     detail::table_row(embed_table, id, H, out);
     return;

@@ -475,6 +475,7 @@ DecoderModel load_hf_decoder(const std::string& dir, const DecoderLoadOptions& o
   MappedHfDir d = map_hf_dir(dir, true);
   const std::string what = detail::weights_what(d.dir, d.shards), config = d.config_json;
   detail::Weights w(std::move(d), what);
+  w.in_place = o.in_place;
   return read_hf_decoder(dir, config, w, what, o);
 }
 

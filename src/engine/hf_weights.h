@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "fingerprint.h"
 #include "kernels/convert.h"
 #include "kernels/huge_pages.h"
+#include "kernels/lanes_stored.h"
 #include "sparse24/checkpoint.h"
 #include "sparse24/decoder.h"
 #include "sparse24/engine.h"
@@ -102,8 +104,13 @@ class Weights {
   // to one already dropped maps the page cache's whole large folio back (whole folios per fault on recent
   // kernels), so what the loader dropped piece by piece partly comes back.
   ~Weights() {
-    for (const std::shared_ptr<MappedSafeTensors>& f : mapped_.files) f->file.release(f->file.bytes());
+    for (const std::shared_ptr<MappedSafeTensors>& f : mapped_.files)
+      if (!in_place_.count(&f->file)) f->file.release(f->file.bytes());
   }
+  // Linears stored in the kernels' layout (2:4 int8, prune-model --int8's) and int8 tables in a mapped file
+  // are left there for the Decoder to run in place (Gemm::lanes, WeightTable::i8_in_file;
+  // DecoderLoadOptions::in_place) instead of being decoded or copied.
+  bool in_place = false;
 
   bool has(const std::string& name) const { return by_name_.count(name) != 0; }
   std::vector<float> dense(const std::string& name, const std::vector<int64_t>& shape) {
@@ -227,6 +234,16 @@ class Weights {
     if (t.used) throw Error(what_ + ": tensor '" + name + "' is asked for twice");
     t.used = true;
     WeightTable out;
+    if (in_place && t.file != nullptr && reinterpret_cast<uintptr_t>(t.scales.data()) % alignof(float) == 0) {
+      // left in the file (hashed as take() hashes it; the scales were checked finite by the reader)
+      h_ = fnv1a_tensor(h_, name, t.dense.bytes.data(), t.dense.bytes.size());
+      h_ = fnv1a_words(h_, t.scales.data(), t.scales.size());
+      out.i8_in_file = {reinterpret_cast<const int8_t*>(t.dense.bytes.data()), t.dense.bytes.size()};
+      out.scales_in_file = {reinterpret_cast<const float*>(t.scales.data()), t.scales.size() / sizeof(float)};
+      out.owner = t.file;
+      in_place_.insert(t.file.get());
+      return out;
+    }
     kernels::reserve_huge(out.i8, t.dense.bytes.size());
     kernels::reserve_huge(out.scales, t.scales.size() / sizeof(float));
     h_ = hash_append(FnvWords(fnv1a(h_, reinterpret_cast<const uint8_t*>(name.data()), name.size())),
@@ -283,6 +300,14 @@ class Weights {
   // copies one: the same Gemm and fingerprint.
   Gemm linear_rows(const std::string& layer, const std::vector<std::pair<std::string, int64_t>>& parts,
                    int64_t in, bool bias) {
+    bool here = in_place;
+    for (const auto& [prefix, rows] : parts) {
+      const auto it = by_name_.find(prefix + ".weight");
+      const Entry* e = it == by_name_.end() ? nullptr : &entries_[it->second];
+      here = here && e != nullptr && e->lanes_kb > 0 && e->file != nullptr && !e->used &&
+             e->lanes_shape == std::vector<int64_t>{rows, in};
+    }
+    if (here) return lanes_linear(layer, parts, in, bias);
     bool joined = parts.size() > 1;
     for (const auto& [prefix, rows] : parts) {
       const auto it = by_name_.find(prefix + ".weight");
@@ -291,7 +316,10 @@ class Weights {
     }
     std::vector<StoredCompressed> stored;
     for (size_t i = 0; joined && i < parts.size(); ++i) {
-      stored.push_back(entries_[by_name_.at(parts[i].first + ".weight")].deferred->stored_layer());
+      const Entry& e = entries_[by_name_.at(parts[i].first + ".weight")];
+      joined = e.lanes_kb == 0;  // (a layer in the kernels' layout is decoded by take())
+      if (!joined) break;
+      stored.push_back(e.deferred->stored_layer());
       const Compressed& h = stored.back().header;
       joined = h.shape == std::vector<int64_t>{parts[i].second, in} && runs_as_stored(h) &&
                h.dtype == stored[0].header.dtype && h.scale_group == stored[0].header.scale_group;
@@ -330,6 +358,37 @@ class Weights {
     }
     return g;
   }
+  // The Linear of `parts` stored in the kernels' layout in mapped files, left there: each part hashed into
+  // the fingerprint as take() hashes a layer in that layout (its name, its bytes) and checked, its pages
+  // kept.
+  Gemm lanes_linear(const std::string& layer, const std::vector<std::pair<std::string, int64_t>>& parts,
+                    int64_t in, bool bias) {
+    Gemm g;
+    g.name = layer;
+    g.k = in;
+    g.pruned = true;
+    for (const auto& [prefix, rows] : parts) {
+      const std::string name = prefix + ".weight";
+      Entry& t = entries_[by_name_.at(name)];
+      t.used = true;
+      h_ = fnv1a_tensor(h_, name, t.lanes.data(), t.lanes.size());
+      try {
+        kernels::check_lanes_i8(kernels::lanes_i8_over(t.lanes, rows, in, t.lanes_kb, t.file), rows, in);
+      } catch (const Error& e) {
+        throw Error(what_ + ": tensor '" + name + "': " + e.what());
+      }
+      in_place_.insert(t.file.get());
+      g.lanes.push_back({t.lanes, rows, t.lanes_kb, t.file});
+      g.m += rows;
+      g.sources.push_back(name);
+      if (bias) {
+        const std::vector<float> b = dense(prefix + ".bias", {rows});
+        g.bias.insert(g.bias.end(), b.begin(), b.end());
+      }
+    }
+    g.sparse.dtype = DType::kI8;
+    return g;
+  }
   // Refuses a tensor nothing used, except those `ignored` accepts (heads the model does not run).
   void check_all_used(const std::function<bool(const std::string&)>& ignored) const {
     for (const Entry& t : entries_)
@@ -353,6 +412,9 @@ class Weights {
     std::optional<Compressed> decoded;
     int64_t scale_group = 0;            // a dense I8 one with scales (CheckpointTensor's): their F32 bytes
     std::span<const uint8_t> scales{};  //   (checked finite by the reader)
+    int lanes_kb = 0;                   // a 2:4 one in the kernels' layout (CheckpointTensorView's)
+    std::span<const uint8_t> lanes{};
+    std::vector<int64_t> lanes_shape{};
     bool is_sparse() const { return sparse != nullptr || deferred != nullptr; }
   };
   void add(const std::string& name, StTensorView dense, std::optional<Compressed>& sparse,
@@ -368,7 +430,10 @@ class Weights {
                         false,
                         {},
                         scale_group,
-                        scales});
+                        scales,
+                        deferred != nullptr ? deferred->lanes_kb : 0,
+                        deferred != nullptr ? deferred->lanes : std::span<const uint8_t>{},
+                        deferred != nullptr ? deferred->lanes_shape : std::vector<int64_t>{}});
   }
   // A tensor asked for: marked used and hashed the first time; a 2:4 weight only once (linear moves it).
   Entry& take(const std::string& name, const uint64_t* hashed = nullptr) {
@@ -380,6 +445,13 @@ class Weights {
       return t;
     }
     t.used = true;
+    if (t.deferred != nullptr && t.lanes_kb > 0) {  // the kernels' layout: decoded (checked), pages dropped
+      h_ = fnv1a_tensor(h_, name, t.lanes.data(), t.lanes.size());
+      t.decoded = t.deferred->decode();
+      t.sparse = &*t.decoded;
+      if (t.file != nullptr) t.file->release(t.lanes);
+      return t;
+    }
     if (t.deferred != nullptr) {  // copied now, hashed and checked as it is, its pages dropped
       const StoredCompressed s = t.deferred->stored_layer();
       t.decoded = s.header;
@@ -493,6 +565,7 @@ class Weights {
   std::string what_;
   std::vector<Entry> entries_;
   std::map<std::string, size_t> by_name_;
+  std::set<const MappedFile*> in_place_;  // files Linears are run from (their pages kept)
   uint64_t h_ = kFnvBasis;
 };
 

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "kernels/convert.h"
+#include "kernels/lanes_stored.h"
 #include "pruner.h"
 #include "sparse24/gguf.h"
 #include "sparse24/hf_dir.h"
@@ -271,6 +272,11 @@ PruneModelReport prune_decoder(const DecoderSource& src, const PruneModelOptions
       report.forward_s += seconds_since(t0);
     }
     pruner.compress_pruned(first);
+    if (o.int8)  // stored in the kernels' layout: a Decoder runs them where they are (no decoding, no
+                 // packing)
+      for (CheckpointTensor& t : ck.tensors)
+        if (t.sparse && t.sparse->dtype == DType::kI8 && t.sparse->scale_group == detail::kInt8ScaleGroup)
+          t.lanes_kb = kernels::kStoredLanesKb;
     L = DecoderLayer{};
     emit(l, std::move(ck));
   };

@@ -296,6 +296,7 @@ CheckpointView read_checkpoint_view(const SafeTensorsView& st, const std::string
       const std::vector<int64_t> shape = sparse24_shape(name, value, what);
       if (lanes) {  // the kernels' layout
         t.lanes_kb = lanes_layer(st, name, shape, lanes_kb->second, what, &t.lanes);
+        t.lanes_shape = shape;
         if (defer_sparse24)
           t.decode = [bytes = t.lanes, shape, kb = t.lanes_kb, name, what] {
             return unpack_lanes_layer(bytes, shape, kb, name, what);
@@ -369,7 +370,7 @@ CheckpointView read_checkpoint_view(const SafeTensorsView& st, const std::string
   for (size_t i = 0; i < st.tensors.size(); ++i) {
     const auto& [name, v] = st.tensors[i];
     if (consumed.count(name)) continue;
-    CheckpointTensorView t{name, v, std::nullopt, {}, {}, {}, 0, {}, 0, {}};
+    CheckpointTensorView t{name, v, std::nullopt, {}, {}, {}, 0, {}, 0, {}, {}};
     if (const auto s = scaled.find(name); s != scaled.end()) std::tie(t.scale_group, t.scales) = s->second;
     entries.emplace_back(i, std::move(t));
   }

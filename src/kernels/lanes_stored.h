@@ -12,6 +12,10 @@
 
 namespace sparse24::kernels {
 
+// The K block a file's layers are written with: what pack() takes on every ISA (kernel_list.inc's lanes_kb;
+// a stored layer runs in place with its own).
+inline constexpr int kStoredLanesKb = 1024;
+
 // The bytes of the lanes layout of an int8 [rows, cols] matrix (LanesLayout::data): one entry per 8 rows
 // and 64 positions, whatever the K block.
 size_t lanes_i8_bytes(int64_t rows, int64_t cols);
@@ -27,8 +31,8 @@ LanesLayout lanes_i8_over(std::span<const uint8_t> bytes, int64_t rows, int64_t 
 void check_lanes_i8(const LanesLayout& L, int64_t rows, int64_t cols);
 // That matrix (scale group 64, or the padded row when shorter), checked as check_lanes_i8 checks it.
 Compressed unpack_lanes_i8(const LanesLayout& L, int64_t rows, int64_t cols);
-// Packed weights of the small-N path over L (checked): what pack() makes of unpack_lanes_i8(L) with
-// options.layouts kSmallN, without copying L. The options' ISA must be a SIMD one (kAvx2, kAvx512).
+// Packed weights of the small-N path over L, which the caller checked (check_lanes_i8): what pack() makes of
+// unpack_lanes_i8(L) with options.layouts kSmallN, without copying L. The options' ISA must be a SIMD one.
 PackedMatrix packed_from_lanes(LanesLayout L, int64_t rows, int64_t cols, const PackOptions& options);
 
 }  // namespace sparse24::kernels

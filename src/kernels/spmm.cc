@@ -374,7 +374,8 @@ struct PackedAccess {
 };
 
 PackedMatrix packed_from_lanes(LanesLayout lanes, int64_t rows, int64_t cols, const PackOptions& options) {
-  check_lanes_i8(lanes, rows, cols);
+  if (lanes.weights != ValueType::kI8 || lanes.data.size() != lanes_i8_bytes(rows, cols))
+    throw Error("internal: packed_from_lanes of another layout");
   const Isa isa = pack_isa(options);
   if (!isa_supported(isa)) throw Error(std::string("pack: this CPU does not run ISA ") + isa_name(isa));
   const IsaRow* s = isa_row(isa);
