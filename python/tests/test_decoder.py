@@ -414,10 +414,27 @@ def test_prune_model_of_a_quantized_gguf_writes_bf16(tmp_path):
     assert ran.returncode == 0, ran.stderr
 
 
+def from_lanes(data, rows, cols, kb):
+    """A 2:4 int8 layer stored in the kernels' layout (docs/formats.md: tensor <name>.lanes, __metadata__
+    <name>.lanes_kb), decoded with numpy from the documented layout alone: its int8 values [rows, cols / 2],
+    4-bit codes [rows, cols / 8] and fp32 scales [rows, cols / 64] (rows a multiple of 8, cols of 64)."""
+    blocks, supers, per = rows // 8, cols // 64, kb // 64
+    entries = np.frombuffer(data.tobytes(), np.uint8).reshape(-1, 352)
+    index = np.empty((blocks, supers), np.int64)  # K block, then row block, then super chunk
+    for s in range(supers):
+        s0 = s // per * per
+        index[:, s] = blocks * s0 + np.arange(blocks) * min(per, supers - s0) + (s - s0)
+    e = entries[index]  # [row block, super chunk, 352]
+    codes = e[..., :64].reshape(blocks, supers, 2, 8, 4).transpose(0, 3, 1, 2, 4).reshape(rows, cols // 8)
+    scales = e[..., 64:96].copy().view("<f4").reshape(blocks, supers, 8).transpose(0, 2, 1).reshape(rows, supers)
+    values = e[..., 96:].view(np.int8).reshape(blocks, supers, 32, 8).transpose(0, 3, 1, 2).reshape(rows, cols // 2)
+    return values, codes, scales
+
+
 def test_prune_model_int8_writes_scaled_int8_values(tmp_path):
     """prune_model(int8=True) of a Q8_0 GGUF file writes each Linear as int8 values, 4-bit codes and fp32
-    scales (the sparse24 layout's <name>.values / .metadata / .scales and __metadata__ <name>.scale_group),
-    read here with safetensors alone: the kept positions are the 2 largest |w| of each group of 4 of gguf's
+    scales in the kernels' layout (the sparse24 layout's <name>.lanes and __metadata__ <name>.lanes_kb),
+    read here with safetensors and numpy alone: the kept positions are the 2 largest |w| of each group of 4 of gguf's
     own dequantization, each kept value int8 * its scale within half a scale step of it, each scale the
     largest |w| kept in its 64 positions / 127; the embeddings an int8 table alike. The output runs; the bitmask
     layout is refused."""
@@ -445,8 +462,9 @@ def test_prune_model_int8_writes_scaled_int8_values(tmp_path):
             name = f"model.layers.{l}.{hf}.weight"
             want = q8[f"blk.{l}.{gg}.weight"].astype(np.float32)
             rows, cols = want.shape
-            assert meta[name + ".scale_group"] == "64" and meta[name + ".shape"] == f"[{rows}, {cols}]"
-            values, codes, scales = tensors[name + ".values"], tensors[name + ".metadata"], tensors[name + ".scales"]
+            assert meta[name + ".lanes_kb"] == "1024" and meta[name + ".shape"] == f"[{rows}, {cols}]"
+            assert name + ".values" not in tensors and name + ".scale_group" not in meta
+            values, codes, scales = from_lanes(tensors[name + ".lanes"], rows, cols, 1024)
             assert values.dtype == np.int8 and values.shape == (rows, cols // 2)
             assert codes.dtype == np.uint8 and codes.shape == (rows, cols // 8)
             assert scales.dtype == np.float32 and scales.shape == (rows, cols // 64)
@@ -464,6 +482,12 @@ def test_prune_model_int8_writes_scaled_int8_values(tmp_path):
             assert np.all(np.abs(values * scale - kept) <= 0.5 * scale + 1e-7), name
             top = np.abs(kept).reshape(rows, cols // 64, 32).max(-1)
             assert np.allclose(scales, top / 127, rtol=1e-6), name
+            # sparse24.load reads the layer back as the same matrix (its dequantized values where kept).
+            (shard,) = [s for s in out.glob("*.safetensors") if name + ".lanes" in safetensors.load_file(str(s))]
+            dense = sparse24.decompress(sparse24.load(shard)[name])
+            want_dense = np.zeros((rows, cols // 4, 4), np.float32)
+            np.put_along_axis(want_dense, at, (values * scale).reshape(rows, cols // 4, 2), -1)
+            assert np.array_equal(dense, want_dense.reshape(rows, cols)), name
     # The (tied) embeddings: an int8 table with a scale per 64 of a row, the largest |w| there / 127; the
     # value within half a step of the file's; sparse24.load gives its values.
     import gguf

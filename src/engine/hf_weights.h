@@ -91,12 +91,12 @@ class Weights {
   Weights(Checkpoint ck, std::string what) : owned_(std::move(ck)), what_(std::move(what)) {
     for (CheckpointTensor& t : owned_.tensors)
       add(t.name, StTensorView{t.dense.dtype, t.dense.shape, t.dense.bytes}, t.sparse, nullptr, nullptr,
-          t.scale_group,
-          {reinterpret_cast<const uint8_t*>(t.scales.data()), t.scales.size() * sizeof(float)});
+          t.scale_group, {reinterpret_cast<const uint8_t*>(t.scales.data()), t.scales.size() * sizeof(float)},
+          t.lanes_kb);
   }
   Weights(MappedHfDir d, std::string what) : mapped_(std::move(d)), what_(std::move(what)) {
     for (MappedHfDir::Tensor& x : mapped_.tensors)
-      add(x.t.name, x.t.dense, x.t.sparse, &x.t, x.file, x.t.scale_group, x.t.scales);
+      add(x.t.name, x.t.dense, x.t.sparse, &x.t, x.file, x.t.scale_group, x.t.scales, x.t.lanes_kb);
   }
   Weights(const Weights&) = delete;
   Weights& operator=(const Weights&) = delete;
@@ -419,7 +419,7 @@ class Weights {
   };
   void add(const std::string& name, StTensorView dense, std::optional<Compressed>& sparse,
            CheckpointTensorView* view, std::shared_ptr<const MappedFile> file, int64_t scale_group,
-           std::span<const uint8_t> scales) {
+           std::span<const uint8_t> scales, int lanes_kb) {
     by_name_[name] = entries_.size();
     CheckpointTensorView* deferred = view != nullptr && view->decode ? view : nullptr;
     entries_.push_back({name,
@@ -431,7 +431,7 @@ class Weights {
                         {},
                         scale_group,
                         scales,
-                        deferred != nullptr ? deferred->lanes_kb : 0,
+                        lanes_kb,
                         deferred != nullptr ? deferred->lanes : std::span<const uint8_t>{},
                         deferred != nullptr ? deferred->lanes_shape : std::vector<int64_t>{}});
   }
@@ -460,7 +460,10 @@ class Weights {
       t.sparse = &*t.decoded;
       return t;
     }
-    if (t.sparse) {
+    if (t.sparse && t.lanes_kb > 0) {  // (stored in the kernels' layout: hashed as those bytes)
+      const kernels::LanesLayout l = kernels::lanes_i8_of(*t.sparse, t.lanes_kb);
+      h_ = fnv1a_tensor(h_, name, l.data.data(), l.data.size());
+    } else if (t.sparse) {
       const Compressed& c = *t.sparse;
       h_ = fnv1a_tensor(h_, name, c.values.data(), c.values.size());
       h_ = fnv1a_words(h_, c.metadata.data(), c.metadata.size());

@@ -11,7 +11,6 @@
 #include <utility>
 #include <vector>
 
-#include "../kernels/kernel_list.h"
 #include "../kernels/lanes_stored.h"
 #include "io_util.h"
 #include "sparse24/bitmask24.h"
@@ -470,7 +469,7 @@ SafeTensors encode_checkpoint(const Checkpoint& ck, CheckpointFormat to) {
               "tensor '" + printable(t.name) + "': only int8 2:4 weights with a scale per 64 " +
               "positions (or per row) are stored in the kernels' layout, in K blocks of a multiple of 64");
         claim(t.name + kLanesKbSuffix, std::to_string(t.lanes_kb));
-        const kernels::LanesLayout l = kernels::pack_lanes(c, t.lanes_kb, false);
+        const kernels::LanesLayout l = kernels::lanes_i8_of(c, t.lanes_kb);
         st.add(t.name + kLanesSuffix, StTensor{"U8",
                                                {static_cast<int64_t>(l.data.size())},
                                                {l.data.data(), l.data.data() + l.data.size()}});

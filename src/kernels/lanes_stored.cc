@@ -35,6 +35,11 @@ const uint8_t* entry_of(const LanesLayout& lay, int64_t mb, int64_t s) {
 
 }  // namespace
 
+LanesLayout lanes_i8_of(const Compressed& c, int kb) {
+  if (c.dtype != DType::kI8) throw Error("lanes: only int8 values are stored in the kernels' layout");
+  return pack_lanes(c, kb, false);
+}
+
 size_t lanes_i8_bytes(int64_t rows, int64_t cols) {
   return static_cast<size_t>((rows + L::kRows - 1) / L::kRows) *
          static_cast<size_t>((cols + L::kSuper - 1) / L::kSuper) * static_cast<size_t>(L::entry_bytes(kI8));

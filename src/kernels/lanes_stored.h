@@ -16,6 +16,9 @@ namespace sparse24::kernels {
 // a stored layer runs in place with its own).
 inline constexpr int kStoredLanesKb = 1024;
 
+// The layout of an int8 matrix with each 64 positions of a row under one scale (pack_lanes; what a file
+// stores).
+LanesLayout lanes_i8_of(const Compressed& c, int kb);
 // The bytes of the lanes layout of an int8 [rows, cols] matrix (LanesLayout::data): one entry per 8 rows
 // and 64 positions, whatever the K block.
 size_t lanes_i8_bytes(int64_t rows, int64_t cols);

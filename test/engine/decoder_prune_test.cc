@@ -509,6 +509,28 @@ TEST_F(PruneDecoder, Int8DirectoryHoldsWhatPruningAsReadRuns) {
     const std::vector<float> x = logits(got), y = logits(want);
     ASSERT_EQ(x.size(), y.size());
     for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(x[i], y[i], 1e-4 * (1 + std::abs(y[i]))) << i;
+    // The Linears stored in the kernels' layout, and run where the files hold them (with the int8 tables) by
+    // a Decoder loading the directory: bit for bit what the decoded and packed model computes.
+    int64_t lanes = 0;
+    for (const MappedHfDir::Tensor& mt : map_hf_dir(out, true).tensors) lanes += mt.t.lanes_kb > 0;
+    EXPECT_EQ(lanes, 7 * t.layers);
+    DecoderLoadOptions here;
+    here.in_place = true;
+    const std::string fp = load_hf_decoder(out).fingerprint;  // (one fingerprint however it is read)
+    EXPECT_EQ(load_hf_decoder(out, here).fingerprint, fp);
+    EXPECT_EQ(load_hf_decoder(read_hf_dir(out)).fingerprint, fp);
+    for (int threads : {1, 2})
+      for (bool int8_activations : {false, true}) {
+        SCOPED_TRACE("threads " + std::to_string(threads) + (int8_activations ? " int8 activations" : ""));
+        DecoderOptions d = i8;
+        d.threads = threads;
+        d.int8_activations = int8_activations;
+        std::vector<float> in_place(x.size()), decoded(x.size());
+        Decoder(out, {}, d).forward(ids.data(), static_cast<int64_t>(ids.size()), in_place.data(), true);
+        Decoder(load_hf_decoder(out), d)
+            .forward(ids.data(), static_cast<int64_t>(ids.size()), decoded.data(), true);
+        EXPECT_EQ(in_place, decoded);
+      }
     std::filesystem::remove_all(out);
     for (CheckpointFormat to : {CheckpointFormat::kBitmask24, CheckpointFormat::kDense}) {
       try {

@@ -2,17 +2,20 @@
 // and the config.json sparsity_config parser. Accepted layers re-encode in both layouts and read back equal.
 // Read with sparse24 layers left to decode (read_checkpoint_view's defer_sparse24, what the decoder loader
 // asks for): refused exactly when the eager read is (at once, or by a layer's decode), else the same tensors,
-// each decoded layer the eager read's; scaled int8 matrices alike, dequantized without error.
+// each decoded layer the eager read's; scaled int8 matrices alike, dequantized without error. A layer in
+// the kernels' layout is refused by the decoder loader's in-place check exactly when its decode refuses it.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 #include <vector>
 
 #include "fuzz_common.h"
+#include "kernels/lanes_stored.h"
 #include "sparse24/bitmask24.h"
 #include "sparse24/checkpoint.h"
 #include "sparse24/error.h"
 #include "sparse24/io.h"
+#include "sparse24/pattern.h"
 
 namespace {
 
@@ -39,6 +42,26 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const Error&) {
     return 0;
   }
+  try {  // the layers in the kernels' layout: the in-place check agrees with the decode
+    for (const CheckpointTensorView& t : read_checkpoint_view(view, "fuzz", true).tensors) {
+      if (t.lanes_kb == 0) continue;
+      bool decoded = true, checked = true;
+      try {
+        (void)t.decode();
+      } catch (const Error&) {
+        decoded = false;
+      }
+      const MatrixView m = matrix_view(t.lanes_shape);
+      try {
+        kernels::check_lanes_i8(kernels::lanes_i8_over(t.lanes, m.rows, m.cols, t.lanes_kb, nullptr), m.rows,
+                                m.cols);
+      } catch (const Error&) {
+        checked = false;
+      }
+      FUZZ_CHECK(decoded == checked);
+    }
+  } catch (const Error&) {
+  }
   std::vector<CheckpointTensorView> deferred;
   bool deferred_ok = true;
   try {
@@ -60,6 +83,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(deferred[i].name == ck.tensors[i].name &&
                deferred[i].is_sparse() == ck.tensors[i].sparse.has_value());
     if (ck.tensors[i].sparse) FUZZ_CHECK(same(*deferred[i].sparse, *ck.tensors[i].sparse));
+    FUZZ_CHECK(deferred[i].lanes_kb == ck.tensors[i].lanes_kb);
     FUZZ_CHECK(deferred[i].scale_group == ck.tensors[i].scale_group &&
                deferred[i].scales.size() == ck.tensors[i].scales.size() * sizeof(float));
   }
@@ -89,7 +113,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         FUZZ_CHECK(u != nullptr);
         FUZZ_CHECK(u->sparse.has_value() == t.sparse.has_value());
         if (t.sparse) FUZZ_CHECK(same(*u->sparse, *t.sparse));
-        FUZZ_CHECK(u->scale_group == t.scale_group && u->scales == t.scales);
+        FUZZ_CHECK(u->scale_group == t.scale_group && u->scales == t.scales && u->lanes_kb == t.lanes_kb);
       }
     }
   }

@@ -3,7 +3,9 @@
 // with scales among them, and an int8 table). The input is [selector byte][contents]: the selected file of a
 // tiny valid Llama directory (hf_template.h) is replaced by the contents, the others stay valid. An accepted
 // directory loads to a model whose every tensor has the size its config says (2:4 weights valid), loads alike
-// read into memory first (the fingerprint), and loads pruned and rounded to int8 as read.
+// read into memory first (the fingerprint), loads with what the kernels' layout and int8 tables hold left in
+// the files (DecoderLoadOptions::in_place: the same fingerprint), and loads pruned and rounded to int8 as
+// read.
 #include <unistd.h>
 
 #include <cstddef>
@@ -39,10 +41,10 @@ void check_model(const sparse24::engine::DecoderModel& m) {
   FUZZ_CHECK(static_cast<int64_t>(m.norm.size()) == c.hidden);
   FUZZ_CHECK(static_cast<int64_t>(m.layers.size()) == c.layers);
   for (const engine::WeightTable* t : {&m.embed_table, &m.head_table})  // (int8 ones: a scale per 64)
-    FUZZ_CHECK(t->empty() || (t->i8.empty() ? static_cast<int64_t>(t->bf16.size()) == c.vocab * c.hidden
-                                            : static_cast<int64_t>(t->i8.size()) == c.vocab * c.hidden &&
-                                                  static_cast<int64_t>(t->scales.size()) ==
-                                                      c.vocab * ((c.hidden + 63) / 64)));
+    FUZZ_CHECK(t->empty() || (t->i8_size() == 0 ? static_cast<int64_t>(t->bf16.size()) == c.vocab * c.hidden
+                                                : static_cast<int64_t>(t->i8_size()) == c.vocab * c.hidden &&
+                                                      static_cast<int64_t>(t->scales_size()) ==
+                                                          c.vocab * ((c.hidden + 63) / 64)));
   for (const engine::DecoderLayer& l : m.layers) {
     const int64_t q = c.heads * c.head_dim, kv = c.kv_heads * c.head_dim;
     const std::pair<const engine::Gemm*, std::pair<int64_t, int64_t>> shapes[] = {
@@ -52,7 +54,14 @@ void check_model(const sparse24::engine::DecoderModel& m) {
         {&l.down, {c.hidden, c.ffn}}};
     for (const auto& [g, mk] : shapes) {
       FUZZ_CHECK(g->m == mk.first && g->k == mk.second);
-      if (g->pruned) {
+      if (g->pruned && !g->lanes.empty()) {  // left in the file: its parts' rows and bytes
+        int64_t rows = 0;
+        for (const engine::Gemm::StoredLanes& p : g->lanes) {
+          FUZZ_CHECK(p.bytes.size() == static_cast<size_t>((p.rows + 7) / 8 * ((g->k + 63) / 64) * 352));
+          rows += p.rows;
+        }
+        FUZZ_CHECK(rows == g->m);
+      } else if (g->pruned) {
         FUZZ_CHECK(g->sparse.rows == g->m && g->sparse.cols == g->k);
         validate(g->sparse);  // (throws: a crash of the harness)
       } else {
@@ -81,6 +90,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Read into memory first (read_hf_dir, what convert and training read): the same model.
   try {
     FUZZ_CHECK(engine::load_hf_decoder(read_hf_dir(dir)).fingerprint == m.fingerprint);
+  } catch (const Error&) {
+    FUZZ_CHECK(false);
+  }
+  // What the files hold in the decoder's own forms left there: accepted alike, the same fingerprint.
+  engine::DecoderLoadOptions here;
+  here.in_place = true;
+  try {
+    const engine::DecoderModel h = engine::load_hf_decoder(dir, here);
+    check_model(h);
+    FUZZ_CHECK(h.fingerprint == m.fingerprint);
   } catch (const Error&) {
     FUZZ_CHECK(false);
   }

@@ -76,9 +76,9 @@ inline std::map<std::string, std::vector<uint8_t>> files() {
 }
 
 // A tiny valid Llama directory (what load_hf_decoder reads; the hf_decoder harness fuzzes one of its files):
-// Q, K and V stored 2:4 as int8 with scales, gate and up 2:4 in bf16, O dense fp32, down dense bf16, an
-// untied head as an int8 table (a scale per 64 of a row, as prune-model --int8 writes it), in the sparse24
-// checkpoint layout.
+// Q, K and V stored 2:4 as int8 with scales in the kernels' layout (as prune-model --int8 writes them), gate
+// and up 2:4 in bf16, O dense fp32, down dense bf16, an untied head as an int8 table (a scale per 64 of a
+// row, as prune-model --int8 writes it), in the sparse24 checkpoint layout.
 inline const char* const kDecoderFiles[] = {"config.json", "model.safetensors",
                                             "model.safetensors.index.json"};
 
@@ -99,8 +99,9 @@ inline std::map<std::string, std::vector<uint8_t>> decoder_files() {
   };
   auto sparse = [&](const std::string& name, int64_t rows, int64_t cols, DType t) {
     Compressed c = compress(Tensor::from_float(values(rows * cols), {rows, cols}), true);
-    c = t == DType::kI8 ? quantize_int8(c, 4) : to_bf16(std::move(c));
+    c = t == DType::kI8 ? quantize_int8(c, cols) : to_bf16(std::move(c));  // (int8: a scale per row)
     ck.tensors.push_back({name, {}, std::move(c)});
+    if (t == DType::kI8) ck.tensors.back().lanes_kb = 64;
   };
   const std::string l = "model.layers.0.";
   dense("model.embed_tokens.weight", {vocab, hidden});

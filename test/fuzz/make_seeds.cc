@@ -121,6 +121,16 @@ int main(int argc, char** argv) {
         encode_safetensors(encode_checkpoint(ck, CheckpointFormat::kSparse24)));
   }
 
+  // sparse24 checkpoints with int8 layers in the kernels' layout (whole entries, and padded rows and columns)
+  for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{8, 64}, {9, 70}}) {
+    Checkpoint ck;
+    CheckpointTensor t{"layer.weight", {}, quantize_int8(compress(matrix24(DType::kF32, {rows, cols})), 64)};
+    t.lanes_kb = 64;
+    ck.tensors.push_back(std::move(t));
+    put(out / "bitmask24", "lanes_" + std::to_string(rows) + "x" + std::to_string(cols) + "_s24",
+        encode_safetensors(encode_checkpoint(ck, CheckpointFormat::kSparse24)));
+  }
+
   // compressed file, sparse24 and bitmask checkpoints, metadata decoder inputs
   for (DType dt : dtypes) {
     for (const std::vector<int64_t>& shape :

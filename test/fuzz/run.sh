@@ -14,7 +14,7 @@ out=${FUZZ_BUILD_DIR:-build-fuzz}
 cxx=${FUZZ_CXX:-clang++-14}
 harnesses=(${FUZZ_ONLY:-safetensors gguf compressed_file bitmask24 npy metadata engine_model tokenizer bpe hf_encoder hf_decoder gguf_decoder jinja})
 lib_sources=(src/core/dtype.cc src/core/tensor.cc src/core/pattern.cc src/core/mask.cc src/core/compressed.cc
-             src/kernels/convert.cc src/kernels/convert_avx2.cc
+             src/kernels/convert.cc src/kernels/convert_avx2.cc src/kernels/pack.cc src/kernels/lanes_stored.cc
              src/io/file.cc src/io/npy.cc src/io/safetensors.cc src/io/gguf.cc src/io/gguf_dequant.cc src/io/compressed_file.cc src/io/bitmask24.cc
              src/io/checkpoint.cc src/io/model_dir.cc src/io/net_spec.cc src/io/hf_dir.cc
              src/engine/model.cc src/engine/builder.cc src/engine/hf_encoder.cc src/engine/hf_decoder.cc src/engine/gguf_names.cc
@@ -41,7 +41,7 @@ objects=()
 for src in "${lib_sources[@]}"; do
   obj="$out/obj/$(basename "${src%.cc}").o"
   # Rebuild when the source or any project header is newer than the object.
-  if [ ! -f "$obj" ] || [ -n "$(find "$src" include src/io/io_util.h src/io/*.h src/engine/*.h src/text/*.h src/text/*.inc src/kernels/convert.h src/kernels/huge_pages.h src/kernels/ggml_*.h -newer "$obj" -print -quit)" ]; then
+  if [ ! -f "$obj" ] || [ -n "$(find "$src" include src/io/io_util.h src/io/*.h src/engine/*.h src/text/*.h src/text/*.inc src/kernels/convert.h src/kernels/huge_pages.h src/kernels/ggml_*.h src/kernels/packed.h src/kernels/lanes_stored.h src/kernels/kernel_list.h src/kernels/kernel_list.inc -newer "$obj" -print -quit)" ]; then
     isa=()  # an ISA file gets its flags (it runs only after the CPU check)
     [ "$src" = src/kernels/convert_avx2.cc ] && isa=(-mavx2 -mf16c)
     limit
