@@ -83,6 +83,7 @@ struct CheckpointTensorView {
   int lanes_kb = 0;
   std::span<const uint8_t> lanes{};
   std::vector<int64_t> lanes_shape{};  // its dense shape
+  DType lanes_dtype = DType::kI8;      // its values' type: kF32, kBF16 or kI8 (with scales)
   bool is_sparse() const { return sparse.has_value() || decode != nullptr; }
   // The tensor with its dense bytes copied out (the 2:4 weight moved, or decoded).
   CheckpointTensor copy() &&;

@@ -51,11 +51,12 @@ struct Gemm {
   SparseActivations activations = SparseActivations::kF32;
   // pruned, and left where a pruned int8 checkpoint stores it in the kernels' memory-bound layout (the
   // sparse24 layout's `.lanes` tensors, read with DecoderLoadOptions::in_place): its parts in row order (Q,
-  // K, V), each checked (kernels::check_lanes_i8), which the Decoder runs in place; `sparse` is then empty.
+  // K, V), each checked (kernels::check_lanes), which the Decoder runs in place; `sparse` is then empty.
   struct StoredLanes {
     std::span<const uint8_t> bytes;
     int64_t rows = 0;
     int kb = 0;
+    DType dtype = DType::kI8;           // the values' type: kF32, kBF16 or kI8 (with scales)
     std::shared_ptr<const void> owner;  // keeps the bytes mapped
   };
   std::vector<StoredLanes> lanes;

@@ -462,7 +462,8 @@ def test_prune_model_int8_writes_scaled_int8_values(tmp_path):
             name = f"model.layers.{l}.{hf}.weight"
             want = q8[f"blk.{l}.{gg}.weight"].astype(np.float32)
             rows, cols = want.shape
-            assert meta[name + ".lanes_kb"] == "1024" and meta[name + ".shape"] == f"[{rows}, {cols}]"
+            assert meta[name + ".lanes_kb"] == "1024" and meta[name + ".lanes_dtype"] == "I8"
+            assert meta[name + ".shape"] == f"[{rows}, {cols}]"
             assert name + ".values" not in tensors and name + ".scale_group" not in meta
             values, codes, scales = from_lanes(tensors[name + ".lanes"], rows, cols, 1024)
             assert values.dtype == np.int8 and values.shape == (rows, cols // 2)

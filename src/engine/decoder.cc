@@ -63,11 +63,19 @@ struct Linear {
       throw Error("layer '" + g.name + "': bias size mismatch");
     if (sparse && g.pruned && !g.lanes.empty()) {
       PackOptions o;
+      o.bf16_activations = d.bf16_activations;
       o.int8_activations = d.int8_activations;
       o.layouts = PackLayouts::kSmallN;
-      for (const Gemm::StoredLanes& p : g.lanes)
-        packed.push_back(kernels::packed_from_lanes(kernels::lanes_i8_over(p.bytes, p.rows, k, p.kb, p.owner),
+      for (const Gemm::StoredLanes& p : g.lanes) {
+        if ((d.int8_weights && p.dtype != DType::kI8) || (d.bf16_weights && p.dtype == DType::kF32))
+          throw Error("layer '" + g.name + "': left in its file as " + dtype_name(p.dtype) +
+                      " values, it cannot run as the weights asked for (load it with that rounding)");
+        const kernels::ValueType t = p.dtype == DType::kI8     ? kernels::ValueType::kI8
+                                     : p.dtype == DType::kBF16 ? kernels::ValueType::kBf16
+                                                               : kernels::ValueType::kF32;
+        packed.push_back(kernels::packed_from_lanes(kernels::lanes_over(p.bytes, p.rows, k, p.kb, t, p.owner),
                                                     p.rows, k, o));
+      }
       return;
     }
     if (sparse && g.pruned) {
@@ -346,9 +354,10 @@ Decoder::Decoder(DecoderModel&& m, const DecoderOptions& o) : impl_(std::make_un
 Decoder::Decoder(const std::string& path, const DecoderLoadOptions& load, const DecoderOptions& o)
     : impl_(std::make_unique<Impl>()) {
   DecoderLoadOptions l = load;
-  // 2:4 int8 Linears stored in the kernels' layout run where they are, unless they run dense or the
-  // compute-bound layout is asked for too.
-  l.in_place = o.mode != Mode::kDense && !o.prefill_layout && active_isa() != Isa::kRef;
+  // 2:4 Linears stored in the kernels' layout run where they are, unless they run dense, the compute-bound
+  // layout is asked for too, or the weights are asked for in a narrower type than the load's.
+  l.in_place = o.mode != Mode::kDense && !o.prefill_layout && active_isa() != Isa::kRef &&
+               (!o.int8_weights || load.int8) && (!o.bf16_weights || load.bf16 || load.int8);
   if (o.threads < 2 || o.mode == Mode::kDense) {  // nothing to pack beside the reading
     impl_->owned = std::make_unique<DecoderModel>(load_decoder(path, l));
     build(*impl_->owned, o, impl_->owned.get());

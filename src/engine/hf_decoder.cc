@@ -476,6 +476,8 @@ DecoderModel load_hf_decoder(const std::string& dir, const DecoderLoadOptions& o
   const std::string what = detail::weights_what(d.dir, d.shards), config = d.config_json;
   detail::Weights w(std::move(d), what);
   w.in_place = o.in_place;
+  w.rounds_int8 = o.int8;
+  w.rounds_bf16 = o.bf16;
   return read_hf_decoder(dir, config, w, what, o);
 }
 

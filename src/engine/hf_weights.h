@@ -111,6 +111,8 @@ class Weights {
   // are left there for the Decoder to run in place (Gemm::lanes, WeightTable::i8_in_file;
   // DecoderLoadOptions::in_place) instead of being decoded or copied.
   bool in_place = false;
+  // The load's rounding (DecoderLoadOptions::int8, bf16): a layer whose values it changes is decoded instead.
+  bool rounds_int8 = false, rounds_bf16 = false;
 
   bool has(const std::string& name) const { return by_name_.count(name) != 0; }
   std::vector<float> dense(const std::string& name, const std::vector<int64_t>& shape) {
@@ -305,7 +307,9 @@ class Weights {
       const auto it = by_name_.find(prefix + ".weight");
       const Entry* e = it == by_name_.end() ? nullptr : &entries_[it->second];
       here = here && e != nullptr && e->lanes_kb > 0 && e->file != nullptr && !e->used &&
-             e->lanes_shape == std::vector<int64_t>{rows, in};
+             e->lanes_shape == std::vector<int64_t>{rows, in} &&
+             (e->lanes_dtype == DType::kI8 ||
+              (!rounds_int8 && (e->lanes_dtype == DType::kBF16 || !rounds_bf16)));
     }
     if (here) return lanes_linear(layer, parts, in, bias);
     bool joined = parts.size() > 1;
@@ -358,6 +362,10 @@ class Weights {
     }
     return g;
   }
+  static kernels::ValueType lanes_type(DType d) {
+    return d == DType::kI8 ? kernels::ValueType::kI8
+                           : (d == DType::kBF16 ? kernels::ValueType::kBf16 : kernels::ValueType::kF32);
+  }
   // The Linear of `parts` stored in the kernels' layout in mapped files, left there: each part hashed into
   // the fingerprint as take() hashes a layer in that layout (its name, its bytes) and checked, its pages
   // kept.
@@ -373,12 +381,13 @@ class Weights {
       t.used = true;
       h_ = fnv1a_tensor(h_, name, t.lanes.data(), t.lanes.size());
       try {
-        kernels::check_lanes_i8(kernels::lanes_i8_over(t.lanes, rows, in, t.lanes_kb, t.file), rows, in);
+        kernels::check_lanes(
+            kernels::lanes_over(t.lanes, rows, in, t.lanes_kb, lanes_type(t.lanes_dtype), t.file), rows, in);
       } catch (const Error& e) {
         throw Error(what_ + ": tensor '" + name + "': " + e.what());
       }
       in_place_.insert(t.file.get());
-      g.lanes.push_back({t.lanes, rows, t.lanes_kb, t.file});
+      g.lanes.push_back({t.lanes, rows, t.lanes_kb, t.lanes_dtype, t.file});
       g.m += rows;
       g.sources.push_back(name);
       if (bias) {
@@ -386,7 +395,7 @@ class Weights {
         g.bias.insert(g.bias.end(), b.begin(), b.end());
       }
     }
-    g.sparse.dtype = DType::kI8;
+    g.sparse.dtype = g.lanes[0].dtype;  // (the values' type; the matrix itself stays in the file)
     return g;
   }
   // Refuses a tensor nothing used, except those `ignored` accepts (heads the model does not run).
@@ -415,6 +424,7 @@ class Weights {
     int lanes_kb = 0;                   // a 2:4 one in the kernels' layout (CheckpointTensorView's)
     std::span<const uint8_t> lanes{};
     std::vector<int64_t> lanes_shape{};
+    DType lanes_dtype = DType::kI8;
     bool is_sparse() const { return sparse != nullptr || deferred != nullptr; }
   };
   void add(const std::string& name, StTensorView dense, std::optional<Compressed>& sparse,
@@ -433,7 +443,8 @@ class Weights {
                         scales,
                         lanes_kb,
                         deferred != nullptr ? deferred->lanes : std::span<const uint8_t>{},
-                        deferred != nullptr ? deferred->lanes_shape : std::vector<int64_t>{}});
+                        deferred != nullptr ? deferred->lanes_shape : std::vector<int64_t>{},
+                        deferred != nullptr ? deferred->lanes_dtype : DType::kI8});
   }
   // A tensor asked for: marked used and hashed the first time; a 2:4 weight only once (linear moves it).
   Entry& take(const std::string& name, const uint64_t* hashed = nullptr) {
@@ -461,7 +472,7 @@ class Weights {
       return t;
     }
     if (t.sparse && t.lanes_kb > 0) {  // (stored in the kernels' layout: hashed as those bytes)
-      const kernels::LanesLayout l = kernels::lanes_i8_of(*t.sparse, t.lanes_kb);
+      const kernels::LanesLayout l = kernels::lanes_of(*t.sparse, t.lanes_kb);
       h_ = fnv1a_tensor(h_, name, l.data.data(), l.data.size());
     } else if (t.sparse) {
       const Compressed& c = *t.sparse;

@@ -272,12 +272,8 @@ PruneModelReport prune_decoder(const DecoderSource& src, const PruneModelOptions
       report.forward_s += seconds_since(t0);
     }
     pruner.compress_pruned(first);
-    if (o.int8)  // stored in the kernels' layout: a Decoder runs them where they are (no decoding, no
-                 // packing)
-      for (CheckpointTensor& t : ck.tensors)
-        if (t.sparse && t.sparse->dtype == DType::kI8 &&
-            (t.sparse->scale_group == detail::kInt8ScaleGroup || t.sparse->scale_group >= t.sparse->cols))
-          t.lanes_kb = kernels::kStoredLanesKb;
+    for (CheckpointTensor& t : ck.tensors)  // in the kernels' layout: a Decoder runs them where they are
+      if (t.sparse && kernels::lanes_stores(*t.sparse)) t.lanes_kb = kernels::kStoredLanesKb;
     L = DecoderLayer{};
     emit(l, std::move(ck));
   };

@@ -37,6 +37,7 @@ constexpr const char* kShapeSuffix = ".shape";
 constexpr const char* kScalesSuffix = ".scales";           // scaled int8 values: F32 [rows, scales per row]
 constexpr const char* kScaleGroupSuffix = ".scale_group";  // __metadata__: positions per scale
 constexpr const char* kLanesSuffix = ".lanes";             // a layer in the kernels' layout: U8 [bytes]
+constexpr const char* kLanesDtypeSuffix = ".lanes_dtype";  // __metadata__: its values' type
 constexpr const char* kLanesKbSuffix = ".lanes_kb";        // __metadata__: its K block
 // The largest scale group of a dense I8 matrix with rows of `cols`: the row padded to a multiple of 4, or 64
 // for a shorter row (one scale per row: the decoder's int8 tables have one per 64 positions whatever the row
@@ -93,11 +94,18 @@ Compressed read_sparse24_layer(const SafeTensorsView& st, const std::string& nam
   }
 }
 
-// The K block of a sparse24 layer <name> stored in the kernels' layout (__metadata__ "<name>.lanes_kb"), and
-// its bytes (tensor "<name>.lanes": U8, 1-D, as many bytes as that layout of the shape holds), checked.
+// The K block of a sparse24 layer <name> stored in the kernels' layout (__metadata__ "<name>.lanes_kb"), its
+// values' type (__metadata__ "<name>.lanes_dtype") and its bytes (tensor "<name>.lanes": U8, 1-D, as many
+// bytes as that layout of the shape holds), checked.
 int lanes_layer(const SafeTensorsView& st, const std::string& name, const std::vector<int64_t>& shape,
-                const std::string& kb_text, const std::string& what, std::span<const uint8_t>* bytes) {
+                const std::string& kb_text, const std::string& what, kernels::ValueType* type,
+                std::span<const uint8_t>* bytes) {
   const std::string layer = "sparse24 layer '" + printable(name) + "'";
+  const auto dtype = st.metadata.find(name + kLanesDtypeSuffix);
+  if (dtype == st.metadata.end() || !kernels::parse_lanes_type(dtype->second, type))
+    fail(what, layer + ": __metadata__ '" + printable(name + kLanesDtypeSuffix) + "' is " +
+                   (dtype == st.metadata.end() ? "missing" : "'" + printable(dtype->second) + "'") +
+                   ", expected F32, BF16 or I8");
   int64_t kb = 0;
   bool ok = !kb_text.empty() && kb_text.size() <= 7;
   for (char ch : kb_text) {
@@ -115,7 +123,7 @@ int lanes_layer(const SafeTensorsView& st, const std::string& name, const std::v
                    "' key is not allowed");
   const MatrixView v = matrix_view(shape);
   const StTensorView* t = st.find(name + kLanesSuffix);
-  const uint64_t want = kernels::lanes_i8_bytes(v.rows, v.cols);
+  const uint64_t want = kernels::lanes_bytes(v.rows, v.cols, *type);
   if (v.rows <= 0 || t->dtype != "U8" || t->shape.size() != 1 || t->bytes.size() != want)
     fail(what, "tensor '" + printable(name + kLanesSuffix) + "' is " + printable(t->dtype) + " " +
                    shape_string(t->shape) + ", expected U8 [" + std::to_string(want) + "] for shape " +
@@ -124,13 +132,13 @@ int lanes_layer(const SafeTensorsView& st, const std::string& name, const std::v
   return static_cast<int>(kb);
 }
 
-// The int8 matrix a checked lanes layer holds (its shape as stored).
+// The matrix a checked lanes layer holds (its shape as stored).
 Compressed unpack_lanes_layer(std::span<const uint8_t> bytes, const std::vector<int64_t>& shape, int kb,
-                              const std::string& name, const std::string& what) {
+                              kernels::ValueType type, const std::string& name, const std::string& what) {
   const MatrixView v = matrix_view(shape);
   try {
     Compressed c =
-        kernels::unpack_lanes_i8(kernels::lanes_i8_over(bytes, v.rows, v.cols, kb, nullptr), v.rows, v.cols);
+        kernels::unpack_lanes(kernels::lanes_over(bytes, v.rows, v.cols, kb, type, nullptr), v.rows, v.cols);
     c.shape = shape;
     return c;
   } catch (const Error& e) {
@@ -294,17 +302,22 @@ CheckpointView read_checkpoint_view(const SafeTensorsView& st, const std::string
       t.name = name;
       const std::vector<int64_t> shape = sparse24_shape(name, value, what);
       if (lanes) {  // the kernels' layout
-        t.lanes_kb = lanes_layer(st, name, shape, lanes_kb->second, what, &t.lanes);
+        kernels::ValueType type{};
+        t.lanes_kb = lanes_layer(st, name, shape, lanes_kb->second, what, &type, &t.lanes);
         t.lanes_shape = shape;
+        t.lanes_dtype = type == kernels::ValueType::kI8     ? DType::kI8
+                        : type == kernels::ValueType::kBf16 ? DType::kBF16
+                                                            : DType::kF32;
         if (defer_sparse24)
-          t.decode = [bytes = t.lanes, shape, kb = t.lanes_kb, name, what] {
-            return unpack_lanes_layer(bytes, shape, kb, name, what);
+          t.decode = [bytes = t.lanes, shape, kb = t.lanes_kb, type, name, what] {
+            return unpack_lanes_layer(bytes, shape, kb, type, name, what);
           };
         else
-          t.sparse = unpack_lanes_layer(t.lanes, shape, t.lanes_kb, name, what);
+          t.sparse = unpack_lanes_layer(t.lanes, shape, t.lanes_kb, type, name, what);
         consumed.insert(name + kLanesSuffix);
         layout_keys.insert(key);
         layout_keys.insert(name + kLanesKbSuffix);
+        layout_keys.insert(name + kLanesDtypeSuffix);
         entries.emplace_back(position(name + kLanesSuffix), std::move(t));
         continue;
       }
@@ -369,7 +382,7 @@ CheckpointView read_checkpoint_view(const SafeTensorsView& st, const std::string
   for (size_t i = 0; i < st.tensors.size(); ++i) {
     const auto& [name, v] = st.tensors[i];
     if (consumed.count(name)) continue;
-    CheckpointTensorView t{name, v, std::nullopt, {}, {}, {}, 0, {}, 0, {}, {}};
+    CheckpointTensorView t{name, v, std::nullopt, {}, {}, {}, 0, {}, 0, {}, {}, DType::kI8};
     if (const auto s = scaled.find(name); s != scaled.end()) std::tie(t.scale_group, t.scales) = s->second;
     entries.emplace_back(i, std::move(t));
   }
@@ -462,14 +475,25 @@ SafeTensors encode_checkpoint(const Checkpoint& ck, CheckpointFormat to) {
         st.metadata[key] = value;
       };
       claim(t.name + kShapeSuffix, shape_string(c.shape));
-      if (t.lanes_kb > 0) {  // the kernels' layout: int8, each 64 positions of a row under one scale
-        const bool per_64 = c.scale_group > 0 && (c.scale_group % 64 == 0 || c.scale_group >= c.cols);
-        if (c.dtype != DType::kI8 || !per_64 || t.lanes_kb % 64 != 0 || t.lanes_kb > (1 << 20) || c.rows == 0)
-          throw Error(
-              "tensor '" + printable(t.name) + "': only int8 2:4 weights with a scale per 64 " +
-              "positions (or per row) are stored in the kernels' layout, in K blocks of a multiple of 64");
+      if (t.lanes_kb >
+          0) {  // the kernels' layout: fp32, bf16, or int8 with each 64 positions under one scale
+        if (t.lanes_kb % 64 != 0 || t.lanes_kb > (1 << 20) || c.rows == 0)
+          throw Error("tensor '" + printable(t.name) +
+                      "': the kernels' layout takes K blocks of a multiple of 64 positions, and rows");
+        kernels::ValueType type{};
+        try {
+          type = kernels::lanes_type_of(c);
+        } catch (const Error& e) {
+          throw Error("tensor '" + printable(t.name) + "': " + e.what());
+        }
         claim(t.name + kLanesKbSuffix, std::to_string(t.lanes_kb));
-        const kernels::LanesLayout l = kernels::lanes_i8_of(c, t.lanes_kb);
+        claim(t.name + kLanesDtypeSuffix, kernels::lanes_type_name(type));
+        const kernels::LanesLayout l = kernels::lanes_of(c, t.lanes_kb);
+        try {  // (what the reader refuses, e.g. a non-finite value, is not written)
+          kernels::check_lanes(l, c.rows, c.cols);
+        } catch (const Error& e) {
+          throw Error("tensor '" + printable(t.name) + "': " + e.what());
+        }
         st.add(t.name + kLanesSuffix, StTensor{"U8",
                                                {static_cast<int64_t>(l.data.size())},
                                                {l.data.data(), l.data.data() + l.data.size()}});

@@ -374,7 +374,7 @@ struct PackedAccess {
 };
 
 PackedMatrix packed_from_lanes(LanesLayout lanes, int64_t rows, int64_t cols, const PackOptions& options) {
-  if (lanes.weights != ValueType::kI8 || lanes.data.size() != lanes_i8_bytes(rows, cols))
+  if (lanes.data.size() != lanes_bytes(rows, cols, lanes.weights))
     throw Error("internal: packed_from_lanes of another layout");
   const Isa isa = pack_isa(options);
   if (!isa_supported(isa)) throw Error(std::string("pack: this CPU does not run ISA ") + isa_name(isa));
@@ -385,7 +385,9 @@ PackedMatrix packed_from_lanes(LanesLayout lanes, int64_t rows, int64_t cols, co
   p.isa = isa;
   p.m = rows;
   p.k = cols;
-  p.weights = Weights::kI8;
+  p.weights = lanes.weights == ValueType::kI8     ? Weights::kI8
+              : lanes.weights == ValueType::kBf16 ? Weights::kBf16
+                                                  : Weights::kF32;
   p.act = pack_act(options);
   p.small_n_max = static_cast<int>(small_n_max(isa, p.weights, cpu_kind(), p.act));
   p.small_n_take = static_cast<int>(small_n_take(isa, p.weights));

@@ -546,6 +546,54 @@ TEST_F(PruneDecoder, Int8DirectoryHoldsWhatPruningAsReadRuns) {
   }
 }
 
+// prune-model's fp32 and bf16 outputs store their Linears in the kernels' layout too (F32 from the fp32
+// directory, BF16 from the Q8_0 file, as it writes its quantized weights), and a Decoder loading the
+// directory runs them where the files hold them: bit for bit what the decoded and packed model computes,
+// also where the Decoder's weights are narrower than what is stored (then decoded and rounded).
+TEST_F(PruneDecoder, PrunedDirectoriesRunInPlace) {
+  SPARSE24_SEED_TRACE();
+  auto g = rng(17);
+  Tiny t;
+  t.hidden = 64;
+  t.heads = 8;
+  t.ffn = 128;
+  const DecoderModel m = tiny_model(g, t);
+  GgufWriter w;
+  w.q8_0 = true;
+  Gguf file = tiny_gguf(m, t, w);
+  add_tiny_tokenizer(file, t.vocab);
+  const std::string gguf = (dir_ / "tiny.gguf").string(), converted = (dir_ / "converted").string();
+  write_file_atomic(gguf, encode_gguf(file));
+  gguf_to_hf_dir(gguf, converted);
+  const std::vector<int32_t> ids = random_ids(g, 5, t.vocab);
+  for (const auto& [source, stored] :
+       {std::pair<std::string, DType>{converted, DType::kF32}, {gguf, DType::kBF16}}) {
+    SCOPED_TRACE(source);
+    const std::string out = source + "-pruned";
+    prune_model(source, out, CheckpointFormat::kSparse24, {});
+    int64_t lanes = 0;
+    for (const MappedHfDir::Tensor& mt : map_hf_dir(out, true).tensors)
+      lanes += mt.t.lanes_kb > 0 && mt.t.lanes_dtype == stored;
+    EXPECT_EQ(lanes, 7 * t.layers);
+    for (int weights = 0; weights < 3; ++weights) {  // as stored, bf16, int8
+      SCOPED_TRACE("weights " + std::to_string(weights));
+      DecoderLoadOptions lo;
+      lo.bf16 = weights == 1;
+      lo.int8 = weights == 2;
+      DecoderOptions d;
+      d.threads = 2;
+      d.bf16_weights = lo.bf16;
+      d.int8_weights = lo.int8;
+      std::vector<float> in_place(ids.size() * static_cast<size_t>(t.vocab)), decoded(in_place.size());
+      Decoder(out, lo, d).forward(ids.data(), static_cast<int64_t>(ids.size()), in_place.data(), true);
+      Decoder(load_hf_decoder(out, lo), d)
+          .forward(ids.data(), static_cast<int64_t>(ids.size()), decoded.data(), true);
+      EXPECT_EQ(in_place, decoded);
+    }
+    std::filesystem::remove_all(out);
+  }
+}
+
 TEST_F(PruneDecoder, BadRequestsAreErrors) {
   auto g = rng(14);
   write(tiny_model(g, t_), config());

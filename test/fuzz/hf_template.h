@@ -76,9 +76,9 @@ inline std::map<std::string, std::vector<uint8_t>> files() {
 }
 
 // A tiny valid Llama directory (what load_hf_decoder reads; the hf_decoder harness fuzzes one of its files):
-// Q, K and V stored 2:4 as int8 with scales in the kernels' layout (as prune-model --int8 writes them), gate
-// and up 2:4 in bf16, O dense fp32, down dense bf16, an untied head as an int8 table (a scale per 64 of a
-// row, as prune-model --int8 writes it), in the sparse24 checkpoint layout.
+// Q, K and V stored 2:4 as int8 with scales, gate and up 2:4 in bf16, both in the kernels' layout (as
+// prune-model writes them), O dense fp32, down dense bf16, an untied head as an int8 table (a scale per 64 of
+// a row, as prune-model --int8 writes it), in the sparse24 checkpoint layout.
 inline const char* const kDecoderFiles[] = {"config.json", "model.safetensors",
                                             "model.safetensors.index.json"};
 
@@ -101,7 +101,7 @@ inline std::map<std::string, std::vector<uint8_t>> decoder_files() {
     Compressed c = compress(Tensor::from_float(values(rows * cols), {rows, cols}), true);
     c = t == DType::kI8 ? quantize_int8(c, cols) : to_bf16(std::move(c));  // (int8: a scale per row)
     ck.tensors.push_back({name, {}, std::move(c)});
-    if (t == DType::kI8) ck.tensors.back().lanes_kb = 64;
+    ck.tensors.back().lanes_kb = 64;  // (int8 and bf16 alike)
   };
   const std::string l = "model.layers.0.";
   dense("model.embed_tokens.weight", {vocab, hidden});

@@ -124,9 +124,12 @@ int main(int argc, char** argv) {
   // sparse24 checkpoints with int8 layers in the kernels' layout (whole entries, and padded rows and columns)
   for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{8, 64}, {9, 70}}) {
     Checkpoint ck;
-    CheckpointTensor t{"layer.weight", {}, quantize_int8(compress(matrix24(DType::kF32, {rows, cols})), 64)};
-    t.lanes_kb = 64;
-    ck.tensors.push_back(std::move(t));
+    const Compressed f32 = compress(matrix24(DType::kF32, {rows, cols}));
+    for (Compressed c : {quantize_int8(f32, 64), to_bf16(f32), f32}) {
+      CheckpointTensor t{"layer" + std::to_string(ck.tensors.size()) + ".weight", {}, std::move(c)};
+      t.lanes_kb = 64;
+      ck.tensors.push_back(std::move(t));
+    }
     put(out / "bitmask24", "lanes_" + std::to_string(rows) + "x" + std::to_string(cols) + "_s24",
         encode_safetensors(encode_checkpoint(ck, CheckpointFormat::kSparse24)));
   }

@@ -1,8 +1,9 @@
-// 2:4 int8 layers stored in the kernels' layout inside the sparse24 checkpoint layout (docs/formats.md):
-// written, read back as the same matrices (eager and deferred), laid out for in-place reads, refused when
-// damaged, and converted to the other layouts as any 2:4 layer.
+// 2:4 layers (fp32, bf16, int8) stored in the kernels' layout inside the sparse24 checkpoint layout
+// (docs/formats.md): written, read back as the same matrices (eager and deferred), laid out for in-place
+// reads, refused when damaged, and converted to the other layouts as any 2:4 layer.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -31,6 +32,12 @@ Checkpoint lanes_checkpoint(std::mt19937_64& g) {
     t.lanes_kb = 1024;
     ck.tensors.push_back(std::move(t));
   }
+  for (bool bf16 : {false, true}) {  // fp32 and bf16 values
+    Compressed c = compress(Tensor::from_float(testing::random_floats(g, 16 * 72), {16, 72}), true);
+    CheckpointTensor t{bf16 ? "bf16.weight" : "f32.weight", {}, bf16 ? to_bf16(std::move(c)) : std::move(c)};
+    t.lanes_kb = 64;
+    ck.tensors.push_back(std::move(t));
+  }
   CheckpointTensor plain{"plain.weight", {}, random_i8(g, 8, 64)};  // (the usual tensors)
   ck.tensors.push_back(std::move(plain));
   return ck;
@@ -42,6 +49,9 @@ TEST(LanesCheckpoint, RoundTripsAndReadsInPlace) {
   const Checkpoint ck = lanes_checkpoint(g);
   const SafeTensors st = encode_checkpoint(ck, CheckpointFormat::kSparse24);
   EXPECT_EQ(st.metadata.at("l128.weight.lanes_kb"), "1024");
+  EXPECT_EQ(st.metadata.at("l128.weight.lanes_dtype"), "I8");
+  EXPECT_EQ(st.metadata.at("bf16.weight.lanes_dtype"), "BF16");
+  EXPECT_EQ(st.metadata.at("f32.weight.lanes_dtype"), "F32");
   EXPECT_EQ(st.find("l128.weight.lanes")->dtype, "U8");
   EXPECT_EQ(st.find("l128.weight.values"), nullptr);
   EXPECT_NE(st.find("plain.weight.values"), nullptr);
@@ -57,7 +67,7 @@ TEST(LanesCheckpoint, RoundTripsAndReadsInPlace) {
     ASSERT_EQ(got->sparse.has_value(), want.sparse.has_value());
     if (!want.sparse) continue;
     EXPECT_EQ(got->lanes_kb, want.lanes_kb);
-    EXPECT_EQ(got->sparse->dtype, DType::kI8);
+    EXPECT_EQ(got->sparse->dtype, want.sparse->dtype);
     EXPECT_EQ(got->sparse->shape, want.sparse->shape);
     EXPECT_EQ(dense(*got->sparse), dense(*want.sparse));
   }
@@ -110,13 +120,29 @@ TEST(LanesCheckpoint, RefusesWhatIsNotTheLayout) {
   EXPECT_NE(refusal(st).find("not finite"), std::string::npos) << refusal(st);
   EXPECT_NE(refusal(st).find("l128.weight"), std::string::npos) << refusal(st);
   st = good;
+  st.metadata.erase("l128.weight.lanes_dtype");
+  EXPECT_NE(refusal(st).find("lanes_dtype' is missing"), std::string::npos) << refusal(st);
+  st.metadata["l128.weight.lanes_dtype"] = "BF16";  // (then its size is not that type's)
+  EXPECT_NE(refusal(st).find("expected U8"), std::string::npos) << refusal(st);
+  st = good;
+  for (auto& [name, t] : st.tensors)
+    if (name == "f32.weight.lanes") {
+      const float inf = INFINITY;
+      std::memcpy(t.bytes.data() + 64 + 4 * 5, &inf, 4);  // row 5's first value
+    }
+  EXPECT_NE(refusal(st).find("row 5 holds a non-finite value"), std::string::npos) << refusal(st);
+  st = good;
   st.metadata["l128.weight.scale_group"] = "64";
   EXPECT_NE(refusal(st).find("not allowed"), std::string::npos) << refusal(st);
-  // The writer: only int8 with a scale per 64 positions.
+  // The writer: fp32, bf16, or int8 with a scale per 64 positions, all finite.
   Checkpoint bad = ck;
   bad.tensors[1].sparse = quantize_int8(to_f32(*bad.tensors[1].sparse), 32);
   EXPECT_THROW(encode_checkpoint(bad, CheckpointFormat::kSparse24), Error);
   bad.tensors[1].sparse = to_f32(*ck.tensors[1].sparse);
+  bad.tensors[1].sparse->values[3] = 0xff;  // (a NaN's bytes in the first value)
+  bad.tensors[1].sparse->values[2] = 0xff;
+  bad.tensors[1].sparse->values[1] = 0xff;
+  bad.tensors[1].sparse->values[0] = 0xff;
   EXPECT_THROW(encode_checkpoint(bad, CheckpointFormat::kSparse24), Error);
 }
 
