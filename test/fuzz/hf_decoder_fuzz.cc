@@ -57,7 +57,10 @@ void check_model(const sparse24::engine::DecoderModel& m) {
       if (g->pruned && !g->lanes.empty()) {  // left in the file: its parts' rows and bytes
         int64_t rows = 0;
         for (const engine::Gemm::StoredLanes& p : g->lanes) {
-          FUZZ_CHECK(p.bytes.size() == static_cast<size_t>((p.rows + 7) / 8 * ((g->k + 63) / 64) * 352));
+          FUZZ_CHECK(p.bytes.size() == static_cast<size_t>((p.rows + 7) / 8 * ((g->k + 63) / 64) *
+                                                           (p.dtype == DType::kI8     ? 352
+                                                            : p.dtype == DType::kBF16 ? 576
+                                                                                      : 1088)));
           rows += p.rows;
         }
         FUZZ_CHECK(rows == g->m);
