@@ -200,6 +200,14 @@ class Weights {
     s.owner = t.file;
     std::vector<float> piece;
     in_chunks(t, dtype_size(s.type), s.rows * s.cols, [&](int64_t, int64_t c, const uint8_t* from) {
+      const auto at = reinterpret_cast<uintptr_t>(from);
+      if (s.type == DType::kBF16 && at % alignof(uint16_t) == 0) {  // (checked where they are)
+        if (!kernels::all_finite_bf16(reinterpret_cast<const uint16_t*>(from), c))
+          throw Error(what_ + ": tensor '" + name + "' holds a non-finite value");
+        return;
+      }
+      if (s.type == DType::kF32 && at % alignof(float) == 0)
+        return finite(name, reinterpret_cast<const float*>(from), c);
       piece.resize(static_cast<size_t>(c));
       kernels::elements_to_floats(s.type, from, c, piece.data());
       finite(name, piece.data(), c);

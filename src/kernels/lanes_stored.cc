@@ -38,16 +38,10 @@ DType dtype_of(ValueType w) {
   return w == ValueType::kI8 ? DType::kI8 : (w == ValueType::kBf16 ? DType::kBF16 : DType::kF32);
 }
 
-// Whether n values of type w (fp32 or bf16) are finite.
+// Whether n values of type w (fp32 or bf16) at p are finite (p aligned for the type).
 bool finite(ValueType w, const uint8_t* p, int64_t n) {
-  if (w == ValueType::kBf16) {
-    std::vector<uint16_t> v(static_cast<size_t>(n));
-    std::memcpy(v.data(), p, v.size() * 2);
-    return all_finite_bf16(v.data(), n);
-  }
-  std::vector<float> v(static_cast<size_t>(n));
-  std::memcpy(v.data(), p, v.size() * 4);
-  return all_finite(v.data(), n);
+  if (w == ValueType::kBf16) return all_finite_bf16(reinterpret_cast<const uint16_t*>(p), n);
+  return all_finite(reinterpret_cast<const float*>(p), n);
 }
 
 }  // namespace
