@@ -325,8 +325,8 @@ def test_prune_model_of_a_directory_holds_a_layer_at_a_time(tmp_path):
     """prune-model of a decoder directory (bf16, two shards) reads it layer by layer and writes each layer as a
     shard of its own: Wanda's calibrated pruning peaks under 0.6 of the input's bytes (measured 244 of 514 MiB:
     a layer in fp32, its dense copy for the calibration pass, its bf16 output; reading the directory whole, as
-    before, took all of them and the fp32 model, twice them, beside), and the output keeps bf16 values, is
-    sharded and runs; interrupted, it leaves nothing behind."""
+    before, took all of them and the fp32 model, twice them, beside), and the output keeps bf16 values (in the
+    kernels' layout), is sharded and runs; interrupted, it leaves nothing behind."""
     import json
     import os
     import subprocess
@@ -345,8 +345,8 @@ def test_prune_model_of_a_directory_holds_a_layer_at_a_time(tmp_path):
     assert peak < 0.6 * shard_bytes / 1024, (peak, shard_bytes / 1024)
     index = json.loads((out / "model.safetensors.index.json").read_text())["weight_map"]
     assert len(set(index.values())) == 17  # a shard per layer and one for the rest
-    with safetensors.safe_open(str(out / index["model.layers.3.mlp.down_proj.weight.values"]), "np") as f:
-        assert f.get_slice("model.layers.3.mlp.down_proj.weight.values").get_dtype() == "BF16"
+    with safetensors.safe_open(str(out / index["model.layers.3.mlp.down_proj.weight.lanes"]), "np") as f:
+        assert f.metadata()["model.layers.3.mlp.down_proj.weight.lanes_dtype"] == "BF16"  # (the kernels' layout)
     ran = subprocess.run([cli_path, "generate", str(out), "--prompt-ids", "1,2,3", "--max-tokens", "2"],
                          capture_output=True, text=True)
     assert ran.returncode == 0, ran.stderr

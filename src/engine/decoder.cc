@@ -70,9 +70,7 @@ struct Linear {
         if ((d.int8_weights && p.dtype != DType::kI8) || (d.bf16_weights && p.dtype == DType::kF32))
           throw Error("layer '" + g.name + "': left in its file as " + dtype_name(p.dtype) +
                       " values, it cannot run as the weights asked for (load it with that rounding)");
-        const kernels::ValueType t = p.dtype == DType::kI8     ? kernels::ValueType::kI8
-                                     : p.dtype == DType::kBF16 ? kernels::ValueType::kBf16
-                                                               : kernels::ValueType::kF32;
+        const kernels::ValueType t = kernels::lanes_value_type(p.dtype);
         packed.push_back(kernels::packed_from_lanes(kernels::lanes_over(p.bytes, p.rows, k, p.kb, t, p.owner),
                                                     p.rows, k, o));
       }

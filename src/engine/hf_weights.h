@@ -107,8 +107,8 @@ class Weights {
     for (const std::shared_ptr<MappedSafeTensors>& f : mapped_.files)
       if (!in_place_.count(&f->file)) f->file.release(f->file.bytes());
   }
-  // Linears stored in the kernels' layout (2:4 int8, prune-model --int8's) and int8 tables in a mapped file
-  // are left there for the Decoder to run in place (Gemm::lanes, WeightTable::i8_in_file;
+  // Linears stored in the kernels' layout (prune-model's) and int8 tables (prune-model --int8's) in a mapped
+  // file are left there for the Decoder to run in place (Gemm::lanes, WeightTable::i8_in_file;
   // DecoderLoadOptions::in_place) instead of being decoded or copied.
   bool in_place = false;
   // The load's rounding (DecoderLoadOptions::int8, bf16): a layer whose values it changes is decoded instead.
@@ -370,10 +370,6 @@ class Weights {
     }
     return g;
   }
-  static kernels::ValueType lanes_type(DType d) {
-    return d == DType::kI8 ? kernels::ValueType::kI8
-                           : (d == DType::kBF16 ? kernels::ValueType::kBf16 : kernels::ValueType::kF32);
-  }
   // The Linear of `parts` stored in the kernels' layout in mapped files, left there: each part hashed into
   // the fingerprint as take() hashes a layer in that layout (its name, its bytes) and checked, its pages
   // kept.
@@ -389,8 +385,9 @@ class Weights {
       t.used = true;
       h_ = fnv1a_tensor(h_, name, t.lanes.data(), t.lanes.size());
       try {
-        kernels::check_lanes(
-            kernels::lanes_over(t.lanes, rows, in, t.lanes_kb, lanes_type(t.lanes_dtype), t.file), rows, in);
+        kernels::check_lanes(kernels::lanes_over(t.lanes, rows, in, t.lanes_kb,
+                                                 kernels::lanes_value_type(t.lanes_dtype), t.file),
+                             rows, in);
       } catch (const Error& e) {
         throw Error(what_ + ": tensor '" + name + "': " + e.what());
       }
@@ -587,7 +584,7 @@ class Weights {
   std::string what_;
   std::vector<Entry> entries_;
   std::map<std::string, size_t> by_name_;
-  std::set<const MappedFile*> in_place_;  // files Linears are run from (their pages kept)
+  std::set<const MappedFile*> in_place_;  // files Linears or tables run from (their pages kept)
   uint64_t h_ = kFnvBasis;
 };
 

@@ -305,9 +305,7 @@ CheckpointView read_checkpoint_view(const SafeTensorsView& st, const std::string
         kernels::ValueType type{};
         t.lanes_kb = lanes_layer(st, name, shape, lanes_kb->second, what, &type, &t.lanes);
         t.lanes_shape = shape;
-        t.lanes_dtype = type == kernels::ValueType::kI8     ? DType::kI8
-                        : type == kernels::ValueType::kBf16 ? DType::kBF16
-                                                            : DType::kF32;
+        t.lanes_dtype = kernels::lanes_dtype(type);
         if (defer_sparse24)
           t.decode = [bytes = t.lanes, shape, kb = t.lanes_kb, type, name, what] {
             return unpack_lanes_layer(bytes, shape, kb, type, name, what);

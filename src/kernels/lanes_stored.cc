@@ -34,10 +34,6 @@ const uint8_t* entry_of(const LanesLayout& lay, int64_t mb, int64_t s) {
          static_cast<size_t>((s % per) * L::entry_bytes(lay.weights));
 }
 
-DType dtype_of(ValueType w) {
-  return w == ValueType::kI8 ? DType::kI8 : (w == ValueType::kBf16 ? DType::kBF16 : DType::kF32);
-}
-
 // Whether n values of type w (fp32 or bf16) at p are finite (p aligned for the type).
 bool finite(ValueType w, const uint8_t* p, int64_t n) {
   if (w == ValueType::kBf16) return all_finite_bf16(reinterpret_cast<const uint16_t*>(p), n);
@@ -46,6 +42,14 @@ bool finite(ValueType w, const uint8_t* p, int64_t n) {
 
 }  // namespace
 
+DType lanes_dtype(ValueType w) {
+  return w == ValueType::kI8 ? DType::kI8 : (w == ValueType::kBf16 ? DType::kBF16 : DType::kF32);
+}
+
+ValueType lanes_value_type(DType d) {
+  return d == DType::kI8 ? ValueType::kI8 : (d == DType::kBF16 ? ValueType::kBf16 : ValueType::kF32);
+}
+
 bool lanes_stores(const Compressed& c) {
   return c.dtype == DType::kF32 || c.dtype == DType::kBF16 ||
          (c.dtype == DType::kI8 && c.scale_group > 0 &&
@@ -53,9 +57,7 @@ bool lanes_stores(const Compressed& c) {
 }
 
 ValueType lanes_type_of(const Compressed& c) {
-  if (lanes_stores(c))
-    return c.dtype == DType::kI8 ? ValueType::kI8
-                                 : (c.dtype == DType::kBF16 ? ValueType::kBf16 : ValueType::kF32);
+  if (lanes_stores(c)) return lanes_value_type(c.dtype);
   throw Error(std::string("lanes: ") + dtype_name(c.dtype) + " values" +
               (c.dtype == DType::kI8 ? " without a scale per 64 positions or per row" : "") +
               " are not stored in the kernels' layout (fp32, bf16, or int8 with a scale per 64 positions)");
@@ -141,7 +143,7 @@ Compressed unpack_lanes(const LanesLayout& lay, int64_t rows, int64_t cols) {
   c.shape = {rows, cols};
   c.rows = rows;
   c.cols = cols;
-  c.dtype = dtype_of(w);
+  c.dtype = lanes_dtype(w);
   if (w == ValueType::kI8)
     c.scale_group = std::min<int64_t>(L::kSuper, (cols + 3) / 4 * 4);  // (short: per row)
   const int64_t groups = c.groups_per_row(), vpr = c.values_per_row(), mbpr = c.meta_bytes_per_row(),

@@ -24,6 +24,9 @@ ValueType lanes_type_of(const Compressed& c);
 bool lanes_stores(const Compressed& c);  // whether lanes_type_of(c) has a type
 // Its layout (pack_lanes, the values in their own type): what a file stores.
 LanesLayout lanes_of(const Compressed& c, int kb);
+// A stored layer's values' type as a DType (kF32, kBF16, kI8) and back (DType::kF16: never stored).
+DType lanes_dtype(ValueType w);
+ValueType lanes_value_type(DType d);
 // "F32", "BF16", "I8" (safetensors' names), and back (false for another text).
 const char* lanes_type_name(ValueType w);
 bool parse_lanes_type(const std::string& text, ValueType* w);

@@ -35,6 +35,18 @@ class PruneDecoder : public HfDecoderDir {
     DecoderLayer& L = m.layers[l];
     return which == 0 ? L.qkv : which == 1 ? L.o : which == 2 ? L.gate_up : L.down;
   }
+  // A tiny model of t's shape as a Q8_0 GGUF file (with a tokenizer) in the test directory, and that file
+  // converted to a Hugging Face directory (fp32): their paths.
+  std::pair<std::string, std::string> q8_0_sources(std::mt19937_64& g, const Tiny& t) {
+    GgufWriter w;
+    w.q8_0 = true;
+    Gguf file = tiny_gguf(tiny_model(g, t), t, w);
+    add_tiny_tokenizer(file, t.vocab);
+    const std::string gguf = (dir_ / "tiny.gguf").string(), converted = (dir_ / "converted").string();
+    write_file_atomic(gguf, encode_gguf(file));
+    gguf_to_hf_dir(gguf, converted);
+    return {gguf, converted};
+  }
   std::vector<std::vector<int32_t>> sequences(std::mt19937_64& g, int count) {
     std::vector<std::vector<int32_t>> s;
     for (int i = 0; i < count; ++i) s.push_back(random_ids(g, 5 + i * 3, t_.vocab));
@@ -444,14 +456,7 @@ TEST_F(PruneDecoder, Int8DirectoryHoldsWhatPruningAsReadRuns) {
   t.hidden = 32;  // rows of whole Q8_0 blocks
   t.heads = 8;
   t.ffn = 64;
-  const DecoderModel m = tiny_model(g, t);
-  GgufWriter w;
-  w.q8_0 = true;
-  Gguf file = tiny_gguf(m, t, w);
-  add_tiny_tokenizer(file, t.vocab);
-  const std::string gguf = (dir_ / "tiny.gguf").string(), converted = (dir_ / "converted").string();
-  write_file_atomic(gguf, encode_gguf(file));
-  gguf_to_hf_dir(gguf, converted);
+  const auto [gguf, converted] = q8_0_sources(g, t);
   const std::vector<int32_t> ids = random_ids(g, 7, t.vocab);
   DecoderLoadOptions as_read;
   as_read.prune = as_read.int8 = true;
@@ -557,14 +562,7 @@ TEST_F(PruneDecoder, PrunedDirectoriesRunInPlace) {
   t.hidden = 64;
   t.heads = 8;
   t.ffn = 128;
-  const DecoderModel m = tiny_model(g, t);
-  GgufWriter w;
-  w.q8_0 = true;
-  Gguf file = tiny_gguf(m, t, w);
-  add_tiny_tokenizer(file, t.vocab);
-  const std::string gguf = (dir_ / "tiny.gguf").string(), converted = (dir_ / "converted").string();
-  write_file_atomic(gguf, encode_gguf(file));
-  gguf_to_hf_dir(gguf, converted);
+  const auto [gguf, converted] = q8_0_sources(g, t);
   const std::vector<int32_t> ids = random_ids(g, 5, t.vocab);
   for (const auto& [source, stored] :
        {std::pair<std::string, DType>{converted, DType::kF32}, {gguf, DType::kBF16}}) {

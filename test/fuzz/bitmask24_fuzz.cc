@@ -53,11 +53,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       const MatrixView m = matrix_view(t.lanes_shape);
       try {
-        const kernels::ValueType type = t.lanes_dtype == DType::kI8     ? kernels::ValueType::kI8
-                                        : t.lanes_dtype == DType::kBF16 ? kernels::ValueType::kBf16
-                                                                        : kernels::ValueType::kF32;
-        kernels::check_lanes(kernels::lanes_over(t.lanes, m.rows, m.cols, t.lanes_kb, type, nullptr), m.rows,
-                             m.cols);
+        kernels::check_lanes(kernels::lanes_over(t.lanes, m.rows, m.cols, t.lanes_kb,
+                                                 kernels::lanes_value_type(t.lanes_dtype), nullptr),
+                             m.rows, m.cols);
       } catch (const Error&) {
         checked = false;
       }
