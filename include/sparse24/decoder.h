@@ -149,10 +149,10 @@ struct DecoderLoadOptions {
   // them (pruned in fp32 first, Llama 3.1 8B's Linears alone are 16 GB). Not with int8.
   bool bf16 = false;
   int threads = 1;  // a layer's Linears pruned and quantized this many at a time
-  // What prune-model --int8 saved as the Decoder runs it is left in the mapped files and run there, never
-  // copied: 2:4 Linears in the kernels' layout (Gemm::lanes, checked; their `sparse` empty) and int8 tables
-  // (WeightTable::i8_in_file). What the Decoder's loading constructor asks for where it runs the Linears
-  // sparse on the memory-bound layout alone.
+  // What prune-model saved as the Decoder runs it is left in the mapped files and run there, never copied:
+  // 2:4 Linears in the kernels' layout (Gemm::lanes, checked; their `sparse` empty; those whose values the
+  // load rounds, int8 / bf16, are decoded instead) and int8 tables (WeightTable::i8_in_file). What the
+  // Decoder's loading constructor asks for where it runs the Linears sparse on the memory-bound layout alone.
   bool in_place = false;
   // Called with each layer as soon as it is read (after the steps above), in order, with the model read so
   // far (config, embeddings, norm and head are in it): what it leaves in the layer is what the model keeps

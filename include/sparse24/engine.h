@@ -49,7 +49,7 @@ struct Gemm {
   // pruned: the activations its kernel may read (PackOptions::bf16_activations or int8_activations;
   // set_sparse_precision).
   SparseActivations activations = SparseActivations::kF32;
-  // pruned, and left where a pruned int8 checkpoint stores it in the kernels' memory-bound layout (the
+  // pruned, and left where a pruned checkpoint stores it in the kernels' memory-bound layout (the
   // sparse24 layout's `.lanes` tensors, read with DecoderLoadOptions::in_place): its parts in row order (Q,
   // K, V), each checked (kernels::check_lanes), which the Decoder runs in place; `sparse` is then empty.
   struct StoredLanes {
