@@ -62,6 +62,8 @@ double compression_ratio(int64_t rows, int64_t cols, DType t);
 
 // True for the 6 valid codes: idx0 < idx1, both in 0..3.
 bool valid_code(uint8_t code);
+// Whether all 16 codes of 8 metadata bytes (little-endian) are valid.
+bool all_codes_valid(uint64_t eight_bytes);
 
 // Compresses a dense tensor. Without `prune`, a tensor that is not 2:4 is an error naming the first bad
 // row and group; with it, magnitude 2:4 pruning is applied first. NaN is an error.

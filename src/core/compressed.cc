@@ -294,8 +294,6 @@ void validate(const Compressed& c) {
   validate_rows(c, 0, c.rows);
 }
 
-namespace {
-
 // Whether all 16 codes in 8 metadata bytes are valid (valid_code: position 0 < position 1): per nibble,
 // (4 + position 1) - position 0 - 1 keeps bit 2 set exactly when position 0 < position 1, and never
 // borrows from the next nibble (it is 0..6).
@@ -304,8 +302,6 @@ bool all_codes_valid(uint64_t w) {
   const uint64_t p0 = w & kLow2, p1 = (w >> 2) & kLow2;
   return (((p1 | 4 * kOnes) - p0 - kOnes) & 4 * kOnes) == 4 * kOnes;
 }
-
-}  // namespace
 
 void validate_rows(const Compressed& c, int64_t r0, int64_t r1) {
   const int64_t G = c.groups_per_row(), mbpr = c.meta_bytes_per_row(), spr = c.scales_per_row();

@@ -198,19 +198,9 @@ class Weights {
     s.cols = shape[1];
     s.data = t.dense.bytes.data();
     s.owner = t.file;
-    std::vector<float> piece;
     in_chunks(t, dtype_size(s.type), s.rows * s.cols, [&](int64_t, int64_t c, const uint8_t* from) {
-      const auto at = reinterpret_cast<uintptr_t>(from);
-      if (s.type == DType::kBF16 && at % alignof(uint16_t) == 0) {  // (checked where they are)
-        if (!kernels::all_finite_bf16(reinterpret_cast<const uint16_t*>(from), c))
-          throw Error(what_ + ": tensor '" + name + "' holds a non-finite value");
-        return;
-      }
-      if (s.type == DType::kF32 && at % alignof(float) == 0)
-        return finite(name, reinterpret_cast<const float*>(from), c);
-      piece.resize(static_cast<size_t>(c));
-      kernels::elements_to_floats(s.type, from, c, piece.data());
-      finite(name, piece.data(), c);
+      if (!kernels::all_finite_elements(s.type, from, c))
+        throw Error(what_ + ": tensor '" + name + "' holds a non-finite value");
     });
     return s;
   }
@@ -314,10 +304,13 @@ class Weights {
     for (const auto& [prefix, rows] : parts) {
       const auto it = by_name_.find(prefix + ".weight");
       const Entry* e = it == by_name_.end() ? nullptr : &entries_[it->second];
-      here = here && e != nullptr && e->lanes_kb > 0 && e->file != nullptr && !e->used &&
-             e->lanes_shape == std::vector<int64_t>{rows, in} &&
-             (e->lanes_dtype == DType::kI8 ||
-              (!rounds_int8 && (e->lanes_dtype == DType::kBF16 || !rounds_bf16)));
+      const CheckpointTensorView* v = e != nullptr && e->lanes_kb > 0 ? e->deferred : nullptr;
+      // (bytes the kernels can read where they are: a file that is not so aligned is decoded and packed)
+      here = here && v != nullptr && e->file != nullptr && !e->used &&
+             v->lanes_shape == std::vector<int64_t>{rows, in} &&
+             reinterpret_cast<uintptr_t>(v->lanes.data()) % 32 == 0 &&
+             (v->lanes_dtype == DType::kI8 ||
+              (!rounds_int8 && (v->lanes_dtype == DType::kBF16 || !rounds_bf16)));
     }
     if (here) return lanes_linear(layer, parts, in, bias);
     bool joined = parts.size() > 1;
@@ -383,16 +376,17 @@ class Weights {
       const std::string name = prefix + ".weight";
       Entry& t = entries_[by_name_.at(name)];
       t.used = true;
-      h_ = fnv1a_tensor(h_, name, t.lanes.data(), t.lanes.size());
+      const CheckpointTensorView& v = *t.deferred;
+      h_ = fnv1a_tensor(h_, name, v.lanes.data(), v.lanes.size());
       try {
-        kernels::check_lanes(kernels::lanes_over(t.lanes, rows, in, t.lanes_kb,
-                                                 kernels::lanes_value_type(t.lanes_dtype), t.file),
+        kernels::check_lanes(kernels::lanes_over(v.lanes, rows, in, t.lanes_kb,
+                                                 kernels::lanes_value_type(v.lanes_dtype), t.file),
                              rows, in);
       } catch (const Error& e) {
         throw Error(what_ + ": tensor '" + name + "': " + e.what());
       }
       in_place_.insert(t.file.get());
-      g.lanes.push_back({t.lanes, rows, t.lanes_kb, t.lanes_dtype, t.file});
+      g.lanes.push_back({v.lanes, rows, t.lanes_kb, v.lanes_dtype, t.file});
       g.m += rows;
       g.sources.push_back(name);
       if (bias) {
@@ -426,10 +420,8 @@ class Weights {
     std::optional<Compressed> decoded;
     int64_t scale_group = 0;            // a dense I8 one with scales (CheckpointTensor's): their F32 bytes
     std::span<const uint8_t> scales{};  //   (checked finite by the reader)
-    int lanes_kb = 0;                   // a 2:4 one in the kernels' layout (CheckpointTensorView's)
-    std::span<const uint8_t> lanes{};
-    std::vector<int64_t> lanes_shape{};
-    DType lanes_dtype = DType::kI8;
+    int lanes_kb =
+        0;  // a 2:4 one in the kernels' layout (the view's bytes, shape and type; in memory: its K block)
     bool is_sparse() const { return sparse != nullptr || deferred != nullptr; }
   };
   void add(const std::string& name, StTensorView dense, std::optional<Compressed>& sparse,
@@ -446,10 +438,7 @@ class Weights {
                         {},
                         scale_group,
                         scales,
-                        lanes_kb,
-                        deferred != nullptr ? deferred->lanes : std::span<const uint8_t>{},
-                        deferred != nullptr ? deferred->lanes_shape : std::vector<int64_t>{},
-                        deferred != nullptr ? deferred->lanes_dtype : DType::kI8});
+                        lanes_kb});
   }
   // A tensor asked for: marked used and hashed the first time; a 2:4 weight only once (linear moves it).
   Entry& take(const std::string& name, const uint64_t* hashed = nullptr) {
@@ -462,10 +451,11 @@ class Weights {
     }
     t.used = true;
     if (t.deferred != nullptr && t.lanes_kb > 0) {  // the kernels' layout: decoded (checked), pages dropped
-      h_ = fnv1a_tensor(h_, name, t.lanes.data(), t.lanes.size());
+      const std::span<const uint8_t> lanes = t.deferred->lanes;
+      h_ = fnv1a_tensor(h_, name, lanes.data(), lanes.size());
       t.decoded = t.deferred->decode();
       t.sparse = &*t.decoded;
-      if (t.file != nullptr) t.file->release(t.lanes);
+      if (t.file != nullptr) t.file->release(lanes);
       return t;
     }
     if (t.deferred != nullptr) {  // copied now, hashed and checked as it is, its pages dropped

@@ -106,13 +106,8 @@ int lanes_layer(const SafeTensorsView& st, const std::string& name, const std::v
     fail(what, layer + ": __metadata__ '" + printable(name + kLanesDtypeSuffix) + "' is " +
                    (dtype == st.metadata.end() ? "missing" : "'" + printable(dtype->second) + "'") +
                    ", expected F32, BF16 or I8");
-  int64_t kb = 0;
-  bool ok = !kb_text.empty() && kb_text.size() <= 7;
-  for (char ch : kb_text) {
-    ok = ok && ch >= '0' && ch <= '9';
-    if (ok) kb = kb * 10 + (ch - '0');
-  }
-  if (!ok || kb <= 0 || kb % 64 != 0 || kb > (1 << 20))
+  int64_t kb = 0;  // (the scale group's digits: a positive multiple of 4 up to 2^20, then the layout's rule)
+  if (!parse_scale_group(kb_text, (1 << 20) / 4, &kb) || !kernels::valid_lanes_kb(kb))
     fail(what, layer + ": __metadata__ '" + printable(name + kLanesKbSuffix) + "' is '" + printable(kb_text) +
                    "', not a positive multiple of 64 up to 1048576");
   for (const char* other : {kValuesSuffix, kMetadataSuffix, kScalesSuffix})
@@ -475,7 +470,7 @@ SafeTensors encode_checkpoint(const Checkpoint& ck, CheckpointFormat to) {
       claim(t.name + kShapeSuffix, shape_string(c.shape));
       if (t.lanes_kb >
           0) {  // the kernels' layout: fp32, bf16, or int8 with each 64 positions under one scale
-        if (t.lanes_kb % 64 != 0 || t.lanes_kb > (1 << 20) || c.rows == 0)
+        if (!kernels::valid_lanes_kb(t.lanes_kb) || c.rows == 0)
           throw Error("tensor '" + printable(t.name) +
                       "': the kernels' layout takes K blocks of a multiple of 64 positions, and rows");
         kernels::ValueType type{};

@@ -87,6 +87,22 @@ bool all_finite_bf16(const uint16_t* x, int64_t n) {
   return (any & 0x8000u) == 0;
 }
 
+bool all_finite_elements(DType t, const uint8_t* p, int64_t n) {
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  if (t == DType::kF32 && at % alignof(float) == 0) return all_finite(reinterpret_cast<const float*>(p), n);
+  if (t == DType::kBF16 && at % alignof(uint16_t) == 0)
+    return all_finite_bf16(reinterpret_cast<const uint16_t*>(p), n);
+  constexpr int64_t kPiece = 4096;
+  float piece[kPiece];
+  const size_t size = dtype_size(t);
+  for (int64_t i = 0; i < n; i += kPiece) {
+    const int64_t c = std::min(kPiece, n - i);
+    elements_to_floats(t, p + static_cast<size_t>(i) * size, c, piece);
+    if (!all_finite(piece, c)) return false;
+  }
+  return true;
+}
+
 void quantize_gemv_i8(const float* w, int64_t rows, int64_t cols, int8_t* q, float* scales) {
   const int64_t groups = (cols + kGemvI8Group - 1) / kGemvI8Group;
   for (int64_t r = 0; r < rows; ++r)

@@ -47,6 +47,9 @@ bool prune24_row_plain(const float* x, int64_t cols, float* values, uint8_t* met
 bool all_finite(const float* x, int64_t n);
 // The same for n bfloat16 values (their bits) at x.
 bool all_finite_bf16(const uint16_t* x, int64_t n);
+// The same for n stored values of type t at p (any alignment): fp32 and bf16 ones checked where they are
+// when aligned for their type, others (and unaligned ones) through fp32 a piece at a time.
+bool all_finite_elements(DType t, const uint8_t* p, int64_t n);
 
 // The F16C paths (convert_avx2.cc): call only where f16c_supported() (taken as AVX2: every AVX2 CPU has it).
 bool f16c_supported();

@@ -16,13 +16,6 @@ namespace {
 
 using L = LanesLayout;
 
-// Whether all 16 codes of a 64-bit word name two positions in increasing order (compressed.cc's rule).
-bool codes_valid(uint64_t w) {
-  constexpr uint64_t kLow2 = 0x3333333333333333ull, kOnes = 0x1111111111111111ull;
-  const uint64_t p0 = w & kLow2, p1 = (w >> 2) & kLow2;
-  return (((p1 | 4 * kOnes) - p0 - kOnes) & 4 * kOnes) == 4 * kOnes;
-}
-
 std::string at(int64_t row, int64_t pos) {
   return "row " + std::to_string(row) + ", positions " + std::to_string(pos) + "..";
 }
@@ -32,12 +25,6 @@ const uint8_t* entry_of(const LanesLayout& lay, int64_t mb, int64_t s) {
   const int64_t per = lay.kb / L::kSuper;
   return lay.data.data() + lay.entry(s / per, mb) +
          static_cast<size_t>((s % per) * L::entry_bytes(lay.weights));
-}
-
-// Whether n values of type w (fp32 or bf16) at p are finite (p aligned for the type).
-bool finite(ValueType w, const uint8_t* p, int64_t n) {
-  if (w == ValueType::kBf16) return all_finite_bf16(reinterpret_cast<const uint16_t*>(p), n);
-  return all_finite(reinterpret_cast<const float*>(p), n);
 }
 
 }  // namespace
@@ -88,7 +75,7 @@ size_t lanes_bytes(int64_t rows, int64_t cols, ValueType w) {
 LanesLayout lanes_over(std::span<const uint8_t> bytes, int64_t rows, int64_t cols, int kb, ValueType w,
                        std::shared_ptr<const void> owner) {
   if (rows <= 0 || cols <= 0) throw Error("lanes: the matrix is empty");
-  if (kb <= 0 || kb % L::kSuper != 0 || kb > (1 << 20))
+  if (!valid_lanes_kb(kb))
     throw Error("lanes: K block " + std::to_string(kb) + " is not a positive multiple of 64 up to 2^20");
   const size_t want = lanes_bytes(rows, cols, w);
   if (bytes.size() != want)
@@ -123,13 +110,13 @@ void check_lanes(const LanesLayout& lay, int64_t rows, int64_t cols) {
       uint64_t c[8];
       std::memcpy(c, e + L::code_offset(w), sizeof(c));
       bool ok = true;
-      for (int i = 0; i < 8; ++i) ok = ok && codes_valid(c[i]);
+      for (int i = 0; i < 8; ++i) ok = ok && all_codes_valid(c[i]);
       if (w == ValueType::kI8) {
         float scale[L::kRows];
         std::memcpy(scale, e + L::scale_offset(w), sizeof(scale));
         for (float v : scale) ok = ok && std::isfinite(v);
       } else {
-        ok = ok && finite(w, e + L::slot_at(w, 0), L::kSlots * L::kRows);
+        ok = ok && all_finite_elements(lanes_dtype(w), e + L::slot_at(w, 0), L::kSlots * L::kRows);
       }
       if (!ok) (void)unpack_lanes(lay, rows, cols);  // (names the first bad one)
     }
@@ -191,7 +178,7 @@ Compressed unpack_lanes(const LanesLayout& lay, int64_t rows, int64_t cols) {
   }
   if (w != ValueType::kI8)
     for (int64_t r = 0; r < rows; ++r)
-      if (!finite(w, c.values.data() + static_cast<size_t>(r * vpr * vb), vpr))
+      if (!all_finite_elements(c.dtype, c.values.data() + static_cast<size_t>(r * vpr * vb), vpr))
         throw Error("lanes: row " + std::to_string(r) + " holds a non-finite value");
   // Everything else (padding rows and positions, the stored form of the last group's codes) must be what
   // packing the matrix gives.

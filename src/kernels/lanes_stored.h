@@ -17,6 +17,8 @@ namespace sparse24::kernels {
 // The K block a file's layers are written with: what pack() takes on every ISA (kernel_list.inc's lanes_kb;
 // a stored layer runs in place with its own).
 inline constexpr int kStoredLanesKb = 1024;
+// Whether a stored layer's K block is one the layout takes: a positive multiple of 64 up to 2^20.
+inline bool valid_lanes_kb(int64_t kb) { return kb > 0 && kb % LanesLayout::kSuper == 0 && kb <= (1 << 20); }
 
 // The value type a matrix is stored in: fp32, bf16, or int8 with each 64 positions of a row under one scale
 // (a scale group of a multiple of 64, or one per row); throws Error for any other (f16, unscaled int8, ...).
